@@ -1,0 +1,477 @@
+-- _lib.lua: helpers shared by every script, prepended at load time (no include language).
+--
+-- Conventions
+--   KEYS[1]  the namespace key prefix, e.g. "quasar:{orders}:". Every key a script touches is
+--            KEYS[1] .. suffix, so every key keeps the namespace hash tag (one cluster slot).
+--   ARGV[1]  call id: random, made by the client per call; a re-sent call carries the same one.
+--   ARGV[2]  "now" in integer milliseconds, or "" for the Redis server clock (the default).
+--   Integers travel as decimal strings and are formatted back with "%d" (never tostring, which
+--   turns large numbers into floats).
+--   Replies are arrays whose first element is a readable tag; refusals come from refuse(), applied
+--   replies from applied(). Python decodes both through one vocabulary (quasar_redis/_protocol.py).
+--   A script checks everything before its first write: Redis has no rollback.
+--
+-- Job hash fields (a hash at P.."job:"..id; the id is the key suffix):
+--   q queue, s stage, p payload (msgpack bytes), ir input_ref, rv input_revision,
+--   dp dependencies (space-separated ids), pd dependencies not yet succeeded, odf on-dependency-
+--   failure policy ("block" | "cancel"), pr priority, sq enqueue sequence, a attempt,
+--   m max_attempts, f fencing_version, st state tag (W R L S F C), at available_at (W, R),
+--   w worker, x lease expires_at, n lease nonce (L), ek / em last error kind / message,
+--   cr cancel reason, o output_ref, res result (msgpack bytes), ins inserted_at,
+--   att attempted_at, fin finished_at (S, F, C), lc id of the last call that moved this job.
+
+local P = KEYS[1]
+local MAXINT = 1125899906842624 -- 2^50: every integer field and argument stays exact in a double
+local ID_MAX = 256
+local NAME_MAX = 64
+local STAGE_MAX = 128
+local TEXT_MAX = 8192
+local PRIORITY_MIN = -1000000
+local PRIORITY_MAX = 1000000
+
+local KEY_QUEUES = P .. "queues"
+local KEY_SEQ = P .. "seq"
+
+local function key_job(id) return P .. "job:" .. id end
+local function key_dependents(id) return P .. "dependents:" .. id end
+local function key_call(cid) return P .. "call:" .. cid end
+local function key_q(queue, what) return P .. "q:" .. queue .. ":" .. what end
+
+local function fmt(n) return string.format("%d", n) end
+
+local function refuse(tag, ...) return {tag, ...} end
+local function applied(tag, ...) return {tag, ...} end
+
+local function invalid(reason) return refuse("InvalidJob", reason) end
+
+-- An integer from a decimal string, or nil.
+local function int(s)
+  if type(s) ~= "string" or #s == 0 or #s > 17 or not string.find(s, "^%-?%d+$") then
+    return nil
+  end
+  local n = tonumber(s)
+  if n > MAXINT or n < -MAXINT then return nil end
+  return n
+end
+
+-- An integer argument: the value, or nil and an InvalidJob refusal saying what to fix.
+local function int_arg(s, what)
+  local n = int(s)
+  if n == nil then
+    return nil, invalid(what .. " must be an integer between -2^50 and 2^50")
+  end
+  return n
+end
+
+local function clock(arg)
+  if arg == nil or arg == "" then
+    local t = redis.call("TIME")
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local n = int(arg)
+  if n == nil or n < 0 then return nil, invalid("now must be a nonnegative integer") end
+  return n
+end
+
+local function valid_name(s, max)
+  return type(s) == "string" and #s >= 1 and #s <= max and string.find(s, "^[%w_%.%-]+$") ~= nil
+end
+
+local function name_error(s, what)
+  if not valid_name(s, NAME_MAX) then
+    return invalid(what .. " must be 1-" .. NAME_MAX .. " characters of letters, digits, '_', '.', '-'")
+  end
+  return nil
+end
+
+local function stage_error(s)
+  if #s > STAGE_MAX or not string.find(s, "^[%w_%.%-:]+$") then
+    return invalid("stage must be at most " .. STAGE_MAX .. " characters of letters, digits, '_', '.', '-', ':'")
+  end
+  return nil
+end
+
+local function id_error(s, what)
+  if #s > ID_MAX then return invalid(what .. " must be at most " .. ID_MAX .. " bytes") end
+  if string.find(s, "[%c%s]") then
+    return invalid(what .. " must not contain whitespace or control characters")
+  end
+  return nil
+end
+
+local function text_error(s, what)
+  if #s > TEXT_MAX then return invalid(what .. " must be at most " .. TEXT_MAX .. " bytes") end
+  return nil
+end
+
+local function split(s)
+  local out = {}
+  for part in string.gmatch(s, "%S+") do out[#out + 1] = part end
+  return out
+end
+
+-- Loading and checking job hashes --------------------------------------------------------------
+
+local INT_FIELDS = {"rv", "pd", "pr", "sq", "a", "m", "f", "ins"}
+local STATE_INT_FIELDS = {W = {"at"}, R = {"at"}, L = {"x"}, S = {"fin"}, F = {"fin"}, C = {"fin"}}
+local TERMINAL = {S = true, F = true, C = true}
+
+local function corrupt(id, reason) return refuse("CorruptJob", id, reason) end
+
+local function check_job(id, h)
+  for _, f in ipairs({"q", "s", "ir", "st"}) do
+    if h[f] == nil then return corrupt(id, "field '" .. f .. "' is missing") end
+  end
+  if not valid_name(h.q, NAME_MAX) then return corrupt(id, "field 'q' is not a valid queue name") end
+  local fields = STATE_INT_FIELDS[h.st]
+  if fields == nil then return corrupt(id, "field 'st' holds an unknown state") end
+  for _, list in ipairs({INT_FIELDS, fields}) do
+    for _, f in ipairs(list) do
+      if int(h[f]) == nil then return corrupt(id, "field '" .. f .. "' is not an integer") end
+    end
+  end
+  if h.st == "L" and (h.w == nil or h.n == nil) then
+    return corrupt(id, "a leased job lacks its worker or nonce")
+  end
+  return nil
+end
+
+-- The job as a table of its fields, or nil and a refusal (MissingJob, CorruptJob).
+local function load_job(id)
+  local k = key_job(id)
+  local kind = redis.call("TYPE", k)["ok"]
+  if kind == "none" then return nil, refuse("MissingJob", id) end
+  if kind ~= "hash" then return nil, corrupt(id, "key holds a " .. kind .. ", not a hash") end
+  local raw = redis.call("HGETALL", k)
+  local h = {}
+  for i = 1, #raw, 2 do h[raw[i]] = raw[i + 1] end
+  local bad = check_job(id, h)
+  if bad then return nil, bad end
+  return h
+end
+
+-- Refusal when a structure key exists with another type (someone wrote it by hand).
+local function check_types(keys, want)
+  for _, k in ipairs(keys) do
+    local kind = redis.call("TYPE", k)["ok"]
+    if kind ~= "none" and kind ~= want then
+      return refuse("CorruptKey", k, "holds a " .. kind .. ", expected a " .. want)
+    end
+  end
+  return nil
+end
+
+local QUEUE_ZSETS = {"ready", "delayed", "waiting", "retrying", "leased", "blocked",
+  "succeeded", "failed", "cancelled"}
+
+local function check_queue(queue)
+  local keys = {}
+  for i, what in ipairs(QUEUE_ZSETS) do keys[i] = key_q(queue, what) end
+  local bad = check_types(keys, "zset")
+  if bad then return bad end
+  return check_types({KEY_QUEUES}, "set")
+end
+
+-- Flat reply for a job: {id, field, value, field, value, ...}.
+local function job_reply(id, h)
+  local out = {id}
+  for f, v in pairs(h) do
+    out[#out + 1] = f
+    out[#out + 1] = v
+  end
+  return out
+end
+
+local function save(id, h, fields)
+  local args = {}
+  for _, f in ipairs(fields) do
+    args[#args + 1] = f
+    args[#args + 1] = h[f]
+  end
+  redis.call("HSET", key_job(id), unpack(args))
+end
+
+-- Indexes ------------------------------------------------------------------------------------
+-- W and R jobs sit in one state index (waiting / retrying, by available_at) and, for claiming, in
+-- exactly one of: blocked (W with unmet dependencies, by sequence), delayed (not yet due, by
+-- available_at) or ready (score priority, member "<available_at>:<seq>:<id>", so that ties go by
+-- availability, then enqueue order). L jobs sit in leased (by expires_at); finished jobs in
+-- succeeded / failed / cancelled (by finished_at).
+
+local function ready_member(id, h)
+  return string.format("%016d:%012d:", tonumber(h.at), tonumber(h.sq)) .. id
+end
+
+local FINISHED = {S = "succeeded", F = "failed", C = "cancelled"}
+
+local function unplace(id, h)
+  local q = h.q
+  if h.st == "W" or h.st == "R" then
+    redis.call("ZREM", key_q(q, h.st == "W" and "waiting" or "retrying"), id)
+    redis.call("ZREM", key_q(q, "ready"), ready_member(id, h))
+    redis.call("ZREM", key_q(q, "delayed"), id)
+    redis.call("ZREM", key_q(q, "blocked"), id)
+  elseif h.st == "L" then
+    redis.call("ZREM", key_q(q, "leased"), id)
+  else
+    redis.call("ZREM", key_q(q, FINISHED[h.st]), id)
+  end
+end
+
+local function place(id, h, now)
+  local q = h.q
+  if h.st == "W" or h.st == "R" then
+    local at = tonumber(h.at)
+    redis.call("ZADD", key_q(q, h.st == "W" and "waiting" or "retrying"), at, id)
+    if tonumber(h.pd) > 0 then
+      redis.call("ZADD", key_q(q, "blocked"), tonumber(h.sq), id)
+    elseif at <= now then
+      redis.call("ZADD", key_q(q, "ready"), tonumber(h.pr), ready_member(id, h))
+    else
+      redis.call("ZADD", key_q(q, "delayed"), at, id)
+    end
+  elseif h.st == "L" then
+    redis.call("ZADD", key_q(q, "leased"), tonumber(h.x), id)
+  else
+    redis.call("ZADD", key_q(q, FINISHED[h.st]), tonumber(h.fin), id)
+  end
+end
+
+-- Moves a job to a new state: index out, fields written, index in.
+local function move(id, h, now, changes)
+  unplace(id, h)
+  local fields = {}
+  for f, v in pairs(changes) do
+    h[f] = v
+    fields[#fields + 1] = f
+  end
+  save(id, h, fields)
+  place(id, h, now)
+end
+
+-- Lease tokens -------------------------------------------------------------------------------
+
+local function token_reply(id, h)
+  return {id, h.rv, h.w, h.f, h.x, h.n}
+end
+
+-- The seed's lease_error, with the claim nonce checked beside the fence.
+-- t = {job_id, input_revision, worker_id, fence, expires_at, nonce}; worker = caller's id.
+local function lease_error(id, h, t, worker, now)
+  if worker ~= t[3] or id ~= t[1] or h.rv ~= t[2] then return refuse("StaleLease") end
+  if h.st ~= "L" or h.w ~= t[3] or h.f ~= t[4] or h.n ~= t[6] or h.x ~= t[5] then
+    return refuse("StaleLease")
+  end
+  if now >= tonumber(h.x) then return refuse("LeaseExpired", h.x) end
+  return nil
+end
+
+-- Reads the token arguments starting at ARGV[i]: job_id, input_revision, worker_id, fence,
+-- expires_at, nonce; then the caller's worker id.
+local function token_args(i)
+  return {ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]}, ARGV[i + 6]
+end
+
+-- Dependencies -------------------------------------------------------------------------------
+
+-- The seed's dependency_error over a job's dependency list: first dependency not succeeded.
+local function dependency_error(h)
+  for _, dep in ipairs(split(h.dp or "")) do
+    local d, err = load_job(dep)
+    if d == nil then
+      if err[1] == "MissingJob" then return refuse("MissingDependency", dep) end
+      return err
+    end
+    if d.st ~= "S" then return refuse("IncompleteDependency", dep) end
+  end
+  return nil
+end
+
+-- Loads every job in ids; on the first missing or damaged one returns nil and a refusal.
+-- Missing dependents are skipped (they were pruned), so nil never means "missing" here.
+local function load_all(ids)
+  local out = {}
+  for _, id in ipairs(ids) do
+    local h, err = load_job(id)
+    if h then
+      out[#out + 1] = {id, h}
+    elseif err[1] ~= "MissingJob" then
+      return nil, err
+    end
+  end
+  return out
+end
+
+-- The closure of jobs a cancellation of `root` reaches (dependents of cancelled jobs can never
+-- run). Returns a list of {id, h, dep} in cascade order, or nil and a refusal; checks all first.
+local function cancel_closure(root_id, only_policy_cancel)
+  local out, seen, frontier = {}, {[root_id] = true}, {{root_id, only_policy_cancel}}
+  while #frontier > 0 do
+    local item = table.remove(frontier, 1)
+    local parent, policy_only = item[1], item[2]
+    local deps, err = load_all(redis.call("SMEMBERS", key_dependents(parent)))
+    if deps == nil then return nil, err end
+    for _, d in ipairs(deps) do
+      local id, h = d[1], d[2]
+      if not seen[id] and not TERMINAL[h.st] and (not policy_only or h.odf == "cancel") then
+        seen[id] = true
+        out[#out + 1] = {id, h, parent}
+        frontier[#frontier + 1] = {id, false}
+      end
+    end
+  end
+  return out
+end
+
+local function forget_dependents(id)
+  redis.call("DEL", key_dependents(id))
+end
+
+local function apply_cancel_closure(list, now)
+  for _, item in ipairs(list) do
+    local id, h, parent = item[1], item[2], item[3]
+    move(id, h, now, {st = "C", cr = "dependency " .. parent .. " was cancelled", fin = fmt(now)})
+    forget_dependents(id)
+  end
+end
+
+-- Jobs whose last dependency just succeeded: checked first, then released by release_dependents.
+local function load_dependents(id)
+  return load_all(redis.call("SMEMBERS", key_dependents(id)))
+end
+
+local function release_dependents(id, list, now)
+  for _, item in ipairs(list) do
+    local did, h = item[1], item[2]
+    if (h.st == "W" or h.st == "R") and tonumber(h.pd) > 0 then
+      move(did, h, now, {pd = fmt(tonumber(h.pd) - 1)})
+    end
+  end
+  forget_dependents(id)
+end
+
+-- What a job entering Failed does to its dependents: those that asked to be cancelled are
+-- cancelled (and their own dependents with them); the rest stay blocked, visibly.
+local function failure_closure(id)
+  return cancel_closure(id, true)
+end
+
+-- The seed's retry_or_fail: the changes to apply.
+local function retry_or_fail(h, kind, reason, now, delay)
+  if tonumber(h.a) < tonumber(h.m) then
+    return {st = "R", at = fmt(now + delay), ek = kind, em = reason}
+  end
+  return {st = "F", fin = fmt(now), ek = kind, em = reason}
+end
+
+-- Refusal for kind / reason arguments of fail-like calls.
+local function error_text_error(kind, reason)
+  if not valid_name(kind, NAME_MAX) then
+    return invalid("error kind must be 1-" .. NAME_MAX .. " characters of letters, digits, '_', '.', '-'")
+  end
+  return text_error(reason, "reason")
+end
+
+-- Shared edges ---------------------------------------------------------------------------------
+
+-- The seed's claim_ready after its checks passed: attempt+1, fence+1, Leased.
+local function lease(id, h, worker, lease_ms, now, nonce, cid)
+  local fence = tonumber(h.f) + 1
+  move(id, h, now, {
+    st = "L", a = fmt(tonumber(h.a) + 1), f = fmt(fence), w = worker, x = fmt(now + lease_ms),
+    n = nonce, att = fmt(now), lc = cid,
+  })
+  return {"Claim", job_reply(id, h), token_reply(id, h)}
+end
+
+-- Moves due jobs of a queue from delayed to ready, at most `limit`. Returns how many.
+local function promote_queue(queue, now, limit)
+  local ids = redis.call("ZRANGEBYSCORE", key_q(queue, "delayed"), "-inf", now, "LIMIT", 0, limit)
+  local moved = 0
+  for _, id in ipairs(ids) do
+    local h = load_job(id)
+    redis.call("ZREM", key_q(queue, "delayed"), id)
+    if h and (h.st == "W" or h.st == "R") and tonumber(h.pd) == 0 then
+      redis.call("ZADD", key_q(queue, "ready"), tonumber(h.pr), ready_member(id, h))
+      moved = moved + 1
+    end
+  end
+  return moved
+end
+
+-- The seed's expire_transition applied to a job whose lease has run out (fence as observed).
+-- Returns the refusal or nil; on success the job has moved.
+local function expire_job(id, h, now, cid)
+  if tonumber(h.x) > now then return refuse("LeaseHeld", h.x) end
+  local changes = retry_or_fail(h, "LeaseExpired", "worker lease expired", now, 0)
+  local closure = {}
+  if changes.st == "F" then
+    local list, err = failure_closure(id)
+    if list == nil then return err end
+    closure = list
+  end
+  if cid then changes.lc = cid end
+  move(id, h, now, changes)
+  apply_cancel_closure(closure, now)
+  return nil
+end
+
+-- Expires the leases of a queue that ran out, at most `limit`. Returns the ids it moved.
+-- A damaged job hash in the lease index is left where it is and reported, not touched.
+local function expire_queue(queue, now, limit, cid, out, damaged)
+  local ids = redis.call("ZRANGEBYSCORE", key_q(queue, "leased"), "-inf", now, "LIMIT", 0, limit)
+  for _, id in ipairs(ids) do
+    local h, err = load_job(id)
+    if h == nil then
+      if err[1] == "MissingJob" then
+        redis.call("ZREM", key_q(queue, "leased"), id)
+      else
+        damaged[#damaged + 1] = id
+      end
+    elseif h.st ~= "L" then
+      redis.call("ZREM", key_q(queue, "leased"), id)
+    else
+      local bad = expire_job(id, h, now, cid)
+      if bad then damaged[#damaged + 1] = id else out[#out + 1] = id end
+    end
+  end
+  return out
+end
+
+-- The common opening of complete / fail / permanent_fail / heartbeat: ARGV[1] call id, ARGV[2]
+-- now, ARGV[3..8] the token (job_id, input_revision, worker_id, fence, expires_at, nonce),
+-- ARGV[9] the caller's worker id. Returns a context table, or nil and a refusal.
+local function open_lease()
+  local now, e = clock(ARGV[2])
+  if now == nil then return nil, e end
+  local t, worker = token_args(3)
+  local h, err = load_job(t[1])
+  if h == nil then return nil, err end
+  return {cid = ARGV[1], now = now, id = t[1], h = h, t = t, worker = worker}
+end
+
+-- The call already moved this job and nothing moved it since: a re-sent call.
+local function is_replay(c, states)
+  return c.h.lc == c.cid and string.find(states, c.h.st, 1, true) ~= nil
+end
+
+local function job_applied(c, now_text)
+  return applied("JobApplied", now_text, job_reply(c.id, c.h))
+end
+
+-- The common opening of expire / cancel / operator_retry: ARGV[1] call id, ARGV[2] now,
+-- ARGV[3] job id, ARGV[4] the fence the caller observed ("" = the current one, cancel and
+-- operator_retry only). Returns a context table, or nil and a refusal (FenceChanged included).
+local function open_fenced(allow_any)
+  local now, e = clock(ARGV[2])
+  if now == nil then return nil, e end
+  local h, err = load_job(ARGV[3])
+  if h == nil then return nil, err end
+  local c = {cid = ARGV[1], now = now, id = ARGV[3], h = h}
+  if h.lc == c.cid then return c end
+  local fence = ARGV[4]
+  if fence == "" and allow_any then return c end
+  if int(fence) == nil then return nil, invalid("expected_fence must be an integer") end
+  if tonumber(fence) ~= tonumber(h.f) then return nil, refuse("FenceChanged") end
+  return c
+end

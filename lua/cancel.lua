@@ -1,0 +1,34 @@
+-- cancel: any live state (Waiting, RetryWaiting, Leased) -> Cancelled(reason, now). A leased
+-- job's worker is then refused (StaleLease) at its next heartbeat or completion. Dependents of
+-- the cancelled job can never run and are cancelled in the same script, naming the dependency.
+-- Checks, the seed's cancel_transition in order: FenceChanged; TerminalJob.
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id
+-- ARGV[4]  expected fence ("" = whatever it is now)   ARGV[5] reason
+--
+-- Replies
+--   {"JobApplied", now, job, {cascaded ids...}}
+--   {"MissingJob", id} | {"FenceChanged"} | {"TerminalJob"} | {"InvalidJob", reason} |
+--   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
+-- A re-sent call (same call id) gets JobApplied again.
+
+local function main()
+  local c, err = open_fenced(true)
+  if c == nil then return err end
+  if c.h.lc == c.cid and c.h.st == "C" then return applied("JobApplied", "", job_reply(c.id, c.h), {}) end
+  if TERMINAL[c.h.st] then return refuse("TerminalJob") end
+  local bad = text_error(ARGV[5], "reason") or check_queue(c.h.q)
+  if bad then return bad end
+  local closure
+  closure, err = cancel_closure(c.id, false)
+  if closure == nil then return err end
+  move(c.id, c.h, c.now, {st = "C", cr = ARGV[5], fin = fmt(c.now), lc = c.cid})
+  forget_dependents(c.id)
+  apply_cancel_closure(closure, c.now)
+  local ids = {}
+  for i, item in ipairs(closure) do ids[i] = item[1] end
+  return applied("JobApplied", fmt(c.now), job_reply(c.id, c.h), ids)
+end
+
+return main()

@@ -1,0 +1,50 @@
+-- claim_job: Waiting / RetryWaiting / Leased-and-expired -> Leased, one job by id.
+-- The seed's claim_transition, checks in its order: TerminalJob; LeaseHeld(expires_at) while a
+-- lease runs; then claim_ready: InvalidJob (empty worker, lease < 1), NotAvailable(available_at),
+-- AttemptLimitReached; then dependency_error: MissingDependency(dep) / IncompleteDependency(dep).
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id (also the lease nonce)   ARGV[2] now ("" = server clock)   ARGV[3] job id
+-- ARGV[4]  worker id   ARGV[5] lease duration ms
+--
+-- Replies
+--   {"ClaimApplied", now, {"Claim", job, token}}
+--   {"MissingJob", id} | {"TerminalJob"} | {"LeaseHeld", expires_at} | {"InvalidJob", reason} |
+--   {"NotAvailable", available_at} | {"AttemptLimitReached"} | {"MissingDependency", id} |
+--   {"IncompleteDependency", id} | {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
+-- A re-sent call (same call id, still the last call that moved the job) gets the same claim.
+
+local function claim_ready(id, h, worker, lease_arg, now, available_at)
+  if worker == "" then return invalid("worker_id must not be empty") end
+  local lease_ms, e = int_arg(lease_arg, "lease_duration")
+  if lease_ms == nil then return e end
+  if lease_ms < 1 then return invalid("lease_duration must be positive") end
+  if now < available_at then return refuse("NotAvailable", fmt(available_at)) end
+  if tonumber(h.a) >= tonumber(h.m) then return refuse("AttemptLimitReached") end
+  local bad = text_error(worker, "worker_id") or dependency_error(h) or check_queue(h.q)
+  if bad then return bad end
+  return nil, lease_ms
+end
+
+local function main()
+  local cid = ARGV[1]
+  local now, e = clock(ARGV[2])
+  if now == nil then return e end
+  local id, worker = ARGV[3], ARGV[4]
+  local h, err = load_job(id)
+  if h == nil then return err end
+  if h.lc == cid and h.st == "L" then
+    return applied("ClaimApplied", "", {"Claim", job_reply(id, h), token_reply(id, h)})
+  end
+  if TERMINAL[h.st] then return refuse("TerminalJob") end
+  local available_at = tonumber(h.at)
+  if h.st == "L" then
+    if now < tonumber(h.x) then return refuse("LeaseHeld", h.x) end
+    available_at = now
+  end
+  local bad, lease_ms = claim_ready(id, h, worker, ARGV[5], now, available_at)
+  if bad then return bad end
+  return applied("ClaimApplied", fmt(now), lease(id, h, worker, lease_ms, now, cid, cid))
+end
+
+return main()

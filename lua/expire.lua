@@ -1,0 +1,26 @@
+-- expire: Leased (lease run out) -> RetryWaiting("worker lease expired", now) while attempts
+-- remain, else Failed. Recovery of a dead worker's job, one job, with the fence the caller saw.
+-- Checks, the seed's expire_transition in order: FenceChanged; LeaseHeld(expires_at) before
+-- expiry; StaleLease for a waiting job; TerminalJob for a finished one.
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id   ARGV[4] observed fence
+--
+-- Replies
+--   {"JobApplied", now, job}
+--   {"MissingJob", id} | {"FenceChanged"} | {"LeaseHeld", expires_at} | {"StaleLease"} |
+--   {"TerminalJob"} | {"InvalidJob", reason} | {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
+-- A re-sent call (same call id) gets JobApplied again.
+
+local function main()
+  local c, err = open_fenced(false)
+  if c == nil then return err end
+  if c.h.lc == c.cid and c.h.st ~= "L" then return job_applied(c, "") end
+  if c.h.st == "W" or c.h.st == "R" then return refuse("StaleLease") end
+  if TERMINAL[c.h.st] then return refuse("TerminalJob") end
+  local bad = check_queue(c.h.q) or expire_job(c.id, c.h, c.now, c.cid)
+  if bad then return bad end
+  return job_applied(c, fmt(c.now))
+end
+
+return main()

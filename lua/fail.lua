@@ -1,0 +1,41 @@
+-- fail: Leased -> RetryWaiting(reason, now + retry_delay) while attempt < max_attempts, else
+-- Failed(reason, now). Entering Failed cancels the dependents that asked for it (and theirs);
+-- the other dependents stay blocked, visibly.
+-- Checks: the seed's lease_error (StaleLease / LeaseExpired(expires_at)), then InvalidJob for a
+-- negative retry delay, then our limits on kind and reason.
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id   ARGV[2] now ("" = server clock)
+-- ARGV[3..8] token: job_id, input_revision, worker_id, fence, expires_at, nonce
+-- ARGV[9]  caller's worker id   ARGV[10] reason   ARGV[11] retry delay ms   ARGV[12] error kind
+--
+-- Replies
+--   {"JobApplied", now, job}
+--   {"MissingJob", id} | {"StaleLease"} | {"LeaseExpired", expires_at} | {"InvalidJob", reason} |
+--   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
+-- A re-sent call (same call id) gets JobApplied again.
+
+local function main()
+  local c, err = open_lease()
+  if c == nil then return err end
+  if is_replay(c, "RF") then return job_applied(c, "") end
+  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
+  if bad then return bad end
+  local delay, e = int_arg(ARGV[11], "retry_delay")
+  if delay == nil then return e end
+  if delay < 0 then return invalid("retry_delay must be nonnegative") end
+  bad = error_text_error(ARGV[12], ARGV[10]) or check_queue(c.h.q)
+  if bad then return bad end
+  local changes = retry_or_fail(c.h, ARGV[12], ARGV[10], c.now, delay)
+  local closure = {}
+  if changes.st == "F" then
+    closure, err = failure_closure(c.id)
+    if closure == nil then return err end
+  end
+  changes.lc = c.cid
+  move(c.id, c.h, c.now, changes)
+  apply_cancel_closure(closure, c.now)
+  return job_applied(c, fmt(c.now))
+end
+
+return main()

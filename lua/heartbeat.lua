@@ -1,0 +1,34 @@
+-- heartbeat: Leased -> Leased with expires_at = now + lease_duration (the Gleam
+-- set_lease_expiry). Returns the new token; the old one is stale from then on.
+-- Checks: the seed's lease_error (StaleLease / LeaseExpired(expires_at)), then InvalidJob for a
+-- lease duration < 1.
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id   ARGV[2] now ("" = server clock)
+-- ARGV[3..8] token: job_id, input_revision, worker_id, fence, expires_at, nonce
+-- ARGV[9]  caller's worker id   ARGV[10] lease duration ms
+--
+-- Replies
+--   {"ClaimApplied", now, {"Claim", job, token}}
+--   {"MissingJob", id} | {"StaleLease"} | {"LeaseExpired", expires_at} | {"InvalidJob", reason} |
+--   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
+-- A re-sent call (same call id, lease not moved since) gets the same new token.
+
+local function main()
+  local c, err = open_lease()
+  if c == nil then return err end
+  if is_replay(c, "L") then
+    return applied("ClaimApplied", "", {"Claim", job_reply(c.id, c.h), token_reply(c.id, c.h)})
+  end
+  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
+  if bad then return bad end
+  local lease_ms, e = int_arg(ARGV[10], "lease_duration")
+  if lease_ms == nil then return e end
+  if lease_ms < 1 then return invalid("lease_duration must be positive") end
+  bad = check_queue(c.h.q)
+  if bad then return bad end
+  move(c.id, c.h, c.now, {x = fmt(c.now + lease_ms), lc = c.cid})
+  return applied("ClaimApplied", fmt(c.now), {"Claim", job_reply(c.id, c.h), token_reply(c.id, c.h)})
+end
+
+return main()

@@ -1,0 +1,91 @@
+-- prune: delete finished jobs (Succeeded, Failed, Cancelled) older than max_age, and the oldest
+-- beyond max_count per queue and state, at most `limit` deletions per call. A Failed job that a
+-- blocked job still depends on is never pruned (an operator retry may still let it run).
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] max age ms ("" = no age limit)
+-- ARGV[4]  max count per queue and state ("" = no count limit)   ARGV[5] limit (1..10000)
+--
+-- Replies
+--   {"Pruned", now, count}
+--   {"InvalidJob", reason} | {"CorruptKey", key, reason}
+
+local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
+
+local function still_needed(id, h)
+  if h.st ~= "F" then return false end
+  for _, did in ipairs(redis.call("SMEMBERS", key_dependents(id))) do
+    local d = load_job(did)
+    if d and not TERMINAL[d.st] then return true end
+  end
+  return false
+end
+
+local function delete_job(id, h)
+  for _, dep in ipairs(split(h.dp or "")) do redis.call("SREM", key_dependents(dep), id) end
+  redis.call("DEL", key_job(id), key_dependents(id))
+end
+
+-- Candidates: those over the count first (oldest), then those over the age.
+local function candidates(key, cutoff, max_count, budget)
+  local ids = {}
+  if max_count then
+    local over = redis.call("ZCARD", key) - max_count
+    if over > 0 then ids = redis.call("ZRANGE", key, 0, math.min(over, budget) - 1) end
+  end
+  if cutoff and #ids < budget then
+    local old = redis.call("ZRANGEBYSCORE", key, "-inf", "(" .. fmt(cutoff), "LIMIT", #ids, budget - #ids)
+    for _, id in ipairs(old) do ids[#ids + 1] = id end
+  end
+  return ids
+end
+
+local function prune_set(key, cutoff, max_count, budget)
+  local pruned = 0
+  for _, id in ipairs(candidates(key, cutoff, max_count, budget)) do
+    local h, err = load_job(id)
+    if h == nil and err[1] == "MissingJob" then
+      redis.call("ZREM", key, id)
+    elseif h and TERMINAL[h.st] and not still_needed(id, h) then
+      delete_job(id, h)
+      redis.call("ZREM", key, id)
+      pruned = pruned + 1
+    end
+  end
+  return pruned
+end
+
+local function optional_int(s, what)
+  if s == "" then return false end
+  local n = int(s)
+  if n == nil or n < 0 then return nil, invalid(what .. " must be a nonnegative integer") end
+  return n
+end
+
+local function main()
+  local now, e = clock(ARGV[2])
+  if now == nil then return e end
+  local max_age, e1 = optional_int(ARGV[3], "max_age")
+  if max_age == nil then return e1 end
+  local max_count, e2 = optional_int(ARGV[4], "max_count")
+  if max_count == nil then return e2 end
+  local limit = int(ARGV[5])
+  if limit == nil or limit < 1 or limit > 10000 then
+    return invalid("limit must be between 1 and 10000")
+  end
+  local bad = check_types({KEY_QUEUES}, "set")
+  if bad then return bad end
+  local cutoff = max_age and (now - max_age) or nil
+  local pruned = 0
+  for _, queue in ipairs(redis.call("SMEMBERS", KEY_QUEUES)) do
+    if valid_name(queue, NAME_MAX) and check_queue(queue) == nil then
+      for _, what in ipairs(FINISHED_SETS) do
+        if pruned >= limit then break end
+        pruned = pruned + prune_set(key_q(queue, what), cutoff, max_count or nil, limit - pruned)
+      end
+    end
+  end
+  return applied("Pruned", fmt(now), fmt(pruned))
+end
+
+return main()

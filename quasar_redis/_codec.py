@@ -1,0 +1,28 @@
+"""Payloads and results as msgpack (never pickle)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from .errors import CorruptDataError
+
+
+class EncodeError(ValueError):
+    """A value msgpack cannot encode."""
+
+
+def encode(value: Any) -> bytes:
+    try:
+        data: bytes = msgpack.packb(value, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise EncodeError(f"cannot be encoded as msgpack: {exc}") from None
+    return data
+
+
+def decode(data: bytes, what: str) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise CorruptDataError(f"{what} is not valid msgpack: {exc}") from None

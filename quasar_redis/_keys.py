@@ -1,0 +1,77 @@
+"""Every Redis key name of quasar_redis, built in one place (mirrored by ``lua/_lib.lua``).
+
+All keys of a namespace start with ``<prefix>:{<tag>}:``; the hash tag puts them in one cluster
+slot, so every script touches one slot. The tag is the namespace unless given: a later step splits
+a namespace into partitions, each with its own tag.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import ConfigurationError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+QUEUE_SETS = (
+    "ready",
+    "delayed",
+    "waiting",
+    "retrying",
+    "leased",
+    "blocked",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
+
+
+def check_name(value: str, what: str) -> str:
+    """Return ``value`` if it is a safe name (1-64 of letters, digits, ``_ . -``), else raise."""
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ConfigurationError(
+            f"{what} must be 1-64 characters of letters, digits, '_', '.', '-': got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """Key names of one namespace (and partition tag)."""
+
+    namespace: str
+    tag: str = ""
+    prefix: str = "quasar"
+
+    def __post_init__(self) -> None:
+        check_name(self.namespace, "namespace")
+        check_name(self.prefix, "key prefix")
+        if self.tag:
+            check_name(self.tag, "tag")
+
+    @property
+    def root(self) -> str:
+        """The prefix every key of the namespace starts with; passed to scripts as KEYS[1]."""
+        return f"{self.prefix}:{{{self.tag or self.namespace}}}:"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.root}job:{job_id}"
+
+    def dependents(self, job_id: str) -> str:
+        return f"{self.root}dependents:{job_id}"
+
+    def call(self, call_id: str) -> str:
+        return f"{self.root}call:{call_id}"
+
+    def queue(self, queue: str, what: str) -> str:
+        if what not in QUEUE_SETS:
+            raise ValueError(f"unknown queue structure {what!r}")
+        return f"{self.root}q:{queue}:{what}"
+
+    @property
+    def queues(self) -> str:
+        return f"{self.root}queues"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.root}seq"

@@ -1,0 +1,530 @@
+"""The IO-free core: builds every script call and parses every reply.
+
+The sync and asyncio clients are thin shells around this module: each of their methods builds a
+``Call`` here, sends it, and hands the raw reply back to ``Call.parse``. A ``Call`` carries a call
+id made here, once: when redis-py re-sends the command after a timeout or a dropped connection, the
+script sees the same id and answers with what the first delivery did, changing nothing more.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from . import _types as t
+from ._codec import EncodeError, encode
+from ._keys import KeySpace
+from ._scripts import Script, scripts
+from .errors import CorruptJobError, CorruptKeyError, InvalidArgument, ProtocolError
+
+T = TypeVar("T")
+Arg = str | bytes
+
+#: Refusal tags and how to build the error value from the reply's arguments.
+REFUSALS: dict[str, Callable[[list[Any]], t.JobError]] = {
+    "MissingJob": lambda a: t.MissingJob(_s(a[0])),
+    "DuplicateJob": lambda a: t.DuplicateJob(_s(a[0])),
+    "MissingDependency": lambda a: t.MissingDependency(_s(a[0])),
+    "IncompleteDependency": lambda a: t.IncompleteDependency(_s(a[0])),
+    "InvalidJob": lambda a: t.InvalidJob(_s(a[0])),
+    "NotAvailable": lambda a: t.NotAvailable(_i(a[0])),
+    "LeaseHeld": lambda a: t.LeaseHeld(_i(a[0])),
+    "AttemptLimitReached": lambda a: t.AttemptLimitReached(),
+    "TerminalJob": lambda a: t.TerminalJob(),
+    "StaleLease": lambda a: t.StaleLease(),
+    "LeaseExpired": lambda a: t.LeaseExpired(_i(a[0])),
+    "NotFailed": lambda a: t.NotFailed(),
+    "FenceChanged": lambda a: t.FenceChanged(),
+    "NothingClaimable": lambda a: t.NothingClaimable(_i(a[0]) if a[0] else None),
+}
+#: Tags that raise instead (data no script of ours wrote).
+FAULTS = ("CorruptJob", "CorruptKey")
+#: Tags of applied replies (and of the parts inside them).
+APPLIED = (
+    "BatchApplied",
+    "BatchRefused",
+    "Claim",
+    "ClaimApplied",
+    "ClaimsApplied",
+    "Counts",
+    "Found",
+    "JobApplied",
+    "Jobs",
+    "Promoted",
+    "Pruned",
+    "Swept",
+)
+POLICIES = ("block", "cancel")
+STATUS_LIST_NAMES = tuple(s.value for s in t.Status) + ("blocked",)
+
+
+def _s(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _i(value: Any) -> int:
+    return int(value)
+
+
+def new_call_id() -> str:
+    return os.urandom(8).hex()
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Limits a client enforces on what it sends (checked again inside the scripts)."""
+
+    max_payload_bytes: int = 1 << 20
+    max_dependencies: int = 100
+    max_batch: int = 1000
+    call_record_ttl_ms: int = 300_000
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One script call, ready to send: ``args`` after KEYS[1]; ``parse`` reads the reply.
+
+    ``early`` is a result known without Redis (a refusal of input Python cannot even encode).
+    """
+
+    script: Script
+    args: tuple[Arg, ...]
+    parse: Callable[[Any], T] = field(repr=False)
+    early: T | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """What to enqueue. ``available_at`` (absolute ms) wins over ``delay_ms`` (from server now)."""
+
+    stage: str
+    payload: Any = None
+    id: str | None = None
+    queue: str = "default"
+    input_ref: str = "inline"
+    input_revision: int = 0
+    dependencies: Sequence[str | t.Job] = ()
+    priority: int = 0
+    max_attempts: int = 3
+    available_at: int | None = None
+    delay_ms: int | None = None
+    on_dependency_failure: t.DependencyPolicy = "block"
+
+
+# --- decoding ------------------------------------------------------------------------------------
+
+
+def _state(f: dict[str, bytes]) -> t.JobState:
+    st = f["st"]
+    if st == b"W":
+        return t.Waiting(int(f["at"]))
+    if st == b"R":
+        return t.RetryWaiting(_s(f.get("em", b"")), int(f["at"]))
+    if st == b"L":
+        return t.Leased(_s(f["w"]), int(f["f"]), int(f["x"]))
+    if st == b"S":
+        return t.Succeeded(_s(f.get("o", b"")), int(f["fin"]))
+    if st == b"F":
+        return t.Failed(_s(f.get("em", b"")), int(f["fin"]))
+    return t.Cancelled(_s(f.get("cr", b"")), int(f["fin"]))
+
+
+def _opt_int(value: bytes | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def parse_job(reply: Sequence[Any]) -> t.Job:
+    """A job from ``{id, field, value, ...}``."""
+    job_id = _s(reply[0])
+    f = {_s(reply[i]): reply[i + 1] for i in range(1, len(reply), 2)}
+    try:
+        error = t.ErrorInfo(_s(f["ek"]), _s(f.get("em", b""))) if "ek" in f else None
+        policy = "cancel" if f.get("odf") == b"cancel" else "block"
+        return t.Job(
+            id=job_id,
+            queue=_s(f["q"]),
+            stage=_s(f["s"]),
+            raw_payload=f.get("p", b""),
+            input_ref=_s(f["ir"]),
+            input_revision=int(f["rv"]),
+            dependencies=tuple(_s(f.get("dp", b"")).split()),
+            priority=int(f["pr"]),
+            attempt=int(f["a"]),
+            max_attempts=int(f["m"]),
+            fencing_version=int(f["f"]),
+            state=_state(f),
+            inserted_at=int(f["ins"]),
+            attempted_at=_opt_int(f.get("att")),
+            completed_at=_opt_int(f.get("fin")) if f["st"] in (b"S", b"F", b"C") else None,
+            error=error,
+            raw_result=f.get("res") or None,
+            on_dependency_failure=policy,
+            pending_dependencies=int(f["pd"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise CorruptJobError(job_id, f"cannot decode field: {exc}") from None
+
+
+def parse_token(reply: Sequence[Any]) -> t.LeaseToken:
+    return t.LeaseToken(
+        job_id=_s(reply[0]),
+        input_revision=int(reply[1]),
+        worker_id=_s(reply[2]),
+        fencing_version=int(reply[3]),
+        expires_at=int(reply[4]),
+        nonce=_s(reply[5]),
+    )
+
+
+def parse_claim(reply: Sequence[Any]) -> t.Claim:
+    return t.Claim(parse_job(reply[1]), parse_token(reply[2]))
+
+
+def refusal(reply: Sequence[Any]) -> t.JobError:
+    """The error value of a refusal reply; raises for faults and unknown tags."""
+    tag = _s(reply[0])
+    build = REFUSALS.get(tag)
+    if build is not None:
+        return build(list(reply[1:]))
+    if tag == "CorruptJob":
+        raise CorruptJobError(_s(reply[1]), _s(reply[2]))
+    if tag == "CorruptKey":
+        raise CorruptKeyError(_s(reply[1]), _s(reply[2]))
+    raise ProtocolError(f"unknown reply tag {tag!r}")
+
+
+def _tag(reply: Any) -> str:
+    if not isinstance(reply, list) or not reply:
+        raise ProtocolError(f"malformed script reply: {reply!r}")
+    return _s(reply[0])
+
+
+def parse_job_result(reply: Any) -> t.JobResult:
+    if _tag(reply) == "JobApplied":
+        return t.JobApplied(parse_job(reply[2]))
+    return t.JobRefused(refusal(reply))
+
+
+def parse_cancel_result(reply: Any) -> t.CancelResult:
+    if _tag(reply) == "JobApplied":
+        return t.CancelApplied(parse_job(reply[2]), tuple(_s(x) for x in reply[3]))
+    return t.JobRefused(refusal(reply))
+
+
+def parse_claim_result(reply: Any) -> t.ClaimResult:
+    if _tag(reply) == "ClaimApplied":
+        return t.ClaimApplied(parse_claim(reply[2]))
+    return t.ClaimRefused(refusal(reply))
+
+
+def parse_claims_result(reply: Any) -> t.ClaimsResult:
+    if _tag(reply) == "ClaimsApplied":
+        return t.ClaimsApplied(tuple(parse_claim(c) for c in reply[2:]))
+    return t.ClaimRefused(refusal(reply))
+
+
+def _first(result: t.ClaimsResult) -> t.ClaimResult:
+    if isinstance(result, t.ClaimsApplied):
+        if not result.claims:  # a re-sent call whose claim was taken over since
+            return t.ClaimRefused(t.StaleLease())
+        return t.ClaimApplied(result.claims[0])
+    return result
+
+
+def parse_batch_result(reply: Any) -> t.BatchResult:
+    tag = _tag(reply)
+    if tag == "BatchApplied":
+        return t.BatchApplied(tuple(parse_job(j) for j in reply[2:]))
+    if tag == "BatchRefused":
+        return t.BatchRefused(int(reply[1]) - 1, refusal(reply[2]))
+    return t.BatchRefused(0, refusal(reply))
+
+
+def _single(result: t.BatchResult) -> t.JobResult:
+    if isinstance(result, t.BatchApplied):
+        return t.JobApplied(result.jobs[0])
+    return t.JobRefused(result.error)
+
+
+def parse_job_info(reply: Any) -> t.JobInfo | None:
+    tag = _tag(reply)
+    if tag == "Found":
+        return t.JobInfo(parse_job(reply[2]), int(reply[1]), _s(reply[3]) or None)
+    if tag == "MissingJob":
+        return None
+    raise _refused(reply)
+
+
+def _refused(reply: Any) -> InvalidArgument | ProtocolError:
+    error = refusal(reply)
+    if isinstance(error, t.InvalidJob):
+        return InvalidArgument(error.reason)
+    return ProtocolError(f"unexpected refusal: {error}")
+
+
+def _read_only(tag: str) -> Callable[[Any], Any]:
+    def check(reply: Any) -> Any:
+        if _tag(reply) != tag:
+            raise _refused(reply)
+        return reply
+
+    return check
+
+
+def parse_counts(reply: Any) -> t.QueueCounts:
+    reply = _read_only("Counts")(reply)
+    return t.QueueCounts(*(int(x) for x in reply[1:]))
+
+
+def parse_jobs(reply: Any) -> list[t.Job]:
+    reply = _read_only("Jobs")(reply)
+    return [parse_job(j) for j in reply[2:]]
+
+
+def parse_sweep(reply: Any) -> t.SweepReport:
+    reply = _read_only("Swept")(reply)
+    return t.SweepReport(tuple(_s(x) for x in reply[2]), tuple(_s(x) for x in reply[3]))
+
+
+def parse_count(tag: str) -> Callable[[Any], int]:
+    def parse(reply: Any) -> int:
+        return int(_read_only(tag)(reply)[2])
+
+    return parse
+
+
+# --- building calls ------------------------------------------------------------------------------
+
+
+def _now(now: int | None) -> str:
+    return "" if now is None else _int(now)
+
+
+def _int(value: Any) -> str:
+    """An integer argument as text; anything else becomes a text the script refuses by name."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return repr(value)
+    return str(value)
+
+
+def _text(value: Any) -> Arg:
+    if isinstance(value, str | bytes):
+        return value
+    return repr(value)
+
+
+def _token_args(token: t.LeaseToken, worker_id: str) -> tuple[Arg, ...]:
+    return (
+        _text(token.job_id),
+        _int(token.input_revision),
+        _text(token.worker_id),
+        _int(token.fencing_version),
+        _int(token.expires_at),
+        _text(token.nonce),
+        _text(worker_id),
+    )
+
+
+class Protocol:
+    """Builds the ``Call`` of every operation for one namespace."""
+
+    def __init__(self, keys: KeySpace, limits: Limits | None = None) -> None:
+        self.keys = keys
+        self.limits = limits or Limits()
+        self._scripts = scripts()
+
+    def _call(self, name: str, args: Sequence[Arg], parse: Callable[[Any], T]) -> Call[T]:
+        return Call(self._scripts[name], (new_call_id(), *args), parse)
+
+    # enqueue ----------------------------------------------------------------------------------
+
+    def _job_group(self, job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
+        try:
+            payload = encode(job.payload)
+        except EncodeError as exc:
+            return t.InvalidJob(f"payload {exc}")
+        deps: list[str] = []
+        for dep in job.dependencies:
+            dep_id = dep.id if isinstance(dep, t.Job) else dep
+            if not isinstance(dep_id, str) or not dep_id or any(c.isspace() for c in dep_id):
+                return t.InvalidJob(f"dependency {dep_id!r} is not a job id")
+            deps.append(dep_id)
+        if job.on_dependency_failure not in POLICIES:
+            return t.InvalidJob("on_dependency_failure must be 'block' or 'cancel'")
+        return (
+            _text(new_call_id() if job.id is None else job.id),
+            _text(job.queue),
+            _text(job.stage),
+            payload,
+            _text(job.input_ref),
+            _int(job.input_revision),
+            " ".join(deps),
+            _int(job.priority),
+            _int(job.max_attempts),
+            "" if job.available_at is None else _int(job.available_at),
+            "" if job.delay_ms is None else _int(job.delay_ms),
+            job.on_dependency_failure,
+        )
+
+    def enqueue_many(self, jobs: Sequence[NewJob], now: int | None = None) -> Call[t.BatchResult]:
+        """Enqueue all of ``jobs`` or none of them."""
+        groups: list[Arg] = []
+        early: t.BatchResult | None = None
+        if not jobs:
+            early = t.BatchRefused(0, t.InvalidJob("a batch must hold at least one job"))
+        elif len(jobs) > self.limits.max_batch:
+            early = t.BatchRefused(
+                0, t.InvalidJob(f"a batch may hold at most {self.limits.max_batch} jobs")
+            )
+        for index, job in enumerate(jobs if early is None else ()):
+            group = self._job_group(job)
+            if isinstance(group, t.InvalidJob):
+                early = t.BatchRefused(index, group)
+                break
+            groups.extend(group)
+        head = (
+            _now(now),
+            str(self.limits.max_payload_bytes),
+            str(self.limits.max_dependencies),
+            str(len(jobs)),
+        )
+        call = self._call("enqueue", (*head, *groups), parse_batch_result)
+        if early is not None:
+            return Call(call.script, call.args, call.parse, early)
+        return call
+
+    def enqueue(self, job: NewJob, now: int | None = None) -> Call[t.JobResult]:
+        batch = self.enqueue_many([job], now)
+        early = None if batch.early is None else _single(batch.early)
+        return Call(batch.script, batch.args, lambda r: _single(parse_batch_result(r)), early)
+
+    # claims and lease-holder calls --------------------------------------------------------------
+
+    def claim(
+        self, queue: str, worker_id: str, lease_ms: int, limit: int, now: int | None = None
+    ) -> Call[t.ClaimsResult]:
+        args = (
+            _now(now),
+            _text(queue),
+            _text(worker_id),
+            _int(lease_ms),
+            _int(limit),
+            str(self.limits.call_record_ttl_ms),
+        )
+        return self._call("claim", args, parse_claims_result)
+
+    def claim_one(
+        self, queue: str, worker_id: str, lease_ms: int, now: int | None = None
+    ) -> Call[t.ClaimResult]:
+        many = self.claim(queue, worker_id, lease_ms, 1, now)
+        return Call(many.script, many.args, lambda r: _first(parse_claims_result(r)))
+
+    def claim_job(
+        self, job_id: str, worker_id: str, lease_ms: int, now: int | None = None
+    ) -> Call[t.ClaimResult]:
+        args = (_now(now), _text(job_id), _text(worker_id), _int(lease_ms))
+        return self._call("claim_job", args, parse_claim_result)
+
+    def complete(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        output_ref: str,
+        result: Any,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        try:
+            raw = b"" if result is None else encode(result)
+        except EncodeError as exc:
+            raw, early = b"", t.JobRefused(t.InvalidJob(f"result {exc}"))
+        else:
+            early = None
+        args = (_now(now), *_token_args(token, worker_id), _text(output_ref), raw)
+        call = self._call("complete", args, parse_job_result)
+        return Call(call.script, call.args, call.parse, early)
+
+    def fail(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        reason: str,
+        retry_delay_ms: int,
+        kind: str,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        args = (
+            _now(now),
+            *_token_args(token, worker_id),
+            _text(reason),
+            _int(retry_delay_ms),
+            _text(kind),
+        )
+        return self._call("fail", args, parse_job_result)
+
+    def permanent_fail(
+        self, token: t.LeaseToken, worker_id: str, reason: str, kind: str, now: int | None = None
+    ) -> Call[t.JobResult]:
+        args = (_now(now), *_token_args(token, worker_id), _text(reason), _text(kind))
+        return self._call("permanent_fail", args, parse_job_result)
+
+    def heartbeat(
+        self, token: t.LeaseToken, worker_id: str, lease_ms: int, now: int | None = None
+    ) -> Call[t.ClaimResult]:
+        args = (_now(now), *_token_args(token, worker_id), _int(lease_ms))
+        return self._call("heartbeat", args, parse_claim_result)
+
+    # fenced operator calls and maintenance -----------------------------------------------------
+
+    def expire(self, job_id: str, expected_fence: int, now: int | None = None) -> Call[t.JobResult]:
+        args = (_now(now), _text(job_id), _int(expected_fence))
+        return self._call("expire", args, parse_job_result)
+
+    def cancel(
+        self, job_id: str, expected_fence: int | None, reason: str, now: int | None = None
+    ) -> Call[t.CancelResult]:
+        fence = "" if expected_fence is None else _int(expected_fence)
+        args = (_now(now), _text(job_id), fence, _text(reason))
+        return self._call("cancel", args, parse_cancel_result)
+
+    def retry(
+        self, job_id: str, expected_fence: int | None, reason: str, now: int | None = None
+    ) -> Call[t.JobResult]:
+        fence = "" if expected_fence is None else _int(expected_fence)
+        args = (_now(now), _text(job_id), fence, _text(reason))
+        return self._call("retry", args, parse_job_result)
+
+    def sweep(self, limit: int, now: int | None = None) -> Call[t.SweepReport]:
+        return self._call("sweep", (_now(now), _int(limit)), parse_sweep)
+
+    def promote(self, limit: int, now: int | None = None) -> Call[int]:
+        return self._call("promote", (_now(now), _int(limit)), parse_count("Promoted"))
+
+    def prune(
+        self,
+        max_age_ms: int | None,
+        max_count: int | None,
+        limit: int,
+        now: int | None = None,
+    ) -> Call[int]:
+        age = "" if max_age_ms is None else _int(max_age_ms)
+        count = "" if max_count is None else _int(max_count)
+        return self._call("prune", (_now(now), age, count, _int(limit)), parse_count("Pruned"))
+
+    # inspection ---------------------------------------------------------------------------------
+
+    def get(self, job_id: str, now: int | None = None) -> Call[t.JobInfo | None]:
+        return self._call("get", (_now(now), _text(job_id)), parse_job_info)
+
+    def counts(self, queue: str, now: int | None = None) -> Call[t.QueueCounts]:
+        return self._call("counts", (_now(now), _text(queue)), parse_counts)
+
+    def list_jobs(
+        self, queue: str, status: t.Status | str, offset: int, limit: int, now: int | None = None
+    ) -> Call[list[t.Job]]:
+        name = status.value if isinstance(status, t.Status) else _text(status)
+        args = (_now(now), _text(queue), name, _int(offset), _int(limit))
+        return self._call("list", args, parse_jobs)

@@ -1,0 +1,377 @@
+"""The job model: states, statuses, refusals, jobs, tokens and the results of transitions.
+
+Every value is frozen and slotted, and usable in ``match``::
+
+    match client.claim("emails", "worker-1", lease_ms=30_000):
+        case ClaimApplied(Claim(job, token)):
+            ...
+        case ClaimRefused(NothingClaimable(next_at)):
+            ...
+
+States are the Bosatsu seed's (``Waiting`` ... ``Cancelled``); ``Status`` is the Gleam seed's view
+of the same thing, which for waiting jobs also depends on the time (``status_of``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from ._codec import decode
+
+# --- states ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Enqueued; claimable from ``available_at`` on, once every dependency has succeeded."""
+
+    available_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetryWaiting:
+    """Failed an attempt (or was retried by an operator); claimable again from ``available_at``."""
+
+    reason: str
+    available_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """Held by ``worker_id`` under fence ``fencing_version`` until ``expires_at``."""
+
+    worker_id: str
+    fencing_version: int
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    """Completed with ``output_ref``."""
+
+    output_ref: str
+    completed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Gave up: out of attempts, failed permanently, or its lease expired on the last attempt."""
+
+    reason: str
+    failed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """Cancelled by an operator, or because a dependency was cancelled."""
+
+    reason: str
+    cancelled_at: int
+
+
+JobState: TypeAlias = Waiting | RetryWaiting | Leased | Succeeded | Failed | Cancelled
+
+
+class Status(enum.Enum):
+    """The Gleam seed's seven statuses."""
+
+    AVAILABLE = "available"
+    SCHEDULED = "scheduled"
+    EXECUTING = "executing"
+    COMPLETED = "completed"
+    RETRYABLE = "retryable"
+    DISCARDED = "discarded"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.DISCARDED, Status.CANCELLED})
+ACTIVE_STATUSES = frozenset(set(Status) - TERMINAL_STATUSES)
+
+
+def status_of(state: JobState, now: int) -> Status:
+    """The status a state shows at ``now`` (integer milliseconds)."""
+    match state:
+        case Waiting(available_at):
+            return Status.AVAILABLE if available_at <= now else Status.SCHEDULED
+        case RetryWaiting():
+            return Status.RETRYABLE
+        case Leased():
+            return Status.EXECUTING
+        case Succeeded():
+            return Status.COMPLETED
+        case Failed():
+            return Status.DISCARDED
+        case Cancelled():
+            return Status.CANCELLED
+    raise AssertionError(state)  # pragma: no cover
+
+
+# --- refusals (the seed's JobError, plus the queue's own) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MissingJob:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateJob:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class MissingDependency:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class IncompleteDependency:
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidJob:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotAvailable:
+    available_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHeld:
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLimitReached:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalJob:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StaleLease:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseExpired:
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotFailed:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class FenceChanged:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class NothingClaimable:
+    """A claim by queue found no claimable job; ``next_at`` is when one may come due, if known."""
+
+    next_at: int | None
+
+
+JobError: TypeAlias = (
+    MissingJob
+    | DuplicateJob
+    | MissingDependency
+    | IncompleteDependency
+    | InvalidJob
+    | NotAvailable
+    | LeaseHeld
+    | AttemptLimitReached
+    | TerminalJob
+    | StaleLease
+    | LeaseExpired
+    | NotFailed
+    | FenceChanged
+    | NothingClaimable
+)
+
+# --- jobs and tokens -------------------------------------------------------------------------
+
+DependencyPolicy: TypeAlias = Literal["block", "cancel"]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """The last error of a job (the Gleam seed's ``JobError(kind, message)``)."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as stored, at the moment of the reply that carried it."""
+
+    id: str
+    queue: str
+    stage: str
+    raw_payload: bytes = field(repr=False)
+    input_ref: str
+    input_revision: int
+    dependencies: tuple[str, ...]
+    priority: int
+    attempt: int
+    max_attempts: int
+    fencing_version: int
+    state: JobState
+    inserted_at: int
+    attempted_at: int | None = None
+    completed_at: int | None = None
+    error: ErrorInfo | None = None
+    raw_result: bytes | None = field(default=None, repr=False)
+    on_dependency_failure: DependencyPolicy = "block"
+    pending_dependencies: int = 0
+
+    @property
+    def payload(self) -> Any:
+        """The payload, decoded from msgpack."""
+        return decode(self.raw_payload, f"payload of job {self.id!r}")
+
+    @property
+    def result(self) -> Any:
+        """The result a worker stored on completion, decoded from msgpack (None if none)."""
+        if not self.raw_result:
+            return None
+        return decode(self.raw_result, f"result of job {self.id!r}")
+
+    def status(self, now: int) -> Status:
+        """The job's status at ``now`` (integer milliseconds, server time)."""
+        return status_of(self.state, now)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseToken:
+    """The capability a claim hands to one worker: every field must match for it to act."""
+
+    job_id: str
+    input_revision: int
+    worker_id: str
+    fencing_version: int
+    expires_at: int
+    nonce: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    job: Job
+    token: LeaseToken
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """Inspection of one job: the job, the server time, and the dependency it waits on."""
+
+    job: Job
+    now: int
+    waiting_on: str | None
+
+    @property
+    def status(self) -> Status:
+        return self.job.status(self.now)
+
+
+# --- results -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobApplied:
+    job: Job
+
+
+@dataclass(frozen=True, slots=True)
+class JobRefused:
+    error: JobError
+
+
+JobResult: TypeAlias = JobApplied | JobRefused
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimApplied:
+    claim: Claim
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRefused:
+    error: JobError
+
+
+ClaimResult: TypeAlias = ClaimApplied | ClaimRefused
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimsApplied:
+    """A claim by queue that leased one or more jobs (at most the limit asked for)."""
+
+    claims: tuple[Claim, ...]
+
+
+ClaimsResult: TypeAlias = ClaimsApplied | ClaimRefused
+
+
+@dataclass(frozen=True, slots=True)
+class BatchApplied:
+    jobs: tuple[Job, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRefused:
+    """A bulk enqueue wrote nothing: job ``index`` (0-based) was refused with ``error``."""
+
+    index: int
+    error: JobError
+
+
+BatchResult: TypeAlias = BatchApplied | BatchRefused
+
+
+@dataclass(frozen=True, slots=True)
+class CancelApplied:
+    """A cancellation, and the dependents it cancelled with it (they can never run)."""
+
+    job: Job
+    cascaded: tuple[str, ...]
+
+
+CancelResult: TypeAlias = CancelApplied | JobRefused
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """Leases a sweep expired, and ids in the lease index whose job hash is damaged."""
+
+    expired: tuple[str, ...]
+    damaged: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """Jobs of one queue by status at ``now``; ``blocked`` ones are also Available/Scheduled."""
+
+    now: int
+    available: int
+    scheduled: int
+    retryable: int
+    executing: int
+    completed: int
+    discarded: int
+    cancelled: int
+    blocked: int
+
+    def by_status(self) -> dict[Status, int]:
+        return {status: getattr(self, status.value) for status in Status}

@@ -1,0 +1,239 @@
+"""The synchronous client, over ``redis.Redis`` or ``redis.cluster.RedisCluster``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from . import _types as t
+from ._base import CONNECTION_ERRORS, ClientBase, is_noscript, map_error, warn_policy
+from ._protocol import Call, NewJob
+
+T = TypeVar("T")
+
+
+class Quasar(ClientBase):
+    """Every transition and inspection of one namespace, as blocking calls.
+
+    Refusals come back as values (``JobRefused``, ``ClaimRefused``, ``BatchRefused``);
+    exceptions (``QuasarError``) mean a broken connection, damaged data or a programmer error.
+    """
+
+    # plumbing -------------------------------------------------------------------------------------
+
+    def execute(self, call: Call[T]) -> T:
+        """Send one call (EVALSHA; on NOSCRIPT load the script and send it again)."""
+        if call.early is not None:
+            return call.early
+        self._check_policy()
+        try:
+            try:
+                reply = self.redis.evalsha(*self._sha_args(call))
+            except Exception as exc:
+                if not is_noscript(exc):
+                    raise
+                self.redis.script_load(call.script.source)
+                reply = self.redis.evalsha(*self._sha_args(call))
+        except Exception as exc:
+            raise map_error(exc) from exc
+        return call.parse(reply)
+
+    def execute_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """Send many calls in one pipeline (one round trip); results in the same order."""
+        self._check_policy()
+        results: list[Any] = [c.early for c in calls]
+        todo = [i for i, c in enumerate(calls) if c.early is None]
+        try:
+            replies = self._pipeline([calls[i] for i in todo])
+            missing = [i for i, r in zip(todo, replies, strict=True) if is_noscript(r)]
+            if missing:
+                for script in {calls[i].script.sha: calls[i].script for i in missing}.values():
+                    self.redis.script_load(script.source)
+                again = self._pipeline([calls[i] for i in missing])
+                replies = [again[missing.index(i)] if i in missing else r
+                           for i, r in zip(todo, replies, strict=True)]
+        except CONNECTION_ERRORS as exc:
+            raise map_error(exc) from exc
+        for i, reply in zip(todo, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise map_error(reply) from reply
+            results[i] = calls[i].parse(reply)
+        return results
+
+    def _pipeline(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        for call in calls:
+            pipe.evalsha(*self._sha_args(call))
+        return list(pipe.execute(raise_on_error=False))
+
+    def _check_policy(self) -> None:
+        if self._policy_checked:
+            return
+        self._policy_checked = True
+        try:
+            reply = self.redis.config_get("maxmemory-policy")
+        except Exception:  # managed Redis may refuse CONFIG; nothing to warn about then
+            return
+        warn_policy(reply)
+
+    # enqueue --------------------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        stage: str,
+        payload: Any = None,
+        *,
+        id: str | None = None,
+        queue: str = "default",
+        input_ref: str = "inline",
+        input_revision: int = 0,
+        dependencies: Sequence[str | t.Job] = (),
+        priority: int = 0,
+        max_attempts: int = 3,
+        available_at: int | None = None,
+        delay_ms: int | None = None,
+        on_dependency_failure: t.DependencyPolicy = "block",
+        now: int | None = None,
+    ) -> t.JobResult:
+        """Enqueue one job: ``JobApplied(job)`` in ``Waiting``, or ``JobRefused(error)``."""
+        job = NewJob(stage, payload, id, queue, input_ref, input_revision, dependencies,
+                     priority, max_attempts, available_at, delay_ms, on_dependency_failure)
+        return self.execute(self.calls.enqueue(job, now))
+
+    def enqueue_many(self, jobs: Sequence[NewJob], *, now: int | None = None) -> t.BatchResult:
+        """Enqueue a batch in one call, all or nothing; a job may depend on an earlier one."""
+        return self.execute(self.calls.enqueue_many(jobs, now))
+
+    # claims and the lease holder's calls ----------------------------------------------------------
+
+    def claim(
+        self, queue: str, worker_id: str, lease_ms: int, *, now: int | None = None
+    ) -> t.ClaimResult:
+        """Lease the best claimable job of ``queue``, or ``ClaimRefused(NothingClaimable)``."""
+        return self.execute(self.calls.claim_one(queue, worker_id, lease_ms, now))
+
+    def claim_many(
+        self, queue: str, worker_id: str, lease_ms: int, limit: int, *, now: int | None = None
+    ) -> t.ClaimsResult:
+        """Lease up to ``limit`` (1-1000) jobs of ``queue`` in one call, best first."""
+        return self.execute(self.calls.claim(queue, worker_id, lease_ms, limit, now))
+
+    def claim_job(
+        self, job_id: str, worker_id: str, lease_ms: int, *, now: int | None = None
+    ) -> t.ClaimResult:
+        """Lease one job by id (the seed's claim_transition)."""
+        return self.execute(self.calls.claim_job(job_id, worker_id, lease_ms, now))
+
+    def complete(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        *,
+        result: Any = None,
+        output_ref: str = "inline",
+        now: int | None = None,
+    ) -> t.JobResult:
+        """Mark the leased job Succeeded; releases dependents whose dependencies all succeeded."""
+        return self.execute(self.calls.complete(token, worker_id, output_ref, result, now))
+
+    def fail(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        reason: str,
+        *,
+        retry_delay_ms: int = 0,
+        kind: str = "Error",
+        now: int | None = None,
+    ) -> t.JobResult:
+        """Fail this attempt: RetryWaiting after ``retry_delay_ms`` while attempts remain."""
+        return self.execute(
+            self.calls.fail(token, worker_id, reason, retry_delay_ms, kind, now)
+        )
+
+    def permanent_fail(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        reason: str,
+        *,
+        kind: str = "Error",
+        now: int | None = None,
+    ) -> t.JobResult:
+        """Fail the job for good, whatever attempts remain."""
+        return self.execute(self.calls.permanent_fail(token, worker_id, reason, kind, now))
+
+    def heartbeat(
+        self, token: t.LeaseToken, worker_id: str, lease_ms: int, *, now: int | None = None
+    ) -> t.ClaimResult:
+        """Extend the lease to now + ``lease_ms``; the reply carries the new token."""
+        return self.execute(self.calls.heartbeat(token, worker_id, lease_ms, now))
+
+    # operators and maintenance --------------------------------------------------------------------
+
+    def expire(self, job_id: str, expected_fence: int, *, now: int | None = None) -> t.JobResult:
+        """Recover a job whose lease ran out, if its fence is still ``expected_fence``."""
+        return self.execute(self.calls.expire(job_id, expected_fence, now))
+
+    def cancel(
+        self,
+        job_id: str,
+        *,
+        expected_fence: int | None = None,
+        reason: str = "cancelled",
+        now: int | None = None,
+    ) -> t.CancelResult:
+        """Cancel a live job (and its dependents); ``expected_fence`` guards against races."""
+        return self.execute(self.calls.cancel(job_id, expected_fence, reason, now))
+
+    def retry(
+        self,
+        job_id: str,
+        *,
+        expected_fence: int | None = None,
+        reason: str = "retried by operator",
+        now: int | None = None,
+    ) -> t.JobResult:
+        """Operator retry of a Failed job: RetryWaiting now, with one more attempt allowed."""
+        return self.execute(self.calls.retry(job_id, expected_fence, reason, now))
+
+    def sweep_expired(self, *, limit: int = 1000, now: int | None = None) -> t.SweepReport:
+        """Expire up to ``limit`` leases that ran out, over every queue."""
+        return self.execute(self.calls.sweep(limit, now))
+
+    def promote_due(self, *, limit: int = 1000, now: int | None = None) -> int:
+        """Make up to ``limit`` due scheduled jobs claimable; returns how many."""
+        return self.execute(self.calls.promote(limit, now))
+
+    def prune(
+        self,
+        *,
+        max_age_ms: int | None = None,
+        max_count: int | None = None,
+        limit: int = 1000,
+        now: int | None = None,
+    ) -> int:
+        """Delete finished jobs older than ``max_age_ms`` or beyond ``max_count`` per queue."""
+        return self.execute(self.calls.prune(max_age_ms, max_count, limit, now))
+
+    # inspection -----------------------------------------------------------------------------------
+
+    def get_job(self, job_id: str, *, now: int | None = None) -> t.JobInfo | None:
+        """The job, its status and the dependency it waits on; None if there is no such job."""
+        return self.execute(self.calls.get(job_id, now))
+
+    def counts(self, queue: str, *, now: int | None = None) -> t.QueueCounts:
+        """How many jobs of ``queue`` are in each status."""
+        return self.execute(self.calls.counts(queue, now))
+
+    def list_jobs(
+        self,
+        queue: str,
+        status: t.Status | str,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        now: int | None = None,
+    ) -> list[t.Job]:
+        """A page of ``queue``'s jobs in ``status`` (or ``"blocked"``), oldest first."""
+        return self.execute(self.calls.list_jobs(queue, status, offset, limit, now))

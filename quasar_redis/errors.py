@@ -1,0 +1,57 @@
+"""Exceptions. Refusals of transitions are values (see ``_types``), never exceptions.
+
+Exceptions are for broken connections, damaged data, broken scripts and programmer errors::
+
+    QuasarError
+    ├── ConfigurationError (also ValueError)   bad namespace, client with decode_responses=True
+    ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call
+    ├── RedisUnavailable                       connection refused, dropped, or timed out
+    ├── CorruptDataError                       data in Redis that no script of ours wrote
+    │   ├── CorruptJobError                    a job hash with a missing or malformed field
+    │   └── CorruptKeyError                    a key of ours holding the wrong type
+    └── ProtocolError                          a script reply or error that Python does not know
+"""
+
+from __future__ import annotations
+
+
+class QuasarError(Exception):
+    """Base of every exception quasar_redis raises."""
+
+
+class ConfigurationError(QuasarError, ValueError):
+    """The client was set up wrongly (a bad namespace, a client that decodes responses)."""
+
+
+class InvalidArgument(QuasarError, ValueError):
+    """Bad input to a read or maintenance call (transitions refuse with ``InvalidJob`` instead)."""
+
+
+class RedisUnavailable(QuasarError):
+    """Redis could not be reached, or the connection broke and retries did not help."""
+
+
+class CorruptDataError(QuasarError):
+    """Something in Redis was not written by quasar_redis; nothing was changed."""
+
+
+class CorruptJobError(CorruptDataError):
+    """A job hash is damaged (a field missing, a number that is not one, an unknown state)."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id!r} is damaged: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+class CorruptKeyError(CorruptDataError):
+    """A key of the namespace holds the wrong type."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"key {key!r} {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class ProtocolError(QuasarError):
+    """A script replied with something this client does not understand, or raised an error."""
