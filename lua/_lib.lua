@@ -303,7 +303,7 @@ local function load_all(ids)
 end
 
 -- The closure of jobs a cancellation of `root` reaches (dependents of cancelled jobs can never
--- run). Returns a list of {id, h, dep} in cascade order, or nil and a refusal; checks all first.
+-- run). Returns a list of {id, h, reason} in cascade order, or nil and a refusal; checks all first.
 local function cancel_closure(root_id, only_policy_cancel)
   local out, seen, frontier = {}, {[root_id] = true}, {{root_id, only_policy_cancel}}
   while #frontier > 0 do
@@ -315,7 +315,8 @@ local function cancel_closure(root_id, only_policy_cancel)
       local id, h = d[1], d[2]
       if not seen[id] and not TERMINAL[h.st] and (not policy_only or h.odf == "cancel") then
         seen[id] = true
-        out[#out + 1] = {id, h, parent}
+        local why = policy_only and " failed" or " was cancelled"
+        out[#out + 1] = {id, h, "dependency " .. parent .. why}
         frontier[#frontier + 1] = {id, false}
       end
     end
@@ -329,8 +330,8 @@ end
 
 local function apply_cancel_closure(list, now)
   for _, item in ipairs(list) do
-    local id, h, parent = item[1], item[2], item[3]
-    move(id, h, now, {st = "C", cr = "dependency " .. parent .. " was cancelled", fin = fmt(now)})
+    local id, h, reason = item[1], item[2], item[3]
+    move(id, h, now, {st = "C", cr = reason, fin = fmt(now)})
     forget_dependents(id)
   end
 end

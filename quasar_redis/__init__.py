@@ -15,8 +15,8 @@ from ._types import (
     BatchRefused,
     BatchResult,
     CancelApplied,
-    CancelResult,
     Cancelled,
+    CancelResult,
     Claim,
     ClaimApplied,
     ClaimRefused,
@@ -73,6 +73,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "TERMINAL_STATUSES",
     "AsyncQuasar",
     "AttemptLimitReached",
     "BatchApplied",
@@ -130,7 +131,6 @@ __all__ = [
     "Status",
     "Succeeded",
     "SweepReport",
-    "TERMINAL_STATUSES",
     "TerminalJob",
     "Waiting",
     "__version__",

@@ -57,7 +57,6 @@ APPLIED = (
     "Swept",
 )
 POLICIES = ("block", "cancel")
-STATUS_LIST_NAMES = tuple(s.value for s in t.Status) + ("blocked",)
 
 
 def _s(value: Any) -> str:
@@ -143,7 +142,7 @@ def parse_job(reply: Sequence[Any]) -> t.Job:
     f = {_s(reply[i]): reply[i + 1] for i in range(1, len(reply), 2)}
     try:
         error = t.ErrorInfo(_s(f["ek"]), _s(f.get("em", b""))) if "ek" in f else None
-        policy = "cancel" if f.get("odf") == b"cancel" else "block"
+        policy: t.DependencyPolicy = "cancel" if f.get("odf") == b"cancel" else "block"
         return t.Job(
             id=job_id,
             queue=_s(f["q"]),
@@ -437,12 +436,11 @@ class Protocol:
         result: Any,
         now: int | None = None,
     ) -> Call[t.JobResult]:
+        early: t.JobResult | None = None
         try:
             raw = b"" if result is None else encode(result)
         except EncodeError as exc:
             raw, early = b"", t.JobRefused(t.InvalidJob(f"result {exc}"))
-        else:
-            early = None
         args = (_now(now), *_token_args(token, worker_id), _text(output_ref), raw)
         call = self._call("complete", args, parse_job_result)
         return Call(call.script, call.args, call.parse, early)

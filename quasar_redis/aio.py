@@ -50,8 +50,10 @@ class AsyncQuasar(ClientBase):
                 for script in {calls[i].script.sha: calls[i].script for i in missing}.values():
                     await self.redis.script_load(script.source)
                 again = await self._pipeline([calls[i] for i in missing])
-                replies = [again[missing.index(i)] if i in missing else r
-                           for i, r in zip(todo, replies, strict=True)]
+                replies = [
+                    again[missing.index(i)] if i in missing else r
+                    for i, r in zip(todo, replies, strict=True)
+                ]
         except CONNECTION_ERRORS as exc:
             raise map_error(exc) from exc
         for i, reply in zip(todo, replies, strict=True):
@@ -96,11 +98,25 @@ class AsyncQuasar(ClientBase):
         now: int | None = None,
     ) -> t.JobResult:
         """Enqueue one job: ``JobApplied(job)`` in ``Waiting``, or ``JobRefused(error)``."""
-        job = NewJob(stage, payload, id, queue, input_ref, input_revision, dependencies,
-                     priority, max_attempts, available_at, delay_ms, on_dependency_failure)
+        job = NewJob(
+            stage,
+            payload,
+            id,
+            queue,
+            input_ref,
+            input_revision,
+            dependencies,
+            priority,
+            max_attempts,
+            available_at,
+            delay_ms,
+            on_dependency_failure,
+        )
         return await self.execute(self.calls.enqueue(job, now))
 
-    async def enqueue_many(self, jobs: Sequence[NewJob], *, now: int | None = None) -> t.BatchResult:
+    async def enqueue_many(
+        self, jobs: Sequence[NewJob], *, now: int | None = None
+    ) -> t.BatchResult:
         """Enqueue a batch in one call, all or nothing; a job may depend on an earlier one."""
         return await self.execute(self.calls.enqueue_many(jobs, now))
 
@@ -171,7 +187,9 @@ class AsyncQuasar(ClientBase):
 
     # operators and maintenance --------------------------------------------------------------------
 
-    async def expire(self, job_id: str, expected_fence: int, *, now: int | None = None) -> t.JobResult:
+    async def expire(
+        self, job_id: str, expected_fence: int, *, now: int | None = None
+    ) -> t.JobResult:
         """Recover a job whose lease ran out, if its fence is still ``expected_fence``."""
         return await self.execute(self.calls.expire(job_id, expected_fence, now))
 

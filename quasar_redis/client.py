@@ -50,8 +50,10 @@ class Quasar(ClientBase):
                 for script in {calls[i].script.sha: calls[i].script for i in missing}.values():
                     self.redis.script_load(script.source)
                 again = self._pipeline([calls[i] for i in missing])
-                replies = [again[missing.index(i)] if i in missing else r
-                           for i, r in zip(todo, replies, strict=True)]
+                replies = [
+                    again[missing.index(i)] if i in missing else r
+                    for i, r in zip(todo, replies, strict=True)
+                ]
         except CONNECTION_ERRORS as exc:
             raise map_error(exc) from exc
         for i, reply in zip(todo, replies, strict=True):
@@ -96,8 +98,20 @@ class Quasar(ClientBase):
         now: int | None = None,
     ) -> t.JobResult:
         """Enqueue one job: ``JobApplied(job)`` in ``Waiting``, or ``JobRefused(error)``."""
-        job = NewJob(stage, payload, id, queue, input_ref, input_revision, dependencies,
-                     priority, max_attempts, available_at, delay_ms, on_dependency_failure)
+        job = NewJob(
+            stage,
+            payload,
+            id,
+            queue,
+            input_ref,
+            input_revision,
+            dependencies,
+            priority,
+            max_attempts,
+            available_at,
+            delay_ms,
+            on_dependency_failure,
+        )
         return self.execute(self.calls.enqueue(job, now))
 
     def enqueue_many(self, jobs: Sequence[NewJob], *, now: int | None = None) -> t.BatchResult:
@@ -147,9 +161,7 @@ class Quasar(ClientBase):
         now: int | None = None,
     ) -> t.JobResult:
         """Fail this attempt: RetryWaiting after ``retry_delay_ms`` while attempts remain."""
-        return self.execute(
-            self.calls.fail(token, worker_id, reason, retry_delay_ms, kind, now)
-        )
+        return self.execute(self.calls.fail(token, worker_id, reason, retry_delay_ms, kind, now))
 
     def permanent_fail(
         self,

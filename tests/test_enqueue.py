@@ -1,0 +1,176 @@
+"""enqueue (lua/enqueue.lua): the seed's new_job checks, duplicates, dependencies, batches."""
+
+from __future__ import annotations
+
+import pytest
+
+from quasar_redis import (
+    BatchApplied,
+    BatchRefused,
+    DuplicateJob,
+    IncompleteDependency,
+    InvalidJob,
+    JobRefused,
+    MissingDependency,
+    NewJob,
+    Quasar,
+    Status,
+    Waiting,
+)
+
+from .helpers import T0, applied, claimed, raw_job, snapshot, where
+
+
+def test_enqueue_applies_waiting_with_attempt_and_fence_zero(q: Quasar) -> None:
+    job = applied(q.enqueue("send", {"to": "a@b"}, id="j1", priority=3, now=T0))
+    assert job.id == "j1"
+    assert job.stage == "send"
+    assert job.queue == "default"
+    assert job.payload == {"to": "a@b"}
+    assert job.state == Waiting(T0)
+    assert (job.attempt, job.fencing_version, job.max_attempts) == (0, 0, 3)
+    assert (job.input_ref, job.input_revision, job.priority) == ("inline", 0, 3)
+    assert job.inserted_at == T0
+    assert job.status(T0) is Status.AVAILABLE
+    assert where(q, "j1") == {"waiting", "ready"}
+    fields = raw_job(q, "j1")
+    assert fields["st"] == b"W"
+    assert fields["at"] == str(T0).encode()
+
+
+def test_enqueue_scheduled_by_delay_and_by_time(q: Quasar) -> None:
+    job = applied(q.enqueue("s", id="d", delay_ms=500, now=T0))
+    assert job.state == Waiting(T0 + 500)
+    assert job.status(T0) is Status.SCHEDULED
+    assert where(q, "d") == {"waiting", "delayed"}
+    at = applied(q.enqueue("s", id="a", available_at=T0 + 10, delay_ms=99, now=T0))
+    assert at.state == Waiting(T0 + 10)  # an absolute time wins over a delay
+
+
+def test_enqueue_uses_the_server_clock_by_default(q: Quasar) -> None:
+    seconds, micros = q.redis.time()
+    server_ms = seconds * 1000 + micros // 1000
+    job = applied(q.enqueue("s", id="j"))
+    assert abs(job.inserted_at - server_ms) < 5_000
+    assert job.state == Waiting(job.inserted_at)
+
+
+def test_enqueue_generates_an_id_when_none_is_given(q: Quasar) -> None:
+    a = applied(q.enqueue("s", now=T0))
+    b = applied(q.enqueue("s", now=T0))
+    assert a.id != b.id
+    assert len(a.id) == 16
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"id": ""}, "id must not be empty"),
+        ({"stage": ""}, "stage must not be empty"),
+        ({"input_ref": ""}, "input_ref must not be empty"),
+        ({"input_revision": -1}, "input_revision must be nonnegative"),
+        ({"max_attempts": 0}, "max_attempts must be positive"),
+        ({"available_at": -1}, "available_at must be nonnegative"),
+        ({"delay_ms": -5}, "delay must be nonnegative"),
+    ],
+)
+def test_enqueue_refuses_the_seed_checks(q: Quasar, overrides: dict[str, object], reason: str) -> None:
+    args: dict[str, object] = {"stage": "s", "id": "x", "now": T0}
+    args.update(overrides)
+    before = snapshot(q)
+    result = q.enqueue(**args)  # type: ignore[arg-type]
+    assert result == JobRefused(InvalidJob(reason))
+    assert snapshot(q) == before
+
+
+def test_enqueue_refusals_follow_the_seed_order(q: Quasar) -> None:
+    everything_wrong = q.enqueue(
+        "", id="", input_ref="", input_revision=-1, max_attempts=0, available_at=-1, now=T0
+    )
+    assert everything_wrong == JobRefused(InvalidJob("id must not be empty"))
+    rest = q.enqueue("", id="x", input_ref="", max_attempts=0, now=T0)
+    assert rest == JobRefused(InvalidJob("stage must not be empty"))
+    later = q.enqueue("s", id="x", input_revision=-1, max_attempts=0, available_at=-1, now=T0)
+    assert later == JobRefused(InvalidJob("input_revision must be nonnegative"))
+    last = q.enqueue("s", id="x", max_attempts=0, available_at=-1, now=T0)
+    assert last == JobRefused(InvalidJob("max_attempts must be positive"))
+
+
+def test_enqueue_refuses_a_duplicate_id_and_changes_nothing(q: Quasar) -> None:
+    applied(q.enqueue("s", {"v": 1}, id="j", now=T0))
+    before = snapshot(q)
+    assert q.enqueue("other", {"v": 2}, id="j", now=T0 + 1) == JobRefused(DuplicateJob("j"))
+    assert snapshot(q) == before
+
+
+def test_enqueue_refuses_a_missing_dependency(q: Quasar) -> None:
+    before = snapshot(q)
+    result = q.enqueue("s", id="j", dependencies=["nope"], now=T0)
+    assert result == JobRefused(MissingDependency("nope"))
+    assert snapshot(q) == before
+
+
+def test_enqueue_with_unmet_dependency_is_blocked_and_says_on_what(q: Quasar) -> None:
+    dep = applied(q.enqueue("s", id="a", now=T0))
+    job = applied(q.enqueue("s", id="b", dependencies=[dep], now=T0))
+    assert job.dependencies == ("a",)
+    assert job.pending_dependencies == 1
+    assert where(q, "b") == {"waiting", "blocked"}
+    info = q.get_job("b", now=T0)
+    assert info is not None
+    assert info.waiting_on == "a"
+    assert info.status is Status.AVAILABLE
+
+
+def test_enqueue_after_dependency_succeeded_is_claimable_at_once(q: Quasar) -> None:
+    applied(q.enqueue("s", id="a", now=T0))
+    claim = claimed(q.claim("default", "w", 1000, now=T0))
+    applied(q.complete(claim.token, "w", now=T0))
+    job = applied(q.enqueue("s", id="b", dependencies=["a"], now=T0))
+    assert job.pending_dependencies == 0
+    assert where(q, "b") == {"waiting", "ready"}
+
+
+def test_enqueue_refuses_a_cancelled_dependency(q: Quasar) -> None:
+    applied(q.enqueue("s", id="a", now=T0))
+    q.cancel("a", now=T0)
+    result = q.enqueue("s", id="b", dependencies=["a"], now=T0)
+    assert result == JobRefused(IncompleteDependency("a"))
+    assert q.get_job("b") is None
+
+
+def test_enqueue_on_a_failed_dependency_blocks_or_is_refused_by_policy(q: Quasar) -> None:
+    applied(q.enqueue("s", id="a", max_attempts=1, now=T0))
+    claim = claimed(q.claim("default", "w", 1000, now=T0))
+    applied(q.permanent_fail(claim.token, "w", "boom", now=T0))
+    blocked = applied(q.enqueue("s", id="b", dependencies=["a"], now=T0))
+    assert blocked.pending_dependencies == 1
+    refused = q.enqueue("s", id="c", dependencies=["a"], on_dependency_failure="cancel", now=T0)
+    assert refused == JobRefused(IncompleteDependency("a"))
+
+
+def test_batch_is_applied_whole_with_internal_dependencies(q: Quasar) -> None:
+    jobs = [
+        NewJob("s", {"i": 0}, id="b0"),
+        NewJob("s", {"i": 1}, id="b1", dependencies=["b0"]),
+        NewJob("s", {"i": 2}, id="b2", dependencies=["b0", "b1"], queue="other"),
+    ]
+    result = q.enqueue_many(jobs, now=T0)
+    assert isinstance(result, BatchApplied)
+    assert [j.id for j in result.jobs] == ["b0", "b1", "b2"]
+    assert [j.pending_dependencies for j in result.jobs] == [0, 1, 2]
+    assert where(q, "b2", "other") == {"waiting", "blocked"}
+
+
+def test_batch_refusal_names_the_job_and_writes_nothing(q: Quasar) -> None:
+    applied(q.enqueue("s", id="exists", now=T0))
+    before = snapshot(q)
+    jobs = [NewJob("s", id="n0"), NewJob("s", id="n1"), NewJob("s", id="exists")]
+    assert q.enqueue_many(jobs, now=T0) == BatchRefused(2, DuplicateJob("exists"))
+    twice = [NewJob("s", id="n0"), NewJob("s", id="n0")]
+    assert q.enqueue_many(twice, now=T0) == BatchRefused(1, DuplicateJob("n0"))
+    later_dep = [NewJob("s", id="n0", dependencies=["n1"]), NewJob("s", id="n1")]
+    assert q.enqueue_many(later_dep, now=T0) == BatchRefused(0, MissingDependency("n1"))
+    bad = [NewJob("s", id="n0"), NewJob("", id="n1")]
+    assert q.enqueue_many(bad, now=T0) == BatchRefused(1, InvalidJob("stage must not be empty"))
+    assert snapshot(q) == before

@@ -1,0 +1,196 @@
+"""expire, sweep, promote, cancel, operator retry, prune and inspection."""
+
+from __future__ import annotations
+
+import pytest
+
+from quasar_redis import (
+    CancelApplied,
+    Cancelled,
+    ErrorInfo,
+    Failed,
+    FenceChanged,
+    InvalidArgument,
+    JobRefused,
+    LeaseHeld,
+    MissingJob,
+    NewJob,
+    NotFailed,
+    Quasar,
+    RetryWaiting,
+    StaleLease,
+    Status,
+    TerminalJob,
+)
+
+from .helpers import T0, applied, claimed, snapshot, where
+
+
+def test_expire_recovers_a_run_out_lease(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", now=T0))
+    claim = claimed(q.claim_job("j", "w", 100, now=T0))
+    fence = claim.job.fencing_version
+    before = snapshot(q)
+    assert q.expire("j", fence, now=T0 + 99) == JobRefused(LeaseHeld(T0 + 100))
+    assert q.expire("j", fence + 1, now=T0 + 100) == JobRefused(FenceChanged())
+    assert snapshot(q) == before
+    job = applied(q.expire("j", fence, now=T0 + 100))
+    assert job.state == RetryWaiting("worker lease expired", T0 + 100)
+    assert job.error == ErrorInfo("LeaseExpired", "worker lease expired")
+    assert where(q, "j") == {"retrying", "ready"}
+    assert q.expire("j", fence, now=T0 + 100) == JobRefused(StaleLease())
+    assert q.complete(claim.token, "w", now=T0 + 50) == JobRefused(StaleLease())
+
+
+def test_expire_on_the_last_attempt_fails_and_refuses_terminal(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", max_attempts=1, now=T0))
+    claimed(q.claim_job("j", "w", 100, now=T0))
+    job = applied(q.expire("j", 1, now=T0 + 100))
+    assert job.state == Failed("worker lease expired", T0 + 100)
+    assert q.expire("j", 1, now=T0 + 100) == JobRefused(TerminalJob())
+    assert q.expire("ghost", 1, now=T0) == JobRefused(MissingJob("ghost"))
+
+
+def test_sweep_expires_every_run_out_lease_in_bounded_batches(q: Quasar) -> None:
+    jobs = [NewJob("s", id=f"j{i}", queue=f"q{i % 3}") for i in range(7)]
+    applied_batch = q.enqueue_many(jobs, now=T0)
+    assert len(getattr(applied_batch, "jobs", ())) == 7
+    for i in range(7):
+        claimed(q.claim_job(f"j{i}", "w", 100 if i < 5 else 1000, now=T0))
+    first = q.sweep_expired(limit=3, now=T0 + 100)
+    second = q.sweep_expired(limit=3, now=T0 + 100)
+    third = q.sweep_expired(limit=3, now=T0 + 100)
+    assert (len(first.expired), len(second.expired), third.expired) == (3, 2, ())
+    assert sorted(first.expired + second.expired) == [f"j{i}" for i in range(5)]
+    for i in range(5, 7):
+        assert where(q, f"j{i}", f"q{i % 3}") == {"leased"}
+
+
+def test_promote_moves_due_jobs_to_ready(q: Quasar) -> None:
+    for i in range(4):
+        applied(q.enqueue("s", id=f"j{i}", delay_ms=10 * (i + 1), now=T0))
+    assert q.promote_due(now=T0 + 25) == 2
+    assert where(q, "j0") == {"waiting", "ready"}
+    assert where(q, "j2") == {"waiting", "delayed"}
+    assert q.promote_due(limit=1, now=T0 + 100) == 1
+
+
+def test_cancel_checks_fence_and_terminal_and_cascades(q: Quasar) -> None:
+    applied(q.enqueue("s", id="a", now=T0))
+    applied(q.enqueue("s", id="b", dependencies=["a"], now=T0))
+    applied(q.enqueue("s", id="c", dependencies=["b"], now=T0))
+    applied(q.enqueue("s", id="other", now=T0))
+    before = snapshot(q)
+    assert q.cancel("a", expected_fence=3, now=T0) == JobRefused(FenceChanged())
+    assert q.cancel("ghost", now=T0) == JobRefused(MissingJob("ghost"))
+    assert snapshot(q) == before
+    result = q.cancel("a", expected_fence=0, reason="not needed", now=T0 + 1)
+    assert isinstance(result, CancelApplied)
+    assert result.job.state == Cancelled("not needed", T0 + 1)
+    assert sorted(result.cascaded) == ["b", "c"]
+    b, c = q.get_job("b"), q.get_job("c")
+    assert b is not None and c is not None
+    assert b.job.state == Cancelled("dependency a was cancelled", T0 + 1)
+    assert c.job.state == Cancelled("dependency b was cancelled", T0 + 1)
+    assert where(q, "b") == {"cancelled"}
+    assert q.cancel("a", now=T0 + 2) == JobRefused(TerminalJob())
+    assert where(q, "other") == {"waiting", "ready"}
+
+
+def test_operator_retry(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", max_attempts=1, now=T0))
+    assert q.retry("j", now=T0) == JobRefused(NotFailed())
+    first = claimed(q.claim_job("j", "w", 100, now=T0))
+    applied(q.fail(first.token, "w", "boom", now=T0 + 1))
+    assert q.retry("j", expected_fence=0, now=T0 + 2) == JobRefused(FenceChanged())
+    job = applied(q.retry("j", expected_fence=1, reason="fixed", now=T0 + 2))
+    assert job.state == RetryWaiting("fixed", T0 + 2)
+    assert job.max_attempts == 2
+    assert where(q, "j") == {"retrying", "ready"}
+    second = claimed(q.claim("default", "w", 100, now=T0 + 2))
+    assert second.token.nonce != first.token.nonce
+    assert second.job.attempt == 2
+    assert q.retry("ghost", now=T0) == JobRefused(MissingJob("ghost"))
+
+
+def finish(q: Quasar, job_id: str, now: int, *, fail: bool = False) -> None:
+    token = claimed(q.claim_job(job_id, "w", 1000, now=now)).token
+    if fail:
+        applied(q.permanent_fail(token, "w", "x", now=now))
+    else:
+        applied(q.complete(token, "w", now=now))
+
+
+def test_prune_by_age_and_count(q: Quasar) -> None:
+    for i in range(6):
+        applied(q.enqueue("s", id=f"j{i}", now=T0))
+        finish(q, f"j{i}", T0 + i * 100)
+    assert q.prune(max_age_ms=250, now=T0 + 500) == 3  # finished at 0, 100, 200
+    assert q.get_job("j2") is None
+    assert q.get_job("j3") is not None
+    assert q.prune(max_count=1, now=T0 + 500) == 2
+    assert [j.id for j in q.list_jobs("default", Status.COMPLETED)] == ["j5"]
+    assert q.redis.exists(q.keys.job("j3")) == 0
+
+
+def test_prune_keeps_a_failed_job_a_blocked_job_waits_on(q: Quasar) -> None:
+    applied(q.enqueue("s", id="a", max_attempts=1, now=T0))
+    applied(q.enqueue("s", id="b", dependencies=["a"], now=T0))
+    applied(q.enqueue("s", id="x", max_attempts=1, now=T0))
+    finish(q, "a", T0, fail=True)
+    finish(q, "x", T0, fail=True)
+    assert q.prune(max_age_ms=0, now=T0 + 10) == 1
+    assert q.get_job("x") is None
+    assert q.get_job("a") is not None
+    q.cancel("b", now=T0 + 20)
+    assert q.prune(max_age_ms=0, now=T0 + 30) == 2
+
+
+def test_counts_and_pages_by_status(q: Quasar) -> None:
+    applied(q.enqueue("s", id="avail", now=T0))
+    applied(q.enqueue("s", id="sched", delay_ms=100, now=T0))
+    applied(q.enqueue("s", id="blocked", dependencies=["sched"], now=T0))
+    applied(q.enqueue("s", id="exec", priority=-1, now=T0))
+    applied(q.enqueue("s", id="done", priority=-2, now=T0))
+    applied(q.enqueue("s", id="retry", priority=-3, now=T0))
+    applied(q.enqueue("s", id="dead", priority=-4, max_attempts=1, now=T0))
+    applied(q.enqueue("s", id="gone", now=T0))
+    finish(q, "dead", T0, fail=True)
+    token = claimed(q.claim_job("retry", "w", 100, now=T0)).token
+    applied(q.fail(token, "w", "x", retry_delay_ms=10, now=T0))
+    finish(q, "done", T0)
+    claimed(q.claim_job("exec", "w", 100, now=T0))
+    q.cancel("gone", now=T0)
+    counts = q.counts("default", now=T0)
+    assert counts.by_status() == {
+        Status.AVAILABLE: 2,
+        Status.SCHEDULED: 1,
+        Status.RETRYABLE: 1,
+        Status.EXECUTING: 1,
+        Status.COMPLETED: 1,
+        Status.DISCARDED: 1,
+        Status.CANCELLED: 1,
+    }
+    assert counts.blocked == 1
+    pages = {s: [j.id for j in q.list_jobs("default", s, now=T0)] for s in Status}
+    assert pages[Status.AVAILABLE] == ["avail", "blocked"]
+    assert pages[Status.SCHEDULED] == ["sched"]
+    assert pages[Status.RETRYABLE] == ["retry"]
+    assert pages[Status.EXECUTING] == ["exec"]
+    assert pages[Status.DISCARDED] == ["dead"]
+    assert [j.id for j in q.list_jobs("default", "blocked", now=T0)] == ["blocked"]
+    assert [j.id for j in q.list_jobs("default", Status.AVAILABLE, offset=1, now=T0)] == ["blocked"]
+
+
+def test_inspection_refuses_bad_arguments(q: Quasar) -> None:
+    with pytest.raises(InvalidArgument, match="unknown status"):
+        q.list_jobs("default", "sleeping")
+    with pytest.raises(InvalidArgument, match="limit"):
+        q.list_jobs("default", Status.AVAILABLE, limit=0)
+    with pytest.raises(InvalidArgument, match="queue"):
+        q.counts("bad queue")
+    with pytest.raises(InvalidArgument, match="limit"):
+        q.sweep_expired(limit=0)
+    with pytest.raises(InvalidArgument, match="max_age"):
+        q.prune(max_age_ms=-1)
+    assert q.get_job("nope") is None
