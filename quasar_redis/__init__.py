@@ -73,7 +73,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVE_STATUSES",
-    "TERMINAL_STATUSES",
     "AsyncQuasar",
     "AttemptLimitReached",
     "BatchApplied",
@@ -131,6 +130,7 @@ __all__ = [
     "Status",
     "Succeeded",
     "SweepReport",
+    "TERMINAL_STATUSES",
     "TerminalJob",
     "Waiting",
     "__version__",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from quasar_redis import (
+    Claim,
     ClaimApplied,
     ClaimResult,
-    Claim,
     Job,
     JobApplied,
     JobResult,

@@ -74,7 +74,9 @@ def test_enqueue_generates_an_id_when_none_is_given(q: Quasar) -> None:
         ({"delay_ms": -5}, "delay must be nonnegative"),
     ],
 )
-def test_enqueue_refuses_the_seed_checks(q: Quasar, overrides: dict[str, object], reason: str) -> None:
+def test_enqueue_refuses_the_seed_checks(
+    q: Quasar, overrides: dict[str, object], reason: str
+) -> None:
     args: dict[str, object] = {"stage": "s", "id": "x", "now": T0}
     args.update(overrides)
     before = snapshot(q)

@@ -1,0 +1,80 @@
+"""Data no script of ours wrote: a typed exception, never a Lua traceback, nothing half-written."""
+
+from __future__ import annotations
+
+import pytest
+
+from quasar_redis import CorruptJobError, CorruptKeyError, NewJob, Quasar
+
+from .helpers import T0, applied, claimed, snapshot
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (lambda q: q.redis.hdel(q.keys.job("j"), "q"), "field 'q' is missing"),
+        (lambda q: q.redis.hset(q.keys.job("j"), "a", "one"), "field 'a' is not an integer"),
+        (lambda q: q.redis.hset(q.keys.job("j"), "f", "1.5"), "field 'f' is not an integer"),
+        (lambda q: q.redis.hset(q.keys.job("j"), "st", "Z"), "unknown state"),
+        (lambda q: q.redis.hdel(q.keys.job("j"), "at"), "field 'at' is not an integer"),
+        (lambda q: q.redis.hset(q.keys.job("j"), "q", "{bad}"), "not a valid queue name"),
+        (
+            lambda q: (q.redis.delete(q.keys.job("j")), q.redis.set(q.keys.job("j"), "x")),
+            "holds a string, not a hash",
+        ),
+    ],
+)
+def test_damaged_job_hash_raises_typed_error_and_changes_nothing(
+    q: Quasar, damage: object, says: str
+) -> None:
+    applied(q.enqueue("s", id="j", now=T0))
+    damage(q)  # type: ignore[operator]
+    before = snapshot(q)
+    for call in (
+        lambda: q.claim_job("j", "w", 100, now=T0),
+        lambda: q.cancel("j", now=T0),
+        lambda: q.expire("j", 0, now=T0),
+        lambda: q.get_job("j"),
+        lambda: q.enqueue("s", id="k", dependencies=["j"], now=T0),
+    ):
+        with pytest.raises(CorruptJobError, match=says) as info:
+            call()
+        assert info.value.job_id == "j"
+    assert snapshot(q) == before
+
+
+def test_damaged_dependent_stops_completion_before_any_write(q: Quasar) -> None:
+    applied(q.enqueue("s", id="a", now=T0))
+    applied(q.enqueue("s", id="b", dependencies=["a"], now=T0))
+    token = claimed(q.claim_job("a", "w", 100, now=T0)).token
+    q.redis.hset(q.keys.job("b"), "pd", "many")
+    before = snapshot(q)
+    with pytest.raises(CorruptJobError, match="field 'pd'"):
+        q.complete(token, "w", now=T0 + 1)
+    assert snapshot(q) == before
+
+
+def test_queue_key_of_the_wrong_type_raises_and_changes_nothing(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", now=T0))
+    q.redis.delete(q.keys.queue("default", "leased"))
+    q.redis.set(q.keys.queue("default", "leased"), "oops")
+    before = snapshot(q)
+    with pytest.raises(CorruptKeyError, match="holds a string, expected a zset"):
+        q.claim("default", "w", 100, now=T0)
+    with pytest.raises(CorruptKeyError):
+        q.claim_job("j", "w", 100, now=T0)
+    with pytest.raises(CorruptKeyError):
+        q.enqueue_many([NewJob("s", id="new")], now=T0)
+    assert snapshot(q) == before
+
+
+def test_sweep_reports_a_damaged_leased_job_and_leaves_it(q: Quasar) -> None:
+    applied(q.enqueue("s", id="ok", now=T0))
+    applied(q.enqueue("s", id="bad", now=T0))
+    claimed(q.claim_job("ok", "w", 10, now=T0))
+    claimed(q.claim_job("bad", "w", 10, now=T0))
+    q.redis.hdel(q.keys.job("bad"), "n")
+    report = q.sweep_expired(now=T0 + 10)
+    assert report.expired == ("ok",)
+    assert report.damaged == ("bad",)
+    assert q.redis.hget(q.keys.job("bad"), "st") == b"L"
