@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import redis.exceptions as rex
 
 from ._keys import KeySpace
 from ._protocol import Call, Limits, NewJob, Protocol
+from ._scripts import Script
 from .errors import ConfigurationError, ProtocolError, RedisUnavailable
 
 __all__ = ["ClientBase", "EvictionPolicyWarning", "NewJob"]
@@ -94,3 +96,28 @@ class ClientBase:
 
     def _sha_args(self, call: Call[Any]) -> tuple[Any, ...]:
         return (call.script.sha, 1, self.keys.root, *call.args)
+
+
+def noscript_calls(calls: Sequence[Call[Any]], replies: Sequence[Any]) -> list[int]:
+    """Positions of the pipelined calls that came back NOSCRIPT."""
+    return [i for i, reply in enumerate(replies) if is_noscript(reply)]
+
+
+def scripts_of(calls: Sequence[Call[Any]], positions: Sequence[int]) -> list[Script]:
+    return list({calls[i].script.sha: calls[i].script for i in positions}.values())
+
+
+def parse_all(
+    calls: Sequence[Call[Any]], replies: Sequence[Any], again: dict[int, Any]
+) -> list[Any]:
+    """Results of a pipeline, in order: ``again`` holds replies of calls sent a second time."""
+    results = []
+    for i, call in enumerate(calls):
+        if call.early is not None:
+            results.append(call.early)
+            continue
+        reply = again.get(i, replies[i])
+        if isinstance(reply, Exception):
+            raise map_error(reply) from reply
+        results.append(call.parse(reply))
+    return results

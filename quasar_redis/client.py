@@ -6,7 +6,16 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from . import _types as t
-from ._base import CONNECTION_ERRORS, ClientBase, is_noscript, map_error, warn_policy
+from ._base import (
+    CONNECTION_ERRORS,
+    ClientBase,
+    is_noscript,
+    map_error,
+    noscript_calls,
+    parse_all,
+    scripts_of,
+    warn_policy,
+)
 from ._protocol import Call, NewJob
 
 T = TypeVar("T")
@@ -41,32 +50,25 @@ class Quasar(ClientBase):
     def execute_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send many calls in one pipeline (one round trip); results in the same order."""
         self._check_policy()
-        results: list[Any] = [c.early for c in calls]
-        todo = [i for i, c in enumerate(calls) if c.early is None]
+        sent = [c if c.early is None else None for c in calls]
         try:
-            replies = self._pipeline([calls[i] for i in todo])
-            missing = [i for i, r in zip(todo, replies, strict=True) if is_noscript(r)]
-            if missing:
-                for script in {calls[i].script.sha: calls[i].script for i in missing}.values():
-                    self.redis.script_load(script.source)
-                again = self._pipeline([calls[i] for i in missing])
-                replies = [
-                    again[missing.index(i)] if i in missing else r
-                    for i, r in zip(todo, replies, strict=True)
-                ]
+            replies = self._pipeline(sent)
+            missing = noscript_calls(calls, replies)
+            for script in scripts_of(calls, missing):
+                self.redis.script_load(script.source)
+            again = self._pipeline([calls[i] for i in missing]) if missing else []
         except CONNECTION_ERRORS as exc:
             raise map_error(exc) from exc
-        for i, reply in zip(todo, replies, strict=True):
-            if isinstance(reply, Exception):
-                raise map_error(reply) from reply
-            results[i] = calls[i].parse(reply)
-        return results
+        return parse_all(calls, replies, dict(zip(missing, again, strict=True)))
 
-    def _pipeline(self, calls: Sequence[Call[Any]]) -> list[Any]:
+    def _pipeline(self, calls: Sequence[Call[Any] | None]) -> list[Any]:
         pipe = self.redis.pipeline(transaction=False)
         for call in calls:
+            if call is None:
+                continue
             pipe.evalsha(*self._sha_args(call))
-        return list(pipe.execute(raise_on_error=False))
+        replies = iter(pipe.execute(raise_on_error=False))
+        return [None if call is None else next(replies) for call in calls]
 
     def _check_policy(self) -> None:
         if self._policy_checked:
