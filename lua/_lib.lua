@@ -18,7 +18,12 @@
 --   m max_attempts, f fencing_version, st state tag (W R L S F C), at available_at (W, R),
 --   w worker, x lease expires_at, n lease nonce (L), ek / em last error kind / message,
 --   cr cancel reason, o output_ref, res result (msgpack bytes), ins inserted_at,
---   att attempted_at, fin finished_at (S, F, C), lc id of the last call that moved this job.
+--   att attempted_at, fin finished_at (S, F, C).
+--
+-- Re-sent calls: every applied transition writes a call record P.."call:"..cid (a short string,
+-- CALL_TTL_MS); a call whose record exists is a re-sent one and gets the first delivery's outcome
+-- again (the same tag, the same lease token; the job as it is now), changing nothing. Refusals
+-- write nothing, so a re-sent refused call is simply evaluated again.
 
 local P = KEYS[1]
 local MAXINT = 1125899906842624 -- 2^50: every integer field and argument stays exact in a double
@@ -29,6 +34,7 @@ local TEXT_MAX = 8192
 local PRIORITY_MIN = -1000000
 local PRIORITY_MAX = 1000000
 
+local CALL_TTL_MS = 60000
 local KEY_QUEUES = P .. "queues"
 local KEY_SEQ = P .. "seq"
 
@@ -38,6 +44,18 @@ local function key_call(cid) return P .. "call:" .. cid end
 local function key_q(queue, what) return P .. "q:" .. queue .. ":" .. what end
 
 local function fmt(n) return string.format("%d", n) end
+
+-- The record of an applied call (see "Re-sent calls" above), or nil. A key of another type is
+-- no record of ours: it is ignored here and never overwritten.
+local function recorded(cid)
+  local value = redis.pcall("GET", key_call(cid))
+  if type(value) ~= "string" then return nil end
+  return value
+end
+
+local function record(cid, value)
+  redis.call("SET", key_call(cid), value, "PX", CALL_TTL_MS, "NX")
+end
 
 local function refuse(tag, ...) return {tag, ...} end
 local function applied(tag, ...) return {tag, ...} end
@@ -375,12 +393,23 @@ end
 
 -- Shared edges ---------------------------------------------------------------------------------
 
+-- The lease token of a claim as its call record keeps it: "fence expires_at nonce".
+local function token_record(h)
+  return h.f .. " " .. h.x .. " " .. h.n
+end
+
+-- A claim reply rebuilt from a call record: the token the first delivery handed out.
+local function replayed_claim(id, h, worker, rec)
+  local f = split(rec)
+  return {"Claim", job_reply(id, h), {id, h.rv, worker, f[1], f[2], f[3]}}
+end
+
 -- The seed's claim_ready after its checks passed: attempt+1, fence+1, Leased.
-local function lease(id, h, worker, lease_ms, now, nonce, cid)
+local function lease(id, h, worker, lease_ms, now, nonce)
   local fence = tonumber(h.f) + 1
   move(id, h, now, {
     st = "L", a = fmt(tonumber(h.a) + 1), f = fmt(fence), w = worker, x = fmt(now + lease_ms),
-    n = nonce, att = fmt(now), lc = cid,
+    n = nonce, att = fmt(now),
   })
   return {"Claim", job_reply(id, h), token_reply(id, h)}
 end
@@ -402,7 +431,7 @@ end
 
 -- The seed's expire_transition applied to a job whose lease has run out (fence as observed).
 -- Returns the refusal or nil; on success the job has moved.
-local function expire_job(id, h, now, cid)
+local function expire_job(id, h, now)
   if tonumber(h.x) > now then return refuse("LeaseHeld", h.x) end
   local changes = retry_or_fail(h, "LeaseExpired", "worker lease expired", now, 0)
   local closure = {}
@@ -411,7 +440,6 @@ local function expire_job(id, h, now, cid)
     if list == nil then return err end
     closure = list
   end
-  if cid then changes.lc = cid end
   move(id, h, now, changes)
   apply_cancel_closure(closure, now)
   return nil
@@ -419,7 +447,7 @@ end
 
 -- Expires the leases of a queue that ran out, at most `limit`. Returns the ids it moved.
 -- A damaged job hash in the lease index is left where it is and reported, not touched.
-local function expire_queue(queue, now, limit, cid, out, damaged)
+local function expire_queue(queue, now, limit, out, damaged)
   local ids = redis.call("ZRANGEBYSCORE", key_q(queue, "leased"), "-inf", now, "LIMIT", 0, limit)
   for _, id in ipairs(ids) do
     local h, err = load_job(id)
@@ -432,7 +460,7 @@ local function expire_queue(queue, now, limit, cid, out, damaged)
     elseif h.st ~= "L" then
       redis.call("ZREM", key_q(queue, "leased"), id)
     else
-      local bad = expire_job(id, h, now, cid)
+      local bad = expire_job(id, h, now)
       if bad then damaged[#damaged + 1] = id else out[#out + 1] = id end
     end
   end
@@ -448,12 +476,8 @@ local function open_lease()
   local t, worker = token_args(3)
   local h, err = load_job(t[1])
   if h == nil then return nil, err end
-  return {cid = ARGV[1], now = now, id = t[1], h = h, t = t, worker = worker}
-end
-
--- The call already moved this job and nothing moved it since: a re-sent call.
-local function is_replay(c, states)
-  return c.h.lc == c.cid and string.find(states, c.h.st, 1, true) ~= nil
+  return {cid = ARGV[1], now = now, id = t[1], h = h, t = t, worker = worker,
+    record = recorded(ARGV[1])}
 end
 
 local function job_applied(c, now_text)
@@ -469,7 +493,8 @@ local function open_fenced(allow_any)
   local h, err = load_job(ARGV[3])
   if h == nil then return nil, err end
   local c = {cid = ARGV[1], now = now, id = ARGV[3], h = h}
-  if h.lc == c.cid then return c end
+  c.record = recorded(c.cid)
+  if c.record then return c end
   local fence = ARGV[4]
   if fence == "" and allow_any then return c end
   if int(fence) == nil then return nil, invalid("expected_fence must be an integer") end

@@ -16,18 +16,23 @@
 local function main()
   local c, err = open_fenced(true)
   if c == nil then return err end
-  if c.h.lc == c.cid and c.h.st == "C" then return applied("JobApplied", "", job_reply(c.id, c.h), {}) end
+  if c.record then
+    local cascaded = split(c.record)
+    table.remove(cascaded, 1)
+    return applied("JobApplied", "", job_reply(c.id, c.h), cascaded)
+  end
   if TERMINAL[c.h.st] then return refuse("TerminalJob") end
   local bad = text_error(ARGV[5], "reason") or check_queue(c.h.q)
   if bad then return bad end
   local closure
   closure, err = cancel_closure(c.id, false)
   if closure == nil then return err end
-  move(c.id, c.h, c.now, {st = "C", cr = ARGV[5], fin = fmt(c.now), lc = c.cid})
+  move(c.id, c.h, c.now, {st = "C", cr = ARGV[5], fin = fmt(c.now)})
   forget_dependents(c.id)
   apply_cancel_closure(closure, c.now)
   local ids = {}
   for i, item in ipairs(closure) do ids[i] = item[1] end
+  record(c.cid, "A " .. table.concat(ids, " "))
   return applied("JobApplied", fmt(c.now), job_reply(c.id, c.h), ids)
 end
 

@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue   ARGV[4] worker id
--- ARGV[5]  lease duration ms   ARGV[6] limit (1..1000)   ARGV[7] call record ttl ms
+-- ARGV[5]  lease duration ms   ARGV[6] limit (1..1000)
 --
 -- Replies
 --   {"ClaimsApplied", now, {"Claim", job, token}...}   token = {job_id, input_revision, worker,
@@ -13,16 +13,18 @@
 --   {"NothingClaimable", next_at}   next_at: when the next delayed job or lease comes due, or ""
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason} | {"CorruptJob", id, reason}
 -- The nonce of the i-th claim is "<call id>.<i>". A re-sent call (same call id) gets the claims
--- it made, those still held under it, and leases nothing more.
+-- the first delivery made, with the same tokens, and leases nothing more.
 
 local MAINTENANCE = 100
 
-local function replay(cid, rec)
-  local out = {"ClaimsApplied", ""}
-  for _, id in ipairs(split(rec)) do
+-- The call record holds "id fence expires_at nonce" for each claim, in order.
+local function replay(rec, worker)
+  local out, f = {"ClaimsApplied", ""}, split(rec)
+  for i = 1, #f, 4 do
+    local id = f[i]
     local h = load_job(id)
-    if h and h.st == "L" and h.lc == cid then
-      out[#out + 1] = {"Claim", job_reply(id, h), token_reply(id, h)}
+    if h then
+      out[#out + 1] = {"Claim", job_reply(id, h), {id, h.rv, worker, f[i + 1], f[i + 2], f[i + 3]}}
     end
   end
   return out
@@ -40,24 +42,45 @@ local function next_due(queue)
   return best and fmt(best) or ""
 end
 
-local function take(cid, queue, worker, lease_ms, now, limit)
-  local out, ids = {"ClaimsApplied", fmt(now)}, {}
+-- Leases up to `limit` jobs from the head of the ready index into out / rec; returns how many
+-- index entries it dropped (left behind by hand), or nil and a refusal.
+local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec)
+  local dropped = 0
   local members = redis.call("ZRANGE", key_q(queue, "ready"), 0, limit - 1)
-  for i, member in ipairs(members) do
+  for _, member in ipairs(members) do
     local id = string.sub(member, 31)
     local h, err = load_job(id)
     if h == nil then
-      if err[1] ~= "MissingJob" then return err end
+      if err[1] ~= "MissingJob" then return nil, err end
       redis.call("ZREM", key_q(queue, "ready"), member)
+      dropped = dropped + 1
     elseif (h.st == "W" or h.st == "R") and tonumber(h.pd) == 0
         and tonumber(h.a) < tonumber(h.m) and tonumber(h.at) <= now then
-      out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. i, cid)
-      ids[#ids + 1] = id
+      out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. (#rec + 1))
+      rec[#rec + 1] = id .. " " .. token_record(h)
     else
-      redis.call("ZREM", key_q(queue, "ready"), member) -- an index entry left behind by hand
+      -- Not claimable after all: an entry left behind by hand, or a clock that went back (a
+      -- failover to a server whose clock is behind). Drop the entry; a live job is re-indexed
+      -- where it belongs (delayed or blocked), one out of attempts stays visible as waiting.
+      redis.call("ZREM", key_q(queue, "ready"), member)
+      if (h.st == "W" or h.st == "R") and tonumber(h.a) < tonumber(h.m) then
+        unplace(id, h)
+        place(id, h, now)
+      end
+      dropped = dropped + 1
     end
   end
-  return out, ids
+  return dropped
+end
+
+local function take(cid, queue, worker, lease_ms, now, limit)
+  local out, rec = {"ClaimsApplied", fmt(now)}, {}
+  for _ = 1, 3 do
+    local dropped, err = take_some(cid, queue, worker, lease_ms, now, limit - #rec, out, rec)
+    if dropped == nil then return err end
+    if dropped == 0 or #rec >= limit then break end
+  end
+  return out, rec
 end
 
 local function main()
@@ -75,18 +98,16 @@ local function main()
   if limit == nil or limit < 1 or limit > 1000 then
     return invalid("limit must be between 1 and 1000")
   end
-  bad = check_types({key_call(cid)}, "string")
-  if bad then return bad end
-  local rec = redis.call("GET", key_call(cid))
-  if rec then return replay(cid, rec) end
+  local again = recorded(cid)
+  if again then return replay(again, worker) end
   bad = check_queue(queue)
   if bad then return bad end
   promote_queue(queue, now, MAINTENANCE)
-  expire_queue(queue, now, MAINTENANCE, cid, {}, {})
-  local out, ids = take(cid, queue, worker, lease_ms, now, limit)
-  if ids == nil then return out end
-  if #ids == 0 then return refuse("NothingClaimable", next_due(queue)) end
-  redis.call("SET", key_call(cid), table.concat(ids, " "), "PX", tonumber(ARGV[7]))
+  expire_queue(queue, now, MAINTENANCE, {}, {})
+  local out, rec = take(cid, queue, worker, lease_ms, now, limit)
+  if rec == nil then return out end
+  if #rec == 0 then return refuse("NothingClaimable", next_due(queue)) end
+  record(cid, table.concat(rec, " "))
   return out
 end
 

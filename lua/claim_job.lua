@@ -12,7 +12,7 @@
 --   {"MissingJob", id} | {"TerminalJob"} | {"LeaseHeld", expires_at} | {"InvalidJob", reason} |
 --   {"NotAvailable", available_at} | {"AttemptLimitReached"} | {"MissingDependency", id} |
 --   {"IncompleteDependency", id} | {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
--- A re-sent call (same call id, still the last call that moved the job) gets the same claim.
+-- A re-sent call (same call id) gets the same token again, with the job as it is now.
 
 local function claim_ready(id, h, worker, lease_arg, now, available_at)
   if worker == "" then return invalid("worker_id must not be empty") end
@@ -36,9 +36,8 @@ local function main()
   local id, worker = ARGV[3], ARGV[4]
   local h, err = load_job(id)
   if h == nil then return err end
-  if h.lc == cid and h.st == "L" then
-    return applied("ClaimApplied", "", {"Claim", job_reply(id, h), token_reply(id, h)})
-  end
+  local again = recorded(cid)
+  if again then return applied("ClaimApplied", "", replayed_claim(id, h, worker, again)) end
   if TERMINAL[h.st] then return refuse("TerminalJob") end
   local available_at = tonumber(h.at)
   if h.st == "L" then
@@ -47,7 +46,9 @@ local function main()
   end
   local bad, lease_ms = claim_ready(id, h, worker, ARGV[5], now, available_at)
   if bad then return bad end
-  return applied("ClaimApplied", fmt(now), lease(id, h, worker, lease_ms, now, cid, cid))
+  local claim = lease(id, h, worker, lease_ms, now, cid)
+  record(cid, token_record(h))
+  return applied("ClaimApplied", fmt(now), claim)
 end
 
 return main()

@@ -18,7 +18,7 @@
 local function main()
   local c, err = open_lease()
   if c == nil then return err end
-  if is_replay(c, "S") then return job_applied(c, "") end
+  if c.record then return job_applied(c, "") end
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
   local output_ref = ARGV[10]
@@ -27,8 +27,9 @@ local function main()
   if bad then return bad end
   local dependents, derr = load_dependents(c.id)
   if dependents == nil then return derr end
-  move(c.id, c.h, c.now, {st = "S", o = output_ref, res = ARGV[11], fin = fmt(c.now), lc = c.cid})
+  move(c.id, c.h, c.now, {st = "S", o = output_ref, res = ARGV[11], fin = fmt(c.now)})
   release_dependents(c.id, dependents, c.now)
+  record(c.cid, "A")
   return job_applied(c, fmt(c.now))
 end
 

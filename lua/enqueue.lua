@@ -16,7 +16,7 @@
 --   {"BatchRefused", index, {refusal...}}    index is 1-based within the batch
 --   refusal: InvalidJob(reason) | DuplicateJob(id) | MissingDependency(id) |
 --            IncompleteDependency(id) | CorruptJob(id, reason) | CorruptKey(key, reason)
--- A re-sent call (same call id, already applied) gets BatchApplied with the jobs as they are now.
+-- A re-sent call (same call id) gets BatchApplied again, with the jobs as they are now.
 
 local GROUP = 12
 
@@ -104,9 +104,7 @@ local function read_group(i)
   }
 end
 
-local function replay(cid, jobs)
-  local first = load_job(jobs[1].id)
-  if first == nil or first.lc ~= cid then return nil end
+local function replay(jobs)
   local out = {"BatchApplied", ""}
   for _, a in ipairs(jobs) do
     local h = load_job(a.id)
@@ -138,7 +136,7 @@ local function check_all(jobs, now, max_payload, max_deps)
   return nil, queues
 end
 
-local function write_all(cid, jobs, now)
+local function write_all(jobs, now)
   local seq = redis.call("INCRBY", KEY_SEQ, #jobs) - #jobs
   local out = {"BatchApplied", fmt(now)}
   for i, a in ipairs(jobs) do
@@ -146,7 +144,7 @@ local function write_all(cid, jobs, now)
       q = a.queue, s = a.stage, p = a.payload, ir = a.input_ref, rv = a.input_revision,
       dp = table.concat(a.deps, " "), pd = fmt(a.pending), odf = a.odf, pr = a.priority,
       sq = fmt(seq + i), a = "0", m = a.max_attempts, f = "0", st = "W", at = fmt(a.at),
-      ins = fmt(now), lc = cid,
+      ins = fmt(now),
     }
     local args = {}
     for f, v in pairs(h) do
@@ -171,14 +169,13 @@ local function main()
   end
   local jobs = {}
   for i = 1, n do jobs[i] = read_group(i) end
-  if jobs[1].id ~= "" and #jobs[1].id <= ID_MAX then
-    local again = replay(cid, jobs)
-    if again then return again end
-  end
+  if recorded(cid) then return replay(jobs) end
   local bad, queues = check_all(jobs, now, max_payload, max_deps)
   if bad then return bad end
   for q in pairs(queues) do redis.call("SADD", KEY_QUEUES, q) end
-  return write_all(cid, jobs, now)
+  local out = write_all(jobs, now)
+  record(cid, "A")
+  return out
 end
 
 return main()

@@ -15,11 +15,12 @@
 local function main()
   local c, err = open_fenced(false)
   if c == nil then return err end
-  if c.h.lc == c.cid and c.h.st ~= "L" then return job_applied(c, "") end
+  if c.record then return job_applied(c, "") end
   if c.h.st == "W" or c.h.st == "R" then return refuse("StaleLease") end
   if TERMINAL[c.h.st] then return refuse("TerminalJob") end
-  local bad = check_queue(c.h.q) or expire_job(c.id, c.h, c.now, c.cid)
+  local bad = check_queue(c.h.q) or expire_job(c.id, c.h, c.now)
   if bad then return bad end
+  record(c.cid, "A")
   return job_applied(c, fmt(c.now))
 end
 

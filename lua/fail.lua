@@ -18,7 +18,7 @@
 local function main()
   local c, err = open_lease()
   if c == nil then return err end
-  if is_replay(c, "RF") then return job_applied(c, "") end
+  if c.record then return job_applied(c, "") end
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
   local delay, e = int_arg(ARGV[11], "retry_delay")
@@ -32,9 +32,9 @@ local function main()
     closure, err = failure_closure(c.id)
     if closure == nil then return err end
   end
-  changes.lc = c.cid
   move(c.id, c.h, c.now, changes)
   apply_cancel_closure(closure, c.now)
+  record(c.cid, "A")
   return job_applied(c, fmt(c.now))
 end
 

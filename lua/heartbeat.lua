@@ -12,13 +12,13 @@
 --   {"ClaimApplied", now, {"Claim", job, token}}
 --   {"MissingJob", id} | {"StaleLease"} | {"LeaseExpired", expires_at} | {"InvalidJob", reason} |
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
--- A re-sent call (same call id, lease not moved since) gets the same new token.
+-- A re-sent call (same call id) gets the same new token again, with the job as it is now.
 
 local function main()
   local c, err = open_lease()
   if c == nil then return err end
-  if is_replay(c, "L") then
-    return applied("ClaimApplied", "", {"Claim", job_reply(c.id, c.h), token_reply(c.id, c.h)})
+  if c.record then
+    return applied("ClaimApplied", "", replayed_claim(c.id, c.h, c.worker, c.record))
   end
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
@@ -27,7 +27,8 @@ local function main()
   if lease_ms < 1 then return invalid("lease_duration must be positive") end
   bad = check_queue(c.h.q)
   if bad then return bad end
-  move(c.id, c.h, c.now, {x = fmt(c.now + lease_ms), lc = c.cid})
+  move(c.id, c.h, c.now, {x = fmt(c.now + lease_ms)})
+  record(c.cid, token_record(c.h))
   return applied("ClaimApplied", fmt(c.now), {"Claim", job_reply(c.id, c.h), token_reply(c.id, c.h)})
 end
 

@@ -17,7 +17,7 @@
 local function main()
   local c, err = open_lease()
   if c == nil then return err end
-  if is_replay(c, "F") then return job_applied(c, "") end
+  if c.record then return job_applied(c, "") end
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
   if ARGV[10] == "" then return invalid("reason must not be empty") end
@@ -26,8 +26,9 @@ local function main()
   local closure
   closure, err = failure_closure(c.id)
   if closure == nil then return err end
-  move(c.id, c.h, c.now, {st = "F", fin = fmt(c.now), ek = ARGV[11], em = ARGV[10], lc = c.cid})
+  move(c.id, c.h, c.now, {st = "F", fin = fmt(c.now), ek = ARGV[11], em = ARGV[10]})
   apply_cancel_closure(closure, c.now)
+  record(c.cid, "A")
   return job_applied(c, fmt(c.now))
 end
 

@@ -16,14 +16,15 @@
 local function main()
   local c, err = open_fenced(true)
   if c == nil then return err end
-  if c.h.lc == c.cid and c.h.st == "R" then return job_applied(c, "") end
+  if c.record then return job_applied(c, "") end
   if c.h.st ~= "F" then return refuse("NotFailed") end
   local bad = text_error(ARGV[5], "reason") or check_queue(c.h.q)
   if bad then return bad end
   move(c.id, c.h, c.now, {
     st = "R", at = fmt(c.now), em = ARGV[5], ek = "OperatorRetry",
-    m = fmt(tonumber(c.h.m) + 1), lc = c.cid,
+    m = fmt(tonumber(c.h.m) + 1),
   })
+  record(c.cid, "A")
   return job_applied(c, fmt(c.now))
 end
 

@@ -23,7 +23,7 @@ local function main()
   for _, queue in ipairs(redis.call("SMEMBERS", KEY_QUEUES)) do
     if #out >= limit then break end
     if valid_name(queue, NAME_MAX) and check_queue(queue) == nil then
-      expire_queue(queue, now, limit - #out, ARGV[1], out, damaged)
+      expire_queue(queue, now, limit - #out, out, damaged)
     end
   end
   return applied("Swept", fmt(now), out, damaged)

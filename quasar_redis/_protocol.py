@@ -80,7 +80,6 @@ class Limits:
     max_payload_bytes: int = 1 << 20
     max_dependencies: int = 100
     max_batch: int = 1000
-    call_record_ttl_ms: int = 300_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,7 +411,6 @@ class Protocol:
             _text(worker_id),
             _int(lease_ms),
             _int(limit),
-            str(self.limits.call_record_ttl_ms),
         )
         return self._call("claim", args, parse_claims_result)
 

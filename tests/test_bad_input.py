@@ -83,7 +83,7 @@ def test_odd_but_valid_ids_never_collide_with_other_keys(q: Quasar) -> None:
     assert {k for k in keys if k.startswith(f"{root}job:")} == {q.keys.job(i) for i in ids}
     others = {k.removeprefix(root) for k in keys if not k.startswith(f"{root}job:")}
     calls = {k for k in others if k.startswith("call:")}
-    assert len(calls) == len(ids)  # one record per claim call
+    assert len(calls) == 2 * len(ids)  # a record per applied call: enqueue and claim
     assert others - calls == {"queues", "seq", "q:default:leased"}
 
 

@@ -174,3 +174,22 @@ def test_claim_job_of_a_retry_waiting_job_waits_for_its_time(q: Quasar) -> None:
     assert job.state == RetryWaiting("flaky", T0 + 51)
     assert q.claim_job("j", "w", 100, now=T0 + 50) == ClaimRefused(NotAvailable(T0 + 51))
     assert claimed(q.claim_job("j", "w", 100, now=T0 + 51)).job.attempt == 2
+
+
+def test_claim_when_the_clock_went_back_keeps_the_job_indexed(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", now=T0 + 1000))
+    assert q.claim("default", "w", 100, now=T0) == ClaimRefused(NothingClaimable(T0 + 1000))
+    assert where(q, "j") == {"waiting", "delayed"}
+    assert claimed(q.claim("default", "w", 100, now=T0 + 1000)).job.id == "j"
+
+
+def test_claim_drops_index_entries_left_behind_and_reads_on(q: Quasar) -> None:
+    for i in range(3):
+        applied(q.enqueue("s", id=f"j{i}", now=T0))
+    ready = q.keys.queue("default", "ready")
+    q.redis.zadd(ready, {"0000000000000000:000000000000:ghost": -5})
+    q.redis.zadd(ready, {"0000000000000000:000000000000:j9": -5})
+    result = q.claim_many("default", "w", 100, 2, now=T0)
+    assert isinstance(result, ClaimsApplied)
+    assert [c.job.id for c in result.claims] == ["j0", "j1"]
+    assert q.redis.zcard(ready) == 1

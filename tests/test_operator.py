@@ -194,3 +194,13 @@ def test_inspection_refuses_bad_arguments(q: Quasar) -> None:
     with pytest.raises(InvalidArgument, match="max_age"):
         q.prune(max_age_ms=-1)
     assert q.get_job("nope") is None
+
+
+def test_waiting_on_is_empty_once_dependencies_succeeded_even_if_pruned(q: Quasar) -> None:
+    applied(q.enqueue("s", id="a", now=T0))
+    applied(q.enqueue("s", id="b", dependencies=["a"], delay_ms=1000, now=T0))
+    finish(q, "a", T0)
+    assert q.prune(max_age_ms=0, now=T0 + 1) == 1
+    info = q.get_job("b", now=T0 + 1)
+    assert info is not None
+    assert (info.waiting_on, info.status) == (None, Status.SCHEDULED)
