@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.exceptions as rex
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 
 from ._keys import KeySpace
 from ._protocol import Call, Limits, NewJob, Protocol
@@ -89,6 +91,8 @@ class ClientBase:
         self.keys = KeySpace(namespace, tag, key_prefix)
         self.calls = Protocol(self.keys, limits)
         self._policy_checked = not check_eviction_policy
+        # redis-py refuses EVALSHA in cluster pipelines: there, many calls go one by one.
+        self._cluster = isinstance(redis, RedisCluster | AsyncRedisCluster)
 
     @property
     def namespace(self) -> str:
