@@ -3,6 +3,8 @@
 -- Conventions
 --   KEYS[1]  the namespace key prefix, e.g. "quasar:{orders}:". Every key a script touches is
 --            KEYS[1] .. suffix, so every key keeps the namespace hash tag (one cluster slot).
+--   KEYS[2]  optional: the namespace's event stream (KEYS[1] .. "events"). When given, every state
+--            change appends {job, ev, q, a} to it (capped near EVENTS_MAXLEN entries).
 --   ARGV[1]  call id: random, made by the client per call; a re-sent call carries the same one.
 --   ARGV[2]  "now" in integer milliseconds, or "" for the Redis server clock (the default).
 --   Integers travel as decimal strings and are formatted back with "%d" (never tostring, which
@@ -35,6 +37,9 @@ local PRIORITY_MIN = -1000000
 local PRIORITY_MAX = 1000000
 
 local CALL_TTL_MS = 60000
+local EVENTS = KEYS[2]
+local EVENTS_MAXLEN = 10000
+local WAKE_MAX = 16
 local KEY_QUEUES = P .. "queues"
 local KEY_SEQ = P .. "seq"
 
@@ -185,9 +190,42 @@ local QUEUE_ZSETS = {"ready", "delayed", "waiting", "retrying", "leased", "block
 local function check_queue(queue)
   local keys = {}
   for i, what in ipairs(QUEUE_ZSETS) do keys[i] = key_q(queue, what) end
-  local bad = check_types(keys, "zset")
+  local bad = check_types(keys, "zset") or check_types({KEY_QUEUES}, "set")
+    or check_types({key_q(queue, "wake")}, "list")
   if bad then return bad end
-  return check_types({KEY_QUEUES}, "set")
+  if EVENTS then return check_types({EVENTS}, "stream") end
+  return nil
+end
+
+-- Events and wake-ups ------------------------------------------------------------------------
+
+local EVENT_OF = {W = "released", R = "retrying", L = "active", S = "completed", F = "failed",
+  C = "cancelled"}
+
+local function emit(id, h, ev)
+  if EVENTS then
+    redis.call("XADD", EVENTS, "MAXLEN", "~", EVENTS_MAXLEN, "*", "job", id, "ev", ev,
+      "q", h.q, "a", h.a)
+  end
+end
+
+-- Queues that got claimable jobs during this script, and how many: idle workers block on the
+-- queue's wake list; finish() pushes at most WAKE_MAX tokens per queue once the script is done.
+local WOKEN = {}
+
+local function wake(queue)
+  WOKEN[queue] = (WOKEN[queue] or 0) + 1
+end
+
+local function finish(reply)
+  for queue, n in pairs(WOKEN) do
+    local tokens = {}
+    for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
+    local k = key_q(queue, "wake")
+    redis.call("RPUSH", k, unpack(tokens))
+    redis.call("LTRIM", k, -WAKE_MAX, -1)
+  end
+  return reply
 end
 
 -- Flat reply for a job: {id, field, value, field, value, ...}.
@@ -245,6 +283,7 @@ local function place(id, h, now)
       redis.call("ZADD", key_q(q, "blocked"), tonumber(h.sq), id)
     elseif at <= now then
       redis.call("ZADD", key_q(q, "ready"), tonumber(h.pr), ready_member(id, h))
+      wake(q)
     else
       redis.call("ZADD", key_q(q, "delayed"), at, id)
     end
@@ -255,8 +294,10 @@ local function place(id, h, now)
   end
 end
 
--- Moves a job to a new state: index out, fields written, index in.
+-- Moves a job to a new state: index out, fields written, index in, and an event when the
+-- state changed.
 local function move(id, h, now, changes)
+  local before = h.st
   unplace(id, h)
   local fields = {}
   for f, v in pairs(changes) do
@@ -265,6 +306,7 @@ local function move(id, h, now, changes)
   end
   save(id, h, fields)
   place(id, h, now)
+  if h.st ~= before then emit(id, h, EVENT_OF[h.st]) end
 end
 
 -- Lease tokens -------------------------------------------------------------------------------
@@ -423,6 +465,7 @@ local function promote_queue(queue, now, limit)
     redis.call("ZREM", key_q(queue, "delayed"), id)
     if h and (h.st == "W" or h.st == "R") and tonumber(h.pd) == 0 then
       redis.call("ZADD", key_q(queue, "ready"), tonumber(h.pr), ready_member(id, h))
+      wake(queue)
       moved = moved + 1
     end
   end

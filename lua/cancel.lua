@@ -3,7 +3,7 @@
 -- the cancelled job can never run and are cancelled in the same script, naming the dependency.
 -- Checks, the seed's cancel_transition in order: FenceChanged; TerminalJob.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id
 -- ARGV[4]  expected fence ("" = whatever it is now)   ARGV[5] reason
 --
@@ -36,4 +36,4 @@ local function main()
   return applied("JobApplied", fmt(c.now), job_reply(c.id, c.h), ids)
 end
 
-return main()
+return finish(main())

@@ -3,7 +3,7 @@
 -- picks, it promotes due scheduled jobs of the queue and expires run-out leases of the queue
 -- (both bounded), so it never offers a job a claim by id would refuse.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue   ARGV[4] worker id
 -- ARGV[5]  lease duration ms   ARGV[6] limit (1..1000)
 --
@@ -111,4 +111,4 @@ local function main()
   return out
 end
 
-return main()
+return finish(main())

@@ -3,7 +3,7 @@
 -- lease runs; then claim_ready: InvalidJob (empty worker, lease < 1), NotAvailable(available_at),
 -- AttemptLimitReached; then dependency_error: MissingDependency(dep) / IncompleteDependency(dep).
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id (also the lease nonce)   ARGV[2] now ("" = server clock)   ARGV[3] job id
 -- ARGV[4]  worker id   ARGV[5] lease duration ms
 --
@@ -51,4 +51,4 @@ local function main()
   return applied("ClaimApplied", fmt(now), claim)
 end
 
-return main()
+return finish(main())

@@ -4,7 +4,7 @@
 -- state, fence, nonce or expiry; LeaseExpired(expires_at) when now >= expires_at), then
 -- InvalidJob for an empty output_ref.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)
 -- ARGV[3..8] token: job_id, input_revision, worker_id, fence, expires_at, nonce
 -- ARGV[9]  caller's worker id   ARGV[10] output_ref   ARGV[11] result (msgpack bytes, may be "")
@@ -33,4 +33,4 @@ local function main()
   return job_applied(c, fmt(c.now))
 end
 
-return main()
+return finish(main())

@@ -30,4 +30,4 @@ local function main()
     fmt(redis.call("ZCARD", key_q(queue, "blocked"))))
 end
 
-return main()
+return finish(main())

@@ -4,7 +4,7 @@
 -- IncompleteDependency when it can never succeed (Cancelled, or Failed for a job that asked to be
 -- cancelled on dependency failure). A job may depend on an earlier job of the same batch.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id          ARGV[2] now ("" = server clock)
 -- ARGV[3]  max payload bytes ARGV[4] max dependencies per job  ARGV[5] job count N
 -- then N groups of 12: id, queue, stage, payload, input_ref, input_revision,
@@ -153,6 +153,7 @@ local function write_all(jobs, now)
     end
     redis.call("HSET", key_job(a.id), unpack(args))
     place(a.id, h, now)
+    emit(a.id, h, "enqueued")
     for _, d in ipairs(a.deps) do redis.call("SADD", key_dependents(d), a.id) end
     out[#out + 1] = job_reply(a.id, h)
   end
@@ -178,4 +179,4 @@ local function main()
   return out
 end
 
-return main()
+return finish(main())

@@ -3,7 +3,7 @@
 -- Checks, the seed's expire_transition in order: FenceChanged; LeaseHeld(expires_at) before
 -- expiry; StaleLease for a waiting job; TerminalJob for a finished one.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id   ARGV[4] observed fence
 --
 -- Replies
@@ -24,4 +24,4 @@ local function main()
   return job_applied(c, fmt(c.now))
 end
 
-return main()
+return finish(main())

@@ -4,7 +4,7 @@
 -- Checks: the seed's lease_error (StaleLease / LeaseExpired(expires_at)), then InvalidJob for a
 -- negative retry delay, then our limits on kind and reason.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)
 -- ARGV[3..8] token: job_id, input_revision, worker_id, fence, expires_at, nonce
 -- ARGV[9]  caller's worker id   ARGV[10] reason   ARGV[11] retry delay ms   ARGV[12] error kind
@@ -38,4 +38,4 @@ local function main()
   return job_applied(c, fmt(c.now))
 end
 
-return main()
+return finish(main())

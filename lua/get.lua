@@ -25,4 +25,4 @@ local function main()
   return applied("Found", fmt(now), job_reply(ARGV[3], h), waiting_on(h))
 end
 
-return main()
+return finish(main())

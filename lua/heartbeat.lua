@@ -3,7 +3,7 @@
 -- Checks: the seed's lease_error (StaleLease / LeaseExpired(expires_at)), then InvalidJob for a
 -- lease duration < 1.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)
 -- ARGV[3..8] token: job_id, input_revision, worker_id, fence, expires_at, nonce
 -- ARGV[9]  caller's worker id   ARGV[10] lease duration ms
@@ -32,4 +32,4 @@ local function main()
   return applied("ClaimApplied", fmt(c.now), {"Claim", job_reply(c.id, c.h), token_reply(c.id, c.h)})
 end
 
-return main()
+return finish(main())

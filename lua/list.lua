@@ -46,4 +46,4 @@ local function main()
   return out
 end
 
-return main()
+return finish(main())

@@ -3,7 +3,7 @@
 -- Checks: the seed's lease_error (StaleLease / LeaseExpired(expires_at)), then InvalidJob for an
 -- empty reason, then our limits on kind and reason.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)
 -- ARGV[3..8] token: job_id, input_revision, worker_id, fence, expires_at, nonce
 -- ARGV[9]  caller's worker id   ARGV[10] reason   ARGV[11] error kind
@@ -32,4 +32,4 @@ local function main()
   return job_applied(c, fmt(c.now))
 end
 
-return main()
+return finish(main())

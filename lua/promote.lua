@@ -28,4 +28,4 @@ local function main()
   return applied("Promoted", fmt(now), fmt(moved))
 end
 
-return main()
+return finish(main())

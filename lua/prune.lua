@@ -88,4 +88,4 @@ local function main()
   return applied("Pruned", fmt(now), fmt(pruned))
 end
 
-return main()
+return finish(main())

@@ -3,7 +3,7 @@
 -- nonce, as every claim does.
 -- Checks, the seed's operator_retry_transition in order: FenceChanged; NotFailed.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id
 -- ARGV[4]  expected fence ("" = whatever it is now)   ARGV[5] reason
 --
@@ -28,4 +28,4 @@ local function main()
   return job_applied(c, fmt(c.now))
 end
 
-return main()
+return finish(main())

@@ -2,7 +2,7 @@
 -- per call (call again while it reports a full batch). Each job moves as expire.lua moves it.
 -- A damaged job hash found in the lease index is reported and left untouched.
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] limit (1..10000)
 --
 -- Replies
@@ -29,4 +29,4 @@ local function main()
   return applied("Swept", fmt(now), out, damaged)
 end
 
-return main()
+return finish(main())

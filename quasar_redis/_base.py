@@ -85,12 +85,16 @@ class ClientBase:
         tag: str = "",
         key_prefix: str = "quasar",
         check_eviction_policy: bool = True,
+        events: bool = True,
     ) -> None:
         check_client(redis)
         self.redis = redis
         self.keys = KeySpace(namespace, tag, key_prefix)
         self.calls = Protocol(self.keys, limits)
         self._policy_checked = not check_eviction_policy
+        self._script_keys: tuple[str, ...] = (
+            (self.keys.root, self.keys.events) if events else (self.keys.root,)
+        )
         # redis-py refuses EVALSHA in cluster pipelines: there, many calls go one by one.
         self._cluster = isinstance(redis, RedisCluster | AsyncRedisCluster)
 
@@ -99,7 +103,7 @@ class ClientBase:
         return self.keys.namespace
 
     def _sha_args(self, call: Call[Any]) -> tuple[Any, ...]:
-        return (call.script.sha, 1, self.keys.root, *call.args)
+        return (call.script.sha, len(self._script_keys), *self._script_keys, *call.args)
 
 
 def noscript_calls(calls: Sequence[Call[Any]], replies: Sequence[Any]) -> list[int]:

@@ -75,3 +75,12 @@ class KeySpace:
     @property
     def seq(self) -> str:
         return f"{self.root}seq"
+
+    @property
+    def events(self) -> str:
+        """The capped stream every state change is appended to."""
+        return f"{self.root}events"
+
+    def wake(self, queue: str) -> str:
+        """The list idle workers of ``queue`` block on; scripts push a token when jobs get ready."""
+        return f"{self.root}q:{queue}:wake"

@@ -473,6 +473,12 @@ class Protocol:
         args = (_now(now), *_token_args(token, worker_id), _int(lease_ms))
         return self._call("heartbeat", args, parse_claim_result)
 
+    def release(
+        self, token: t.LeaseToken, worker_id: str, delay_ms: int, now: int | None = None
+    ) -> Call[t.JobResult]:
+        args = (_now(now), *_token_args(token, worker_id), _int(delay_ms))
+        return self._call("release", args, parse_job_result)
+
     # fenced operator calls and maintenance -----------------------------------------------------
 
     def expire(self, job_id: str, expected_fence: int, now: int | None = None) -> Call[t.JobResult]:

@@ -22,6 +22,7 @@ NAMES = (
     "fail",
     "permanent_fail",
     "heartbeat",
+    "release",
     "expire",
     "sweep",
     "promote",

@@ -198,6 +198,17 @@ class AsyncQuasar(ClientBase):
         """Extend the lease to now + ``lease_ms``; the reply carries the new token."""
         return await self.execute(self.calls.heartbeat(token, worker_id, lease_ms, now))
 
+    async def release(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        *,
+        delay_ms: int = 0,
+        now: int | None = None,
+    ) -> t.JobResult:
+        """Hand the leased job back, Waiting again after ``delay_ms``, without using an attempt."""
+        return await self.execute(self.calls.release(token, worker_id, delay_ms, now))
+
     # operators and maintenance --------------------------------------------------------------------
 
     async def expire(

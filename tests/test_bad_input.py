@@ -84,7 +84,7 @@ def test_odd_but_valid_ids_never_collide_with_other_keys(q: Quasar) -> None:
     others = {k.removeprefix(root) for k in keys if not k.startswith(f"{root}job:")}
     calls = {k for k in others if k.startswith("call:")}
     assert len(calls) == 2 * len(ids)  # a record per applied call: enqueue and claim
-    assert others - calls == {"queues", "seq", "q:default:leased"}
+    assert others - calls == {"queues", "seq", "events", "q:default:leased", "q:default:wake"}
 
 
 def test_batch_limits(q: Quasar) -> None:

@@ -1,0 +1,90 @@
+"""release (lua/release.lua), the event stream and the wake lists idle workers block on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quasar_redis import (
+    InvalidJob,
+    JobRefused,
+    LeaseExpired,
+    NewJob,
+    Quasar,
+    StaleLease,
+    Waiting,
+)
+
+from .helpers import T0, applied, claimed, snapshot, where
+
+
+def events(q: Quasar) -> list[tuple[str, str]]:
+    out = []
+    for _, fields in q.redis.xrange(q.keys.events):
+        out.append((fields[b"job"].decode(), fields[b"ev"].decode()))
+    return out
+
+
+def test_release_hands_the_job_back_without_using_an_attempt(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", max_attempts=1, now=T0))
+    token = claimed(q.claim_job("j", "w", 100, now=T0)).token
+    before = snapshot(q)
+    bad_delay = q.release(token, "w", delay_ms=-1, now=T0 + 1)
+    assert bad_delay == JobRefused(InvalidJob("delay must be nonnegative"))
+    assert q.release(token, "other", now=T0 + 1) == JobRefused(StaleLease())
+    assert q.release(token, "w", now=T0 + 100) == JobRefused(LeaseExpired(T0 + 100))
+    assert snapshot(q) == before
+    job = applied(q.release(token, "w", delay_ms=50, now=T0 + 1))
+    assert job.state == Waiting(T0 + 51)
+    assert (job.attempt, job.fencing_version) == (0, 1)
+    assert where(q, "j") == {"waiting", "delayed"}
+    again = claimed(q.claim("default", "w", 100, now=T0 + 51))
+    assert (again.job.attempt, again.job.fencing_version) == (1, 2)
+    assert q.complete(token, "w", now=T0 + 52) == JobRefused(StaleLease())
+
+
+def test_every_state_change_is_an_event(q: Quasar) -> None:
+    applied(q.enqueue("s", id="a", now=T0))
+    applied(q.enqueue("s", id="b", dependencies=["a"], now=T0))
+    token = claimed(q.claim_job("a", "w", 100, now=T0)).token
+    token = claimed(q.heartbeat(token, "w", 100, now=T0 + 1)).token
+    applied(q.fail(token, "w", "x", now=T0 + 2))
+    token = claimed(q.claim_job("a", "w", 100, now=T0 + 2)).token
+    applied(q.release(token, "w", now=T0 + 3))
+    token = claimed(q.claim_job("a", "w", 100, now=T0 + 3)).token
+    applied(q.permanent_fail(token, "w", "bad", now=T0 + 4))
+    applied(q.retry("a", now=T0 + 5))
+    q.cancel("a", now=T0 + 6)
+    assert events(q) == [
+        ("a", "enqueued"),
+        ("b", "enqueued"),
+        ("a", "active"),
+        ("a", "retrying"),
+        ("a", "active"),
+        ("a", "released"),
+        ("a", "active"),
+        ("a", "failed"),
+        ("a", "retrying"),
+        ("a", "cancelled"),
+        ("b", "cancelled"),
+    ]
+    _, fields = q.redis.xrange(q.keys.events)[-1]
+    assert fields[b"q"] == b"default"
+
+
+def test_events_can_be_turned_off(redis_client: Any, namespace: str) -> None:
+    q = Quasar(redis_client, namespace, events=False)
+    applied(q.enqueue("s", id="a", now=T0))
+    assert q.redis.exists(q.keys.events) == 0
+
+
+def test_enqueue_and_promotion_wake_idle_workers_at_most_16_tokens(q: Quasar) -> None:
+    wake = q.keys.wake("default")
+    applied(q.enqueue("s", id="later", delay_ms=100, now=T0))
+    assert q.redis.llen(wake) == 0
+    applied(q.enqueue("s", id="now", now=T0))
+    assert q.redis.llen(wake) == 1
+    assert q.promote_due(now=T0 + 100) == 1
+    assert q.redis.llen(wake) == 2
+    q.enqueue_many([NewJob("s") for _ in range(40)], now=T0)
+    assert q.redis.llen(wake) == 16
+    assert q.redis.llen(q.keys.wake("other")) == 0
