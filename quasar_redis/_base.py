@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.exceptions as rex
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.cluster import RedisCluster
 
 from ._keys import KeySpace
 from ._protocol import Call, Limits, NewJob, Protocol
@@ -95,8 +93,6 @@ class ClientBase:
         self._script_keys: tuple[str, ...] = (
             (self.keys.root, self.keys.events) if events else (self.keys.root,)
         )
-        # redis-py refuses EVALSHA in cluster pipelines: there, many calls go one by one.
-        self._cluster = isinstance(redis, RedisCluster | AsyncRedisCluster)
 
     @property
     def namespace(self) -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import redis.exceptions as rex
-
 from . import _types as t
 from ._base import (
     CONNECTION_ERRORS,
@@ -64,22 +62,14 @@ class AsyncQuasar(ClientBase):
         return parse_all(calls, replies, dict(zip(missing, again, strict=True)))
 
     async def _pipeline(self, calls: Sequence[Call[Any] | None]) -> list[Any]:
-        if self._cluster:
-            return [None if call is None else await self._one(call) for call in calls]
         pipe = self.redis.pipeline(transaction=False)
         for call in calls:
             if call is None:
                 continue
-            pipe.evalsha(*self._sha_args(call))
+            # execute_command: redis-py blocks pipe.evalsha() in cluster pipelines, not this
+            pipe.execute_command("EVALSHA", *self._sha_args(call))
         replies = iter(await pipe.execute(raise_on_error=False))
         return [None if call is None else next(replies) for call in calls]
-
-    async def _one(self, call: Call[Any]) -> Any:
-        """One EVALSHA whose ResponseError is returned, as a pipeline would."""
-        try:
-            return await self.redis.evalsha(*self._sha_args(call))
-        except rex.ResponseError as exc:
-            return exc
 
     async def _check_policy(self) -> None:
         if self._policy_checked:
