@@ -7,6 +7,11 @@ Without ``--redis-url`` (or ``REDIS_URL``) it runs on an embedded fakeredis serv
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
+import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,8 +22,10 @@ import fakeredis
 import redis
 
 from . import _types as t
+from .app import App
 from .client import Quasar
 from .errors import QuasarError
+from .worker import Worker
 
 QUEUE = "images"
 LEASE_MS = 30_000
@@ -236,3 +243,64 @@ def example(redis_url: str | None, namespace: str | None) -> None:
     except QuasarError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     click.echo("done")
+
+
+# --- the worker --------------------------------------------------------------------------------
+
+
+def load_app(path: str) -> App:
+    """The ``App`` named by ``MODULE:ATTRIBUTE`` (the current folder is importable)."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter("expected MODULE:APP, e.g. myproject.tasks:app")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise click.BadParameter(f"{path!r} is not a quasar_redis App")
+    return app
+
+
+@main.command()
+@click.argument("app_path", metavar="MODULE:APP")
+@click.option("--queue", "-q", "queues", multiple=True, help="Queue to work (repeatable).")
+@click.option("--concurrency", "-c", default=10, show_default=True, type=click.IntRange(1))
+@click.option("--lease-ms", default=30_000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--grace", default=30.0, show_default=True, help="Seconds running jobs get to finish."
+)
+@click.option("--worker-id", default=None, help="Default: <host>-<pid>-<random>.")
+@click.option("--log-level", default="INFO", show_default=True)
+def worker(
+    app_path: str,
+    queues: tuple[str, ...],
+    concurrency: int,
+    lease_ms: int,
+    grace: float,
+    worker_id: str | None,
+    log_level: str,
+) -> None:
+    """Run a worker for the tasks of MODULE:APP until SIGTERM / SIGINT (twice: at once)."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = load_app(app_path)
+    try:
+        runner = Worker(
+            app,
+            queues or ("default",),
+            concurrency,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            grace=grace,
+        )
+    except (ValueError, QuasarError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    runner.run(install_signals=True)
+    if any(th.name.startswith("quasar-task") for th in threading.enumerate()):
+        logging.shutdown()  # a plain-function job still runs past the grace period: leave it
+        os._exit(0)

@@ -9,10 +9,15 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     ├── CorruptDataError                       data in Redis that no script of ours wrote
     │   ├── CorruptJobError                    a job hash with a missing or malformed field
     │   └── CorruptKeyError                    a key of ours holding the wrong type
-    └── ProtocolError                          a script reply or error that Python does not know
+    ├── ProtocolError                          a script reply or error that Python does not know
+    ├── JobRefusedError                        the task API: an enqueue was refused (``.error``)
+    └── JobFailedError                         the task API: the job awaited ended Failed
+        └── JobCancelledError                  ... or Cancelled
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class QuasarError(Exception):
@@ -55,3 +60,29 @@ class CorruptKeyError(CorruptDataError):
 
 class ProtocolError(QuasarError):
     """A script replied with something this client does not understand, or raised an error."""
+
+
+class JobRefusedError(QuasarError):
+    """The task API raises this when a transition (an enqueue, say) was refused; see ``error``."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__(f"refused: {error}")
+        self.error = error
+
+
+class JobFailedError(QuasarError):
+    """The job whose result was awaited ended Failed (``job`` holds it, with its error)."""
+
+    def __init__(self, job: Any) -> None:
+        error = getattr(job, "error", None)
+        detail = f"{error.kind}: {error.message}" if error else "failed"
+        super().__init__(f"job {job.id!r} failed: {detail}")
+        self.job = job
+
+
+class JobCancelledError(JobFailedError):
+    """The job whose result was awaited was cancelled."""
+
+    def __init__(self, job: Any) -> None:
+        QuasarError.__init__(self, f"job {job.id!r} was cancelled: {job.state.reason}")
+        self.job = job

@@ -1,0 +1,334 @@
+"""The task API: an application bound to Redis, tasks declared with a decorator, job handles.
+
+::
+
+    app = App("redis://localhost:6379/0", namespace="shop")
+
+    @app.task(queue="emails", max_attempts=5, retry=Exponential(base=2))
+    def send_receipt(order_id: int) -> str:
+        ...
+
+    handle = send_receipt.enqueue(42)
+    handle.result(timeout=30)
+
+Arguments and results are msgpack; anything msgpack cannot encode is refused at enqueue time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Generic, ParamSpec, TypeVar
+
+import fakeredis
+import redis
+import redis.asyncio
+
+from . import _types as t
+from ._keys import check_name
+from ._protocol import Limits, NewJob
+from .aio import AsyncQuasar
+from .client import Quasar
+from .errors import JobCancelledError, JobFailedError, JobRefusedError, QuasarError
+from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_LEASE_MS = 30_000
+
+
+class Connector:
+    """Makes sync and asyncio clients of one Redis server, or of one embedded fakeredis."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url
+        self._server = fakeredis.FakeServer() if url is None else None
+
+    @property
+    def embedded(self) -> bool:
+        return self._server is not None
+
+    def sync(self) -> Any:
+        if self._server is not None:
+            return fakeredis.FakeRedis(server=self._server)
+        return redis.Redis.from_url(self.url or "")
+
+    def asyncio(self) -> Any:
+        if self._server is not None:
+            return fakeredis.FakeAsyncRedis(server=self._server)
+        return redis.asyncio.Redis.from_url(self.url or "")
+
+
+def payload_of(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"a": list(args), "k": kwargs}
+
+
+def args_of(payload: Any) -> tuple[list[Any], dict[str, Any]]:
+    """The call arguments in a job payload made by ``payload_of``."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("a", []), list):
+        raise TypeError("the payload is not a task call (expected {'a': [...], 'k': {...}})")
+    kwargs = payload.get("k", {})
+    if not isinstance(kwargs, dict):
+        raise TypeError("the payload's keyword arguments are not a map")
+    return list(payload.get("a", [])), kwargs
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1000)
+
+
+def _at_ms(run_at: datetime | float | None) -> int | None:
+    if run_at is None:
+        return None
+    if isinstance(run_at, datetime):
+        return round(run_at.timestamp() * 1000)
+    return round(run_at * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """Per-call options: ``id`` makes the enqueue idempotent; ``delay``/``run_at`` schedule it."""
+
+    id: str | None = None
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    delay: float | None = None
+    run_at: datetime | float | None = None
+    depends_on: Sequence[str | JobHandle | t.Job] = ()
+    on_dependency_failure: t.DependencyPolicy = "block"
+
+
+class JobHandle:
+    """A job enqueued through the task API: inspect it, wait for its result, cancel it."""
+
+    def __init__(self, app: App, job_id: str) -> None:
+        self.app = app
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.id!r})"
+
+    def info(self) -> t.JobInfo | None:
+        return self.app.client.get_job(self.id)
+
+    def cancel(self, reason: str = "cancelled") -> t.CancelResult:
+        return self.app.client.cancel(self.id, reason=reason)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Block until the job ends; its result, or JobFailedError / JobCancelledError.
+
+        Waits on the namespace's event stream (no polling loop); TimeoutError after ``timeout``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        client = self.app.client
+        last = _last_event_id(client.redis.xrevrange(client.keys.events, count=1))
+        while True:
+            job = self._finished(client.get_job(self.id))
+            if job is not None:
+                return _outcome(job)
+            remaining = _remaining_ms(deadline)
+            reply = client.redis.xread({client.keys.events: last}, block=remaining, count=1000)
+            last = _scan_events(reply, self.id, last)
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        """``result`` for asyncio code."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        client = self.app.aclient()
+        last = _last_event_id(await client.redis.xrevrange(client.keys.events, count=1))
+        while True:
+            job = self._finished(await client.get_job(self.id))
+            if job is not None:
+                return _outcome(job)
+            remaining = _remaining_ms(deadline)
+            reply = await client.redis.xread(
+                {client.keys.events: last}, block=remaining, count=1000
+            )
+            last = _scan_events(reply, self.id, last)
+
+    def _finished(self, info: t.JobInfo | None) -> t.Job | None:
+        if info is None:
+            raise QuasarError(f"job {self.id!r} does not exist (or was pruned)")
+        job = info.job
+        done = isinstance(job.state, t.Succeeded | t.Failed | t.Cancelled)
+        return job if done else None
+
+
+def _outcome(job: t.Job) -> Any:
+    if isinstance(job.state, t.Succeeded):
+        return job.result
+    if isinstance(job.state, t.Cancelled):
+        raise JobCancelledError(job)
+    raise JobFailedError(job)
+
+
+def _last_event_id(reply: Any) -> Any:
+    return reply[0][0] if reply else b"0-0"
+
+
+def _remaining_ms(deadline: float | None) -> int:
+    if deadline is None:
+        return 5_000
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the job did not finish in time")
+    return max(1, min(5_000, int(left * 1000)))
+
+
+def _scan_events(reply: Any, job_id: str, last: Any) -> Any:
+    """The last stream id read; the caller re-reads the job after any batch of events."""
+    for _stream, entries in reply or ():
+        for entry_id, _fields in entries:
+            last = entry_id
+    return last
+
+
+@dataclass(frozen=True)
+class Task(Generic[P, R]):
+    """A function declared with ``App.task``: call it to run it here, enqueue it to run anywhere."""
+
+    app: App
+    fn: Callable[P, R]
+    name: str
+    queue: str = "default"
+    max_attempts: int = 3
+    priority: int = 0
+    lease_ms: int = DEFAULT_LEASE_MS
+    retry: RetryPolicy = field(default_factory=Exponential)
+    timeout: float | None = None
+    options_: EnqueueOptions = field(default_factory=EnqueueOptions)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def options(self, **opts: Any) -> Task[P, R]:
+        """The same task with per-call options (see ``EnqueueOptions``)."""
+        return replace(self, options_=replace(self.options_, **opts))
+
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
+        """The job this call would enqueue, for ``App.enqueue_many``."""
+        o = self.options_
+        return NewJob(
+            stage=self.name,
+            payload=payload_of(args, kwargs),
+            id=o.id,
+            queue=o.queue or self.queue,
+            dependencies=[_dep_id(d) for d in o.depends_on],
+            priority=self.priority if o.priority is None else o.priority,
+            max_attempts=o.max_attempts or self.max_attempts,
+            available_at=_at_ms(o.run_at),
+            delay_ms=_ms(o.delay),
+            on_dependency_failure=o.on_dependency_failure,
+        )
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Enqueue a call; with an ``id`` option, enqueuing the same id again is a no-op."""
+        new = self.job(*args, **kwargs)
+        return self.app._handle(new, self.app.client.enqueue_many([new]))
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """``enqueue`` for asyncio code."""
+        new = self.job(*args, **kwargs)
+        return self.app._handle(new, await self.app.aclient().enqueue_many([new]))
+
+
+def _dep_id(dep: str | JobHandle | t.Job) -> str:
+    return dep if isinstance(dep, str) else dep.id
+
+
+class App:
+    """Tasks and clients of one namespace. ``url=None`` runs on an embedded fakeredis."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str = "default",
+        connector: Connector | None = None,
+        limits: Limits | None = None,
+        events: bool = True,
+    ) -> None:
+        self.namespace = check_name(namespace, "namespace")
+        self.connector = connector or Connector(url)
+        self.limits = limits
+        self.events = events
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._client: Quasar | None = None
+        self._aclients: dict[int, AsyncQuasar] = {}
+
+    @property
+    def client(self) -> Quasar:
+        """The sync client (one per app)."""
+        if self._client is None:
+            self._client = self.new_client()
+        return self._client
+
+    def new_client(self) -> Quasar:
+        """A sync client on a connection pool of its own (for a thread of its own)."""
+        return Quasar(self.connector.sync(), self.namespace, limits=self.limits, events=self.events)
+
+    def aclient(self) -> AsyncQuasar:
+        """The asyncio client of the running event loop (one per loop)."""
+        loop = asyncio.get_running_loop()
+        client = self._aclients.get(id(loop))
+        if client is None:
+            client = AsyncQuasar(
+                self.connector.asyncio(), self.namespace, limits=self.limits, events=self.events
+            )
+            self._aclients = {id(loop): client}
+        return client
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 3,
+        priority: int = 0,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        retry: PolicyLike = Exponential(),  # noqa: B008 - frozen, shared on purpose
+        timeout: float | None = None,
+    ) -> Any:
+        """Declare a task (``@app.task`` or ``@app.task(queue=..., ...)``)."""
+
+        def declare(f: Callable[P, R]) -> Task[P, R]:
+            stage = name or f"{f.__module__}.{f.__qualname__}"
+            if stage in self.tasks:
+                raise QuasarError(f"a task named {stage!r} is declared twice")
+            if lease_ms < 1 or max_attempts < 1:
+                raise ValueError("lease_ms and max_attempts must be positive")
+            check_name(queue, "queue")
+            task = Task(
+                self, f, stage, queue, max_attempts, priority, lease_ms, as_policy(retry), timeout
+            )
+            self.tasks[stage] = task
+            return task
+
+        return declare(fn) if fn is not None else declare
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobHandle]:
+        """Enqueue many task calls (``task.job(...)``) in one call, all or nothing."""
+        result = self.client.enqueue_many(jobs)
+        if isinstance(result, t.BatchRefused):
+            raise JobRefusedError(result)
+        return [JobHandle(self, job.id) for job in result.jobs]
+
+    def handle(self, job_id: str) -> JobHandle:
+        return JobHandle(self, job_id)
+
+    def _handle(self, new: NewJob, result: t.BatchResult) -> JobHandle:
+        if isinstance(result, t.BatchApplied):
+            return JobHandle(self, result.jobs[0].id)
+        if isinstance(result.error, t.DuplicateJob) and new.id is not None:
+            return JobHandle(self, new.id)  # idempotent enqueue: the job is already there
+        raise JobRefusedError(result.error)

@@ -1,0 +1,95 @@
+"""Retry policies, and the exceptions a task raises to steer its own job.
+
+A policy answers "how long until the next attempt?" for a failed attempt: a delay in seconds, or
+``None`` for "do not retry" (the job fails for good). Whether attempts remain is the job's
+``max_attempts``, checked atomically in Redis.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias, runtime_checkable
+
+
+class Snooze(Exception):
+    """Raised by a task: run me again after ``delay`` seconds, without using an attempt."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        if delay < 0:
+            raise ValueError("snooze delay must be nonnegative")
+        super().__init__(f"snoozed for {delay}s")
+        self.delay = delay
+
+
+class PermanentFailure(Exception):
+    """Raised by a task: fail this job for good, whatever attempts remain (no retry)."""
+
+
+@runtime_checkable
+class RetryPolicy(Protocol):
+    def delay(self, attempt: int, error: BaseException) -> float | None:
+        """Seconds to wait before the next attempt after ``attempt`` failed, or None: give up."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Fixed:
+    """The same delay after every failed attempt."""
+
+    seconds: float = 0.0
+
+    def delay(self, attempt: int, error: BaseException) -> float | None:
+        return self.seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Exponential:
+    """``base * factor ** (attempt - 1)`` seconds, at most ``cap``, spread by +/- ``jitter``."""
+
+    base: float = 1.0
+    factor: float = 2.0
+    cap: float = 300.0
+    jitter: float = 0.1
+
+    def delay(self, attempt: int, error: BaseException) -> float | None:
+        raw = min(self.cap, self.base * self.factor ** max(0, attempt - 1))
+        spread = raw * self.jitter
+        return max(0.0, min(self.cap, raw + random.uniform(-spread, spread)))
+
+
+@dataclass(frozen=True, slots=True)
+class Never:
+    """No retries: the first failure is final."""
+
+    def delay(self, attempt: int, error: BaseException) -> float | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class FromFunction:
+    """A policy from ``fn(attempt, error) -> seconds | None``."""
+
+    fn: Callable[[int, BaseException], float | None]
+
+    def delay(self, attempt: int, error: BaseException) -> float | None:
+        return self.fn(attempt, error)
+
+
+PolicyLike: TypeAlias = RetryPolicy | Callable[[int, BaseException], float | None] | float | None
+
+
+def as_policy(value: PolicyLike) -> RetryPolicy:
+    """A policy from a policy, a function, a fixed number of seconds, or None (never retry)."""
+    if value is None:
+        return Never()
+    if isinstance(value, RetryPolicy):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError("a retry delay must be nonnegative")
+        return Fixed(float(value))
+    if callable(value):
+        return FromFunction(value)
+    raise TypeError(f"not a retry policy: {value!r}")

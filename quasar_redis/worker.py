@@ -1,0 +1,509 @@
+"""The worker: claims jobs of some queues in batches, runs them, reports each outcome.
+
+asyncio at its core: async tasks run on the loop, plain functions in a thread pool. Leases are
+renewed by the lease keeper thread (``_lease_keeper``) at about a third of their duration; when a
+renewal is refused (the job was cancelled, expired or taken over) the running task is told
+(asyncio cancellation, and ``current_job().cancelled`` for plain functions) and its outcome is
+never reported. An idle worker blocks on the queues' wake lists until work arrives or the next
+scheduled job is due. Maintenance (promote, sweep, prune) runs inside every worker; any number
+of them may run it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import logging
+import os
+import random
+import re
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _types as t
+from ._codec import EncodeError, encode
+from ._keys import check_name
+from ._lease_keeper import Lease, LeaseKeeper
+from ._protocol import Call
+from .aio import AsyncQuasar
+from .app import App, Task, args_of
+from .errors import CorruptDataError, QuasarError
+from .retry import PermanentFailure, Snooze
+
+log = logging.getLogger("quasar_redis.worker")
+
+REASON_MAX = 8000
+Build = Callable[[t.LeaseToken], Call[Any]]
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a running task can know about its job (``current_job()``)."""
+
+    job: t.Job
+    worker_id: str
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+
+_current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("quasar_job")
+
+
+def current_job() -> JobContext:
+    """The job the calling task runs for (LookupError outside a job).
+
+    A plain-function task should check ``current_job().cancelled.is_set()`` now and then: it is
+    set when the job's lease was lost, its timeout passed, or the worker hands it back.
+    """
+    return _current.get()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What to report for a run: ``name`` for the log line, ``build`` makes the call."""
+
+    name: str
+    build: Build
+
+
+@dataclass(eq=False)
+class _Running:
+    lease: Lease
+    ctx: JobContext
+    started: float
+    task: asyncio.Task[None] | None = None
+    handing_back: bool = False
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    failed: int = 0
+    snoozed: int = 0
+    handed_back: int = 0
+    lost: int = 0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+def _kind(exc: BaseException) -> str:
+    return re.sub(r"[^\w.\-]", "_", type(exc).__name__)[:64] or "Error"
+
+
+def _reason(text: str) -> str:
+    data = text.encode("utf-8", "replace")[:REASON_MAX]
+    return data.decode("utf-8", "ignore") or "error"
+
+
+class Worker:
+    """Runs the tasks of ``app`` for ``queues`` with up to ``concurrency`` jobs at once."""
+
+    def __init__(
+        self,
+        app: App,
+        queues: Sequence[str] = ("default",),
+        concurrency: int = 10,
+        *,
+        worker_id: str | None = None,
+        lease_ms: int = 30_000,
+        grace: float = 30.0,
+        idle_wait: float = 5.0,
+        maintenance_interval: float = 1.0,
+        prune_max_age: float | None = 7 * 86_400.0,
+        prune_max_count: int | None = 100_000,
+    ) -> None:
+        if concurrency < 1 or lease_ms < 1 or not queues:
+            raise ValueError("concurrency and lease_ms must be positive, and queues not empty")
+        self.app = app
+        self.queues = [check_name(q, "queue") for q in queues]
+        self.concurrency = concurrency
+        self.worker_id = worker_id or default_worker_id()
+        self.lease_ms = lease_ms
+        self.grace = grace
+        self.idle_wait = idle_wait
+        self.maintenance_interval = maintenance_interval
+        self.prune_max_age = prune_max_age
+        self.prune_max_count = prune_max_count
+        self.stats = WorkerStats()
+        self._running: dict[str, _Running] = {}
+        self._stopping = asyncio.Event()
+        self._slot = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: AsyncQuasar | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._offset_ms = 0.0
+        self._signals = 0
+
+    # running and stopping -------------------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Run until stopped (SIGTERM / SIGINT when ``install_signals``)."""
+        asyncio.run(self.serve(install_signals=install_signals))
+
+    async def serve(self, *, install_signals: bool = False) -> None:
+        """Run on the current event loop until ``stop()``."""
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._slot = asyncio.Event()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._on_signal)
+        self._client = self.app.aclient()
+        self._keeper = LeaseKeeper(self.app.new_client(), self.worker_id)
+        self._keeper.start()
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="quasar-task")
+        maintenance = asyncio.create_task(self._maintenance())
+        log.info(
+            "worker %s started: queues %s, concurrency %d",
+            self.worker_id,
+            ",".join(self.queues),
+            self.concurrency,
+        )
+        try:
+            await self._claim_loop()
+        finally:
+            await self._drain()
+            maintenance.cancel()
+            await asyncio.gather(maintenance, return_exceptions=True)
+            await asyncio.to_thread(self._keeper.stop)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            log.info("worker %s stopped", self.worker_id)
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Stop claiming; running jobs get ``grace`` seconds (none if ``immediate``)."""
+        if immediate:
+            self.grace = 0.0
+        loop = self._loop
+        if loop is None:
+            return
+        if _on_loop(loop):
+            self._stop_now()
+        else:
+            loop.call_soon_threadsafe(self._stop_now)
+
+    def _stop_now(self) -> None:
+        self._stopping.set()
+        self._slot.set()
+        if self.grace <= 0:
+            self._hand_back_all()
+
+    def _on_signal(self) -> None:
+        self._signals += 1
+        log.info(
+            "worker %s: signal %d, %s",
+            self.worker_id,
+            self._signals,
+            "stopping" if self._signals == 1 else "stopping at once",
+        )
+        self.stop(immediate=self._signals > 1)
+
+    async def _drain(self) -> None:
+        tasks = [r.task for r in self._running.values() if r.task is not None]
+        if tasks and self.grace > 0:
+            await asyncio.wait(tasks, timeout=self.grace)
+        self._hand_back_all()
+        left = [r.task for r in self._running.values() if r.task is not None]
+        if left:
+            await asyncio.wait(left, timeout=10.0)
+
+    def _hand_back_all(self) -> None:
+        for running in list(self._running.values()):
+            if running.task is not None and not running.task.done() and not running.handing_back:
+                running.handing_back = True
+                running.ctx.cancelled.set()
+                running.task.cancel()
+
+    # claiming ---------------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        backoff = 0.05
+        while not self._stopping.is_set():
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                self._slot.clear()
+                await self._slot.wait()
+                continue
+            try:
+                got, next_at = await self._claim(free)
+            except QuasarError as exc:
+                log.warning(
+                    "worker %s: claim failed (%s); retrying in %.2fs", self.worker_id, exc, backoff
+                )
+                await self._pause(backoff)
+                backoff = min(backoff * 2, 5.0) * random.uniform(0.8, 1.2)
+                continue
+            backoff = 0.05
+            if got == 0:
+                await self._idle(next_at)
+
+    async def _claim(self, free: int) -> tuple[int, int | None]:
+        assert self._client is not None
+        got, next_at = 0, None
+        for queue in self.queues:
+            want = min(free - got, 1000)
+            result = await self._client.claim_many(queue, self.worker_id, self.lease_ms, want)
+            if isinstance(result, t.ClaimsApplied):
+                for claim in result.claims:
+                    self._start(claim)
+                got += len(result.claims)
+                if len(result.claims) == want:
+                    await self._client.redis.rpush(self._client.keys.wake(queue), "1")
+            elif isinstance(result.error, t.NothingClaimable) and result.error.next_at:
+                next_at = min(next_at or result.error.next_at, result.error.next_at)
+            if got >= free:
+                break
+        return got, next_at
+
+    async def _idle(self, next_at: int | None) -> None:
+        """Block on the wake lists until work arrives, the next job is due, or a stop."""
+        assert self._client is not None
+        timeout = self.idle_wait
+        if next_at is not None:
+            local_ms = time.time() * 1000 + self._offset_ms
+            timeout = min(timeout, max(0.001, (next_at - local_ms) / 1000))
+        keys = [self._client.keys.wake(q) for q in self.queues]
+        pop = asyncio.ensure_future(self._client.redis.blpop(keys, timeout=max(timeout, 0.001)))
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({pop, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in (pop, stop):
+                if not fut.done():
+                    fut.cancel()
+            await asyncio.gather(pop, stop, return_exceptions=True)
+        if pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
+            await self._pause(0.1)  # Redis trouble: the claim that follows reports it
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+
+    # running a job ------------------------------------------------------------------------------
+
+    def _start(self, claim: t.Claim) -> None:
+        assert self._keeper is not None and self._loop is not None
+        job = claim.job
+        task = self.app.tasks.get(job.stage)
+        lease_ms = task.lease_ms if task is not None else self.lease_ms
+        loop = self._loop
+
+        def on_lost(error: t.JobError) -> None:
+            loop.call_soon_threadsafe(self._lost, job.id, error)
+
+        lease = Lease(claim, lease_ms, on_lost=on_lost)
+        running = _Running(lease, JobContext(job, self.worker_id), time.monotonic())
+        self._running[job.id] = running
+        self.stats.claimed += 1
+        self._keeper.hold(lease)
+        running.task = asyncio.create_task(self._execute(running, task))
+        running.task.add_done_callback(functools.partial(self._done, job.id))
+
+    def _done(self, job_id: str, _task: asyncio.Task[None]) -> None:
+        self._running.pop(job_id, None)
+        self._slot.set()
+
+    def _lost(self, job_id: str, error: t.JobError) -> None:
+        running = self._running.get(job_id)
+        if running is None:
+            return
+        self.stats.lost += 1
+        running.ctx.cancelled.set()
+        if running.task is not None:
+            running.task.cancel()
+
+    async def _execute(self, running: _Running, task: Task[Any, Any] | None) -> None:
+        token = _current.set(running.ctx)
+        try:
+            outcome = await self._invoke(running, task)
+        except asyncio.CancelledError:
+            if running.lease.lost or not running.handing_back:
+                return
+            outcome = self._release(0, "handed back")
+        finally:
+            _current.reset(token)
+        if running.lease.lost:
+            return
+        await self._report(running, outcome)
+
+    async def _invoke(self, running: _Running, task: Task[Any, Any] | None) -> Outcome:
+        job = running.ctx.job
+        if task is None:
+            return self._permanent("UnknownTask", f"no task named {job.stage!r} in this worker")
+        try:
+            args, kwargs = args_of(job.payload)
+        except (TypeError, CorruptDataError) as exc:
+            return self._permanent("BadPayload", str(exc))
+        try:
+            value = await asyncio.wait_for(self._call(task, args, kwargs), task.timeout)
+        except Snooze as snooze:
+            return self._release(round(snooze.delay * 1000), "snoozed")
+        except PermanentFailure as exc:
+            return self._permanent(_kind(exc), str(exc) or "permanent failure")
+        except (TimeoutError, asyncio.TimeoutError) as exc:  # one class from Python 3.11 on
+            running.ctx.cancelled.set()
+            timed_out = task.timeout is not None and _past(running.started, task.timeout)
+            reason = f"timed out after {task.timeout}s" if timed_out else str(exc) or "timeout"
+            return self._failure(task, job, exc, "Timeout" if timed_out else _kind(exc), reason)
+        except Exception as exc:
+            return self._failure(task, job, exc, _kind(exc), str(exc) or repr(exc))
+        return self._success(value)
+
+    async def _call(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if task.is_async:
+            return await task.fn(*args, **kwargs)
+        assert self._loop is not None and self._pool is not None
+        ctx = contextvars.copy_context()
+        call = functools.partial(ctx.run, task.fn, *args, **kwargs)
+        return await self._loop.run_in_executor(self._pool, call)
+
+    # outcomes -----------------------------------------------------------------------------------
+
+    def _success(self, value: Any) -> Outcome:
+        try:
+            encode(value)
+        except EncodeError as exc:
+            return self._permanent("BadResult", f"the result {exc}")
+        return Outcome(
+            "completed", lambda tok: self._calls().complete(tok, self.worker_id, "inline", value)
+        )
+
+    def _failure(
+        self, task: Task[Any, Any], job: t.Job, exc: BaseException, kind: str, reason: str
+    ) -> Outcome:
+        delay = task.retry.delay(job.attempt, exc)
+        if delay is None:
+            return self._permanent(kind, reason)
+        delay_ms = max(0, round(delay * 1000))
+        return Outcome(
+            "failed",
+            lambda tok: self._calls().fail(tok, self.worker_id, _reason(reason), delay_ms, kind),
+        )
+
+    def _permanent(self, kind: str, reason: str) -> Outcome:
+        return Outcome(
+            "failed permanently",
+            lambda tok: self._calls().permanent_fail(tok, self.worker_id, _reason(reason), kind),
+        )
+
+    def _release(self, delay_ms: int, name: str) -> Outcome:
+        return Outcome(name, lambda tok: self._calls().release(tok, self.worker_id, delay_ms))
+
+    def _calls(self) -> Any:
+        assert self._keeper is not None
+        return self._keeper.client.calls
+
+    async def _report(self, running: _Running, outcome: Outcome) -> None:
+        assert self._keeper is not None
+        job = running.ctx.job
+        duration = time.monotonic() - running.started
+        try:
+            result = await asyncio.wrap_future(self._keeper.report(running.lease, outcome.build))
+        except QuasarError as exc:
+            log.error(
+                "job %s stage=%s attempt=%d: outcome %s not reported: %s",
+                job.id,
+                job.stage,
+                job.attempt,
+                outcome.name,
+                exc,
+            )
+            return
+        if isinstance(result, t.JobRefused):
+            log.warning(
+                "job %s stage=%s attempt=%d: outcome %s refused (%s): the lease was lost",
+                job.id,
+                job.stage,
+                job.attempt,
+                outcome.name,
+                type(result.error).__name__,
+            )
+            self.stats.lost += 1
+            return
+        self._count(outcome, result)
+        log.info(
+            "job %s stage=%s attempt=%d outcome=%s duration=%.3fs",
+            job.id,
+            job.stage,
+            job.attempt,
+            self._outcome_name(outcome, result),
+            duration,
+        )
+
+    def _outcome_name(self, outcome: Outcome, result: Any) -> str:
+        state = getattr(getattr(result, "job", None), "state", None)
+        if outcome.name == "failed" and isinstance(state, t.RetryWaiting):
+            return "retrying"
+        return outcome.name
+
+    def _count(self, outcome: Outcome, result: Any) -> None:
+        name = self._outcome_name(outcome, result)
+        if name == "completed":
+            self.stats.completed += 1
+        elif name == "retrying":
+            self.stats.retried += 1
+        elif name == "snoozed":
+            self.stats.snoozed += 1
+        elif name == "handed back":
+            self.stats.handed_back += 1
+        else:
+            self.stats.failed += 1
+
+    # maintenance --------------------------------------------------------------------------------
+
+    async def _maintenance(self) -> None:
+        rounds = 0
+        while not self._stopping.is_set():
+            try:
+                await self._sync_clock()
+                await self._maintain(prune=rounds % 10 == 0)
+            except QuasarError as exc:
+                log.warning("worker %s: maintenance failed: %s", self.worker_id, exc)
+            rounds += 1
+            await self._pause(self.maintenance_interval * random.uniform(0.8, 1.2))
+
+    async def _maintain(self, *, prune: bool) -> None:
+        assert self._client is not None
+        for _ in range(10):
+            if await self._client.promote_due(limit=1000) < 1000:
+                break
+        for _ in range(10):
+            if len((await self._client.sweep_expired(limit=1000)).expired) < 1000:
+                break
+        if prune and (self.prune_max_age is not None or self.prune_max_count is not None):
+            age = None if self.prune_max_age is None else round(self.prune_max_age * 1000)
+            await self._client.prune(max_age_ms=age, max_count=self.prune_max_count, limit=1000)
+
+    async def _sync_clock(self) -> None:
+        assert self._client is not None
+        try:
+            seconds, micros = await self._client.redis.time()
+        except Exception as exc:  # a Redis error: the next round tries again
+            raise QuasarError(f"TIME failed: {exc}") from exc
+        self._offset_ms = seconds * 1000 + micros / 1000 - time.time() * 1000
+
+
+def _past(started: float, seconds: float) -> bool:
+    return time.monotonic() - started >= seconds * 0.999
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
