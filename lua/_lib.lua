@@ -21,6 +21,11 @@
 --   w worker, x lease expires_at, n lease nonce (L), ek / em last error kind / message,
 --   cr cancel reason, o output_ref, res result (msgpack bytes), ins inserted_at,
 --   att attempted_at, fin finished_at (S, F, C).
+-- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
+-- equals available_at (a job enqueued without a delay), and the payload and the
+-- result are stored in chunks of at most 64 bytes (p, p2, p3, ... / res, res2, ...), up to
+-- BLOB_CHUNKS of them: so a job with a small payload stays within Redis's compact hash encoding
+-- (hash-max-listpack-value 64), less than half the memory of a hash that leaves it.
 --
 -- Re-sent calls: every applied transition writes a call record P.."call:"..cid (a short string,
 -- CALL_TTL_MS); a call whose record exists is a re-sent one and gets the first delivery's outcome
@@ -136,19 +141,26 @@ end
 -- Loading and checking job hashes --------------------------------------------------------------
 
 local INT_FIELDS = {"rv", "pd", "pr", "sq", "a", "m", "f", "ins"}
+local DEFAULTS = {rv = "0", a = "0", f = "0", pd = "0", dp = "", ir = "inline", odf = "block",
+  pr = "0", m = "3", q = "default"}
+-- Jobs whose inserted_at is not stored because it equals their first available_at.
+local IMPLICIT_INS = {}
+local CHUNK = 64
+local BLOB_CHUNKS = 16
+local BLOBS = {p = true, res = true}
 local STATE_INT_FIELDS = {W = {"at"}, R = {"at"}, L = {"x"}, S = {"fin"}, F = {"fin"}, C = {"fin"}}
 local TERMINAL = {S = true, F = true, C = true}
 
 local function corrupt(id, reason) return refuse("CorruptJob", id, reason) end
 
 local function check_job(id, h)
-  for _, f in ipairs({"q", "s", "ir", "st"}) do
+  for _, f in ipairs({"s", "st"}) do
     if h[f] == nil then return corrupt(id, "field '" .. f .. "' is missing") end
   end
   if not valid_name(h.q, NAME_MAX) then return corrupt(id, "field 'q' is not a valid queue name") end
   local fields = STATE_INT_FIELDS[h.st]
   if fields == nil then return corrupt(id, "field 'st' holds an unknown state") end
-  for _, list in ipairs({INT_FIELDS, fields}) do
+  for _, list in ipairs({fields, INT_FIELDS}) do
     for _, f in ipairs(list) do
       if int(h[f]) == nil then return corrupt(id, "field '" .. f .. "' is not an integer") end
     end
@@ -168,6 +180,25 @@ local function load_job(id)
   local raw = redis.call("HGETALL", k)
   local h = {}
   for i = 1, #raw, 2 do h[raw[i]] = raw[i + 1] end
+  for f, v in pairs(DEFAULTS) do
+    if h[f] == nil then h[f] = v end
+  end
+  if h.ins == nil and h.at ~= nil then
+    h.ins = h.at
+    IMPLICIT_INS[id] = true
+  end
+  for name in pairs(BLOBS) do
+    if h[name .. "2"] then
+      local parts = {h[name] or ""}
+      for i = 2, BLOB_CHUNKS do
+        local part = h[name .. i]
+        if part == nil then break end
+        parts[i] = part
+        h[name .. i] = nil
+      end
+      h[name] = table.concat(parts)
+    end
+  end
   local bad = check_job(id, h)
   if bad then return nil, bad end
   return h
@@ -184,17 +215,21 @@ local function check_types(keys, want)
   return nil
 end
 
-local QUEUE_ZSETS = {"ready", "delayed", "waiting", "retrying", "leased", "blocked",
+local QUEUE_ZSETS = {"ready", "delayed", "retrying", "leased", "blocked",
   "succeeded", "failed", "cancelled"}
+local CHECKED = {}
 
+-- Refusal when a key of the queue (or the namespace) has the wrong type; checked once per call.
 local function check_queue(queue)
+  if CHECKED[queue] then return nil end
+  local bad = nil
   local keys = {}
   for i, what in ipairs(QUEUE_ZSETS) do keys[i] = key_q(queue, what) end
-  local bad = check_types(keys, "zset") or check_types({KEY_QUEUES}, "set")
+  bad = check_types(keys, "zset") or check_types({KEY_QUEUES}, "set")
     or check_types({key_q(queue, "wake")}, "list")
-  if bad then return bad end
-  if EVENTS then return check_types({EVENTS}, "stream") end
-  return nil
+    or (EVENTS and check_types({EVENTS}, "stream")) or nil
+  if bad == nil then CHECKED[queue] = true end
+  return bad
 end
 
 -- Events and wake-ups ------------------------------------------------------------------------
@@ -238,35 +273,73 @@ local function job_reply(id, h)
   return out
 end
 
+-- HSET arguments for field f: a blob in chunks of CHUNK bytes, anything else as it is.
+local function field_args(args, f, v)
+  if BLOBS[f] and #v > CHUNK and #v <= CHUNK * BLOB_CHUNKS then
+    args[#args + 1] = f
+    args[#args + 1] = string.sub(v, 1, CHUNK)
+    local i = 2
+    for start = CHUNK + 1, #v, CHUNK do
+      args[#args + 1] = f .. i
+      args[#args + 1] = string.sub(v, start, start + CHUNK - 1)
+      i = i + 1
+    end
+  else
+    args[#args + 1] = f
+    args[#args + 1] = v
+  end
+end
+
 local function save(id, h, fields)
   local args = {}
   for _, f in ipairs(fields) do
-    args[#args + 1] = f
-    args[#args + 1] = h[f]
+    field_args(args, f, h[f])
+    if f == "at" and IMPLICIT_INS[id] then
+      field_args(args, "ins", h.ins) -- available_at moves on: keep inserted_at
+      IMPLICIT_INS[id] = nil
+    end
+  end
+  redis.call("HSET", key_job(id), unpack(args))
+end
+
+-- A new job's hash: every field but those holding their default.
+local function create(id, h)
+  local args = {}
+  for f, v in pairs(h) do
+    if DEFAULTS[f] ~= v and not (f == "ins" and v == h.at) then field_args(args, f, v) end
   end
   redis.call("HSET", key_job(id), unpack(args))
 end
 
 -- Indexes ------------------------------------------------------------------------------------
--- W and R jobs sit in one state index (waiting / retrying, by available_at) and, for claiming, in
--- exactly one of: blocked (W with unmet dependencies, by sequence), delayed (not yet due, by
--- available_at) or ready (score priority, member "<available_at>:<seq>:<id>", so that ties go by
--- availability, then enqueue order). L jobs sit in leased (by expires_at); finished jobs in
--- succeeded / failed / cancelled (by finished_at).
+-- A W job sits in exactly one of: blocked (unmet dependencies, by available_at), delayed (not
+-- yet due, by available_at) or ready (score priority, member "<available_at><seq><id>", so
+-- that ties go by availability, then enqueue order). An R job sits in retrying (by
+-- available_at) and in one of delayed / ready. L jobs sit in leased (by expires_at); finished
+-- jobs in succeeded / failed / cancelled (by finished_at). Counts and pages by status are
+-- derived from these (counts.lua, list.lua): no index holds every waiting job twice.
 
+-- Members sort by available_at, then sequence: both in fixed-width hex, then the id.
+local READY_PREFIX = 21
 local function ready_member(id, h)
-  return string.format("%016d:%012d:", tonumber(h.at), tonumber(h.sq)) .. id
+  return string.format("%011x%010x", tonumber(h.at), tonumber(h.sq)) .. id
 end
+
+local function ready_id(member) return string.sub(member, READY_PREFIX + 1) end
 
 local FINISHED = {S = "succeeded", F = "failed", C = "cancelled"}
 
-local function unplace(id, h)
+-- from_ready: the caller took the job from the ready index (a claim by queue).
+local function unplace(id, h, from_ready)
   local q = h.q
   if h.st == "W" or h.st == "R" then
-    redis.call("ZREM", key_q(q, h.st == "W" and "waiting" or "retrying"), id)
-    redis.call("ZREM", key_q(q, "ready"), ready_member(id, h))
-    redis.call("ZREM", key_q(q, "delayed"), id)
-    redis.call("ZREM", key_q(q, "blocked"), id)
+    if h.st == "R" then redis.call("ZREM", key_q(q, "retrying"), id) end
+    if tonumber(h.pd) > 0 then
+      redis.call("ZREM", key_q(q, "blocked"), id)
+    else
+      redis.call("ZREM", key_q(q, "ready"), ready_member(id, h))
+      if not from_ready then redis.call("ZREM", key_q(q, "delayed"), id) end
+    end
   elseif h.st == "L" then
     redis.call("ZREM", key_q(q, "leased"), id)
   else
@@ -278,9 +351,9 @@ local function place(id, h, now)
   local q = h.q
   if h.st == "W" or h.st == "R" then
     local at = tonumber(h.at)
-    redis.call("ZADD", key_q(q, h.st == "W" and "waiting" or "retrying"), at, id)
+    if h.st == "R" then redis.call("ZADD", key_q(q, "retrying"), at, id) end
     if tonumber(h.pd) > 0 then
-      redis.call("ZADD", key_q(q, "blocked"), tonumber(h.sq), id)
+      redis.call("ZADD", key_q(q, "blocked"), at, id)
     elseif at <= now then
       redis.call("ZADD", key_q(q, "ready"), tonumber(h.pr), ready_member(id, h))
       wake(q)
@@ -296,9 +369,9 @@ end
 
 -- Moves a job to a new state: index out, fields written, index in, and an event when the
 -- state changed.
-local function move(id, h, now, changes)
+local function move(id, h, now, changes, from_ready)
   local before = h.st
-  unplace(id, h)
+  unplace(id, h, from_ready)
   local fields = {}
   for f, v in pairs(changes) do
     h[f] = v
@@ -447,12 +520,12 @@ local function replayed_claim(id, h, worker, rec)
 end
 
 -- The seed's claim_ready after its checks passed: attempt+1, fence+1, Leased.
-local function lease(id, h, worker, lease_ms, now, nonce)
+local function lease(id, h, worker, lease_ms, now, nonce, from_ready)
   local fence = tonumber(h.f) + 1
   move(id, h, now, {
     st = "L", a = fmt(tonumber(h.a) + 1), f = fmt(fence), w = worker, x = fmt(now + lease_ms),
     n = nonce, att = fmt(now),
-  })
+  }, from_ready)
   return {"Claim", job_reply(id, h), token_reply(id, h)}
 end
 

@@ -48,7 +48,7 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec)
   local dropped = 0
   local members = redis.call("ZRANGE", key_q(queue, "ready"), 0, limit - 1)
   for _, member in ipairs(members) do
-    local id = string.sub(member, 31)
+    local id = ready_id(member)
     local h, err = load_job(id)
     if h == nil then
       if err[1] ~= "MissingJob" then return nil, err end
@@ -56,7 +56,7 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec)
       dropped = dropped + 1
     elseif (h.st == "W" or h.st == "R") and tonumber(h.pd) == 0
         and tonumber(h.a) < tonumber(h.m) and tonumber(h.at) <= now then
-      out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. (#rec + 1))
+      out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. (#rec + 1), true)
       rec[#rec + 1] = id .. " " .. token_record(h)
     else
       -- Not claimable after all: an entry left behind by hand, or a clock that went back (a

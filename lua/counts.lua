@@ -3,6 +3,9 @@
 -- Retryable = retry-waiting; Executing = leased; Completed / Discarded / Cancelled = finished
 -- and not yet pruned; blocked = waiting jobs with a dependency not yet succeeded (they are also
 -- counted as Available or Scheduled).
+-- Derived from the indexes (see _lib.lua): every W job is in exactly one of ready / delayed /
+-- blocked, every R job in retrying and in one of ready / delayed; R jobs in delayed are those
+-- not yet due.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] queue
@@ -18,16 +21,24 @@ local function main()
   local queue = ARGV[3]
   local bad = name_error(queue, "queue") or check_queue(queue)
   if bad then return bad end
-  local waiting = key_q(queue, "waiting")
+  local later = "(" .. fmt(now)
+  local retrying = redis.call("ZCARD", key_q(queue, "retrying"))
+  local blocked = redis.call("ZCARD", key_q(queue, "blocked"))
+  local waiting = redis.call("ZCARD", key_q(queue, "ready")) + blocked
+    + redis.call("ZCARD", key_q(queue, "delayed")) - retrying
+  local scheduled = redis.call("ZCOUNT", key_q(queue, "delayed"), later, "+inf")
+    - redis.call("ZCOUNT", key_q(queue, "retrying"), later, "+inf")
+    + redis.call("ZCOUNT", key_q(queue, "blocked"), later, "+inf")
+  scheduled = math.max(0, math.min(scheduled, waiting))
   return applied("Counts", fmt(now),
-    fmt(redis.call("ZCOUNT", waiting, "-inf", now)),
-    fmt(redis.call("ZCOUNT", waiting, "(" .. fmt(now), "+inf")),
-    fmt(redis.call("ZCARD", key_q(queue, "retrying"))),
+    fmt(math.max(0, waiting - scheduled)),
+    fmt(scheduled),
+    fmt(retrying),
     fmt(redis.call("ZCARD", key_q(queue, "leased"))),
     fmt(redis.call("ZCARD", key_q(queue, "succeeded"))),
     fmt(redis.call("ZCARD", key_q(queue, "failed"))),
     fmt(redis.call("ZCARD", key_q(queue, "cancelled"))),
-    fmt(redis.call("ZCARD", key_q(queue, "blocked"))))
+    fmt(blocked))
 end
 
 return finish(main())

@@ -146,12 +146,7 @@ local function write_all(jobs, now)
       sq = fmt(seq + i), a = "0", m = a.max_attempts, f = "0", st = "W", at = fmt(a.at),
       ins = fmt(now),
     }
-    local args = {}
-    for f, v in pairs(h) do
-      args[#args + 1] = f
-      args[#args + 1] = v
-    end
-    redis.call("HSET", key_job(a.id), unpack(args))
+    create(a.id, h)
     place(a.id, h, now)
     emit(a.id, h, "enqueued")
     for _, d in ipairs(a.deps) do redis.call("SADD", key_dependents(d), a.id) end

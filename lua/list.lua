@@ -1,5 +1,8 @@
--- list (read only): a page of a queue's jobs in one status, oldest first (by available_at for
--- Available / Scheduled / Retryable, by lease expiry for Executing, by finish time otherwise).
+-- list (read only): a page of a queue's jobs in one status.
+-- Order: Available: the claimable ones in claim order, then those due but not yet promoted, then
+-- the blocked ones (by available_at); Scheduled (by available_at, the not-yet-due ones, then the
+-- blocked ones): Retryable by available_at; Executing by lease expiry; Completed / Discarded /
+-- Cancelled by finish time; blocked by available_at.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] queue
@@ -9,20 +12,76 @@
 -- Replies
 --   {"Jobs", now, job...}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
--- A job whose hash is missing or damaged is left out of the page.
+-- A job whose hash is missing or damaged is left out of the page. Cost: O(log N + offset +
+-- limit), plus the retry-waiting jobs skipped over for Available / Scheduled.
 
-local SOURCES = {
-  available = {"waiting", "-inf", "now"}, scheduled = {"waiting", "(now", "+inf"},
-  retryable = {"retrying"}, executing = {"leased"}, completed = {"succeeded"},
-  discarded = {"failed"}, cancelled = {"cancelled"}, blocked = {"blocked"},
-}
+local CHUNK_READ = 100
+local PLAIN = {retryable = "retrying", executing = "leased", completed = "succeeded",
+  discarded = "failed", cancelled = "cancelled", blocked = "blocked"}
 
-local function page(queue, src, now, offset, limit)
-  local key = key_q(queue, src[1])
-  if src[2] == nil then return redis.call("ZRANGE", key, offset, offset + limit - 1) end
-  local lo = src[2] == "(now" and "(" .. fmt(now) or src[2]
-  local hi = src[3] == "now" and fmt(now) or src[3]
-  return redis.call("ZRANGEBYSCORE", key, lo, hi, "LIMIT", offset, limit)
+local function is_waiting(h) return h.st == "W" end
+
+-- Up to `want` jobs from an index, in its order, that pass `keep`; appended to out.
+-- range(start, count) reads the index; member_id turns a member into a job id.
+local function collect(out, want, range, member_id, keep)
+  local start = 0
+  while #out < want do
+    local members = range(start, CHUNK_READ)
+    for _, member in ipairs(members) do
+      local id = member_id(member)
+      local h = load_job(id)
+      if h and keep(h) then
+        out[#out + 1] = {id, h}
+        if #out >= want then break end
+      end
+    end
+    if #members < CHUNK_READ then break end
+    start = start + CHUNK_READ
+  end
+  return out
+end
+
+local function by_score(key, lo, hi)
+  return function(start, count)
+    return redis.call("ZRANGEBYSCORE", key, lo, hi, "LIMIT", start, count)
+  end
+end
+
+local function by_rank(key)
+  return function(start, count) return redis.call("ZRANGE", key, start, start + count - 1) end
+end
+
+local function same(member) return member end
+
+local function available(queue, now, want)
+  local out, due = {}, fmt(now)
+  collect(out, want, by_rank(key_q(queue, "ready")), ready_id, is_waiting)
+  collect(out, want, by_score(key_q(queue, "delayed"), "-inf", due), same, is_waiting)
+  collect(out, want, by_score(key_q(queue, "blocked"), "-inf", due), same, is_waiting)
+  return out
+end
+
+local function scheduled(queue, now, want)
+  local out, later = {}, "(" .. fmt(now)
+  collect(out, want, by_score(key_q(queue, "delayed"), later, "+inf"), same, is_waiting)
+  collect(out, want, by_score(key_q(queue, "blocked"), later, "+inf"), same, is_waiting)
+  return out
+end
+
+local function page(queue, status, now, offset, limit)
+  local plain = PLAIN[status]
+  if plain then
+    local out = {}
+    local keep = function() return true end
+    local range = function(start, count)
+      if start > 0 then return {} end
+      return redis.call("ZRANGE", key_q(queue, plain), offset, offset + count - 1)
+    end
+    collect(out, limit, range, same, keep)
+    return out, 0
+  end
+  local pick = status == "available" and available or scheduled
+  return pick(queue, now, offset + limit), offset
 end
 
 local function main()
@@ -31,18 +90,17 @@ local function main()
   local queue, status = ARGV[3], ARGV[4]
   local bad = name_error(queue, "queue") or check_queue(queue)
   if bad then return bad end
-  local src = SOURCES[status]
-  if src == nil then return invalid("unknown status '" .. status .. "'") end
+  if PLAIN[status] == nil and status ~= "available" and status ~= "scheduled" then
+    return invalid("unknown status '" .. status .. "'")
+  end
   local offset, limit = int(ARGV[5]), int(ARGV[6])
   if offset == nil or offset < 0 then return invalid("offset must be a nonnegative integer") end
   if limit == nil or limit < 1 or limit > 1000 then
     return invalid("limit must be between 1 and 1000")
   end
   local out = {"Jobs", fmt(now)}
-  for _, id in ipairs(page(queue, src, now, offset, limit)) do
-    local h = load_job(id)
-    if h then out[#out + 1] = job_reply(id, h) end
-  end
+  local items, skip = page(queue, status, now, offset, limit)
+  for i = skip + 1, #items do out[#out + 1] = job_reply(items[i][1], items[i][2]) end
   return out
 end
 

@@ -16,7 +16,6 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 QUEUE_SETS = (
     "ready",
     "delayed",
-    "waiting",
     "retrying",
     "leased",
     "blocked",

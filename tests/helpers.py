@@ -35,7 +35,7 @@ def where(q: Quasar, job_id: str, queue: str = "default") -> set[str]:
         key = q.keys.queue(queue, what)
         members = [m.decode() for m in q.redis.zrange(key, 0, -1)]
         if what == "ready":
-            members = [m.split(":", 2)[2] for m in members]
+            members = [m[21:] for m in members]  # after hex available_at and sequence
         if job_id in members:
             found.add(what)
     return found

@@ -12,7 +12,7 @@ from .helpers import T0, applied, claimed, snapshot
 @pytest.mark.parametrize(
     ("damage", "says"),
     [
-        (lambda q: q.redis.hdel(q.keys.job("j"), "q"), "field 'q' is missing"),
+        (lambda q: q.redis.hdel(q.keys.job("j"), "s"), "field 's' is missing"),
         (lambda q: q.redis.hset(q.keys.job("j"), "a", "one"), "field 'a' is not an integer"),
         (lambda q: q.redis.hset(q.keys.job("j"), "f", "1.5"), "field 'f' is not an integer"),
         (lambda q: q.redis.hset(q.keys.job("j"), "st", "Z"), "unknown state"),

@@ -32,7 +32,7 @@ def test_enqueue_applies_waiting_with_attempt_and_fence_zero(q: Quasar) -> None:
     assert (job.input_ref, job.input_revision, job.priority) == ("inline", 0, 3)
     assert job.inserted_at == T0
     assert job.status(T0) is Status.AVAILABLE
-    assert where(q, "j1") == {"waiting", "ready"}
+    assert where(q, "j1") == {"ready"}
     fields = raw_job(q, "j1")
     assert fields["st"] == b"W"
     assert fields["at"] == str(T0).encode()
@@ -42,7 +42,7 @@ def test_enqueue_scheduled_by_delay_and_by_time(q: Quasar) -> None:
     job = applied(q.enqueue("s", id="d", delay_ms=500, now=T0))
     assert job.state == Waiting(T0 + 500)
     assert job.status(T0) is Status.SCHEDULED
-    assert where(q, "d") == {"waiting", "delayed"}
+    assert where(q, "d") == {"delayed"}
     at = applied(q.enqueue("s", id="a", available_at=T0 + 10, delay_ms=99, now=T0))
     assert at.state == Waiting(T0 + 10)  # an absolute time wins over a delay
 
@@ -117,7 +117,7 @@ def test_enqueue_with_unmet_dependency_is_blocked_and_says_on_what(q: Quasar) ->
     job = applied(q.enqueue("s", id="b", dependencies=[dep], now=T0))
     assert job.dependencies == ("a",)
     assert job.pending_dependencies == 1
-    assert where(q, "b") == {"waiting", "blocked"}
+    assert where(q, "b") == {"blocked"}
     info = q.get_job("b", now=T0)
     assert info is not None
     assert info.waiting_on == "a"
@@ -130,7 +130,7 @@ def test_enqueue_after_dependency_succeeded_is_claimable_at_once(q: Quasar) -> N
     applied(q.complete(claim.token, "w", now=T0))
     job = applied(q.enqueue("s", id="b", dependencies=["a"], now=T0))
     assert job.pending_dependencies == 0
-    assert where(q, "b") == {"waiting", "ready"}
+    assert where(q, "b") == {"ready"}
 
 
 def test_enqueue_refuses_a_cancelled_dependency(q: Quasar) -> None:
@@ -161,7 +161,7 @@ def test_batch_is_applied_whole_with_internal_dependencies(q: Quasar) -> None:
     assert isinstance(result, BatchApplied)
     assert [j.id for j in result.jobs] == ["b0", "b1", "b2"]
     assert [j.pending_dependencies for j in result.jobs] == [0, 1, 2]
-    assert where(q, "b2", "other") == {"waiting", "blocked"}
+    assert where(q, "b2", "other") == {"blocked"}
 
 
 def test_batch_refusal_names_the_job_and_writes_nothing(q: Quasar) -> None:
@@ -176,3 +176,32 @@ def test_batch_refusal_names_the_job_and_writes_nothing(q: Quasar) -> None:
     bad = [NewJob("s", id="n0"), NewJob("", id="n1")]
     assert q.enqueue_many(bad, now=T0) == BatchRefused(1, InvalidJob("stage must not be empty"))
     assert snapshot(q) == before
+
+
+def test_compact_hash_omits_defaults_and_chunks_the_payload(q: Quasar, backend: str) -> None:
+    payload = {"blob": "x" * 150}
+    job = applied(q.enqueue("s", payload, id="j", now=T0))
+    assert job.payload == payload
+    fields = raw_job(q, "j")
+    assert not {"rv", "a", "f", "pd", "dp", "ir", "odf", "pr", "m", "q", "ins"} & fields.keys()
+    assert {"p", "p2", "p3"} <= fields.keys()
+    assert all(len(v) <= 64 for v in fields.values())
+    if backend == "redis":
+        assert q.redis.object("encoding", q.keys.job("j")) == b"listpack"
+    info = q.get_job("j")
+    assert info is not None
+    assert info.job.payload == payload
+    assert (info.job.input_ref, info.job.attempt, info.job.priority) == ("inline", 0, 0)
+
+
+@pytest.mark.parametrize("size", [0, 63, 64, 65, 1024, 1025, 5000])
+def test_payloads_and_results_of_any_size_round_trip(q: Quasar, size: int) -> None:
+    blob = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    applied(q.enqueue("s", blob, id="j", now=T0))
+    claim = claimed(q.claim("default", "w", 1000, now=T0))
+    assert claim.job.payload == blob
+    done = applied(q.complete(claim.token, "w", result=blob[::-1], now=T0 + 1))
+    assert done.result == blob[::-1]
+    info = q.get_job("j")
+    assert info is not None
+    assert (info.job.payload, info.job.result) == (blob, blob[::-1])

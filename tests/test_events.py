@@ -36,7 +36,7 @@ def test_release_hands_the_job_back_without_using_an_attempt(q: Quasar) -> None:
     job = applied(q.release(token, "w", delay_ms=50, now=T0 + 1))
     assert job.state == Waiting(T0 + 51)
     assert (job.attempt, job.fencing_version) == (0, 1)
-    assert where(q, "j") == {"waiting", "delayed"}
+    assert where(q, "j") == {"delayed"}
     again = claimed(q.claim("default", "w", 100, now=T0 + 51))
     assert (again.job.attempt, again.job.fencing_version) == (1, 2)
     assert q.complete(token, "w", now=T0 + 52) == JobRefused(StaleLease())

@@ -52,9 +52,9 @@ def test_complete_releases_dependents_whose_dependencies_all_succeeded(q: Quasar
     info = q.get_job("c", now=T0 + 1)
     assert info is not None
     assert (info.job.pending_dependencies, info.waiting_on) == (1, "b")
-    assert where(q, "c") == {"waiting", "blocked"}
+    assert where(q, "c") == {"blocked"}
     applied(q.complete(tb, "w", now=T0 + 2))
-    assert where(q, "c") == {"waiting", "ready"}
+    assert where(q, "c") == {"ready"}
     info = q.get_job("c", now=T0 + 2)
     assert info is not None
     assert (info.job.pending_dependencies, info.waiting_on) == (0, None)

@@ -70,8 +70,8 @@ def test_promote_moves_due_jobs_to_ready(q: Quasar) -> None:
     for i in range(4):
         applied(q.enqueue("s", id=f"j{i}", delay_ms=10 * (i + 1), now=T0))
     assert q.promote_due(now=T0 + 25) == 2
-    assert where(q, "j0") == {"waiting", "ready"}
-    assert where(q, "j2") == {"waiting", "delayed"}
+    assert where(q, "j0") == {"ready"}
+    assert where(q, "j2") == {"delayed"}
     assert q.promote_due(limit=1, now=T0 + 100) == 1
 
 
@@ -94,7 +94,7 @@ def test_cancel_checks_fence_and_terminal_and_cascades(q: Quasar) -> None:
     assert c.job.state == Cancelled("dependency b was cancelled", T0 + 1)
     assert where(q, "b") == {"cancelled"}
     assert q.cancel("a", now=T0 + 2) == JobRefused(TerminalJob())
-    assert where(q, "other") == {"waiting", "ready"}
+    assert where(q, "other") == {"ready"}
 
 
 def test_operator_retry(q: Quasar) -> None:
