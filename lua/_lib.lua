@@ -140,30 +140,64 @@ end
 
 -- Loading and checking job hashes --------------------------------------------------------------
 
-local INT_FIELDS = {"rv", "pd", "pr", "sq", "a", "m", "f", "ins"}
 local DEFAULTS = {rv = "0", a = "0", f = "0", pd = "0", dp = "", ir = "inline", odf = "block",
   pr = "0", m = "3", q = "default"}
+-- Fields that must hold integers, and those each state needs.
+local NUMERIC = {rv = true, pd = true, pr = true, sq = true, a = true, m = true, f = true,
+  ins = true, at = true, x = true, fin = true, att = true}
+local STATE_NEEDS = {W = "at", R = "at", L = "x", S = "fin", F = "fin", C = "fin"}
 -- Jobs whose inserted_at is not stored because it equals their first available_at.
 local IMPLICIT_INS = {}
+-- Per job loaded: the raw HGETALL reply, and the fields written since (see job_reply).
+local RAW, CHANGED = {}, {}
 local CHUNK = 64
 local BLOB_CHUNKS = 16
 local BLOBS = {p = true, res = true}
-local STATE_INT_FIELDS = {W = {"at"}, R = {"at"}, L = {"x"}, S = {"fin"}, F = {"fin"}, C = {"fin"}}
 local TERMINAL = {S = true, F = true, C = true}
 
 local function corrupt(id, reason) return refuse("CorruptJob", id, reason) end
 
-local function check_job(id, h)
-  for _, f in ipairs({"s", "st"}) do
-    if h[f] == nil then return corrupt(id, "field '" .. f .. "' is missing") end
+local function not_integer(v)
+  local n = tonumber(v)
+  return n == nil or n ~= math.floor(n) or n > MAXINT or n < -MAXINT
+end
+
+local function join_blob(h, name)
+  if h[name .. "2"] == nil then return end
+  local parts = {h[name] or ""}
+  for i = 2, BLOB_CHUNKS do
+    local part = h[name .. i]
+    if part == nil then break end
+    parts[i] = part
+    h[name .. i] = nil
   end
-  if not valid_name(h.q, NAME_MAX) then return corrupt(id, "field 'q' is not a valid queue name") end
-  local fields = STATE_INT_FIELDS[h.st]
-  if fields == nil then return corrupt(id, "field 'st' holds an unknown state") end
-  for _, list in ipairs({fields, INT_FIELDS}) do
-    for _, f in ipairs(list) do
-      if int(h[f]) == nil then return corrupt(id, "field '" .. f .. "' is not an integer") end
+  h[name] = table.concat(parts)
+end
+
+local function fill_defaults(id, h)
+  for f, v in pairs(DEFAULTS) do
+    if h[f] == nil then h[f] = v end
+  end
+  if h.ins == nil and h.at ~= nil then
+    h.ins = h.at
+    IMPLICIT_INS[id] = true
+  end
+end
+
+-- The checks every stored field gets (those holding their default are not stored, and good).
+local function check_job(id, h, raw)
+  for i = 1, #raw, 2 do
+    local f = raw[i]
+    if NUMERIC[f] and not_integer(raw[i + 1]) then
+      return corrupt(id, "field '" .. f .. "' is not an integer")
     end
+  end
+  if h.s == nil then return corrupt(id, "field 's' is missing") end
+  local need = STATE_NEEDS[h.st]
+  if need == nil then return corrupt(id, "field 'st' holds an unknown state") end
+  if h[need] == nil then return corrupt(id, "field '" .. need .. "' is not an integer") end
+  if h.q ~= nil and h.q ~= "default" and not valid_name(h.q, NAME_MAX) then
+    return corrupt(id, "field 'q' is not a valid queue name")
   end
   if h.st == "L" and (h.w == nil or h.n == nil) then
     return corrupt(id, "a leased job lacks its worker or nonce")
@@ -174,33 +208,20 @@ end
 -- The job as a table of its fields, or nil and a refusal (MissingJob, CorruptJob).
 local function load_job(id)
   local k = key_job(id)
-  local kind = redis.call("TYPE", k)["ok"]
-  if kind == "none" then return nil, refuse("MissingJob", id) end
-  if kind ~= "hash" then return nil, corrupt(id, "key holds a " .. kind .. ", not a hash") end
-  local raw = redis.call("HGETALL", k)
+  local raw = redis.pcall("HGETALL", k)
+  if raw.err then
+    local kind = redis.call("TYPE", k)["ok"]
+    return nil, corrupt(id, "key holds a " .. kind .. ", not a hash")
+  end
+  if #raw == 0 then return nil, refuse("MissingJob", id) end
   local h = {}
   for i = 1, #raw, 2 do h[raw[i]] = raw[i + 1] end
-  for f, v in pairs(DEFAULTS) do
-    if h[f] == nil then h[f] = v end
-  end
-  if h.ins == nil and h.at ~= nil then
-    h.ins = h.at
-    IMPLICIT_INS[id] = true
-  end
-  for name in pairs(BLOBS) do
-    if h[name .. "2"] then
-      local parts = {h[name] or ""}
-      for i = 2, BLOB_CHUNKS do
-        local part = h[name .. i]
-        if part == nil then break end
-        parts[i] = part
-        h[name .. i] = nil
-      end
-      h[name] = table.concat(parts)
-    end
-  end
-  local bad = check_job(id, h)
+  local bad = check_job(id, h, raw)
   if bad then return nil, bad end
+  fill_defaults(id, h)
+  join_blob(h, "p")
+  join_blob(h, "res")
+  RAW[id], CHANGED[id] = raw, nil
   return h
 end
 
@@ -263,10 +284,22 @@ local function finish(reply)
   return reply
 end
 
--- Flat reply for a job: {id, field, value, field, value, ...}.
+-- Flat reply for a job: {id, field, value, field, value, ...}; a later field overrides an
+-- earlier one, fields holding their default may be absent, and blobs may come in chunks (the
+-- client joins them). A job loaded in this script replies with its raw HGETALL reply and the
+-- fields written since, which is cheaper than walking the table.
 local function job_reply(id, h)
+  local raw = RAW[id]
   local out = {id}
-  for f, v in pairs(h) do
+  if raw == nil then
+    for f, v in pairs(h) do
+      out[#out + 1] = f
+      out[#out + 1] = v
+    end
+    return out
+  end
+  for i = 1, #raw do out[i + 1] = raw[i] end
+  for f, v in pairs(CHANGED[id] or {}) do
     out[#out + 1] = f
     out[#out + 1] = v
   end
@@ -292,10 +325,14 @@ end
 
 local function save(id, h, fields)
   local args = {}
+  local changed = CHANGED[id] or {}
+  CHANGED[id] = changed
   for _, f in ipairs(fields) do
+    changed[f] = h[f]
     field_args(args, f, h[f])
     if f == "at" and IMPLICIT_INS[id] then
       field_args(args, "ins", h.ins) -- available_at moves on: keep inserted_at
+      changed.ins = h.ins
       IMPLICIT_INS[id] = nil
     end
   end
@@ -598,6 +635,87 @@ end
 
 local function job_applied(c, now_text)
   return applied("JobApplied", now_text, job_reply(c.id, c.h))
+end
+
+-- The lease holder's edges, shared by their own scripts and by report.lua (many in one call).
+-- Each takes a context from open_lease (c.id, c.h, c.t, c.worker, c.now), checks in the seed's
+-- order, and returns a refusal, or nil once the job has moved.
+
+local function do_complete(c, output_ref, result)
+  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
+  if bad then return bad end
+  if output_ref == "" then return invalid("output_ref must not be empty") end
+  bad = text_error(output_ref, "output_ref") or check_queue(c.h.q)
+  if bad then return bad end
+  local dependents, derr = load_dependents(c.id)
+  if dependents == nil then return derr end
+  move(c.id, c.h, c.now, {st = "S", o = output_ref, res = result, fin = fmt(c.now)})
+  release_dependents(c.id, dependents, c.now)
+  return nil
+end
+
+local function do_fail(c, reason, delay_arg, kind)
+  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
+  if bad then return bad end
+  local delay, e = int_arg(delay_arg, "retry_delay")
+  if delay == nil then return e end
+  if delay < 0 then return invalid("retry_delay must be nonnegative") end
+  bad = error_text_error(kind, reason) or check_queue(c.h.q)
+  if bad then return bad end
+  local changes = retry_or_fail(c.h, kind, reason, c.now, delay)
+  local closure = {}
+  if changes.st == "F" then
+    local err
+    closure, err = failure_closure(c.id)
+    if closure == nil then return err end
+  end
+  move(c.id, c.h, c.now, changes)
+  apply_cancel_closure(closure, c.now)
+  return nil
+end
+
+local function do_permanent_fail(c, reason, kind)
+  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
+  if bad then return bad end
+  if reason == "" then return invalid("reason must not be empty") end
+  bad = error_text_error(kind, reason) or check_queue(c.h.q)
+  if bad then return bad end
+  local closure, err = failure_closure(c.id)
+  if closure == nil then return err end
+  move(c.id, c.h, c.now, {st = "F", fin = fmt(c.now), ek = kind, em = reason})
+  apply_cancel_closure(closure, c.now)
+  return nil
+end
+
+local function do_release(c, delay_arg)
+  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
+  if bad then return bad end
+  local delay, e = int_arg(delay_arg, "delay")
+  if delay == nil then return e end
+  if delay < 0 then return invalid("delay must be nonnegative") end
+  bad = check_queue(c.h.q)
+  if bad then return bad end
+  move(c.id, c.h, c.now, {st = "W", at = fmt(c.now + delay), a = fmt(tonumber(c.h.a) - 1)})
+  return nil
+end
+
+-- One lease holder's call by name, with its three arguments (report.lua and the single scripts).
+local LEASE_CALLS = {
+  complete = function(c, a, b) return do_complete(c, a, b) end,
+  fail = function(c, a, b, k) return do_fail(c, a, b, k) end,
+  permanent_fail = function(c, a, _, k) return do_permanent_fail(c, a, k) end,
+  release = function(c, a) return do_release(c, a) end,
+}
+
+-- The body of complete.lua / fail.lua / permanent_fail.lua / release.lua.
+local function lease_call(name, a, b, k)
+  local c, err = open_lease()
+  if c == nil then return err end
+  if c.record then return job_applied(c, "") end
+  local bad = LEASE_CALLS[name](c, a, b, k)
+  if bad then return bad end
+  record(c.cid, "A")
+  return job_applied(c, fmt(c.now))
 end
 
 -- The common opening of expire / cancel / operator_retry: ARGV[1] call id, ARGV[2] now,

@@ -15,22 +15,6 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again, not StaleLease.
 
-local function main()
-  local c, err = open_lease()
-  if c == nil then return err end
-  if c.record then return job_applied(c, "") end
-  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
-  if bad then return bad end
-  local output_ref = ARGV[10]
-  if output_ref == "" then return invalid("output_ref must not be empty") end
-  bad = text_error(output_ref, "output_ref") or check_queue(c.h.q)
-  if bad then return bad end
-  local dependents, derr = load_dependents(c.id)
-  if dependents == nil then return derr end
-  move(c.id, c.h, c.now, {st = "S", o = output_ref, res = ARGV[11], fin = fmt(c.now)})
-  release_dependents(c.id, dependents, c.now)
-  record(c.cid, "A")
-  return job_applied(c, fmt(c.now))
-end
+local function main() return lease_call("complete", ARGV[10], ARGV[11]) end
 
 return finish(main())

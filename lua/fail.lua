@@ -15,27 +15,6 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
-local function main()
-  local c, err = open_lease()
-  if c == nil then return err end
-  if c.record then return job_applied(c, "") end
-  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
-  if bad then return bad end
-  local delay, e = int_arg(ARGV[11], "retry_delay")
-  if delay == nil then return e end
-  if delay < 0 then return invalid("retry_delay must be nonnegative") end
-  bad = error_text_error(ARGV[12], ARGV[10]) or check_queue(c.h.q)
-  if bad then return bad end
-  local changes = retry_or_fail(c.h, ARGV[12], ARGV[10], c.now, delay)
-  local closure = {}
-  if changes.st == "F" then
-    closure, err = failure_closure(c.id)
-    if closure == nil then return err end
-  end
-  move(c.id, c.h, c.now, changes)
-  apply_cancel_closure(closure, c.now)
-  record(c.cid, "A")
-  return job_applied(c, fmt(c.now))
-end
+local function main() return lease_call("fail", ARGV[10], ARGV[11], ARGV[12]) end
 
 return finish(main())

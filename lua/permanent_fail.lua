@@ -14,22 +14,6 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
-local function main()
-  local c, err = open_lease()
-  if c == nil then return err end
-  if c.record then return job_applied(c, "") end
-  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
-  if bad then return bad end
-  if ARGV[10] == "" then return invalid("reason must not be empty") end
-  bad = error_text_error(ARGV[11], ARGV[10]) or check_queue(c.h.q)
-  if bad then return bad end
-  local closure
-  closure, err = failure_closure(c.id)
-  if closure == nil then return err end
-  move(c.id, c.h, c.now, {st = "F", fin = fmt(c.now), ek = ARGV[11], em = ARGV[10]})
-  apply_cancel_closure(closure, c.now)
-  record(c.cid, "A")
-  return job_applied(c, fmt(c.now))
-end
+local function main() return lease_call("permanent_fail", ARGV[10], nil, ARGV[11]) end
 
 return finish(main())

@@ -15,20 +15,6 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
-local function main()
-  local c, err = open_lease()
-  if c == nil then return err end
-  if c.record then return job_applied(c, "") end
-  local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
-  if bad then return bad end
-  local delay, e = int_arg(ARGV[10], "delay")
-  if delay == nil then return e end
-  if delay < 0 then return invalid("delay must be nonnegative") end
-  bad = check_queue(c.h.q)
-  if bad then return bad end
-  move(c.id, c.h, c.now, {st = "W", at = fmt(c.now + delay), a = fmt(tonumber(c.h.a) - 1)})
-  record(c.cid, "A")
-  return job_applied(c, fmt(c.now))
-end
+local function main() return lease_call("release", ARGV[10]) end
 
 return finish(main())

@@ -13,7 +13,18 @@ class EncodeError(ValueError):
     """A value msgpack cannot encode."""
 
 
+class Encoded:
+    """A value already encoded as msgpack (``encode`` passes it through unchanged)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 def encode(value: Any) -> bytes:
+    if isinstance(value, Encoded):
+        return value.data
     try:
         data: bytes = msgpack.packb(value, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:

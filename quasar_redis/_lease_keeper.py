@@ -25,8 +25,9 @@ from .errors import QuasarError, RedisUnavailable
 
 log = logging.getLogger("quasar_redis.worker")
 
-#: Builds the outcome call from the newest token.
-Report = Callable[[t.LeaseToken], Call[Any]]
+#: Builds the outcome from the newest token.
+Report = Callable[[t.LeaseToken], t.Outcome]
+BATCH = 1000
 
 
 @dataclass(eq=False)
@@ -137,8 +138,15 @@ class LeaseKeeper:
                 return batch
 
     def _send_outcomes(self, batch: list[_Outcome]) -> None:
-        calls = [outcome.build(outcome.lease.token) for outcome in batch]
-        results = self._execute(calls)
+        """One report call per BATCH outcomes (all in one pipeline)."""
+        chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
+        calls = [
+            self.client.calls.report(self.worker_id, [o.build(o.lease.token) for o in chunk])
+            for chunk in chunks
+        ]
+        results: list[Any] = []
+        for chunk, reply in zip(chunks, self._execute(calls), strict=True):
+            results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
         for outcome, result in zip(batch, results, strict=True):
             with self._lock:
                 self._leases.pop(outcome.lease.job_id, None)

@@ -17,7 +17,7 @@ from . import _types as t
 from ._codec import EncodeError, encode
 from ._keys import KeySpace
 from ._scripts import Script, scripts
-from .errors import CorruptJobError, CorruptKeyError, InvalidArgument, ProtocolError
+from .errors import CorruptJobError, CorruptKeyError, InvalidArgument, ProtocolError, QuasarError
 
 T = TypeVar("T")
 Arg = str | bytes
@@ -44,6 +44,8 @@ FAULTS = ("CorruptJob", "CorruptKey")
 #: Tags of applied replies (and of the parts inside them).
 APPLIED = (
     "BatchApplied",
+    "OutcomeApplied",
+    "Reported",
     "BatchRefused",
     "Claim",
     "ClaimApplied",
@@ -135,10 +137,44 @@ def _opt_int(value: bytes | None) -> int | None:
     return None if value is None else int(value)
 
 
+#: Fields the scripts do not store while they hold these values (lua/_lib.lua DEFAULTS).
+DEFAULTS: dict[str, bytes] = {
+    "rv": b"0",
+    "a": b"0",
+    "f": b"0",
+    "pd": b"0",
+    "dp": b"",
+    "ir": b"inline",
+    "odf": b"block",
+    "pr": b"0",
+    "m": b"3",
+    "q": b"default",
+}
+BLOB_CHUNKS = 16
+
+
+def _fields(reply: Sequence[Any]) -> dict[str, bytes]:
+    """The job fields of a reply: later ones win, defaults filled in, blob chunks joined."""
+    f = dict(DEFAULTS)
+    f.update({_s(reply[i]): reply[i + 1] for i in range(1, len(reply), 2)})
+    for name in ("p", "res"):
+        if f"{name}2" in f:
+            parts = [f.get(name, b"")]
+            for i in range(2, BLOB_CHUNKS + 1):
+                part = f.pop(f"{name}{i}", None)
+                if part is None:
+                    break
+                parts.append(part)
+            f[name] = b"".join(parts)
+    if "ins" not in f and "at" in f:
+        f["ins"] = f["at"]
+    return f
+
+
 def parse_job(reply: Sequence[Any]) -> t.Job:
     """A job from ``{id, field, value, ...}``."""
     job_id = _s(reply[0])
-    f = {_s(reply[i]): reply[i + 1] for i in range(1, len(reply), 2)}
+    f = _fields(reply)
     try:
         error = t.ErrorInfo(_s(f["ek"]), _s(f.get("em", b""))) if "ek" in f else None
         policy: t.DependencyPolicy = "cancel" if f.get("odf") == b"cancel" else "block"
@@ -327,6 +363,39 @@ def _token_args(token: t.LeaseToken, worker_id: str) -> tuple[Arg, ...]:
     )
 
 
+def _outcome_group(outcome: t.Outcome) -> tuple[Arg, ...] | t.JobRefused:
+    token = _token_args(outcome.token, "")[:6]
+    match outcome:
+        case t.Complete(_, result, output_ref):
+            try:
+                raw = b"" if result is None else encode(result)
+            except EncodeError as exc:
+                return t.JobRefused(t.InvalidJob(f"result {exc}"))
+            return ("complete", *token, _text(output_ref), raw, "")
+        case t.Fail(_, reason, delay, kind):
+            return ("fail", *token, _text(reason), _int(delay), _text(kind))
+        case t.PermanentFail(_, reason, kind):
+            return ("permanent_fail", *token, _text(reason), "", _text(kind))
+        case t.Release(_, delay):
+            return ("release", *token, _int(delay), "", "")
+    raise TypeError(f"not an outcome: {outcome!r}")
+
+
+def parse_report(reply: Any) -> list[t.OutcomeResult | QuasarError]:
+    if _tag(reply) != "Reported":
+        raise _refused(reply)
+    out: list[t.OutcomeResult | QuasarError] = []
+    for item in reply[2:]:
+        if _tag(item) == "OutcomeApplied":
+            out.append(t.OutcomeApplied(_s(item[1]), t.STATE_NAMES.get(_s(item[2]), "?")))
+            continue
+        try:
+            out.append(t.JobRefused(refusal(item)))
+        except QuasarError as exc:  # a damaged job: the other outcomes still count
+            out.append(exc)
+    return out
+
+
 class Protocol:
     """Builds the ``Call`` of every operation for one namespace."""
 
@@ -472,6 +541,25 @@ class Protocol:
     ) -> Call[t.ClaimResult]:
         args = (_now(now), *_token_args(token, worker_id), _int(lease_ms))
         return self._call("heartbeat", args, parse_claim_result)
+
+    def report(
+        self, worker_id: str, outcomes: Sequence[t.Outcome], now: int | None = None
+    ) -> Call[list[t.OutcomeResult | QuasarError]]:
+        """Many lease holders' outcomes in one call; each applied or refused on its own."""
+        items: list[Arg] = []
+        early: list[t.OutcomeResult | QuasarError] | None = None
+        if not outcomes or len(outcomes) > self.limits.max_batch:
+            reason = f"a report holds 1 to {self.limits.max_batch} outcomes"
+            early = [t.JobRefused(t.InvalidJob(reason))] * max(1, len(outcomes))
+        for outcome in outcomes if early is None else ():
+            group = _outcome_group(outcome)
+            if isinstance(group, t.JobRefused):  # a result msgpack cannot encode
+                early = [group] * len(outcomes)
+                break
+            items.extend(group)
+        args = (_now(now), _text(worker_id), str(len(outcomes)), *items)
+        call = self._call("report", args, parse_report)
+        return Call(call.script, call.args, call.parse, early)
 
     def release(
         self, token: t.LeaseToken, worker_id: str, delay_ms: int, now: int | None = None

@@ -23,6 +23,7 @@ NAMES = (
     "permanent_fail",
     "heartbeat",
     "release",
+    "report",
     "expire",
     "sweep",
     "promote",

@@ -375,3 +375,65 @@ class QueueCounts:
 
     def by_status(self) -> dict[Status, int]:
         return {status: getattr(self, status.value) for status in Status}
+
+
+# --- outcomes a lease holder reports (``report_many``) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """Succeed the leased job (``complete``)."""
+
+    token: LeaseToken
+    result: Any = None
+    output_ref: str = "inline"
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Fail this attempt (``fail``): retried after ``retry_delay_ms`` while attempts remain."""
+
+    token: LeaseToken
+    reason: str
+    retry_delay_ms: int = 0
+    kind: str = "Error"
+
+
+@dataclass(frozen=True, slots=True)
+class PermanentFail:
+    """Fail the job for good (``permanent_fail``)."""
+
+    token: LeaseToken
+    reason: str
+    kind: str = "Error"
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Hand the job back without using an attempt (``release``)."""
+
+    token: LeaseToken
+    delay_ms: int = 0
+
+
+Outcome: TypeAlias = Complete | Fail | PermanentFail | Release
+
+STATE_NAMES = {
+    "W": "Waiting",
+    "R": "RetryWaiting",
+    "L": "Leased",
+    "S": "Succeeded",
+    "F": "Failed",
+    "C": "Cancelled",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeApplied:
+    """An outcome of ``report_many`` that was applied; ``state`` names the job's new state."""
+
+    job_id: str
+    state: str
+
+
+OutcomeResult: TypeAlias = OutcomeApplied | JobRefused

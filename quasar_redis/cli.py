@@ -1,8 +1,13 @@
 """The ``quasar`` command line.
 
-``quasar example`` runs the quick start: a few jobs through every edge of the lifecycle (a
-dependency, a scheduled job, a retry, a stale token, an operator retry), printing each typed result.
-Without ``--redis-url`` (or ``REDIS_URL``) it runs on an embedded fakeredis server.
+- ``quasar demo``: a realistic mix of jobs through in-process workers, with live progress and a
+  summary (``demo.py``).
+- ``quasar example``: the quick start, every edge of the lifecycle by hand (``example.py``).
+- ``quasar worker MODULE:APP``: run a worker for an application's tasks.
+- ``quasar events``: print (and follow) a namespace's event stream.
+
+Without ``--redis-url`` (or ``REDIS_URL``) ``demo`` and ``example`` run on an embedded fakeredis
+server.
 """
 
 from __future__ import annotations
@@ -13,205 +18,22 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import Any
 
 import click
-import fakeredis
 import redis
+from rich.console import Console
 
-from . import _types as t
+from . import demo as demo_module
+from ._keys import KeySpace
 from .app import App
-from .client import Quasar
 from .errors import QuasarError
+from .example import Example, embedded_quasar, real_quasar
 from .worker import Worker
 
-QUEUE = "images"
-LEASE_MS = 30_000
-HOUR_MS = 3_600_000
-
-
-# --- describing typed results --------------------------------------------------------------------
-
-
-def describe_state(state: t.JobState) -> str:
-    """One state, without its timestamps."""
-    match state:
-        case t.Waiting():
-            return "Waiting"
-        case t.RetryWaiting(reason):
-            return f"RetryWaiting({reason!r})"
-        case t.Leased(worker_id, fence):
-            return f"Leased(by {worker_id}, fence {fence})"
-        case t.Succeeded(output_ref):
-            return f"Succeeded({output_ref})"
-        case t.Failed(reason):
-            return f"Failed({reason!r})"
-        case t.Cancelled(reason):
-            return f"Cancelled({reason!r})"
-    raise AssertionError(state)  # pragma: no cover
-
-
-def describe_job(job: t.Job) -> str:
-    text = f"{job.id} {describe_state(job.state)}, attempt {job.attempt}/{job.max_attempts}"
-    if job.pending_dependencies:
-        text += f", {job.pending_dependencies} dependency pending"
-    if job.result is not None:
-        text += f", result {job.result!r}"
-    return text
-
-
-def describe_claim(claim: t.Claim) -> str:
-    token = claim.token
-    return (
-        f"{describe_job(claim.job)}; token(job {token.job_id}, worker {token.worker_id}, "
-        f"fence {token.fencing_version})"
-    )
-
-
-def describe_counts(counts: t.QueueCounts) -> str:
-    parts = [f"{status.value} {n}" for status, n in counts.by_status().items()]
-    return ", ".join([*parts, f"blocked {counts.blocked}"])
-
-
-def describe(result: Any) -> str:
-    """A typed result as one line: what ``match`` sees, and the fields that matter."""
-    match result:
-        case t.JobApplied(job):
-            return f"JobApplied: {describe_job(job)}"
-        case t.ClaimApplied(claim):
-            return f"ClaimApplied: {describe_claim(claim)}"
-        case t.JobRefused(error) | t.ClaimRefused(error):
-            return f"{type(result).__name__}({error!r})"
-        case t.JobInfo(job, _, waiting_on):
-            waits = f", waiting on {waiting_on}" if waiting_on else ""
-            return f"JobInfo: {job.id} status {result.status.value}{waits}"
-        case t.QueueCounts():
-            return f"QueueCounts: {describe_counts(result)}"
-    return repr(result)
-
-
-# --- the example -------------------------------------------------------------------------------
-
-
-class Example:
-    """The quick start, step by step, on one namespace."""
-
-    def __init__(self, q: Quasar) -> None:
-        self.q = q
-        self.step = 0
-
-    def show(self, what: str, result: Any) -> Any:
-        self.step += 1
-        click.echo(f"{self.step:2d}. {what}")
-        click.echo(f"    -> {describe(result)}")
-        return result
-
-    def claim(self, worker: str, what: str) -> t.LeaseToken:
-        result = self.show(what, self.q.claim(QUEUE, worker, LEASE_MS))
-        if not isinstance(result, t.ClaimApplied):
-            raise click.ClickException(f"expected a claim, got {result!r}")
-        return result.claim.token
-
-    def run(self) -> None:
-        self.enqueue_three()
-        self.dependency_and_retry()
-        self.operator_retry()
-        self.show("counts of the queue", self.q.counts(QUEUE))
-        self.show("inspect C", self.q.get_job("C"))
-
-    def enqueue_three(self) -> None:
-        q = self.q
-        self.show("enqueue A", q.enqueue("resize", {"image": "cat.png"}, id="A", queue=QUEUE))
-        self.show(
-            "enqueue B, depending on A",
-            q.enqueue("thumbnail", {"size": 64}, id="B", queue=QUEUE, dependencies=["A"]),
-        )
-        self.show(
-            "enqueue C, scheduled in one hour",
-            q.enqueue("report", None, id="C", queue=QUEUE, delay_ms=HOUR_MS),
-        )
-
-    def dependency_and_retry(self) -> None:
-        """A runs while B waits for it; B fails once, is retried, and its first token goes stale."""
-        token_a = self.claim("worker-1", "worker-1 claims from the queue")
-        self.show(
-            "worker-2 claims from the queue (B waits on A, C is scheduled)",
-            self.q.claim(QUEUE, "worker-2", LEASE_MS),
-        )
-        self.show("inspect B", self.q.get_job("B"))
-        self.show(
-            "worker-1 completes A",
-            self.q.complete(token_a, "worker-1", result={"resized": "cat-1024.png"}),
-        )
-        first = self.claim("worker-2", "worker-2 claims from the queue")
-        self.show(
-            "worker-2 fails B (retry delay 0)",
-            self.q.fail(first, "worker-2", "upstream timeout", retry_delay_ms=0),
-        )
-        second = self.claim("worker-1", "worker-1 claims from the queue")
-        self.show(
-            "worker-2 tries to complete B with its old token (fenced out)",
-            self.q.complete(first, "worker-2", result="late"),
-        )
-        self.show(
-            "worker-1 completes B",
-            self.q.complete(second, "worker-1", result={"thumbnail": "cat-64.png"}),
-        )
-
-    def operator_retry(self) -> None:
-        """D fails for good, an operator retries it, and it completes."""
-        q = self.q
-        self.show("enqueue D", q.enqueue("charge", {"cents": 995}, id="D", queue=QUEUE))
-        token = self.claim("worker-1", "worker-1 claims from the queue")
-        self.show(
-            "worker-1 fails D permanently",
-            q.permanent_fail(token, "worker-1", "card declined", kind="PaymentError"),
-        )
-        self.show("an operator retries D", q.retry("D", reason="card updated"))
-        token = self.claim("worker-1", "worker-1 claims from the queue")
-        self.show("worker-1 completes D", q.complete(token, "worker-1", result={"paid": 995}))
-
-
-# --- connections -------------------------------------------------------------------------------
-
-
-def delete_namespace(client: Any, root: str) -> int:
-    """Delete every key under ``root`` (SCAN by pattern, never FLUSHDB); returns how many."""
-    keys = list(client.scan_iter(match=f"{root}*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.delete(*keys[i : i + 500])
-    return len(keys)
-
-
-@contextmanager
-def real_quasar(url: str, namespace: str) -> Iterator[Quasar]:
-    """A client on the Redis at ``url``; the namespace must be empty, and is emptied after."""
-    client = redis.Redis.from_url(url, socket_timeout=10)
-    try:
-        client.ping()
-        q = Quasar(client, namespace)
-        if next(iter(client.scan_iter(match=f"{q.keys.root}*", count=1000)), None) is not None:
-            raise click.ClickException(f"namespace {namespace!r} already holds keys at {url}")
-        try:
-            yield q
-        finally:
-            n = delete_namespace(client, q.keys.root)
-            click.echo(f"deleted the {n} keys of namespace {namespace!r}")
-    except redis.RedisError as exc:
-        raise click.ClickException(f"Redis at {url}: {exc}") from exc
-    finally:
-        client.close()
-
-
-@contextmanager
-def embedded_quasar(namespace: str) -> Iterator[Quasar]:
-    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
-    try:
-        yield Quasar(client, namespace)
-    finally:
-        client.close()
+REDIS_URL_HELP = "Redis to run on (also REDIS_URL); default: an embedded fakeredis server."
+EVENTS_BLOCK_MS = 5_000
 
 
 # --- commands ----------------------------------------------------------------------------------
@@ -224,12 +46,49 @@ def main() -> None:
 
 
 @main.command()
+@click.option("--redis-url", envvar="REDIS_URL", default=None, help=REDIS_URL_HELP)
+@click.option("--jobs", "-n", default=2000, show_default=True, type=click.IntRange(10, 1_000_000))
+@click.option("--workers", "-w", default=2, show_default=True, type=click.IntRange(1, 64))
 @click.option(
-    "--redis-url",
-    envvar="REDIS_URL",
-    default=None,
-    help="Redis to run on (also REDIS_URL); default: an embedded fakeredis server.",
+    "--concurrency",
+    "-c",
+    default=20,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Jobs each worker runs at once.",
 )
+@click.option("--namespace", default=None, help="Namespace to use (default: demo-<random>).")
+@click.option(
+    "--timeout",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Give up (exit 1) when the jobs have not all finished after this many seconds.",
+)
+@click.option(
+    "--log-level",
+    default="WARNING",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="INFO shows one line per job outcome.",
+)
+def demo(
+    redis_url: str | None,
+    jobs: int,
+    workers: int,
+    concurrency: int,
+    namespace: str | None,
+    timeout: float,
+    log_level: str,
+) -> None:
+    """Run a realistic mix of jobs through in-process workers: live progress, then a summary."""
+    config = demo_module.DemoConfig(jobs, workers, concurrency, timeout, log_level)
+    namespace = namespace or f"demo-{uuid.uuid4().hex[:8]}"
+    demo_module.run(redis_url, namespace, config, Console(highlight=False))
+
+
+@main.command()
+@click.option("--redis-url", envvar="REDIS_URL", default=None, help=REDIS_URL_HELP)
 @click.option("--namespace", default=None, help="Namespace to use (default: example-<random>).")
 def example(redis_url: str | None, namespace: str | None) -> None:
     """Run the quick start: enqueue, claim, complete, fail, retry; print each typed result."""
@@ -304,3 +163,77 @@ def worker(
     if any(th.name.startswith("quasar-task") for th in threading.enumerate()):
         logging.shutdown()  # a plain-function job still runs past the grace period: leave it
         os._exit(0)
+
+
+# --- events ------------------------------------------------------------------------------------
+
+
+def format_event(entry_id: Any, fields: dict[Any, Any]) -> str:
+    """One stream entry as a line: UTC time (from the entry id), job, event, queue, attempt."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    when = datetime.fromtimestamp(int(text.split("-")[0]) / 1000, tz=timezone.utc)
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+    def get(name: str) -> str:
+        value = fields.get(name.encode(), b"?")
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+    return f"{stamp} job={get('job')} event={get('ev')} queue={get('q')} attempt={get('a')}"
+
+
+def print_recent(client: Any, stream: str, count: int) -> Any:
+    """Print the last ``count`` events, oldest first; returns the newest entry id (or 0-0)."""
+    newest = client.xrevrange(stream, count=max(count, 1))
+    for entry_id, fields in reversed(newest[:count]):
+        click.echo(format_event(entry_id, fields))
+    return newest[0][0] if newest else b"0-0"
+
+
+def follow_stream(client: Any, stream: str, last: Any) -> None:
+    """Print every event after ``last`` as it arrives (XREAD BLOCK), until interrupted."""
+    while True:
+        reply = client.xread({stream: last}, block=EVENTS_BLOCK_MS, count=1000)
+        for _name, entries in reply or ():
+            for entry_id, fields in entries:
+                click.echo(format_event(entry_id, fields))
+                last = entry_id
+
+
+@main.command()
+@click.option("--redis-url", envvar="REDIS_URL", default=None, help="Redis (also REDIS_URL).")
+@click.option("--namespace", required=True, help="The namespace whose events to print.")
+@click.option(
+    "--follow/--no-follow",
+    default=True,
+    show_default=True,
+    help="Keep printing new events as they arrive (Ctrl-C stops).",
+)
+@click.option(
+    "--count",
+    "-n",
+    default=10,
+    show_default=True,
+    type=click.IntRange(0),
+    help="How many past events to print first.",
+)
+def events(redis_url: str | None, namespace: str, follow: bool, count: int) -> None:
+    """Print a namespace's event stream: one line per state change (like tail [-f])."""
+    if not redis_url:
+        raise click.UsageError(
+            "quasar events needs --redis-url (or REDIS_URL): an embedded server is empty"
+        )
+    try:
+        stream = KeySpace(namespace).events
+    except QuasarError as exc:
+        raise click.BadParameter(str(exc), param_hint="--namespace") from exc
+    client = redis.Redis.from_url(redis_url, socket_timeout=EVENTS_BLOCK_MS / 1000 + 10)
+    try:
+        last = print_recent(client, stream, count)
+        if follow:
+            follow_stream(client, stream, last)
+    except KeyboardInterrupt:
+        pass
+    except redis.RedisError as exc:
+        raise click.ClickException(f"Redis at {redis_url}: {exc}") from exc
+    finally:
+        client.close()

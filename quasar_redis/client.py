@@ -17,6 +17,7 @@ from ._base import (
     warn_policy,
 )
 from ._protocol import Call, NewJob
+from .errors import QuasarError
 
 T = TypeVar("T")
 
@@ -194,6 +195,16 @@ class Quasar(ClientBase):
     ) -> t.JobResult:
         """Hand the leased job back, Waiting again after ``delay_ms``, without using an attempt."""
         return self.execute(self.calls.release(token, worker_id, delay_ms, now))
+
+    def report_many(
+        self, worker_id: str, outcomes: Sequence[t.Outcome], *, now: int | None = None
+    ) -> list[t.OutcomeResult | QuasarError]:
+        """Report many outcomes (Complete, Fail, PermanentFail, Release) in one call.
+
+        Each is checked and applied on its own, as its single call would be; a damaged job gives
+        its exception in place of its result.
+        """
+        return self.execute(self.calls.report(worker_id, outcomes, now))
 
     # operators and maintenance --------------------------------------------------------------------
 

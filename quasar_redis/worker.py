@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _types as t
-from ._codec import EncodeError, encode
+from ._codec import Encoded, EncodeError, encode
 from ._keys import check_name
 from ._lease_keeper import Lease, LeaseKeeper
-from ._protocol import Call
 from .aio import AsyncQuasar
 from .app import App, Task, args_of
 from .errors import CorruptDataError, QuasarError
@@ -41,7 +40,7 @@ from .retry import PermanentFailure, Snooze
 log = logging.getLogger("quasar_redis.worker")
 
 REASON_MAX = 8000
-Build = Callable[[t.LeaseToken], Call[Any]]
+Build = Callable[[t.LeaseToken], t.Outcome]
 
 
 @dataclass(frozen=True)
@@ -376,12 +375,10 @@ class Worker:
 
     def _success(self, value: Any) -> Outcome:
         try:
-            encode(value)
+            data = Encoded(encode(value))
         except EncodeError as exc:
             return self._permanent("BadResult", f"the result {exc}")
-        return Outcome(
-            "completed", lambda tok: self._calls().complete(tok, self.worker_id, "inline", value)
-        )
+        return Outcome("completed", lambda tok: t.Complete(tok, None if value is None else data))
 
     def _failure(
         self, task: Task[Any, Any], job: t.Job, exc: BaseException, kind: str, reason: str
@@ -390,23 +387,15 @@ class Worker:
         if delay is None:
             return self._permanent(kind, reason)
         delay_ms = max(0, round(delay * 1000))
-        return Outcome(
-            "failed",
-            lambda tok: self._calls().fail(tok, self.worker_id, _reason(reason), delay_ms, kind),
-        )
+        return Outcome("failed", lambda tok: t.Fail(tok, _reason(reason), delay_ms, kind))
 
     def _permanent(self, kind: str, reason: str) -> Outcome:
         return Outcome(
-            "failed permanently",
-            lambda tok: self._calls().permanent_fail(tok, self.worker_id, _reason(reason), kind),
+            "failed permanently", lambda tok: t.PermanentFail(tok, _reason(reason), kind)
         )
 
     def _release(self, delay_ms: int, name: str) -> Outcome:
-        return Outcome(name, lambda tok: self._calls().release(tok, self.worker_id, delay_ms))
-
-    def _calls(self) -> Any:
-        assert self._keeper is not None
-        return self._keeper.client.calls
+        return Outcome(name, lambda tok: t.Release(tok, delay_ms))
 
     async def _report(self, running: _Running, outcome: Outcome) -> None:
         assert self._keeper is not None
@@ -446,8 +435,7 @@ class Worker:
         )
 
     def _outcome_name(self, outcome: Outcome, result: Any) -> str:
-        state = getattr(getattr(result, "job", None), "state", None)
-        if outcome.name == "failed" and isinstance(state, t.RetryWaiting):
+        if outcome.name == "failed" and getattr(result, "state", None) == "RetryWaiting":
             return "retrying"
         return outcome.name
 

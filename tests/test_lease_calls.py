@@ -207,3 +207,12 @@ def test_failed_dependency_cancels_dependents_that_asked_and_blocks_the_rest(q: 
     token = claimed(q.claim_job("a", "w", 100, now=T0 + 2)).token
     applied(q.complete(token, "w", now=T0 + 3))
     assert claimed(q.claim("default", "w", 100, now=T0 + 3)).job.id == "keep"
+
+
+def test_inserted_at_survives_a_retry_delay(q: Quasar) -> None:
+    token = lease(q)
+    job = applied(q.fail(token, "w", "x", retry_delay_ms=500, now=T0 + 1))
+    assert (job.inserted_at, job.state) == (T0, RetryWaiting("x", T0 + 501))
+    info = q.get_job("j")
+    assert info is not None
+    assert info.job.inserted_at == T0

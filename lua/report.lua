@@ -1,0 +1,66 @@
+-- report: many lease holders' outcomes in one call (a worker's batch): each item is one of
+-- complete / fail / permanent_fail / release, checked and applied on its own exactly as its own
+-- script would (a refused item changes nothing and does not stop the others).
+--
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
+-- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] caller's worker id
+-- ARGV[4]  item count N (1..1000), then N groups of 10:
+--   call name, token (job_id, input_revision, worker_id, fence, expires_at, nonce), a, b, k
+--   complete: a output_ref, b result        fail: a reason, b retry delay ms, k error kind
+--   permanent_fail: a reason, k error kind   release: a delay ms
+--
+-- Replies
+--   {"Reported", now, result...}   each result {"OutcomeApplied", job_id, state} (state: the
+--                                  job's new state tag, S R F W) or a refusal as its own script
+--                                  gives it ({"StaleLease"}, {"LeaseExpired", at}, ...)
+--   {"InvalidJob", reason}         a malformed call (nothing applied)
+-- Replies are slim (no job fields): a worker reporting thousands of outcomes needs to know only
+-- which were applied. A re-sent call (same call id) gets OutcomeApplied again for the items the
+-- first delivery applied; the others are evaluated again (they changed nothing).
+
+local GROUP = 10
+
+local function item(i, now, worker)
+  local b = 4 + (i - 1) * GROUP
+  local name = ARGV[b + 1]
+  local t = {ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]}
+  local h, err = load_job(t[1])
+  if h == nil then return name, nil, err end
+  local c = {now = now, id = t[1], h = h, t = t, worker = worker}
+  return name, c, nil, ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
+end
+
+local function run(i, now, worker, done_before)
+  local name, c, err, a, b, k = item(i, now, worker)
+  if c == nil then return err, false end
+  if done_before then return applied("OutcomeApplied", c.id, c.h.st), false end
+  local bad = LEASE_CALLS[name](c, a, b, k)
+  if bad then return bad, false end
+  return applied("OutcomeApplied", c.id, c.h.st), true
+end
+
+local function main()
+  local cid = ARGV[1]
+  local now, e = clock(ARGV[2])
+  if now == nil then return e end
+  local worker, n = ARGV[3], int(ARGV[4])
+  if n == nil or n < 1 or n > 1000 or #ARGV ~= 4 + n * GROUP then
+    return invalid("malformed report call")
+  end
+  for i = 1, n do
+    if LEASE_CALLS[ARGV[4 + (i - 1) * GROUP + 1]] == nil then
+      return invalid("unknown call '" .. ARGV[4 + (i - 1) * GROUP + 1] .. "'")
+    end
+  end
+  local before = split(recorded(cid) or "")
+  local out, flags = {"Reported", fmt(now)}, {}
+  for i = 1, n do
+    local reply, moved = run(i, now, worker, before[i] == "1")
+    out[#out + 1] = reply
+    flags[i] = (moved or before[i] == "1") and "1" or "0"
+  end
+  record(cid, table.concat(flags, " "))
+  return out
+end
+
+return finish(main())

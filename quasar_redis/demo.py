@@ -1,0 +1,526 @@
+"""``quasar demo``: a realistic mix of jobs through in-process workers, with live progress.
+
+The mix: fast no-ops, short sleeps, a plain function (run in the worker's thread pool), e-mails
+that fail at random and are retried by an exponential policy (a few run out of attempts), API
+calls that are rate limited once (``Snooze``), reports scheduled up to 1.5 s ahead, dependency
+chains of five steps, and one card charge that fails for good (``PermanentFailure``), whose receipt
+was enqueued to be cancelled if it fails.
+
+``--workers`` workers run as asyncio tasks on one event loop (``await worker.serve()``) while the
+jobs are enqueued in bulk (``App.enqueue_many``). Progress comes from ``counts(queue)``; the
+summary adds the workers' own counters and the enqueue-to-start latency read back from the
+completed jobs (``attempted_at - inserted_at``, for jobs due at enqueue and claimed once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import math
+import random
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import click
+import redis
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import _types as t
+from ._protocol import NewJob
+from .app import App, Task
+from .errors import QuasarError
+from .example import delete_namespace, holds_keys
+from .retry import Exponential, PermanentFailure, Snooze
+from .worker import Worker, WorkerStats, current_job
+
+QUEUES = ("default", "images", "emails", "reports")
+CHAIN = ("fetch", "parse", "transform", "load", "publish")
+JOBS_PER_CHAIN = 250  # one dependency chain per this many jobs
+ENQUEUE_BATCH = 500
+POLL_SECONDS = 0.05  # how often the demo checks whether every job has finished
+SHOW_SECONDS = 0.25  # how often the live view is redrawn
+PLAIN_SECONDS = 0.5  # how often a progress line is printed when stdout is not a terminal
+STATUS_ORDER = (
+    t.Status.AVAILABLE,
+    t.Status.SCHEDULED,
+    t.Status.RETRYABLE,
+    t.Status.EXECUTING,
+    t.Status.COMPLETED,
+    t.Status.DISCARDED,
+    t.Status.CANCELLED,
+)
+FINISHED = (t.Status.COMPLETED, t.Status.DISCARDED, t.Status.CANCELLED)
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    jobs: int = 2000
+    workers: int = 2
+    concurrency: int = 20
+    timeout: float = 120.0
+    log_level: str = "WARNING"
+
+
+# --- the tasks ---------------------------------------------------------------------------------
+
+
+class SmtpBusy(Exception):
+    """The e-mail task's transient failure (retried by its policy)."""
+
+
+@dataclass(frozen=True)
+class DemoTasks:
+    noop: Task[Any, Any]
+    resize: Task[Any, Any]
+    checksum: Task[Any, Any]
+    send_email: Task[Any, Any]
+    call_api: Task[Any, Any]
+    report: Task[Any, Any]
+    step: Task[Any, Any]
+    charge: Task[Any, Any]
+    receipt: Task[Any, Any]
+
+
+async def noop(n: int) -> int:
+    return n
+
+
+async def resize(image: int, ms: int) -> str:
+    await asyncio.sleep(ms / 1000)
+    return f"image-{image}-128.png"
+
+
+def checksum(n: int) -> str:
+    """A plain function: it runs in the worker's thread pool."""
+    return hashlib.sha256(str(n).encode() * 256).hexdigest()[:16]
+
+
+async def send_email(n: int, failures: int) -> str:
+    """Fails its first ``failures`` attempts (the retry policy brings it back)."""
+    attempt = current_job().attempt
+    if attempt <= failures:
+        raise SmtpBusy(f"SMTP server busy (attempt {attempt})")
+    return f"sent mail {n}"
+
+
+async def call_api(n: int) -> str:
+    """Rate limited on its first claim: comes back 50 ms later without using an attempt."""
+    if current_job().job.fencing_version == 1:
+        raise Snooze(0.05)
+    return f"called {n}"
+
+
+async def report(n: int) -> str:
+    await asyncio.sleep(0.002)
+    return f"report {n}"
+
+
+async def pipeline_step(chain: int, name: str) -> str:
+    await asyncio.sleep(0.005)
+    return f"chain {chain}: {name} done"
+
+
+async def charge_card(order: int) -> None:
+    raise PermanentFailure(f"card declined for order {order}")
+
+
+async def send_receipt(order: int) -> str:
+    return f"receipt {order}"
+
+
+def declare(app: App) -> DemoTasks:
+    """The demo's tasks, declared on ``app``."""
+    email_retry = Exponential(base=0.05, factor=2.0, cap=0.5)
+    return DemoTasks(
+        noop=app.task(name="demo.noop")(noop),
+        resize=app.task(name="demo.resize", queue="images")(resize),
+        checksum=app.task(name="demo.checksum")(checksum),
+        send_email=app.task(
+            name="demo.send_email", queue="emails", max_attempts=4, retry=email_retry
+        )(send_email),
+        call_api=app.task(name="demo.call_api")(call_api),
+        report=app.task(name="demo.report", queue="reports")(report),
+        step=app.task(name="demo.pipeline_step")(pipeline_step),
+        charge=app.task(name="demo.charge_card", max_attempts=3)(charge_card),
+        receipt=app.task(name="demo.send_receipt", queue="emails")(send_receipt),
+    )
+
+
+# --- the mix -----------------------------------------------------------------------------------
+
+
+def chain_jobs(tasks: DemoTasks, chain: int) -> list[NewJob]:
+    """Five steps, each depending on the one before (ids given, so they can be named)."""
+    jobs: list[NewJob] = []
+    previous: list[str] = []
+    for name in CHAIN:
+        job_id = f"chain-{chain}-{name}"
+        jobs.append(tasks.step.options(id=job_id, depends_on=previous).job(chain, name))
+        previous = [job_id]
+    return jobs
+
+
+def fixed_jobs(tasks: DemoTasks, total: int) -> list[NewJob]:
+    """The chains, the failing charge and its receipt, and one e-mail that fails once."""
+    jobs: list[NewJob] = []
+    for chain in range(max(1, total // JOBS_PER_CHAIN)):
+        jobs.extend(chain_jobs(tasks, chain))
+    jobs.append(tasks.charge.options(id="order-1-charge").job(1))
+    receipt = tasks.receipt.options(depends_on=["order-1-charge"], on_dependency_failure="cancel")
+    jobs.append(receipt.job(1))
+    jobs.append(tasks.send_email.job(0, 1))
+    return jobs
+
+
+def random_job(tasks: DemoTasks, n: int, rng: random.Random) -> NewJob:
+    roll = rng.random()
+    if roll < 0.45:
+        return tasks.noop.job(n)
+    if roll < 0.65:
+        return tasks.resize.job(n, rng.randint(2, 20))
+    if roll < 0.75:
+        return tasks.checksum.job(n)
+    if roll < 0.87:
+        failures = rng.choices((0, 1, 2, 4), weights=(70, 20, 7, 3))[0]  # 4: out of attempts
+        return tasks.send_email.job(n, failures)
+    if roll < 0.92:
+        return tasks.call_api.job(n)
+    return tasks.report.options(delay=rng.uniform(0.2, 1.5)).job(n)
+
+
+def plan(tasks: DemoTasks, total: int, rng: random.Random) -> list[NewJob]:
+    """``total`` jobs: the fixed ones first (chains start early), then a random mix."""
+    jobs = fixed_jobs(tasks, total)
+    while len(jobs) < total:
+        jobs.append(random_job(tasks, len(jobs), rng))
+    return jobs[:total]
+
+
+# --- watching ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Counts of every demo queue at one moment, ``elapsed`` seconds into the run."""
+
+    counts: dict[str, t.QueueCounts]
+    elapsed: float
+
+    def total(self, status: t.Status) -> int:
+        return sum(getattr(c, status.value) for c in self.counts.values())
+
+    @property
+    def finished(self) -> int:
+        return sum(self.total(status) for status in FINISHED)
+
+
+async def snapshot(app: App, started: float) -> Snapshot:
+    client = app.aclient()
+    counts = {queue: await client.counts(queue) for queue in QUEUES}
+    return Snapshot(counts, time.monotonic() - started)
+
+
+def counts_table(snap: Snapshot) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, title="jobs by status", title_justify="left")
+    table.add_column("status")
+    for queue in QUEUES:
+        table.add_column(queue, justify="right")
+    table.add_column("all", justify="right", style="bold")
+    for status in STATUS_ORDER:
+        row = [str(getattr(snap.counts[q], status.value)) for q in QUEUES]
+        table.add_row(status.value, *row, str(snap.total(status)))
+    blocked = [str(snap.counts[q].blocked) for q in QUEUES]
+    table.add_row("(blocked)", *blocked, str(sum(c.blocked for c in snap.counts.values())))
+    return table
+
+
+class View(Protocol):
+    def show(self, snap: Snapshot) -> None: ...
+
+
+class LiveView:
+    """A progress bar and the counts table, redrawn in place (stdout is a terminal)."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.progress = Progress(
+            TextColumn("finished"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.task = self.progress.add_task("jobs", total=total, rate="")
+        self.live = Live(console=console, refresh_per_second=8)
+
+    def __enter__(self) -> LiveView:
+        self.live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.stop()
+
+    def show(self, snap: Snapshot) -> None:
+        rate = f"{snap.finished / snap.elapsed:,.0f} jobs/s" if snap.elapsed > 0 else ""
+        self.progress.update(self.task, completed=snap.finished, rate=rate)
+        self.live.update(Group(self.progress, counts_table(snap)))
+
+
+class PlainView:
+    """A progress line every half second (stdout is not a terminal: CI, pipes, tests)."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console = console
+        self.total = total
+        self.last = -math.inf
+
+    def show(self, snap: Snapshot) -> None:
+        done = snap.finished >= self.total
+        if snap.elapsed - self.last < PLAIN_SECONDS and not done:
+            return
+        self.last = snap.elapsed
+        parts = [f"{s.value} {snap.total(s)}" for s in STATUS_ORDER]
+        self.console.print(
+            f"[{snap.elapsed:6.2f}s] finished {snap.finished}/{self.total}: {', '.join(parts)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the run saw: the last snapshot, the workers' counters, the jobs due at enqueue."""
+
+    snap: Snapshot
+    stats: WorkerStats
+    due_now: frozenset[str]
+    enqueue_seconds: float
+
+
+def sum_stats(stats: Sequence[WorkerStats]) -> WorkerStats:
+    total = WorkerStats()
+    for s in stats:
+        for f in dataclasses.fields(WorkerStats):
+            setattr(total, f.name, getattr(total, f.name) + getattr(s, f.name))
+    return total
+
+
+async def enqueue(app: App, jobs: Sequence[NewJob]) -> frozenset[str]:
+    """Enqueue in batches (a thread, not to block the workers); ids of jobs due at once."""
+    due: set[str] = set()
+    for i in range(0, len(jobs), ENQUEUE_BATCH):
+        batch = jobs[i : i + ENQUEUE_BATCH]
+        handles = await asyncio.to_thread(app.enqueue_many, batch)
+        due.update(h.id for h, j in zip(handles, batch, strict=True) if not _later(j))
+    return frozenset(due)
+
+
+def _later(job: NewJob) -> bool:
+    return bool(job.dependencies or job.delay_ms or job.available_at)
+
+
+class DemoTimeout(Exception):
+    def __init__(self, snap: Snapshot) -> None:
+        super().__init__(f"{snap.finished} jobs finished after {snap.elapsed:.1f}s")
+        self.snap = snap
+
+
+async def watch(app: App, total: int, view: View, started: float, timeout: float) -> Snapshot:
+    """Poll the counts until every job has finished; redraw ``view`` a few times a second."""
+    shown = -math.inf
+    while True:
+        snap = await snapshot(app, started)
+        done = snap.finished >= total
+        if done or snap.elapsed - shown >= SHOW_SECONDS:
+            view.show(snap)
+            shown = snap.elapsed
+        if done:
+            return snap
+        if snap.elapsed > timeout:
+            raise DemoTimeout(snap)
+        await asyncio.sleep(POLL_SECONDS)
+
+
+async def run_workers(app: App, cfg: DemoConfig, jobs: Sequence[NewJob], view: View) -> Outcome:
+    """Start the workers, enqueue, watch until every job has finished, stop the workers."""
+    workers = [
+        Worker(app, QUEUES, cfg.concurrency, grace=5.0, prune_max_age=None, prune_max_count=None)
+        for _ in range(cfg.workers)
+    ]
+    started = time.monotonic()
+    serving = [asyncio.create_task(w.serve()) for w in workers]
+    try:
+        due_now = await enqueue(app, jobs)
+        enqueue_seconds = time.monotonic() - started
+        snap = await watch(app, len(jobs), view, started, cfg.timeout)
+    finally:
+        for w in workers:
+            w.stop()
+        await asyncio.gather(*serving)
+    return Outcome(snap, sum_stats([w.stats for w in workers]), due_now, enqueue_seconds)
+
+
+async def latencies(app: App, due_now: frozenset[str]) -> list[int]:
+    """Enqueue-to-start (ms) of the completed jobs that were due at enqueue and claimed once."""
+    client = app.aclient()
+    out: list[int] = []
+    for queue in QUEUES:
+        offset = 0
+        while True:
+            page = await client.list_jobs(queue, t.Status.COMPLETED, offset=offset, limit=1000)
+            out.extend(
+                job.attempted_at - job.inserted_at
+                for job in page
+                if job.id in due_now and job.fencing_version == 1 and job.attempted_at is not None
+            )
+            if not page:  # (a page may hold fewer than ``limit`` jobs before the end)
+                break
+            offset += len(page)
+    return out
+
+
+def percentile(values: Sequence[int], q: float) -> int | None:
+    """The nearest-rank percentile (``q`` in 0..1) of ``values``; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+# --- the summary -------------------------------------------------------------------------------
+
+
+def summary_table(cfg: DemoConfig, outcome: Outcome, waits: Sequence[int]) -> Table:
+    snap, stats = outcome.snap, outcome.stats
+    seconds = max(snap.elapsed, 1e-9)
+    p50, p99 = percentile(waits, 0.50), percentile(waits, 0.99)
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title="summary",
+        title_justify="left",
+        show_header=False,
+        caption="(*) the jobs due at enqueue and claimed once; every job is enqueued at the "
+        "start, so this is mostly time spent in the backlog",
+        caption_justify="left",
+    )
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_column("note", style="dim")
+    table.add_row("jobs", str(cfg.jobs), f"{cfg.workers} workers x concurrency {cfg.concurrency}")
+    table.add_row(
+        "total time", f"{snap.elapsed:.2f} s", f"enqueue took {outcome.enqueue_seconds:.2f} s"
+    )
+    table.add_row(
+        "throughput", f"{snap.finished / seconds:,.1f} jobs/s", "finished jobs / total time"
+    )
+    table.add_row("latency p50", _ms(p50), f"enqueue to start, over {len(waits)} jobs (*)")
+    table.add_row("latency p99", _ms(p99), "")
+    table.add_row("completed", str(snap.total(t.Status.COMPLETED)), "")
+    table.add_row("failed", str(snap.total(t.Status.DISCARDED)), "permanent, or out of attempts")
+    table.add_row("cancelled", str(snap.total(t.Status.CANCELLED)), "a dependency failed")
+    table.add_row("attempts", str(stats.claimed), "claims, snoozed runs included")
+    table.add_row("retries", str(stats.retried), "failed attempts retried by the policy")
+    table.add_row("snoozed", str(stats.snoozed), "handed back without using an attempt")
+    table.add_row("leases lost", str(stats.lost), "")
+    return table
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else f"{value} ms"
+
+
+# --- backends ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def open_app(url: str | None, namespace: str, console: Console) -> Iterator[App]:
+    """The demo's App: embedded, or on ``url`` in an empty namespace that is deleted after."""
+    if url is None:
+        yield App(namespace=namespace)
+        return
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    try:
+        app = App(url, namespace=namespace)
+        root = app.client.keys.root
+        client.ping()
+        if holds_keys(client, root):
+            raise click.ClickException(f"namespace {namespace!r} already holds keys at {url}")
+        try:
+            yield app
+        finally:
+            app.client.redis.close()
+            n = delete_namespace(client, root)
+            console.print(f"deleted the {n} keys of namespace {namespace!r}", highlight=False)
+    except redis.RedisError as exc:
+        raise click.ClickException(f"Redis at {url}: {exc}") from exc
+    finally:
+        client.close()
+
+
+@contextmanager
+def job_logging(level: str, console: Console) -> Iterator[None]:
+    """The workers' log lines (one per job outcome at INFO) at ``level``, for this run only."""
+    handler: logging.Handler
+    if console.is_terminal:
+        handler = RichHandler(console=console, show_path=False)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logger = logging.getLogger("quasar_redis")
+    before = logger.level
+    logger.setLevel(level.upper())
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+
+
+async def _main(app: App, cfg: DemoConfig, console: Console) -> tuple[Outcome, list[int]]:
+    jobs = plan(declare(app), cfg.jobs, random.Random())
+    try:
+        if console.is_terminal:
+            with LiveView(console, len(jobs)) as live:
+                outcome = await run_workers(app, cfg, jobs, live)
+        else:
+            outcome = await run_workers(app, cfg, jobs, PlainView(console, len(jobs)))
+        return outcome, await latencies(app, outcome.due_now)
+    finally:
+        await app.aclient().redis.aclose()
+
+
+def run(url: str | None, namespace: str, cfg: DemoConfig, console: Console) -> Outcome:
+    """Run the demo and print its summary; ClickException on a timeout or a Redis error."""
+    where = url or "an embedded fakeredis server"
+    console.print(
+        f"quasar demo: {cfg.jobs} jobs, {cfg.workers} workers, namespace {namespace!r} on {where}",
+        highlight=False,
+    )
+    try:
+        with open_app(url, namespace, console) as app, job_logging(cfg.log_level, console):
+            outcome, waits = asyncio.run(_main(app, cfg, console))
+    except DemoTimeout as exc:
+        console.print(counts_table(exc.snap))
+        raise click.ClickException(f"the demo did not finish in {cfg.timeout}s: {exc}") from exc
+    except QuasarError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    console.print(counts_table(outcome.snap))
+    console.print(summary_table(cfg, outcome, waits))
+    return outcome

@@ -1,0 +1,209 @@
+"""``quasar example``: the quick start, step by step, printing each typed result.
+
+A few jobs go through every edge of the lifecycle (a dependency, a scheduled job, a retry, a stale
+token, an operator retry). ``real_quasar`` and ``embedded_quasar`` open the namespace it runs in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+import fakeredis
+import redis
+
+from . import _types as t
+from .client import Quasar
+
+QUEUE = "images"
+LEASE_MS = 30_000
+HOUR_MS = 3_600_000
+
+
+# --- describing typed results --------------------------------------------------------------------
+
+
+def describe_state(state: t.JobState) -> str:
+    """One state, without its timestamps."""
+    match state:
+        case t.Waiting():
+            return "Waiting"
+        case t.RetryWaiting(reason):
+            return f"RetryWaiting({reason!r})"
+        case t.Leased(worker_id, fence):
+            return f"Leased(by {worker_id}, fence {fence})"
+        case t.Succeeded(output_ref):
+            return f"Succeeded({output_ref})"
+        case t.Failed(reason):
+            return f"Failed({reason!r})"
+        case t.Cancelled(reason):
+            return f"Cancelled({reason!r})"
+    raise AssertionError(state)  # pragma: no cover
+
+
+def describe_job(job: t.Job) -> str:
+    text = f"{job.id} {describe_state(job.state)}, attempt {job.attempt}/{job.max_attempts}"
+    if job.pending_dependencies:
+        text += f", {job.pending_dependencies} dependency pending"
+    if job.result is not None:
+        text += f", result {job.result!r}"
+    return text
+
+
+def describe_claim(claim: t.Claim) -> str:
+    token = claim.token
+    return (
+        f"{describe_job(claim.job)}; token(job {token.job_id}, worker {token.worker_id}, "
+        f"fence {token.fencing_version})"
+    )
+
+
+def describe_counts(counts: t.QueueCounts) -> str:
+    parts = [f"{status.value} {n}" for status, n in counts.by_status().items()]
+    return ", ".join([*parts, f"blocked {counts.blocked}"])
+
+
+def describe(result: Any) -> str:
+    """A typed result as one line: what ``match`` sees, and the fields that matter."""
+    match result:
+        case t.JobApplied(job):
+            return f"JobApplied: {describe_job(job)}"
+        case t.ClaimApplied(claim):
+            return f"ClaimApplied: {describe_claim(claim)}"
+        case t.JobRefused(error) | t.ClaimRefused(error):
+            return f"{type(result).__name__}({error!r})"
+        case t.JobInfo(job, _, waiting_on):
+            waits = f", waiting on {waiting_on}" if waiting_on else ""
+            return f"JobInfo: {job.id} status {result.status.value}{waits}"
+        case t.QueueCounts():
+            return f"QueueCounts: {describe_counts(result)}"
+    return repr(result)
+
+
+# --- the example -------------------------------------------------------------------------------
+
+
+class Example:
+    """The quick start, step by step, on one namespace."""
+
+    def __init__(self, q: Quasar) -> None:
+        self.q = q
+        self.step = 0
+
+    def show(self, what: str, result: Any) -> Any:
+        self.step += 1
+        click.echo(f"{self.step:2d}. {what}")
+        click.echo(f"    -> {describe(result)}")
+        return result
+
+    def claim(self, worker: str, what: str) -> t.LeaseToken:
+        result = self.show(what, self.q.claim(QUEUE, worker, LEASE_MS))
+        if not isinstance(result, t.ClaimApplied):
+            raise click.ClickException(f"expected a claim, got {result!r}")
+        return result.claim.token
+
+    def run(self) -> None:
+        self.enqueue_three()
+        self.dependency_and_retry()
+        self.operator_retry()
+        self.show("counts of the queue", self.q.counts(QUEUE))
+        self.show("inspect C", self.q.get_job("C"))
+
+    def enqueue_three(self) -> None:
+        q = self.q
+        self.show("enqueue A", q.enqueue("resize", {"image": "cat.png"}, id="A", queue=QUEUE))
+        self.show(
+            "enqueue B, depending on A",
+            q.enqueue("thumbnail", {"size": 64}, id="B", queue=QUEUE, dependencies=["A"]),
+        )
+        self.show(
+            "enqueue C, scheduled in one hour",
+            q.enqueue("report", None, id="C", queue=QUEUE, delay_ms=HOUR_MS),
+        )
+
+    def dependency_and_retry(self) -> None:
+        """A runs while B waits for it; B fails once, is retried, and its first token goes stale."""
+        token_a = self.claim("worker-1", "worker-1 claims from the queue")
+        self.show(
+            "worker-2 claims from the queue (B waits on A, C is scheduled)",
+            self.q.claim(QUEUE, "worker-2", LEASE_MS),
+        )
+        self.show("inspect B", self.q.get_job("B"))
+        self.show(
+            "worker-1 completes A",
+            self.q.complete(token_a, "worker-1", result={"resized": "cat-1024.png"}),
+        )
+        first = self.claim("worker-2", "worker-2 claims from the queue")
+        self.show(
+            "worker-2 fails B (retry delay 0)",
+            self.q.fail(first, "worker-2", "upstream timeout", retry_delay_ms=0),
+        )
+        second = self.claim("worker-1", "worker-1 claims from the queue")
+        self.show(
+            "worker-2 tries to complete B with its old token (fenced out)",
+            self.q.complete(first, "worker-2", result="late"),
+        )
+        self.show(
+            "worker-1 completes B",
+            self.q.complete(second, "worker-1", result={"thumbnail": "cat-64.png"}),
+        )
+
+    def operator_retry(self) -> None:
+        """D fails for good, an operator retries it, and it completes."""
+        q = self.q
+        self.show("enqueue D", q.enqueue("charge", {"cents": 995}, id="D", queue=QUEUE))
+        token = self.claim("worker-1", "worker-1 claims from the queue")
+        self.show(
+            "worker-1 fails D permanently",
+            q.permanent_fail(token, "worker-1", "card declined", kind="PaymentError"),
+        )
+        self.show("an operator retries D", q.retry("D", reason="card updated"))
+        token = self.claim("worker-1", "worker-1 claims from the queue")
+        self.show("worker-1 completes D", q.complete(token, "worker-1", result={"paid": 995}))
+
+
+# --- connections -------------------------------------------------------------------------------
+
+
+def holds_keys(client: Any, root: str) -> bool:
+    """Whether any key starts with ``root`` (one SCAN pass, stopping at the first key)."""
+    return next(iter(client.scan_iter(match=f"{root}*", count=1000)), None) is not None
+
+
+def delete_namespace(client: Any, root: str) -> int:
+    """Delete every key under ``root`` (SCAN by pattern, never FLUSHDB); returns how many."""
+    keys = list(client.scan_iter(match=f"{root}*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+    return len(keys)
+
+
+@contextmanager
+def real_quasar(url: str, namespace: str) -> Iterator[Quasar]:
+    """A client on the Redis at ``url``; the namespace must be empty, and is emptied after."""
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    try:
+        client.ping()
+        q = Quasar(client, namespace)
+        if holds_keys(client, q.keys.root):
+            raise click.ClickException(f"namespace {namespace!r} already holds keys at {url}")
+        try:
+            yield q
+        finally:
+            n = delete_namespace(client, q.keys.root)
+            click.echo(f"deleted the {n} keys of namespace {namespace!r}")
+    except redis.RedisError as exc:
+        raise click.ClickException(f"Redis at {url}: {exc}") from exc
+    finally:
+        client.close()
+
+
+@contextmanager
+def embedded_quasar(namespace: str) -> Iterator[Quasar]:
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    try:
+        yield Quasar(client, namespace)
+    finally:
+        client.close()
