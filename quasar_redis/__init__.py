@@ -80,7 +80,7 @@ from .errors import (
     RedisUnavailable,
 )
 from .retry import Exponential, Fixed, Never, PermanentFailure, RetryPolicy, Snooze
-from .worker import JobContext, Worker, WorkerStats, current_job
+from .worker import CancelFlag, JobContext, Worker, WorkerStats, current_job
 
 __version__ = "0.1.0"
 
@@ -94,6 +94,7 @@ __all__ = [
     "BatchResult",
     "Call",
     "CancelApplied",
+    "CancelFlag",
     "CancelResult",
     "Cancelled",
     "Claim",

@@ -14,7 +14,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,10 @@ log = logging.getLogger("quasar_redis.worker")
 
 #: Builds the outcome from the newest token.
 Report = Callable[[t.LeaseToken], t.Outcome]
+#: Called with an outcome's result (an OutcomeResult, or the exception that stopped it).
+Done = Callable[[Any], None]
+#: Runs the done callbacks of one batch (a worker hands them to its event loop in one go).
+Dispatch = Callable[[list[tuple[Done, Any]]], None]
 BATCH = 1000
 
 
@@ -54,14 +57,21 @@ class Lease:
 class _Outcome:
     lease: Lease
     build: Report
-    future: Future[Any]
+    done: Done
 
 
 class LeaseKeeper:
     """Heartbeats every held lease at about a third of its duration and sends outcomes."""
 
-    def __init__(self, client: Quasar, worker_id: str, retry_for: float = 30.0) -> None:
+    def __init__(
+        self,
+        client: Quasar,
+        worker_id: str,
+        retry_for: float = 30.0,
+        dispatch: Dispatch | None = None,
+    ) -> None:
         self.client = client
+        self.dispatch = dispatch or _run_all
         self.worker_id = worker_id
         self.retry_for = retry_for
         self._leases: dict[str, Lease] = {}
@@ -87,13 +97,11 @@ class LeaseKeeper:
         with self._lock:
             self._leases[lease.job_id] = lease
 
-    def report(self, lease: Lease, build: Report) -> Future[Any]:
-        """Send the job's outcome with its newest token; the future gets the parsed result."""
-        future: Future[Any] = Future()
+    def report(self, lease: Lease, build: Report, done: Done) -> None:
+        """Send the job's outcome with its newest token; ``done`` gets the result."""
         with self._lock:
             lease.finishing = True
-        self._outcomes.put(_Outcome(lease, build, future))
-        return future
+        self._outcomes.put(_Outcome(lease, build, done))
 
     def held(self) -> list[Lease]:
         with self._lock:
@@ -147,13 +155,10 @@ class LeaseKeeper:
         results: list[Any] = []
         for chunk, reply in zip(chunks, self._execute(calls), strict=True):
             results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
-        for outcome, result in zip(batch, results, strict=True):
-            with self._lock:
+        with self._lock:
+            for outcome in batch:
                 self._leases.pop(outcome.lease.job_id, None)
-            if isinstance(result, BaseException):
-                outcome.future.set_exception(result)
-            else:
-                outcome.future.set_result(result)
+        self.dispatch([(o.done, r) for o, r in zip(batch, results, strict=True)])
 
     def _heartbeat_due(self) -> None:
         now = time.monotonic()
@@ -208,3 +213,8 @@ class LeaseKeeper:
                 delay = min(delay * 2, 2.0)
             except QuasarError as exc:
                 return [exc] * len(calls)
+
+
+def _run_all(pairs: list[tuple[Done, Any]]) -> None:
+    for done, result in pairs:
+        done(result)

@@ -156,7 +156,10 @@ BLOB_CHUNKS = 16
 def _fields(reply: Sequence[Any]) -> dict[str, bytes]:
     """The job fields of a reply: later ones win, defaults filled in, blob chunks joined."""
     f = dict(DEFAULTS)
-    f.update({_s(reply[i]): reply[i + 1] for i in range(1, len(reply), 2)})
+    it = iter(reply)
+    next(it)
+    for name, value in zip(it, it, strict=True):
+        f[name.decode() if isinstance(name, bytes) else name] = value
     for name in ("p", "res"):
         if f"{name}2" in f:
             parts = [f.get(name, b"")]

@@ -43,13 +43,39 @@ REASON_MAX = 8000
 Build = Callable[[t.LeaseToken], t.Outcome]
 
 
+class CancelFlag:
+    """Set when a job should stop; like ``threading.Event``, made only when someone waits."""
+
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+
+    def set(self) -> None:
+        self._set = True
+        if self._event is not None:
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until set (or ``timeout`` seconds); True if set."""
+        if self._event is None:
+            self._event = threading.Event()
+            if self._set:
+                self._event.set()
+        return self._event.wait(timeout)
+
+
 @dataclass(frozen=True)
 class JobContext:
     """What a running task can know about its job (``current_job()``)."""
 
     job: t.Job
     worker_id: str
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: CancelFlag = field(default_factory=CancelFlag)
 
     @property
     def attempt(self) -> int:
@@ -164,7 +190,12 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal)
         self._client = self.app.aclient()
-        self._keeper = LeaseKeeper(self.app.new_client(), self.worker_id)
+        loop = self._loop
+
+        def dispatch(pairs: list[tuple[Any, Any]]) -> None:
+            loop.call_soon_threadsafe(_deliver, pairs)
+
+        self._keeper = LeaseKeeper(self.app.new_client(), self.worker_id, dispatch=dispatch)
         self._keeper.start()
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="quasar-task")
         maintenance = asyncio.create_task(self._maintenance())
@@ -349,7 +380,10 @@ class Worker:
         except (TypeError, CorruptDataError) as exc:
             return self._permanent("BadPayload", str(exc))
         try:
-            value = await asyncio.wait_for(self._call(task, args, kwargs), task.timeout)
+            if task.timeout is None:
+                value = await self._call(task, args, kwargs)
+            else:
+                value = await asyncio.wait_for(self._call(task, args, kwargs), task.timeout)
         except Snooze as snooze:
             return self._release(round(snooze.delay * 1000), "snoozed")
         except PermanentFailure as exc:
@@ -398,11 +432,15 @@ class Worker:
         return Outcome(name, lambda tok: t.Release(tok, delay_ms))
 
     async def _report(self, running: _Running, outcome: Outcome) -> None:
-        assert self._keeper is not None
+        assert self._keeper is not None and self._loop is not None
         job = running.ctx.job
         duration = time.monotonic() - running.started
         try:
-            result = await asyncio.wrap_future(self._keeper.report(running.lease, outcome.build))
+            done: asyncio.Future[Any] = self._loop.create_future()
+            self._keeper.report(running.lease, outcome.build, done.set_result)
+            result = await done
+            if isinstance(result, BaseException):
+                raise result
         except QuasarError as exc:
             log.error(
                 "job %s stage=%s attempt=%d: outcome %s not reported: %s",
@@ -484,6 +522,13 @@ class Worker:
         except Exception as exc:  # a Redis error: the next round tries again
             raise QuasarError(f"TIME failed: {exc}") from exc
         self._offset_ms = seconds * 1000 + micros / 1000 - time.time() * 1000
+
+
+def _deliver(pairs: list[tuple[Any, Any]]) -> None:
+    """Results of one report batch, on the event loop (one wake-up per batch)."""
+    for done, result in pairs:
+        with contextlib.suppress(asyncio.InvalidStateError):  # the awaiting task is gone
+            done(result)
 
 
 def _past(started: float, seconds: float) -> bool:
