@@ -20,7 +20,8 @@
 --   m max_attempts, f fencing_version, st state tag (W R L S F C), at available_at (W, R),
 --   w worker, x lease expires_at, n lease nonce (L), ek / em last error kind / message,
 --   cr cancel reason, o output_ref, res result (msgpack bytes), ins inserted_at,
---   att attempted_at, fin finished_at (S, F, C).
+--   att attempted_at, fin finished_at (S, F, C), hd "1" once another job depends on this one
+--   (so that jobs nobody depends on never read their dependents set).
 -- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
 -- equals available_at (a job enqueued without a delay), and the payload and the
 -- result are stored in chunks of at most 64 bytes (p, p2, p3, ... / res, res2, ...), up to
@@ -366,16 +367,17 @@ local function ready_id(member) return string.sub(member, READY_PREFIX + 1) end
 
 local FINISHED = {S = "succeeded", F = "failed", C = "cancelled"}
 
--- from_ready: the caller took the job from the ready index (a claim by queue).
-local function unplace(id, h, from_ready)
+-- member: the job's entry in the ready index, when the caller took it from there (a claim by
+-- queue): nothing else to remove.
+local function unplace(id, h, member)
   local q = h.q
   if h.st == "W" or h.st == "R" then
     if h.st == "R" then redis.call("ZREM", key_q(q, "retrying"), id) end
     if tonumber(h.pd) > 0 then
       redis.call("ZREM", key_q(q, "blocked"), id)
     else
-      redis.call("ZREM", key_q(q, "ready"), ready_member(id, h))
-      if not from_ready then redis.call("ZREM", key_q(q, "delayed"), id) end
+      redis.call("ZREM", key_q(q, "ready"), member or ready_member(id, h))
+      if not member then redis.call("ZREM", key_q(q, "delayed"), id) end
     end
   elseif h.st == "L" then
     redis.call("ZREM", key_q(q, "leased"), id)
@@ -406,9 +408,9 @@ end
 
 -- Moves a job to a new state: index out, fields written, index in, and an event when the
 -- state changed.
-local function move(id, h, now, changes, from_ready)
+local function move(id, h, now, changes, member)
   local before = h.st
-  unplace(id, h, from_ready)
+  unplace(id, h, member)
   local fields = {}
   for f, v in pairs(changes) do
     h[f] = v
@@ -474,12 +476,18 @@ end
 
 -- The closure of jobs a cancellation of `root` reaches (dependents of cancelled jobs can never
 -- run). Returns a list of {id, h, reason} in cascade order, or nil and a refusal; checks all first.
-local function cancel_closure(root_id, only_policy_cancel)
-  local out, seen, frontier = {}, {[root_id] = true}, {{root_id, only_policy_cancel}}
+local function dependents_of(id, h)
+  if not h.hd then return {} end
+  return redis.call("SMEMBERS", key_dependents(id))
+end
+
+local function cancel_closure(root_id, root_h, only_policy_cancel)
+  local out, seen = {}, {[root_id] = true}
+  local frontier = {{root_id, root_h, only_policy_cancel}}
   while #frontier > 0 do
     local item = table.remove(frontier, 1)
-    local parent, policy_only = item[1], item[2]
-    local deps, err = load_all(redis.call("SMEMBERS", key_dependents(parent)))
+    local parent, policy_only = item[1], item[3]
+    local deps, err = load_all(dependents_of(parent, item[2]))
     if deps == nil then return nil, err end
     for _, d in ipairs(deps) do
       local id, h = d[1], d[2]
@@ -487,44 +495,44 @@ local function cancel_closure(root_id, only_policy_cancel)
         seen[id] = true
         local why = policy_only and " failed" or " was cancelled"
         out[#out + 1] = {id, h, "dependency " .. parent .. why}
-        frontier[#frontier + 1] = {id, false}
+        frontier[#frontier + 1] = {id, h, false}
       end
     end
   end
   return out
 end
 
-local function forget_dependents(id)
-  redis.call("DEL", key_dependents(id))
+local function forget_dependents(id, h)
+  if h.hd then redis.call("DEL", key_dependents(id)) end
 end
 
 local function apply_cancel_closure(list, now)
   for _, item in ipairs(list) do
     local id, h, reason = item[1], item[2], item[3]
     move(id, h, now, {st = "C", cr = reason, fin = fmt(now)})
-    forget_dependents(id)
+    forget_dependents(id, h)
   end
 end
 
 -- Jobs whose last dependency just succeeded: checked first, then released by release_dependents.
-local function load_dependents(id)
-  return load_all(redis.call("SMEMBERS", key_dependents(id)))
+local function load_dependents(id, h)
+  return load_all(dependents_of(id, h))
 end
 
-local function release_dependents(id, list, now)
+local function release_dependents(id, h, list, now)
   for _, item in ipairs(list) do
     local did, h = item[1], item[2]
     if (h.st == "W" or h.st == "R") and tonumber(h.pd) > 0 then
       move(did, h, now, {pd = fmt(tonumber(h.pd) - 1)})
     end
   end
-  forget_dependents(id)
+  forget_dependents(id, h)
 end
 
 -- What a job entering Failed does to its dependents: those that asked to be cancelled are
 -- cancelled (and their own dependents with them); the rest stay blocked, visibly.
-local function failure_closure(id)
-  return cancel_closure(id, true)
+local function failure_closure(id, h)
+  return cancel_closure(id, h, true)
 end
 
 -- The seed's retry_or_fail: the changes to apply.
@@ -557,12 +565,12 @@ local function replayed_claim(id, h, worker, rec)
 end
 
 -- The seed's claim_ready after its checks passed: attempt+1, fence+1, Leased.
-local function lease(id, h, worker, lease_ms, now, nonce, from_ready)
+local function lease(id, h, worker, lease_ms, now, nonce, member)
   local fence = tonumber(h.f) + 1
   move(id, h, now, {
     st = "L", a = fmt(tonumber(h.a) + 1), f = fmt(fence), w = worker, x = fmt(now + lease_ms),
     n = nonce, att = fmt(now),
-  }, from_ready)
+  }, member)
   return {"Claim", job_reply(id, h), token_reply(id, h)}
 end
 
@@ -589,7 +597,7 @@ local function expire_job(id, h, now)
   local changes = retry_or_fail(h, "LeaseExpired", "worker lease expired", now, 0)
   local closure = {}
   if changes.st == "F" then
-    local list, err = failure_closure(id)
+    local list, err = failure_closure(id, h)
     if list == nil then return err end
     closure = list
   end
@@ -647,10 +655,10 @@ local function do_complete(c, output_ref, result)
   if output_ref == "" then return invalid("output_ref must not be empty") end
   bad = text_error(output_ref, "output_ref") or check_queue(c.h.q)
   if bad then return bad end
-  local dependents, derr = load_dependents(c.id)
+  local dependents, derr = load_dependents(c.id, c.h)
   if dependents == nil then return derr end
   move(c.id, c.h, c.now, {st = "S", o = output_ref, res = result, fin = fmt(c.now)})
-  release_dependents(c.id, dependents, c.now)
+  release_dependents(c.id, c.h, dependents, c.now)
   return nil
 end
 
@@ -666,7 +674,7 @@ local function do_fail(c, reason, delay_arg, kind)
   local closure = {}
   if changes.st == "F" then
     local err
-    closure, err = failure_closure(c.id)
+    closure, err = failure_closure(c.id, c.h)
     if closure == nil then return err end
   end
   move(c.id, c.h, c.now, changes)
@@ -680,7 +688,7 @@ local function do_permanent_fail(c, reason, kind)
   if reason == "" then return invalid("reason must not be empty") end
   bad = error_text_error(kind, reason) or check_queue(c.h.q)
   if bad then return bad end
-  local closure, err = failure_closure(c.id)
+  local closure, err = failure_closure(c.id, c.h)
   if closure == nil then return err end
   move(c.id, c.h, c.now, {st = "F", fin = fmt(c.now), ek = kind, em = reason})
   apply_cancel_closure(closure, c.now)

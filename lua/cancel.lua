@@ -25,10 +25,10 @@ local function main()
   local bad = text_error(ARGV[5], "reason") or check_queue(c.h.q)
   if bad then return bad end
   local closure
-  closure, err = cancel_closure(c.id, false)
+  closure, err = cancel_closure(c.id, c.h, false)
   if closure == nil then return err end
   move(c.id, c.h, c.now, {st = "C", cr = ARGV[5], fin = fmt(c.now)})
-  forget_dependents(c.id)
+  forget_dependents(c.id, c.h)
   apply_cancel_closure(closure, c.now)
   local ids = {}
   for i, item in ipairs(closure) do ids[i] = item[1] end

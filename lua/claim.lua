@@ -56,7 +56,7 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec)
       dropped = dropped + 1
     elseif (h.st == "W" or h.st == "R") and tonumber(h.pd) == 0
         and tonumber(h.a) < tonumber(h.m) and tonumber(h.at) <= now then
-      out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. (#rec + 1), true)
+      out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. (#rec + 1), member)
       rec[#rec + 1] = id .. " " .. token_record(h)
     else
       -- Not claimable after all: an entry left behind by hand, or a clock that went back (a

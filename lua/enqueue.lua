@@ -4,19 +4,29 @@
 -- IncompleteDependency when it can never succeed (Cancelled, or Failed for a job that asked to be
 -- cancelled on dependency failure). A job may depend on an earlier job of the same batch.
 --
+-- Two modes. "all": the batch is applied whole or not at all (the first refusal names its job).
+-- "each": every job is checked and applied on its own (a refused job does not stop the others;
+-- a later job may still depend on an earlier applied one): how the asyncio client coalesces
+-- concurrent single enqueues into one call.
+--
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id          ARGV[2] now ("" = server clock)
 -- ARGV[3]  max payload bytes ARGV[4] max dependencies per job  ARGV[5] job count N
+-- ARGV[6]  mode: "all" | "each"   ARGV[7] reply: "jobs" (every job's fields) | "ids"
 -- then N groups of 12: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
 --   delay ("" = 0), on_dependency_failure ("block" | "cancel").
 --
 -- Replies
---   {"BatchApplied", now, job...}            each job as {id, field, value, ...}
---   {"BatchRefused", index, {refusal...}}    index is 1-based within the batch
+--   all:  {"BatchApplied", now, job...}        each job as {id, field, value, ...}, or as its
+--                                              id alone with reply "ids"
+--         {"BatchRefused", index, {refusal...}} index is 1-based within the batch
+--   each: {"EachResult", now, item...}          item: {"JobApplied", "", job} (job as above) or
+--                                              a refusal
 --   refusal: InvalidJob(reason) | DuplicateJob(id) | MissingDependency(id) |
 --            IncompleteDependency(id) | CorruptJob(id, reason) | CorruptKey(key, reason)
--- A re-sent call (same call id) gets BatchApplied again, with the jobs as they are now.
+-- A re-sent call (same call id) gets the jobs it applied as applied again (as they are now),
+-- and, in "each" mode, the others evaluated again.
 
 local GROUP = 12
 
@@ -95,7 +105,7 @@ local function dependency_checks(a, batch)
 end
 
 local function read_group(i)
-  local b = 5 + (i - 1) * GROUP
+  local b = 7 + (i - 1) * GROUP
   return {
     id = ARGV[b + 1], queue = ARGV[b + 2], stage = ARGV[b + 3], payload = ARGV[b + 4],
     input_ref = ARGV[b + 5], input_revision = ARGV[b + 6], dependencies = ARGV[b + 7],
@@ -104,53 +114,83 @@ local function read_group(i)
   }
 end
 
-local function replay(jobs)
+-- Every check of one job, given the ids applied earlier in this call; nil when it may go in.
+local function check_one(a, now, limits, batch)
+  local bad = seed_checks(a, now) or limit_checks(a, limits.payload, limits.deps)
+  if bad then return bad end
+  if batch[a.id] or redis.call("EXISTS", key_job(a.id)) == 1 then
+    return refuse("DuplicateJob", a.id)
+  end
+  local pending, err = dependency_checks(a, batch)
+  if pending == nil then return err end
+  a.pending = pending
+  return check_queue(a.queue) or check_types({KEY_SEQ}, "string")
+end
+
+local function write_one(a, now, seq)
+  local h = {
+    q = a.queue, s = a.stage, p = a.payload, ir = a.input_ref, rv = a.input_revision,
+    dp = table.concat(a.deps, " "), pd = fmt(a.pending), odf = a.odf, pr = a.priority,
+    sq = fmt(seq), a = "0", m = a.max_attempts, f = "0", st = "W", at = fmt(a.at),
+    ins = fmt(now),
+  }
+  create(a.id, h)
+  place(a.id, h, now)
+  emit(a.id, h, "enqueued")
+  for _, d in ipairs(a.deps) do
+    redis.call("SADD", key_dependents(d), a.id)
+    redis.call("HSET", key_job(d), "hd", "1")
+  end
+  return h
+end
+
+local function job_out(id, h, ids_only)
+  if ids_only then return id end
+  return job_reply(id, h)
+end
+
+-- "all": check every job, then write them all.
+local function enqueue_all(jobs, now, limits, ids_only)
+  local batch, queues = {}, {}
+  for i, a in ipairs(jobs) do
+    local bad = check_one(a, now, limits, batch)
+    if bad then return refuse("BatchRefused", fmt(i), bad), false end
+    batch[a.id] = true
+    queues[a.queue] = true
+  end
+  for q in pairs(queues) do redis.call("SADD", KEY_QUEUES, q) end
+  local seq = redis.call("INCRBY", KEY_SEQ, #jobs) - #jobs
+  local out = {"BatchApplied", fmt(now)}
+  for i, a in ipairs(jobs) do out[#out + 1] = job_out(a.id, write_one(a, now, seq + i), ids_only) end
+  return out, true
+end
+
+-- "each": check and write job by job; a refusal is that job's answer only.
+local function enqueue_each(jobs, now, limits, ids_only, before)
+  local batch, flags, out = {}, {}, {"EachResult", fmt(now)}
+  for i, a in ipairs(jobs) do
+    local h = before[i] == "1" and load_job(a.id) or nil
+    local bad = h == nil and check_one(a, now, limits, batch) or nil
+    if h == nil and bad == nil then
+      redis.call("SADD", KEY_QUEUES, a.queue)
+      h = write_one(a, now, redis.call("INCR", KEY_SEQ))
+    end
+    if bad then
+      out[#out + 1] = bad
+    else
+      batch[a.id] = true
+      out[#out + 1] = applied("JobApplied", "", job_out(a.id, h, ids_only))
+    end
+    flags[i] = bad and "0" or "1"
+  end
+  return out, table.concat(flags, " ")
+end
+
+local function replay_all(jobs, ids_only)
   local out = {"BatchApplied", ""}
   for _, a in ipairs(jobs) do
     local h = load_job(a.id)
-    if h then out[#out + 1] = job_reply(a.id, h) end
-  end
-  return out
-end
-
-local function check_all(jobs, now, max_payload, max_deps)
-  local batch, queues = {}, {}
-  for i, a in ipairs(jobs) do
-    local bad = seed_checks(a, now) or limit_checks(a, max_payload, max_deps)
-    if bad then return refuse("BatchRefused", fmt(i), bad) end
-    if batch[a.id] or redis.call("EXISTS", key_job(a.id)) == 1 then
-      return refuse("BatchRefused", fmt(i), refuse("DuplicateJob", a.id))
-    end
-    local pending, err = dependency_checks(a, batch)
-    if pending == nil then return refuse("BatchRefused", fmt(i), err) end
-    a.pending = pending
-    batch[a.id] = true
-    if not queues[a.queue] then
-      queues[a.queue] = true
-      local badkey = check_queue(a.queue)
-      if badkey then return refuse("BatchRefused", fmt(i), badkey) end
-    end
-  end
-  local badkey = check_types({KEY_SEQ}, "string")
-  if badkey then return refuse("BatchRefused", "1", badkey) end
-  return nil, queues
-end
-
-local function write_all(jobs, now)
-  local seq = redis.call("INCRBY", KEY_SEQ, #jobs) - #jobs
-  local out = {"BatchApplied", fmt(now)}
-  for i, a in ipairs(jobs) do
-    local h = {
-      q = a.queue, s = a.stage, p = a.payload, ir = a.input_ref, rv = a.input_revision,
-      dp = table.concat(a.deps, " "), pd = fmt(a.pending), odf = a.odf, pr = a.priority,
-      sq = fmt(seq + i), a = "0", m = a.max_attempts, f = "0", st = "W", at = fmt(a.at),
-      ins = fmt(now),
-    }
-    create(a.id, h)
-    place(a.id, h, now)
-    emit(a.id, h, "enqueued")
-    for _, d in ipairs(a.deps) do redis.call("SADD", key_dependents(d), a.id) end
-    out[#out + 1] = job_reply(a.id, h)
+    if h then out[#out + 1] = job_out(a.id, h, ids_only) end
   end
   return out
 end
@@ -159,18 +199,22 @@ local function main()
   local cid = ARGV[1]
   local now, e = clock(ARGV[2])
   if now == nil then return refuse("BatchRefused", "1", e) end
-  local max_payload, max_deps, n = tonumber(ARGV[3]), tonumber(ARGV[4]), int(ARGV[5])
-  if n == nil or n < 1 or #ARGV ~= 5 + n * GROUP then
+  local limits = {payload = tonumber(ARGV[3]), deps = tonumber(ARGV[4])}
+  local n, mode, ids_only = int(ARGV[5]), ARGV[6], ARGV[7] == "ids"
+  if n == nil or n < 1 or #ARGV ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each") then
     return refuse("BatchRefused", "1", invalid("malformed enqueue call"))
   end
   local jobs = {}
   for i = 1, n do jobs[i] = read_group(i) end
-  if recorded(cid) then return replay(jobs) end
-  local bad, queues = check_all(jobs, now, max_payload, max_deps)
-  if bad then return bad end
-  for q in pairs(queues) do redis.call("SADD", KEY_QUEUES, q) end
-  local out = write_all(jobs, now)
-  record(cid, "A")
+  local before = recorded(cid)
+  if mode == "each" then
+    local out, flags = enqueue_each(jobs, now, limits, ids_only, split(before or ""))
+    record(cid, flags)
+    return out
+  end
+  if before then return replay_all(jobs, ids_only) end
+  local out, ok = enqueue_all(jobs, now, limits, ids_only)
+  if ok then record(cid, "A") end
   return out
 end
 

@@ -14,7 +14,7 @@ local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
 
 local function still_needed(id, h)
   if h.st ~= "F" then return false end
-  for _, did in ipairs(redis.call("SMEMBERS", key_dependents(id))) do
+  for _, did in ipairs(dependents_of(id, h)) do
     local d = load_job(did)
     if d and not TERMINAL[d.st] then return true end
   end

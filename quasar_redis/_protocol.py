@@ -51,6 +51,7 @@ APPLIED = (
     "ClaimApplied",
     "ClaimsApplied",
     "Counts",
+    "EachResult",
     "Found",
     "JobApplied",
     "Jobs",
@@ -275,10 +276,21 @@ def _first(result: t.ClaimsResult) -> t.ClaimResult:
 def parse_batch_result(reply: Any) -> t.BatchResult:
     tag = _tag(reply)
     if tag == "BatchApplied":
-        return t.BatchApplied(tuple(parse_job(j) for j in reply[2:]))
+        items = reply[2:]
+        if items and not isinstance(items[0], list):  # reply="ids"
+            return t.BatchApplied((), tuple(_s(i) for i in items))
+        jobs = tuple(parse_job(j) for j in items)
+        return t.BatchApplied(jobs, tuple(j.id for j in jobs))
     if tag == "BatchRefused":
         return t.BatchRefused(int(reply[1]) - 1, refusal(reply[2]))
     return t.BatchRefused(0, refusal(reply))
+
+
+def parse_each_result(reply: Any) -> list[t.JobResult]:
+    if _tag(reply) != "EachResult":
+        error = refusal(reply[2]) if _tag(reply) == "BatchRefused" else refusal(reply)
+        return [t.JobRefused(error)]
+    return [parse_job_result(item) for item in reply[2:]]
 
 
 def _single(result: t.BatchResult) -> t.JobResult:
@@ -440,32 +452,69 @@ class Protocol:
             job.on_dependency_failure,
         )
 
-    def enqueue_many(self, jobs: Sequence[NewJob], now: int | None = None) -> Call[t.BatchResult]:
+    def _batch_size_error(self, jobs: Sequence[NewJob]) -> t.InvalidJob | None:
+        if not jobs:
+            return t.InvalidJob("a batch must hold at least one job")
+        if len(jobs) > self.limits.max_batch:
+            return t.InvalidJob(f"a batch may hold at most {self.limits.max_batch} jobs")
+        return None
+
+    def _enqueue_head(self, n: int, now: int | None, mode: str, reply: str) -> tuple[Arg, ...]:
+        limits = self.limits
+        return (
+            _now(now),
+            str(limits.max_payload_bytes),
+            str(limits.max_dependencies),
+            str(n),
+            mode,
+            reply,
+        )
+
+    def enqueue_many(
+        self, jobs: Sequence[NewJob], now: int | None = None, *, ids_only: bool = False
+    ) -> Call[t.BatchResult]:
         """Enqueue all of ``jobs`` or none of them."""
         groups: list[Arg] = []
-        early: t.BatchResult | None = None
-        if not jobs:
-            early = t.BatchRefused(0, t.InvalidJob("a batch must hold at least one job"))
-        elif len(jobs) > self.limits.max_batch:
-            early = t.BatchRefused(
-                0, t.InvalidJob(f"a batch may hold at most {self.limits.max_batch} jobs")
-            )
+        error = self._batch_size_error(jobs)
+        early: t.BatchResult | None = None if error is None else t.BatchRefused(0, error)
         for index, job in enumerate(jobs if early is None else ()):
             group = self._job_group(job)
             if isinstance(group, t.InvalidJob):
                 early = t.BatchRefused(index, group)
                 break
             groups.extend(group)
-        head = (
-            _now(now),
-            str(self.limits.max_payload_bytes),
-            str(self.limits.max_dependencies),
-            str(len(jobs)),
-        )
+        head = self._enqueue_head(len(jobs), now, "all", "ids" if ids_only else "jobs")
         call = self._call("enqueue", (*head, *groups), parse_batch_result)
-        if early is not None:
-            return Call(call.script, call.args, call.parse, early)
-        return call
+        return Call(call.script, call.args, call.parse, early)
+
+    def enqueue_each(self, jobs: Sequence[NewJob], now: int | None = None) -> Call[list[Any]]:
+        """Enqueue each of ``jobs`` on its own (one call); a JobResult per job, in order.
+
+        Jobs Python cannot even encode get their refusal here and are not sent.
+        """
+        error = self._batch_size_error(jobs)
+        if error is not None:
+            return Call(scripts()["enqueue"], (), parse_each_result, [t.JobRefused(error)])
+        groups: list[Arg] = []
+        sent: list[int] = []
+        local: dict[int, t.JobResult] = {}
+        for index, job in enumerate(jobs):
+            group = self._job_group(job)
+            if isinstance(group, t.InvalidJob):
+                local[index] = t.JobRefused(group)
+            else:
+                groups.extend(group)
+                sent.append(index)
+
+        def parse(reply: Any) -> list[Any]:
+            results: list[Any] = [local.get(i) for i in range(len(jobs))]
+            for i, result in zip(sent, parse_each_result(reply), strict=False):
+                results[i] = result
+            return results
+
+        head = self._enqueue_head(len(sent), now, "each", "jobs")
+        early = [local[i] for i in range(len(jobs))] if not sent else None
+        return Call(self._scripts["enqueue"], (new_call_id(), *head, *groups), parse, early)
 
     def enqueue(self, job: NewJob, now: int | None = None) -> Call[t.JobResult]:
         batch = self.enqueue_many([job], now)

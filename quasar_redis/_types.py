@@ -326,7 +326,10 @@ ClaimsResult: TypeAlias = ClaimsApplied | ClaimRefused
 
 @dataclass(frozen=True, slots=True)
 class BatchApplied:
+    """A bulk enqueue that wrote every job; ``jobs`` is empty when only ids were asked for."""
+
     jobs: tuple[Job, ...]
+    ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -28,6 +29,13 @@ class AsyncQuasar(ClientBase):
     Refusals come back as values (``JobRefused``, ``ClaimRefused``, ``BatchRefused``);
     exceptions (``QuasarError``) mean a broken connection, damaged data or a programmer error.
     """
+
+    def __init__(self, redis: Any, namespace: str = "default", **options: Any) -> None:
+        self.coalesce: bool = options.pop("coalesce", True)
+        super().__init__(redis, namespace, **options)
+        self._pending: list[tuple[NewJob, asyncio.Future[t.JobResult]]] = []
+        self._flush_scheduled = False
+        self._flushes: set[asyncio.Task[None]] = set()
 
     # plumbing -------------------------------------------------------------------------------------
 
@@ -72,6 +80,37 @@ class AsyncQuasar(ClientBase):
         replies = iter(await pipe.execute(raise_on_error=False))
         return [None if call is None else next(replies) for call in calls]
 
+    async def _coalesced(self, job: NewJob) -> t.JobResult:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[t.JobResult] = loop.create_future()
+        self._pending.append((job, future))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._start_flush)
+        return await future
+
+    def _start_flush(self) -> None:
+        limit = self.calls.limits.max_batch
+        batch, self._pending = self._pending[:limit], self._pending[limit:]
+        self._flush_scheduled = bool(self._pending)
+        if self._pending:
+            asyncio.get_running_loop().call_soon(self._start_flush)
+        task = asyncio.ensure_future(self._flush(batch))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _flush(self, batch: list[tuple[NewJob, asyncio.Future[t.JobResult]]]) -> None:
+        try:
+            results = await self.execute(self.calls.enqueue_each([job for job, _ in batch]))
+        except BaseException as exc:  # every caller of the batch gets the exception
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
     async def _check_policy(self) -> None:
         if self._policy_checked:
             return
@@ -101,7 +140,11 @@ class AsyncQuasar(ClientBase):
         on_dependency_failure: t.DependencyPolicy = "block",
         now: int | None = None,
     ) -> t.JobResult:
-        """Enqueue one job: ``JobApplied(job)`` in ``Waiting``, or ``JobRefused(error)``."""
+        """Enqueue one job: ``JobApplied(job)`` in ``Waiting``, or ``JobRefused(error)``.
+
+        Concurrent calls (without ``now``) are coalesced: those made in one turn of the event
+        loop go to Redis as one script call, each job checked and applied on its own.
+        """
         job = NewJob(
             stage,
             payload,
@@ -116,13 +159,29 @@ class AsyncQuasar(ClientBase):
             delay_ms,
             on_dependency_failure,
         )
+        return await self.enqueue_job(job, now=now)
+
+    async def enqueue_job(self, job: NewJob, *, now: int | None = None) -> t.JobResult:
+        """Enqueue one job described by a ``NewJob`` (coalesced as ``enqueue`` is)."""
+        if now is None and self.coalesce:
+            return await self._coalesced(job)
         return await self.execute(self.calls.enqueue(job, now))
 
     async def enqueue_many(
-        self, jobs: Sequence[NewJob], *, now: int | None = None
+        self, jobs: Sequence[NewJob], *, now: int | None = None, ids_only: bool = False
     ) -> t.BatchResult:
-        """Enqueue a batch in one call, all or nothing; a job may depend on an earlier one."""
-        return await self.execute(self.calls.enqueue_many(jobs, now))
+        """Enqueue a batch in one call, all or nothing; a job may depend on an earlier one.
+
+        ``ids_only`` makes the reply carry the job ids alone (``BatchApplied.ids``): cheaper.
+        """
+        return await self.execute(self.calls.enqueue_many(jobs, now, ids_only=ids_only))
+
+    async def enqueue_each(
+        self, jobs: Sequence[NewJob], *, now: int | None = None
+    ) -> list[t.JobResult]:
+        """Enqueue many jobs in one call, each on its own: a JobResult per job, in order."""
+        results: list[t.JobResult] = await self.execute(self.calls.enqueue_each(jobs, now))
+        return results
 
     # claims and the lease holder's calls ----------------------------------------------------------
 

@@ -233,12 +233,12 @@ class Task(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Enqueue a call; with an ``id`` option, enqueuing the same id again is a no-op."""
         new = self.job(*args, **kwargs)
-        return self.app._handle(new, self.app.client.enqueue_many([new]))
+        return self.app._handle(new, self.app.client.enqueue_job(new))
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """``enqueue`` for asyncio code."""
         new = self.job(*args, **kwargs)
-        return self.app._handle(new, await self.app.aclient().enqueue_many([new]))
+        return self.app._handle(new, await self.app.aclient().enqueue_job(new))
 
 
 def _dep_id(dep: str | JobHandle | t.Job) -> str:
@@ -318,17 +318,17 @@ class App:
 
     def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobHandle]:
         """Enqueue many task calls (``task.job(...)``) in one call, all or nothing."""
-        result = self.client.enqueue_many(jobs)
+        result = self.client.enqueue_many(jobs, ids_only=True)
         if isinstance(result, t.BatchRefused):
             raise JobRefusedError(result)
-        return [JobHandle(self, job.id) for job in result.jobs]
+        return [JobHandle(self, job_id) for job_id in result.ids]
 
     def handle(self, job_id: str) -> JobHandle:
         return JobHandle(self, job_id)
 
-    def _handle(self, new: NewJob, result: t.BatchResult) -> JobHandle:
-        if isinstance(result, t.BatchApplied):
-            return JobHandle(self, result.jobs[0].id)
+    def _handle(self, new: NewJob, result: t.JobResult) -> JobHandle:
+        if isinstance(result, t.JobApplied):
+            return JobHandle(self, result.job.id)
         if isinstance(result.error, t.DuplicateJob) and new.id is not None:
             return JobHandle(self, new.id)  # idempotent enqueue: the job is already there
         raise JobRefusedError(result.error)

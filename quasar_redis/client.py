@@ -118,9 +118,23 @@ class Quasar(ClientBase):
         )
         return self.execute(self.calls.enqueue(job, now))
 
-    def enqueue_many(self, jobs: Sequence[NewJob], *, now: int | None = None) -> t.BatchResult:
-        """Enqueue a batch in one call, all or nothing; a job may depend on an earlier one."""
-        return self.execute(self.calls.enqueue_many(jobs, now))
+    def enqueue_job(self, job: NewJob, *, now: int | None = None) -> t.JobResult:
+        """Enqueue one job described by a ``NewJob``."""
+        return self.execute(self.calls.enqueue(job, now))
+
+    def enqueue_many(
+        self, jobs: Sequence[NewJob], *, now: int | None = None, ids_only: bool = False
+    ) -> t.BatchResult:
+        """Enqueue a batch in one call, all or nothing; a job may depend on an earlier one.
+
+        ``ids_only`` makes the reply carry the job ids alone (``BatchApplied.ids``): cheaper.
+        """
+        return self.execute(self.calls.enqueue_many(jobs, now, ids_only=ids_only))
+
+    def enqueue_each(self, jobs: Sequence[NewJob], *, now: int | None = None) -> list[t.JobResult]:
+        """Enqueue many jobs in one call, each on its own: a JobResult per job, in order."""
+        results: list[t.JobResult] = self.execute(self.calls.enqueue_each(jobs, now))
+        return results
 
     # claims and the lease holder's calls ----------------------------------------------------------
 

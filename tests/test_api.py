@@ -13,8 +13,11 @@ import quasar_redis
 from quasar_redis import (
     AsyncQuasar,
     ClaimApplied,
+    DuplicateJob,
     EvictionPolicyWarning,
+    InvalidJob,
     JobApplied,
+    JobRefused,
     Quasar,
     StaleLease,
 )
@@ -165,6 +168,49 @@ def test_async_client_runs_the_same_flow(redis_client: Any, backend: str, namesp
             assert info.job.payload == {"x": 1}
             many = await aq.execute_many([aq.calls.counts("default", T0)])
             assert many[0].completed == 1
+        finally:
+            await client.aclose()
+
+    asyncio.run(flow())
+
+
+def test_async_enqueues_made_together_are_coalesced(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    import asyncio
+
+    import fakeredis
+    import redis.asyncio
+
+    from .conftest import REDIS_URL
+
+    async def flow() -> None:
+        if backend == "fake":
+            server = redis_client.connection_pool.connection_kwargs["server"]
+            client: Any = fakeredis.FakeAsyncRedis(server=server)
+        else:
+            client = redis.asyncio.Redis.from_url(REDIS_URL)
+        aq = AsyncQuasar(client, namespace)
+        sent: list[int] = []
+        execute = aq.execute
+
+        async def counting(call: Any) -> Any:
+            sent.append(len(call.args))
+            return await execute(call)
+
+        aq.execute = counting  # type: ignore[method-assign]
+        try:
+            results = await asyncio.gather(
+                *(aq.enqueue("s", {"i": i}, id=f"j{i}") for i in range(50)),
+                aq.enqueue("s", id="j0"),
+                aq.enqueue("", id="bad"),
+            )
+            assert len(sent) == 1  # one script call for 52 enqueues
+            assert all(isinstance(r, JobApplied) for r in results[:50])
+            assert results[50] == JobRefused(DuplicateJob("j0"))
+            assert results[51] == JobRefused(InvalidJob("stage must not be empty"))
+            counts = await aq.counts("default")
+            assert counts.available == 50
         finally:
             await client.aclose()
 

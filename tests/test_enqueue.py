@@ -205,3 +205,48 @@ def test_payloads_and_results_of_any_size_round_trip(q: Quasar, size: int) -> No
     info = q.get_job("j")
     assert info is not None
     assert (info.job.payload, info.job.result) == (blob, blob[::-1])
+
+
+def test_enqueue_many_can_reply_with_ids_only(q: Quasar) -> None:
+    result = q.enqueue_many([NewJob("s", id="a"), NewJob("s")], now=T0, ids_only=True)
+    assert isinstance(result, BatchApplied)
+    assert result.jobs == ()
+    assert result.ids[0] == "a"
+    assert len(result.ids) == 2
+    full = q.enqueue_many([NewJob("s", id="b")], now=T0)
+    assert isinstance(full, BatchApplied)
+    assert full.ids == ("b",)
+
+
+def test_enqueue_each_applies_every_job_on_its_own(q: Quasar) -> None:
+    applied(q.enqueue("s", id="exists", now=T0))
+    results = q.enqueue_each(
+        [
+            NewJob("s", id="a"),
+            NewJob("s", id="exists"),
+            NewJob("", id="bad"),
+            NewJob("s", id="b", dependencies=["a"]),
+            NewJob("s", id="c", dependencies=["bad"]),
+            NewJob("s", id="d", payload=object()),
+        ],
+        now=T0,
+    )
+    assert [type(r).__name__ for r in results] == [
+        "JobApplied",
+        "JobRefused",
+        "JobRefused",
+        "JobApplied",
+        "JobRefused",
+        "JobRefused",
+    ]
+    assert results[1] == JobRefused(DuplicateJob("exists"))
+    assert results[2] == JobRefused(InvalidJob("stage must not be empty"))
+    assert results[4] == JobRefused(MissingDependency("bad"))
+    assert "payload cannot be encoded" in str(results[5])
+    assert applied(results[3]).pending_dependencies == 1
+    assert q.get_job("bad") is None
+    call = q.calls.enqueue_each([NewJob("s", id="x"), NewJob("s", id="exists")], T0)
+    first = q.execute(call)
+    before = snapshot(q)
+    assert q.execute(call) == first  # re-sent: the same answers, nothing more written
+    assert snapshot(q) == before
