@@ -2,7 +2,7 @@
 
 The mix: fast no-ops, short sleeps, a plain function (run in the worker's thread pool), e-mails
 that fail at random and are retried by an exponential policy (a few run out of attempts), API
-calls that are rate limited once (``Snooze``), reports scheduled up to 1.5 s ahead, dependency
+calls that are rate limited once (``Snooze``), reports scheduled up to 1 s ahead, dependency
 chains of five steps, and one card charge that fails for good (``PermanentFailure``), whose receipt
 was enqueued to be cancelled if it fails.
 
@@ -197,7 +197,7 @@ def random_job(tasks: DemoTasks, n: int, rng: random.Random) -> NewJob:
         return tasks.send_email.job(n, failures)
     if roll < 0.92:
         return tasks.call_api.job(n)
-    return tasks.report.options(delay=rng.uniform(0.2, 1.5)).job(n)
+    return tasks.report.options(delay=rng.uniform(0.1, 1.0)).job(n)
 
 
 def plan(tasks: DemoTasks, total: int, rng: random.Random) -> list[NewJob]:
@@ -246,6 +246,11 @@ def counts_table(snap: Snapshot) -> Table:
     return table
 
 
+def say(console: Console, text: str) -> None:
+    """A plain line: no markup, no highlighting, never wrapped."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
 class View(Protocol):
     def show(self, snap: Snapshot) -> None: ...
 
@@ -292,11 +297,9 @@ class PlainView:
             return
         self.last = snap.elapsed
         parts = [f"{s.value} {snap.total(s)}" for s in STATUS_ORDER]
-        self.console.print(
+        say(
+            self.console,
             f"[{snap.elapsed:6.2f}s] finished {snap.finished}/{self.total}: {', '.join(parts)}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
         )
 
 
@@ -466,7 +469,7 @@ def open_app(url: str | None, namespace: str, console: Console) -> Iterator[App]
         finally:
             app.client.redis.close()
             n = delete_namespace(client, root)
-            console.print(f"deleted the {n} keys of namespace {namespace!r}", highlight=False)
+            say(console, f"deleted the {n} keys of namespace {namespace!r}")
     except redis.RedisError as exc:
         raise click.ClickException(f"Redis at {url}: {exc}") from exc
     finally:
@@ -509,18 +512,19 @@ async def _main(app: App, cfg: DemoConfig, console: Console) -> tuple[Outcome, l
 def run(url: str | None, namespace: str, cfg: DemoConfig, console: Console) -> Outcome:
     """Run the demo and print its summary; ClickException on a timeout or a Redis error."""
     where = url or "an embedded fakeredis server"
-    console.print(
+    say(
+        console,
         f"quasar demo: {cfg.jobs} jobs, {cfg.workers} workers, namespace {namespace!r} on {where}",
-        highlight=False,
     )
     try:
         with open_app(url, namespace, console) as app, job_logging(cfg.log_level, console):
             outcome, waits = asyncio.run(_main(app, cfg, console))
+            if not console.is_terminal:  # (a terminal still shows the live view's last frame)
+                console.print(counts_table(outcome.snap))
+            console.print(summary_table(cfg, outcome, waits))
     except DemoTimeout as exc:
         console.print(counts_table(exc.snap))
         raise click.ClickException(f"the demo did not finish in {cfg.timeout}s: {exc}") from exc
     except QuasarError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-    console.print(counts_table(outcome.snap))
-    console.print(summary_table(cfg, outcome, waits))
     return outcome

@@ -1,15 +1,26 @@
-"""The ``quasar`` command line: the quick start example on both backends."""
+"""The ``quasar`` command line: the quick start example on both backends, and ``quasar events``."""
 
 from __future__ import annotations
 
+import os
 import re
+import select
+import signal
+import subprocess
+import sys
+import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 
-from quasar_redis.cli import main
+from quasar_redis import Quasar
+from quasar_redis.cli import format_event, main
 
-from .conftest import REDIS_URL, real_redis
+from .conftest import REDIS_URL, delete_namespace, real_redis
+from .helpers import claimed
 
 #: Each step's result, in order, as ``quasar example`` prints it.
 EXPECTED = [
@@ -110,3 +121,131 @@ def test_example_reports_a_bad_namespace() -> None:
     result = run("--namespace", "bad{tag}")
     assert result.exit_code == 1
     assert "ConfigurationError" in result.output
+
+
+# --- quasar events ---------------------------------------------------------------------------
+
+EVENT_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) job=(\S+) event=(\S+) queue=(\S+) attempt=(\d+)$"
+)
+
+
+def events(*args: str) -> Result:
+    return CliRunner().invoke(main, ["events", *args], env={"REDIS_URL": None})
+
+
+def parsed(output: str) -> list[tuple[str, str, str, str]]:
+    lines = []
+    for line in output.splitlines():
+        found = EVENT_LINE.match(line)
+        assert found, line
+        lines.append((found.group(2), found.group(3), found.group(4), found.group(5)))
+    return lines
+
+
+@pytest.fixture
+def with_events() -> Iterator[tuple[Any, str]]:
+    """A namespace on the real Redis with five events: a enqueued, b enqueued, a active,
+    a completed, b cancelled."""
+    client = real_redis()
+    namespace = f"cli-{uuid.uuid4().hex[:12]}"
+    q = Quasar(client, namespace)
+    q.enqueue("s", id="a", queue="mail")
+    q.enqueue("s", id="b", queue="mail", dependencies=["a"])
+    q.complete(claimed(q.claim("mail", "w", 30_000)).token, "w", result=1)
+    q.cancel("b")
+    try:
+        yield client, namespace
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
+
+
+def test_events_prints_the_stream_oldest_first(with_events: tuple[Any, str]) -> None:
+    client, namespace = with_events
+    result = events("--redis-url", REDIS_URL, "--namespace", namespace, "--no-follow")
+    assert result.exit_code == 0, result.output
+    assert parsed(result.output) == [
+        ("a", "enqueued", "mail", "0"),
+        ("b", "enqueued", "mail", "0"),
+        ("a", "active", "mail", "1"),
+        ("a", "completed", "mail", "1"),
+        ("b", "cancelled", "mail", "0"),
+    ]
+    # The time is the stream entry's id (milliseconds, UTC).
+    first_id, fields = client.xrange(f"quasar:{{{namespace}}}:events", count=1)[0]
+    assert result.output.splitlines()[0] == format_event(first_id, fields)
+    millis = int(first_id.split(b"-")[0])
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000))
+    assert result.output.startswith(f"{stamp}.{millis % 1000:03d}Z job=a event=enqueued")
+
+
+def test_events_count_keeps_the_newest(with_events: tuple[Any, str]) -> None:
+    _, namespace = with_events
+    result = events("--redis-url", REDIS_URL, "--namespace", namespace, "--no-follow", "-n", "2")
+    assert result.exit_code == 0, result.output
+    assert parsed(result.output) == [
+        ("a", "completed", "mail", "1"),
+        ("b", "cancelled", "mail", "0"),
+    ]
+    none = events("--redis-url", REDIS_URL, "--namespace", namespace, "--no-follow", "-n", "0")
+    assert none.exit_code == 0 and none.output == ""
+
+
+def test_events_of_an_empty_namespace_print_nothing() -> None:
+    real_redis().close()
+    namespace = f"cli-{uuid.uuid4().hex[:12]}"
+    result = events("--redis-url", REDIS_URL, "--namespace", namespace, "--no-follow")
+    assert result.exit_code == 0 and result.output == ""
+
+
+def test_events_refuses_bad_input() -> None:
+    no_url = events("--namespace", "shop", "--no-follow")
+    assert no_url.exit_code == 2
+    assert "needs --redis-url" in no_url.output
+    bad_name = events("--redis-url", REDIS_URL, "--namespace", "a{b}", "--no-follow")
+    assert bad_name.exit_code == 2
+    assert "Invalid value for --namespace" in bad_name.output
+    unreachable = events("--redis-url", "redis://127.0.0.1:1/0", "--namespace", "x", "--no-follow")
+    assert unreachable.exit_code == 1
+    assert "Error: Redis at redis://127.0.0.1:1/0" in unreachable.output
+
+
+def read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "no line in time"
+    return proc.stdout.readline().decode().rstrip("\n")
+
+
+def test_events_follow_prints_new_events_until_interrupted(
+    with_events: tuple[Any, str],
+) -> None:
+    client, namespace = with_events
+    # SIGINT raises KeyboardInterrupt even where the test runner's parent ignores it.
+    code = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from quasar_redis.cli import main; main(sys.argv[1:])"
+    )
+    args = ["events", "--redis-url", REDIS_URL, "--namespace", namespace, "--count", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        first = EVENT_LINE.match(read_line(proc, 20))
+        assert first and first.group(2, 3) == ("b", "cancelled")
+        time.sleep(0.3)  # it now blocks in XREAD
+        Quasar(client, namespace).enqueue("s", id="c", queue="mail")
+        new = EVENT_LINE.match(read_line(proc, 10))
+        assert new and new.group(2, 3, 4) == ("c", "enqueued", "mail")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+        assert proc.stderr is not None and proc.stderr.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()

@@ -1,0 +1,151 @@
+"""``quasar demo``: the mix it enqueues, its summary on both backends, and what it leaves behind."""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+
+from click.testing import CliRunner, Result
+
+from quasar_redis import App
+from quasar_redis.cli import main
+from quasar_redis.demo import CHAIN, declare, percentile, plan
+
+from .conftest import REDIS_URL, real_redis
+
+
+def run(*args: str) -> Result:
+    # REDIS_URL unset: the embedded default must not depend on the caller's environment.
+    return CliRunner().invoke(main, ["demo", *args], env={"REDIS_URL": None})
+
+
+def summary(output: str) -> dict[str, str]:
+    """The summary table's rows: name -> value (the number, with its unit)."""
+    assert "\nsummary" in output, output
+    section = output.split("\nsummary", 1)[1]
+    rows: dict[str, str] = {}
+    for name in ("jobs", "total time", "throughput", "latency p50", "latency p99", "completed"):
+        rows[name] = _row(section, name)
+    for name in ("failed", "cancelled", "attempts", "retries", "snoozed", "leases lost"):
+        rows[name] = _row(section, name)
+    return rows
+
+
+def _row(section: str, name: str) -> str:
+    found = re.search(rf"^\s*{name}\s+(\S+(?: (?:s|ms|jobs/s))?)", section, flags=re.MULTILINE)
+    assert found, (name, section)
+    return found.group(1)
+
+
+def check_summary(output: str, jobs: int) -> dict[str, str]:
+    rows = summary(output)
+    assert int(rows["jobs"]) == jobs
+    finished = int(rows["completed"]) + int(rows["failed"]) + int(rows["cancelled"])
+    assert finished == jobs, output
+    assert int(rows["failed"]) >= 1  # the card charge fails for good
+    assert int(rows["cancelled"]) >= 1  # and its receipt is cancelled with it
+    assert int(rows["retries"]) > 0  # at least one e-mail fails once
+    assert int(rows["attempts"]) >= jobs - int(rows["cancelled"])
+    assert int(rows["leases lost"]) == 0
+    assert re.fullmatch(r"[\d,]+\.\d jobs/s", rows["throughput"]), rows["throughput"]
+    assert float(rows["throughput"].split()[0].replace(",", "")) > 0
+    assert re.fullmatch(r"\d+ ms", rows["latency p50"]), rows["latency p50"]
+    assert re.fullmatch(r"\d+ ms", rows["latency p99"]), rows["latency p99"]
+    assert int(rows["latency p50"].split()[0]) <= int(rows["latency p99"].split()[0])
+    return rows
+
+
+def test_demo_runs_on_embedded_fakeredis_by_default() -> None:
+    result = run("--jobs", "200", "--concurrency", "10")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"namespace 'demo-[0-9a-f]{8}' on an embedded fakeredis server", result.output)
+    check_summary(result.output, 200)
+    # Not a terminal: plain progress lines, no live rendering (no escape sequences).
+    assert re.search(r"^\[\s*\d+\.\d\ds\] finished 200/200: available 0, ", result.output, re.M)
+    assert "\x1b[" not in result.output
+    assert "deleted the" not in result.output
+
+
+def test_demo_on_real_redis_leaves_no_keys() -> None:
+    client = real_redis()
+    namespace = f"demo-test-{uuid.uuid4().hex[:12]}"
+    pattern = f"quasar:{{{namespace}}}:*"
+    try:
+        result = run("--redis-url", REDIS_URL, "--namespace", namespace, "--jobs", "300")
+        assert result.exit_code == 0, result.output
+        assert f"namespace {namespace!r} on {REDIS_URL}" in result.output
+        check_summary(result.output, 300)
+        assert re.search(rf"deleted the \d+ keys of namespace '{namespace}'", result.output)
+        assert list(client.scan_iter(match=pattern, count=1000)) == []
+    finally:
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.delete(key)
+        client.close()
+
+
+def test_demo_refuses_a_namespace_that_holds_keys() -> None:
+    client = real_redis()
+    namespace = f"demo-test-{uuid.uuid4().hex[:12]}"
+    key = f"quasar:{{{namespace}}}:seq"
+    client.set(key, b"7")
+    try:
+        result = run("--redis-url", REDIS_URL, "--namespace", namespace)
+        assert result.exit_code == 1
+        assert "already holds keys" in result.output
+        assert client.get(key) == b"7"
+    finally:
+        client.delete(key)
+        client.close()
+
+
+def test_demo_reports_an_unreachable_redis() -> None:
+    result = run("--redis-url", "redis://127.0.0.1:1/0")
+    assert result.exit_code == 1
+    assert "Error: Redis at redis://127.0.0.1:1/0" in result.output
+
+
+def test_demo_gives_up_after_its_timeout() -> None:
+    # The e-mail that fails once is retried 45 ms or more later: not all done after 10 ms.
+    result = run("--jobs", "100", "--timeout", "0.01")
+    assert result.exit_code == 1
+    assert "Error: the demo did not finish in 0.01s" in result.output
+    assert "jobs by status" in result.output
+
+
+def test_demo_refuses_bad_options() -> None:
+    assert run("--jobs", "5").exit_code == 2
+    assert run("--workers", "0").exit_code == 2
+    bad = run("--namespace", "bad{tag}")
+    assert bad.exit_code == 1
+    assert "ConfigurationError" in bad.output
+
+
+def test_the_mix_holds_every_kind_of_job() -> None:
+    app = App(namespace="mix")
+    tasks = declare(app)
+    for total in (10, 2000):
+        jobs = plan(tasks, total, random.Random(7))
+        assert len(jobs) == total
+        stages = {job.stage for job in jobs}
+        assert {"demo.pipeline_step", "demo.charge_card", "demo.send_receipt"} <= stages
+        assert "demo.send_email" in stages
+        steps = [job for job in jobs if job.stage == "demo.pipeline_step"]
+        assert len(steps) == len(CHAIN) * max(1, total // 250)
+        assert all(len(job.dependencies) == (0 if i % 5 == 0 else 1) for i, job in enumerate(steps))
+        receipt = next(job for job in jobs if job.stage == "demo.send_receipt")
+        assert receipt.dependencies == ["order-1-charge"]
+        assert receipt.on_dependency_failure == "cancel"
+    big = plan(tasks, 2000, random.Random(7))
+    assert {j.stage for j in big} >= {"demo.noop", "demo.resize", "demo.checksum", "demo.report"}
+    assert any(j.delay_ms for j in big)
+    assert {j.queue for j in big} == {"default", "images", "emails", "reports"}
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 0.5) is None
+    assert percentile([5], 0.99) == 5
+    values = list(range(1, 101))
+    assert percentile(values, 0.5) == 50
+    assert percentile(values, 0.99) == 99
+    assert percentile(list(reversed(values)), 1.0) == 100
