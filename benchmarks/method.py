@@ -1,0 +1,124 @@
+"""The text of docs/performance.md; ``benchmarks.report`` fills in the numbers of a run."""
+
+METHOD = """\
+# Performance
+
+_Written by `python3 benchmarks/run.py --write-docs`: to change the text edit
+`benchmarks/method.py`, to change the numbers rerun the benchmark. Nothing here is typed by hand._
+
+Measured on {date} at commit {commit} with
+
+```sh
+{command}
+```
+
+**Machine**: {machine}. The run took {minutes:.0f} minutes.
+
+Absolute numbers vary by machine (CPU, kernel, Redis build, whatever else runs there); the ratios
+between systems measured on the same machine and the same server vary much less, and they are what
+this comparison is about. Redis, the producer and the worker process all share the machine's
+{nproc} cores here, so a system whose worker burns more CPU also leaves less of it to Redis.
+
+![Throughput per system (log scale), median with min–max](performance.png)
+
+## Results
+
+Every figure is the median of {runs} run(s), with the min–max of the runs in brackets; systems
+take turns within each run. "n/a": the system has no such API.
+
+### Throughput (jobs per second, higher is better)
+
+{throughput}
+
+### Latency and cost (lower is better)
+
+{costs}
+
+### quasar against each peer
+
+Each cell is how many times better quasar does: quasar ÷ peer for throughput, peer ÷ quasar for
+latency, memory and CPU. Above 1 quasar is better, below 1 the peer is.
+
+{peers}
+
+### The ceiling
+
+What Redis itself reaches on the same server with a minimal Lua script, `{script}`, called with
+a fresh key and a 100-byte value each time: by redis-py one call at a time, by redis-py in
+pipelines of 100 calls, and by `redis-benchmark` ({s_ceiling_clients} clients, {s_ceiling_benchmark}
+calls). No job queue can beat these: every enqueue is at least one such script call, every
+processed job at least two (claim and complete).
+
+{ceiling}
+
+### quasar against the ceiling
+
+Throughput as a fraction of the ceiling's calls per second (one at a time against one call at a
+time, bulk against pipelined, concurrent producers and workers against `redis-benchmark`); latency,
+claim cost, memory and CPU as a multiple of the ceiling's (one round trip, one minimal call, one
+HSET+ZADD entry).
+
+{against}
+
+### Claim cost against the number of waiting jobs
+
+quasar only. The queue is filled with {s_claim_small} and then {s_claim_large} waiting jobs (plus
+the jobs the measurement claims, so that the count never drops below), and `claim` is called
+{s_claims} times one after the other, {s_claim_reps} rounds; each figure is the median round (the
+client's time per call, and the time inside Redis per call from `INFO commandstats`). The
+claim script finds the best job with `ZRANGE` on the queue's ready index, a sorted set (O(log N)),
+and touches only the job it leases, so the time inside Redis hardly moves while the queue grows a
+thousandfold.
+
+{claim}
+
+## Systems and settings
+
+Each system is installed from PyPI into its own virtualenv (`benchmarks/.venvs/NAME`, latest
+versions at the time of the run, with hiredis) and uses its documented API: its own producer
+calls, its own worker class with its own defaults, in one worker process (started the way each
+command-line worker starts its worker in one process; dramatiq's and huey's supervisors are left
+out). "Tuned" raises only the concurrency setting of that one process. No system writes a log
+line per job: rq's worker is given `logging_level="WARNING"`, the others log per job at INFO
+through `logging`, which has no handler here.
+
+{settings}
+
+{notes}
+
+## How each figure is measured
+
+- **The server**: one `redis-server` started by the benchmark on a free loopback port with
+  `--save "" --appendonly no`, shared by every system and the ceiling, flushed before each figure
+  and stopped by its pid at the end.
+- **The job**: every system runs the same no-op task on the same 100-character string payload
+  (in each system's own encoding). The task body adds one to a counter in a memory-mapped file
+  that the harness reads: counting costs no Redis command and no sleep, and works the same for
+  asyncio tasks, threads and forked children.
+- **Enqueue, one at a time**: one producer, {s_enqueue} jobs (or {s_phase_cap} s), each call
+  waiting for its reply. Systems with only an asyncio API await one call at a time.
+- **Enqueue, asyncio**: {s_async_concurrency} coroutines sharing {s_async_enqueue} jobs, each
+  awaiting its own calls; the clients' connections are opened before the clock starts.
+- **Bulk enqueue**: {s_bulk} jobs in calls of {s_chunk}, with the system's bulk API.
+- **Process**: the queue is pre-filled with {s_process} jobs (fewer if filling takes over
+  {s_fill_cap} s), then one worker process is started. The clock starts when the first job has
+  run (worker start-up is not timed) and stops when every job has run and Redis shows them all
+  finished, or after {s_process_cap} s; the rate is the jobs run in between over the time.
+- **Latency**: a worker is started and left idle (a warm-up job runs, then 0.5 s passes); then
+  {s_latency} jobs are enqueued one every {interval_ms:g} ms. Each job's latency is the time its
+  task starts minus the time just before its enqueue call (same machine, same clock), so it
+  includes the enqueue round trip and the worker's pick-up delay.
+- **Memory per waiting job**: `used_memory` after the one-at-a-time enqueue minus before, divided
+  by the jobs. It counts everything a system keeps per enqueued job: for quasar the job hash, its
+  index entry, the call record kept for re-sent calls (it expires) and an entry of the event
+  stream (capped at 10,000 entries).
+- **Redis CPU**: the change of `used_cpu_sys + used_cpu_user` (INFO) divided by the jobs: over
+  the one-at-a-time enqueue, and over a process figure from the worker's start to its end (so it
+  includes the worker's start-up, polling and maintenance).
+- **Runs**: {runs}, systems taking turns within a run; the claim-cost figures are taken in the
+  first run only (filling a million jobs takes a while).
+
+## Failures and systems not measured
+
+{failures}
+"""

@@ -1,0 +1,148 @@
+"""quasar_redis: ``Quasar.enqueue``, ``AsyncQuasar.enqueue``, ``enqueue_many``, ``Worker``."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import redis
+import redis.asyncio
+
+from benchmarks import probe
+from benchmarks.systems.base import QUEUE, System
+from quasar_redis import (
+    App,
+    AsyncQuasar,
+    BatchApplied,
+    ClaimApplied,
+    JobApplied,
+    NewJob,
+    Quasar,
+)
+from quasar_redis.app import payload_of
+from quasar_redis.worker import Worker
+
+if TYPE_CHECKING:
+    from benchmarks.harness import Harness
+
+NAMESPACE = "bench"
+STAGE = "noop"
+CONCURRENCY = {"default": 10, "tuned": 200}
+FILL_CHUNK = 1000
+
+
+def job(data: str) -> NewJob:
+    return NewJob(STAGE, payload_of([data], {}), queue=QUEUE)
+
+
+class QuasarSystem(System):
+    name = "quasar"
+    distribution = "quasar_redis"
+    sync_api = True
+    async_api = True
+    bulk_api = True
+    variants: ClassVar[dict[str, str]] = {
+        "default": f"Worker, concurrency {CONCURRENCY['default']} (the default)",
+        "tuned": f"Worker, concurrency {CONCURRENCY['tuned']}",
+    }
+    notes: ClassVar[list[str]] = [
+        "bulk: enqueue_many, 1,000 jobs a call (its limit)",
+        "the task is an async function (run on the worker's event loop)",
+    ]
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.client = Quasar(redis.Redis.from_url(url), NAMESPACE)
+        self.aclient: AsyncQuasar | None = None
+
+    async def open(self) -> None:
+        self.aclient = AsyncQuasar(redis.asyncio.Redis.from_url(self.url), NAMESPACE)
+
+    async def close(self) -> None:
+        if self.aclient is not None:
+            await self.aclient.redis.aclose()
+        self.client.redis.close()
+
+    def enqueue_sync(self, data: str) -> None:
+        result = self.client.enqueue(STAGE, payload_of([data], {}), queue=QUEUE)
+        if not isinstance(result, JobApplied):
+            raise RuntimeError(f"enqueue refused: {result}")
+
+    async def enqueue_async(self, data: str) -> None:
+        assert self.aclient is not None
+        result = await self.aclient.enqueue(STAGE, payload_of([data], {}), queue=QUEUE)
+        if not isinstance(result, JobApplied):
+            raise RuntimeError(f"enqueue refused: {result}")
+
+    def bulk(self, datas: Sequence[str]) -> None:
+        result = self.client.enqueue_many([job(d) for d in datas])
+        if not isinstance(result, BatchApplied):
+            raise RuntimeError(f"enqueue_many refused: {result}")
+
+    def finished(self, redis: Any, n: int) -> bool:
+        return self.client.counts(QUEUE).completed >= n
+
+    @staticmethod
+    def run_worker(url: str, variant: str) -> None:
+        app = App(url, namespace=NAMESPACE)
+
+        @app.task(name=STAGE, queue=QUEUE)
+        async def noop(data: str) -> None:
+            probe.record(data)
+
+        Worker(app, [QUEUE], concurrency=CONCURRENCY[variant]).run()
+
+    # claim cost: O(log N) in the number of waiting jobs -----------------------------------------
+
+    async def claim_cost(self, harness: Harness) -> dict[str, float | None]:
+        sizes = harness.sizes
+        out: dict[str, float | None] = {}
+        for label, waiting in (("small", sizes.claim_small), ("large", sizes.claim_large)):
+            harness.server.flush()
+            base = harness.server.snapshot().used_memory
+            extra = sizes.claims * sizes.claim_reps
+            seconds = self.fill_fast(waiting + extra)
+            after = harness.server.snapshot().used_memory
+            client, server = self.time_claims(harness, sizes.claims, sizes.claim_reps)
+            out[f"claim_{label}_us"] = client
+            out[f"claim_{label}_server_us"] = server
+            out[f"claim_{label}_fill_s"] = seconds
+            out[f"claim_{label}_memory_bytes_per_job"] = (after - base) / (waiting + extra)
+            harness.out.details[f"claim_{label}_waiting"] = waiting
+        harness.server.flush()
+        return out
+
+    def fill_fast(self, n: int) -> float:
+        """Enqueue ``n`` jobs with ``enqueue_many`` (1,000 a call, 10 calls a pipeline)."""
+        start = time.perf_counter()
+        calls = []
+        for base in range(0, n, FILL_CHUNK):
+            batch = [job(probe.make(i)) for i in range(base, min(n, base + FILL_CHUNK))]
+            calls.append(self.client.calls.enqueue_many(batch))
+            if len(calls) == 10 or base + FILL_CHUNK >= n:
+                for result in self.client.execute_many(calls):
+                    if not isinstance(result, BatchApplied):
+                        raise RuntimeError(f"enqueue_many refused: {result}")
+                calls = []
+        return time.perf_counter() - start
+
+    def time_claims(self, harness: Harness, claims: int, reps: int) -> tuple[float, float]:
+        """Median over ``reps`` rounds of µs per ``claim`` call: at the client, inside Redis."""
+        client_us, server_us = [], []
+        for _ in range(reps):
+            before = harness.server.snapshot()
+            start = time.perf_counter()
+            for _ in range(claims):
+                result = self.client.claim(QUEUE, "bench-claimer", 600_000)
+                if not isinstance(result, ClaimApplied):
+                    raise RuntimeError(f"claim refused: {result}")
+            client_us.append((time.perf_counter() - start) / claims * 1e6)
+            after = harness.server.snapshot()
+            calls = after.evalsha_calls - before.evalsha_calls
+            server_us.append((after.evalsha_usec - before.evalsha_usec) / max(calls, 1))
+        return statistics.median(client_us), statistics.median(server_us)
+
+
+SYSTEM = QuasarSystem

@@ -1,0 +1,77 @@
+"""The benchmark in its quick form, so that it cannot rot: quasar alone, a few hundred jobs.
+
+``benchmarks/run.py`` starts its own redis-server on a free loopback port (and flushes only that
+one). The test asserts only that every figure came out as a positive number: no timing is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIRE = os.environ.get("QUASAR_REQUIRE_REDIS") == "1"
+
+QUASAR_FIGURES = (
+    "enqueue_sync_per_s",
+    "enqueue_async_per_s",
+    "enqueue_bulk_per_s",
+    "process_default_per_s",
+    "process_tuned_per_s",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "memory_bytes_per_job",
+    "redis_cpu_us_per_enqueue",
+    "redis_cpu_us_per_job_default",
+    "redis_cpu_us_per_job_tuned",
+    "claim_small_us",
+    "claim_small_server_us",
+    "claim_small_fill_s",
+    "claim_small_memory_bytes_per_job",
+    "claim_large_us",
+    "claim_large_server_us",
+    "claim_large_fill_s",
+    "claim_large_memory_bytes_per_job",
+)
+CEILING_FIGURES = (
+    "ceiling_evalsha_per_s",
+    "ceiling_rtt_us",
+    "ceiling_memory_bytes_per_job",
+    "ceiling_redis_cpu_us_per_call",
+    "ceiling_server_us_per_call",
+    "ceiling_pipelined_per_s",
+    "ceiling_redis_benchmark_per_s",
+)
+
+
+def positive(figures: dict[str, Any], name: str) -> bool:
+    stat = figures.get(name)
+    return isinstance(stat, dict) and isinstance(stat["median"], float | int) and stat["median"] > 0
+
+
+def test_quick_benchmark_produces_every_figure(tmp_path: Path) -> None:
+    missing = [exe for exe in ("redis-server", "redis-benchmark") if shutil.which(exe) is None]
+    if missing:
+        if REQUIRE:
+            pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but {', '.join(missing)} not on PATH")
+        pytest.skip(f"{', '.join(missing)} not on PATH")
+    argv = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--systems", "quasar"]
+    argv += ["--current-python", "--out", str(tmp_path)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    results = json.loads((tmp_path / "latest.json").read_text())
+    quasar = results["systems"]["quasar"]
+    assert quasar["errors"] == []
+    assert results["ceiling"]["errors"] == []
+    absent = [n for n in QUASAR_FIGURES if not positive(quasar["figures"], n)]
+    absent += [n for n in CEILING_FIGURES if not positive(results["ceiling"]["figures"], n)]
+    assert absent == [], f"figures missing or not positive: {absent}"
+    assert "| **quasar** |" in done.stdout  # the markdown tables were printed
