@@ -160,11 +160,10 @@ local function corrupt(id, reason) return refuse("CorruptJob", id, reason) end
 
 local function not_integer(v)
   local n = tonumber(v)
-  return n == nil or n ~= math.floor(n) or n > MAXINT or n < -MAXINT
+  return n == nil or n % 1 ~= 0 or n > MAXINT or n < -MAXINT
 end
 
 local function join_blob(h, name)
-  if h[name .. "2"] == nil then return end
   local parts = {h[name] or ""}
   for i = 2, BLOB_CHUNKS do
     local part = h[name .. i]
@@ -175,10 +174,18 @@ local function join_blob(h, name)
   h[name] = table.concat(parts)
 end
 
+-- Written out rather than a loop over DEFAULTS: this runs for every job a script loads.
 local function fill_defaults(id, h)
-  for f, v in pairs(DEFAULTS) do
-    if h[f] == nil then h[f] = v end
-  end
+  if h.rv == nil then h.rv = "0" end
+  if h.a == nil then h.a = "0" end
+  if h.f == nil then h.f = "0" end
+  if h.pd == nil then h.pd = "0" end
+  if h.dp == nil then h.dp = "" end
+  if h.ir == nil then h.ir = "inline" end
+  if h.odf == nil then h.odf = "block" end
+  if h.pr == nil then h.pr = "0" end
+  if h.m == nil then h.m = "3" end
+  if h.q == nil then h.q = "default" end
   if h.ins == nil and h.at ~= nil then
     h.ins = h.at
     IMPLICIT_INS[id] = true
@@ -220,8 +227,8 @@ local function load_job(id)
   local bad = check_job(id, h, raw)
   if bad then return nil, bad end
   fill_defaults(id, h)
-  join_blob(h, "p")
-  join_blob(h, "res")
+  if h.p2 then join_blob(h, "p") end
+  if h.res2 then join_blob(h, "res") end
   RAW[id], CHANGED[id] = raw, nil
   return h
 end

@@ -53,6 +53,9 @@ class Lease:
         return self.claim.job.id
 
 
+_WAKE = object()  # put on the queue to make the keeper look at its leases again
+
+
 @dataclass(eq=False)
 class _Outcome:
     lease: Lease
@@ -76,7 +79,8 @@ class LeaseKeeper:
         self.retry_for = retry_for
         self._leases: dict[str, Lease] = {}
         self._lock = threading.Lock()
-        self._outcomes: queue.SimpleQueue[_Outcome | None] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[_Outcome | object | None] = queue.SimpleQueue()
+        self._next_due = time.monotonic() + 0.5
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="quasar-lease-keeper", daemon=True)
 
@@ -96,6 +100,10 @@ class LeaseKeeper:
             lease.renewed_at = 0.0  # the task's own lease differs from the claim's: renew at once
         with self._lock:
             self._leases[lease.job_id] = lease
+            sooner = _due(lease) < self._next_due
+            self._next_due = min(self._next_due, _due(lease))
+        if sooner:
+            self._outcomes.put(_WAKE)  # the keeper may be asleep past this lease's first renewal
 
     def report(self, lease: Lease, build: Report, done: Done) -> None:
         """Send the job's outcome with its newest token; ``done`` gets the result."""
@@ -122,13 +130,8 @@ class LeaseKeeper:
             self._send_outcomes(rest)
 
     def _next_wait(self) -> float:
-        now = time.monotonic()
-        waits = [
-            lease.renewed_at + lease.lease_ms / 3000 - now
-            for lease in self.held()
-            if not lease.finishing and not lease.lost
-        ]
-        return max(0.0, min(waits, default=0.5))
+        """Until the earliest heartbeat is due (kept up to date by hold and each round)."""
+        return max(0.0, min(self._next_due - time.monotonic(), 0.5))
 
     def _take_outcomes(self, wait: float) -> list[_Outcome] | None:
         batch: list[_Outcome] = []
@@ -139,7 +142,8 @@ class LeaseKeeper:
         while True:
             if item is None:
                 return None if not batch and self._stop.is_set() else batch
-            batch.append(item)
+            if isinstance(item, _Outcome):
+                batch.append(item)
             try:
                 item = self._outcomes.get_nowait()
             except queue.Empty:
@@ -162,13 +166,12 @@ class LeaseKeeper:
 
     def _heartbeat_due(self) -> None:
         now = time.monotonic()
-        due = [
-            lease
-            for lease in self.held()
-            if not lease.finishing
-            and not lease.lost
-            and now >= lease.renewed_at + lease.lease_ms / 3000
-        ]
+        if now < self._next_due:
+            return
+        live = [lease for lease in self.held() if not lease.finishing and not lease.lost]
+        due = [lease for lease in live if now >= _due(lease)]
+        later = [_due(lease) for lease in live if _due(lease) > now]
+        self._next_due = min(later, default=now + 0.5)
         if not due:
             return
         calls = [
@@ -178,6 +181,8 @@ class LeaseKeeper:
         results = self._execute(calls, give_up_after=0.0)
         for lease, result in zip(due, results, strict=True):
             self._after_heartbeat(lease, result, now)
+            if not lease.lost:
+                self._next_due = min(self._next_due, _due(lease))
 
     def _after_heartbeat(self, lease: Lease, result: Any, sent_at: float) -> None:
         if isinstance(result, t.ClaimApplied):
@@ -218,3 +223,8 @@ class LeaseKeeper:
 def _run_all(pairs: list[tuple[Done, Any]]) -> None:
     for done, result in pairs:
         done(result)
+
+
+def _due(lease: Lease) -> float:
+    """When the lease should be renewed: a third of the way through it."""
+    return lease.renewed_at + lease.lease_ms / 3000
