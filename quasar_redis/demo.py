@@ -368,6 +368,7 @@ async def run_workers(app: App, cfg: DemoConfig, jobs: Sequence[NewJob], view: V
     ]
     started = time.monotonic()
     serving = [asyncio.create_task(w.serve()) for w in workers]
+    await asyncio.sleep(0)  # let them start: a stop() before serve() runs would be lost
     try:
         due_now = await enqueue(app, jobs)
         enqueue_seconds = time.monotonic() - started
