@@ -17,7 +17,9 @@ Measured on {date} at commit {commit} with
 Absolute numbers vary by machine (CPU, kernel, Redis build, whatever else runs there); the ratios
 between systems measured on the same machine and the same server vary much less, and they are what
 this comparison is about. Redis, the producer and the worker process all share the machine's
-{nproc} cores here, so a system whose worker burns more CPU also leaves less of it to Redis.
+{nproc} cores here, so a system whose worker burns more CPU also leaves less of it to Redis. A
+load average above the number of cores means that other processes competed for the CPU during the
+run; the min–max spreads show how much that moved each figure.
 
 ![Throughput per system (log scale), median with min–max](performance.png)
 
@@ -64,7 +66,8 @@ HSET+ZADD entry).
 
 quasar only. The queue is filled with {s_claim_small} and then {s_claim_large} waiting jobs (plus
 the jobs the measurement claims, so that the count never drops below), and `claim` is called
-{s_claims} times one after the other, {s_claim_reps} rounds; each figure is the median round (the
+{s_claims} times one after the other, {s_claim_reps} rounds after one round that is not counted;
+each figure is the median round (the
 client's time per call, and the time inside Redis per call from `INFO commandstats`). The
 claim script finds the best job with `ZRANGE` on the queue's ready index, a sorted set (O(log N)),
 and touches only the job it leases, so the time inside Redis hardly moves while the queue grows a
@@ -114,7 +117,9 @@ through `logging`, which has no handler here.
   stream (capped at 10,000 entries).
 - **Redis CPU**: the change of `used_cpu_sys + used_cpu_user` (INFO) divided by the jobs: over
   the one-at-a-time enqueue, and over a process figure from the worker's start to its end (so it
-  includes the worker's start-up, polling and maintenance).
+  includes the worker's start-up, polling and maintenance). The time spent inside commands
+  (`INFO commandstats`) per job is in `benchmarks/results/latest.json` too
+  (`redis_command_us_per_*`).
 - **Runs**: {runs}, systems taking turns within a run; the claim-cost figures are taken in the
   first run only (filling a million jobs takes a while).
 

@@ -102,7 +102,7 @@ class QuasarSystem(System):
         for label, waiting in (("small", sizes.claim_small), ("large", sizes.claim_large)):
             harness.server.flush()
             base = harness.server.snapshot().used_memory
-            extra = sizes.claims * sizes.claim_reps
+            extra = sizes.claims * (sizes.claim_reps + 1)
             seconds = self.fill_fast(waiting + extra)
             after = harness.server.snapshot().used_memory
             client, server = self.time_claims(harness, sizes.claims, sizes.claim_reps)
@@ -129,15 +129,20 @@ class QuasarSystem(System):
         return time.perf_counter() - start
 
     def time_claims(self, harness: Harness, claims: int, reps: int) -> tuple[float, float]:
-        """Median over ``reps`` rounds of µs per ``claim`` call: at the client, inside Redis."""
+        """Median over ``reps`` rounds of µs per ``claim`` call: at the client, inside Redis.
+
+        A first round, not counted, warms the client's code paths and the server's caches.
+        """
         client_us, server_us = [], []
-        for _ in range(reps):
+        for rep in range(reps + 1):
             before = harness.server.snapshot()
             start = time.perf_counter()
             for _ in range(claims):
                 result = self.client.claim(QUEUE, "bench-claimer", 600_000)
                 if not isinstance(result, ClaimApplied):
                     raise RuntimeError(f"claim refused: {result}")
+            if rep == 0:
+                continue
             client_us.append((time.perf_counter() - start) / claims * 1e6)
             after = harness.server.snapshot()
             calls = after.evalsha_calls - before.evalsha_calls

@@ -29,7 +29,9 @@ class SaqSystem(System):
         "tuned": f"Worker, concurrency {CONCURRENCY['tuned']}",
     }
     notes: ClassVar[list[str]] = [
-        "no sync producer API and no bulk API (Queue.batch groups calls, one per job)"
+        "no sync producer API and no bulk API (Queue.batch groups calls, one per job)",
+        "installed as saq[redis,hiredis] plus typing_extensions, which saq 0.26 imports without "
+        "declaring it",
     ]
 
     def __init__(self, url: str) -> None:
