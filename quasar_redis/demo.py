@@ -344,10 +344,26 @@ class DemoTimeout(Exception):
         self.snap = snap
 
 
-async def watch(app: App, total: int, view: View, started: float, timeout: float) -> Snapshot:
+def check_serving(serving: Sequence[asyncio.Task[None]]) -> None:
+    """Raise what stopped a worker, if one has stopped (it should serve until told to stop)."""
+    for task in serving:
+        if task.done():
+            task.result()
+            raise click.ClickException("a worker stopped before every job had finished")
+
+
+async def watch(
+    app: App,
+    total: int,
+    view: View,
+    started: float,
+    timeout: float,
+    serving: Sequence[asyncio.Task[None]],
+) -> Snapshot:
     """Poll the counts until every job has finished; redraw ``view`` a few times a second."""
     shown = -math.inf
     while True:
+        check_serving(serving)
         snap = await snapshot(app, started)
         done = snap.finished >= total
         if done or snap.elapsed - shown >= SHOW_SECONDS:
@@ -372,11 +388,11 @@ async def run_workers(app: App, cfg: DemoConfig, jobs: Sequence[NewJob], view: V
     try:
         due_now = await enqueue(app, jobs)
         enqueue_seconds = time.monotonic() - started
-        snap = await watch(app, len(jobs), view, started, cfg.timeout)
+        snap = await watch(app, len(jobs), view, started, cfg.timeout, serving)
     finally:
         for w in workers:
             w.stop()
-        await asyncio.gather(*serving)
+        await asyncio.gather(*serving, return_exceptions=True)
     return Outcome(snap, sum_stats([w.stats for w in workers]), due_now, enqueue_seconds)
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 import re
+import time
 import uuid
 
+import pytest
 from click.testing import CliRunner, Result
 
-from quasar_redis import App
+from quasar_redis import App, Worker
 from quasar_redis.cli import main
 from quasar_redis.demo import CHAIN, declare, percentile, plan
 
@@ -111,6 +113,20 @@ def test_demo_gives_up_after_its_timeout() -> None:
     assert result.exit_code == 1
     assert "Error: the demo did not finish in 0.01s" in result.output
     assert "jobs by status" in result.output
+
+
+class BrokenWorker(Worker):
+    async def serve(self, *, install_signals: bool = False) -> None:
+        raise RuntimeError("the worker broke")
+
+
+def test_demo_stops_when_a_worker_dies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("quasar_redis.demo.Worker", BrokenWorker)
+    started = time.monotonic()
+    result = run("--jobs", "50")
+    assert isinstance(result.exception, RuntimeError), result.output
+    assert str(result.exception) == "the worker broke"
+    assert time.monotonic() - started < 30  # not the 120 s timeout
 
 
 def test_demo_refuses_bad_options() -> None:
