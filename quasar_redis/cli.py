@@ -47,8 +47,22 @@ def main() -> None:
 
 @main.command()
 @click.option("--redis-url", envvar="REDIS_URL", default=None, help=REDIS_URL_HELP)
-@click.option("--jobs", "-n", default=2000, show_default=True, type=click.IntRange(10, 1_000_000))
-@click.option("--workers", "-w", default=2, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--jobs",
+    "-n",
+    default=2000,
+    show_default=True,
+    type=click.IntRange(10, 1_000_000),
+    help="How many jobs to enqueue.",
+)
+@click.option(
+    "--workers",
+    "-w",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Workers to run, as asyncio tasks of this process.",
+)
 @click.option(
     "--concurrency",
     "-c",
