@@ -74,8 +74,7 @@ local function page(queue, status, now, offset, limit)
     local out = {}
     local keep = function() return true end
     local range = function(start, count)
-      if start > 0 then return {} end
-      return redis.call("ZRANGE", key_q(queue, plain), offset, offset + count - 1)
+      return redis.call("ZRANGE", key_q(queue, plain), offset + start, offset + start + count - 1)
     end
     collect(out, limit, range, same, keep)
     return out, 0

@@ -186,9 +186,8 @@ class LeaseKeeper:
 
     def _after_heartbeat(self, lease: Lease, result: Any, sent_at: float) -> None:
         if isinstance(result, t.ClaimApplied):
-            with self._lock:
-                if not lease.finishing:
-                    lease.token = result.claim.token
+            with self._lock:  # the outcome, if one is queued, goes out after this, with this token
+                lease.token = result.claim.token
                 lease.renewed_at = sent_at
         elif isinstance(result, t.ClaimRefused):
             with self._lock:

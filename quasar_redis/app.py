@@ -39,8 +39,6 @@ from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
 P = ParamSpec("P")
 R = TypeVar("R")
 
-DEFAULT_LEASE_MS = 30_000
-
 
 class Connector:
     """Makes sync and asyncio clients of one Redis server, or of one embedded fakeredis."""
@@ -198,7 +196,7 @@ class Task(Generic[P, R]):
     queue: str = "default"
     max_attempts: int = 3
     priority: int = 0
-    lease_ms: int = DEFAULT_LEASE_MS
+    lease_ms: int | None = None  # None: the lease of the worker that runs it
     retry: RetryPolicy = field(default_factory=Exponential)
     timeout: float | None = None
     options_: EnqueueOptions = field(default_factory=EnqueueOptions)
@@ -287,6 +285,18 @@ class App:
             self._aclients = {id(loop): client}
         return client
 
+    async def aclose(self) -> None:
+        """Close the asyncio client of the running event loop (before the loop ends)."""
+        client = self._aclients.pop(id(asyncio.get_running_loop()), None)
+        if client is not None:
+            await client.redis.aclose()
+
+    def close(self) -> None:
+        """Close the sync client."""
+        if self._client is not None:
+            self._client.redis.close()
+            self._client = None
+
     def task(
         self,
         fn: Callable[P, R] | None = None,
@@ -295,7 +305,7 @@ class App:
         queue: str = "default",
         max_attempts: int = 3,
         priority: int = 0,
-        lease_ms: int = DEFAULT_LEASE_MS,
+        lease_ms: int | None = None,
         retry: PolicyLike = Exponential(),  # noqa: B008 - frozen, shared on purpose
         timeout: float | None = None,
     ) -> Any:
@@ -305,7 +315,7 @@ class App:
             stage = name or f"{f.__module__}.{f.__qualname__}"
             if stage in self.tasks:
                 raise QuasarError(f"a task named {stage!r} is declared twice")
-            if lease_ms < 1 or max_attempts < 1:
+            if (lease_ms is not None and lease_ms < 1) or max_attempts < 1:
                 raise ValueError("lease_ms and max_attempts must be positive")
             check_name(queue, "queue")
             task = Task(

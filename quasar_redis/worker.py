@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from . import _types as t
 from ._codec import Encoded, EncodeError, encode
 from ._keys import check_name
@@ -179,7 +181,13 @@ class Worker:
 
     def run(self, *, install_signals: bool = True) -> None:
         """Run until stopped (SIGTERM / SIGINT when ``install_signals``)."""
-        asyncio.run(self.serve(install_signals=install_signals))
+        asyncio.run(self._serve_and_close(install_signals))
+
+    async def _serve_and_close(self, install_signals: bool) -> None:
+        try:
+            await self.serve(install_signals=install_signals)
+        finally:
+            await self.app.aclose()  # the loop ends here: its client must not outlive it
 
     async def serve(self, *, install_signals: bool = False) -> None:
         """Run on the current event loop until ``stop()``."""
@@ -208,10 +216,12 @@ class Worker:
         try:
             await self._claim_loop()
         finally:
+            self._stopping.set()  # ends maintenance even if a cancellation gets swallowed
             await self._drain()
             maintenance.cancel()
             await asyncio.gather(maintenance, return_exceptions=True)
             await asyncio.to_thread(self._keeper.stop)
+            self._keeper.client.redis.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
             log.info("worker %s stopped", self.worker_id)
 
@@ -220,12 +230,13 @@ class Worker:
         if immediate:
             self.grace = 0.0
         loop = self._loop
-        if loop is None:
+        if loop is None or loop.is_closed():
             return
         if _on_loop(loop):
             self._stop_now()
         else:
-            loop.call_soon_threadsafe(self._stop_now)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing to stop
+                loop.call_soon_threadsafe(self._stop_now)
 
     def _stop_now(self) -> None:
         self._stopping.set()
@@ -271,7 +282,7 @@ class Worker:
                 continue
             try:
                 got, next_at = await self._claim(free)
-            except QuasarError as exc:
+            except (QuasarError, RedisError, OSError) as exc:  # never die on Redis: back off
                 log.warning(
                     "worker %s: claim failed (%s); retrying in %.2fs", self.worker_id, exc, backoff
                 )
@@ -330,7 +341,7 @@ class Worker:
         assert self._keeper is not None and self._loop is not None
         job = claim.job
         task = self.app.tasks.get(job.stage)
-        lease_ms = task.lease_ms if task is not None else self.lease_ms
+        lease_ms = task.lease_ms if task is not None and task.lease_ms else self.lease_ms
         loop = self._loop
 
         def on_lost(error: t.JobError) -> None:
@@ -498,7 +509,7 @@ class Worker:
             try:
                 await self._sync_clock()
                 await self._maintain(prune=rounds % 10 == 0)
-            except QuasarError as exc:
+            except (QuasarError, RedisError, OSError) as exc:
                 log.warning("worker %s: maintenance failed: %s", self.worker_id, exc)
             rounds += 1
             await self._pause(self.maintenance_interval * random.uniform(0.8, 1.2))

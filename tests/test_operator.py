@@ -204,3 +204,16 @@ def test_waiting_on_is_empty_once_dependencies_succeeded_even_if_pruned(q: Quasa
     info = q.get_job("b", now=T0 + 1)
     assert info is not None
     assert (info.waiting_on, info.status) == (None, Status.SCHEDULED)
+
+
+def test_pages_longer_than_one_read_chunk(q: Quasar) -> None:
+    q.enqueue_many([NewJob("s", id=f"j{i:03d}") for i in range(250)], now=T0)
+    for i in range(250):
+        finish(q, f"j{i:03d}", T0 + i)
+    page = q.list_jobs("default", Status.COMPLETED, offset=20, limit=200, now=T0 + 300)
+    assert [j.id for j in page] == [f"j{i:03d}" for i in range(20, 220)]
+    waiting = q.list_jobs("default", Status.COMPLETED, offset=240, limit=100, now=T0 + 300)
+    assert len(waiting) == 10
+    q.enqueue_many([NewJob("s", id=f"w{i:03d}") for i in range(150)], now=T0)
+    available = q.list_jobs("default", Status.AVAILABLE, offset=120, limit=50, now=T0 + 300)
+    assert [j.id for j in available] == [f"w{i:03d}" for i in range(120, 150)]
