@@ -1,0 +1,809 @@
+"""The worker in-process, on both backends: outcomes, retry policies, dependencies, cancellation,
+stopping, idling and waking.
+
+A worker runs ``serve()`` on an event loop of its own thread (``serving``) or on the test's own
+loop (``aserving``); either way the loop's asyncio client is closed before the loop ends. Every
+wait is on a condition with a deadline; the only time bounds asserted are generous sanity bounds.
+The tests under "bugs" show bugs of the worker: each fails, with a message that starts with
+"BUG", until its bug is fixed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import redis
+import redis.asyncio
+
+from quasar_redis import (
+    App,
+    AsyncQuasar,
+    CancelApplied,
+    Connector,
+    Exponential,
+    Failed,
+    Fixed,
+    InvalidJob,
+    Job,
+    JobApplied,
+    JobCancelledError,
+    JobFailedError,
+    JobHandle,
+    JobRefusedError,
+    Leased,
+    Never,
+    PermanentFailure,
+    Snooze,
+    Status,
+    Succeeded,
+    Task,
+    Waiting,
+    Worker,
+    current_job,
+)
+from quasar_redis.app import payload_of
+
+from .conftest import REDIS_URL, delete_namespace, real_redis
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- plumbing ------------------------------------------------------------------------------------
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
+    """``check()``'s first truthy value; fails after ``timeout`` seconds, saying ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def eventually(check: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``check()`` came true within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.fixture
+def app(backend: str, namespace: str) -> Iterator[App]:
+    if backend == "fake":
+        made = App(connector=Connector(None), namespace=namespace)
+        yield made
+        made.client.redis.close()
+        return
+    real_redis().close()  # skip (or fail under QUASAR_REQUIRE_REDIS=1) without a server
+    made = App(REDIS_URL, namespace=namespace)
+    try:
+        yield made
+    finally:
+        delete_namespace(made.client.redis, namespace)
+        made.client.redis.close()
+
+
+def declare(app: App, fn: Callable[..., Any], **options: Any) -> Task[..., Any]:
+    """``app.task(fn, ...)`` named after the function, with a type."""
+    task: Task[..., Any] = app.task(fn, name=fn.__name__, **options)
+    return task
+
+
+def worker_of(app: App, **options: Any) -> Worker:
+    """A worker that does its maintenance (promotions of due retries) often, and idles 1 s at
+    most: a stop can take that long, as redis-py does not always let a BLPOP be cancelled."""
+    return Worker(app, **{"maintenance_interval": 0.1, "idle_wait": 1.0, **options})
+
+
+@dataclass
+class Served:
+    """A worker serving on an event loop in a thread of its own."""
+
+    worker: Worker
+    thread: threading.Thread | None = None
+    errors: list[BaseException] = field(default_factory=list)
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+
+async def _serve(served: Served, ready: threading.Event) -> None:
+    client = served.worker.app.aclient()  # the one serve() takes: closed when it returns
+    asyncio.get_running_loop().call_soon(ready.set)  # runs once serve() waits for something
+    try:
+        await served.worker.serve()
+    finally:
+        await client.redis.aclose()
+
+
+def _run(served: Served, ready: threading.Event) -> None:
+    try:
+        asyncio.run(_serve(served, ready))
+    except BaseException as exc:
+        served.errors.append(exc)
+        ready.set()
+
+
+@contextmanager
+def serving(worker: Worker) -> Iterator[Served]:
+    """Runs ``worker`` in a thread until the block ends (then stops it and waits for it)."""
+    served = Served(worker)
+    ready = threading.Event()
+    served.thread = threading.Thread(target=_run, args=(served, ready), daemon=True)
+    served.thread.start()
+    assert ready.wait(10), "the worker did not start"
+    try:
+        yield served
+    finally:
+        if served.thread.is_alive():  # (stop() on a worker that has ended raises: see below)
+            worker.stop()
+        served.thread.join(30)
+        assert not served.thread.is_alive(), "the worker did not stop"
+
+
+@asynccontextmanager
+async def aserving(worker: Worker) -> AsyncIterator[Worker]:
+    """Runs ``worker`` on the running loop until the block ends; closes the loop's client."""
+    client = worker.app.aclient()
+    running = asyncio.create_task(worker.serve())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await running
+        await client.redis.aclose()
+
+
+def job_of(handle: JobHandle) -> Job:
+    info = handle.info()
+    assert info is not None, handle
+    return info.job
+
+
+def failure_of(handle: JobHandle, timeout: float = 10) -> Any:
+    """The job of ``handle``, which must end Failed; its error is checked by the caller."""
+    with pytest.raises(JobFailedError) as failed:
+        handle.result(timeout=timeout)
+    assert isinstance(failed.value.job.state, Failed)
+    return failed.value.job
+
+
+# --- results -------------------------------------------------------------------------------------
+
+
+def test_result_waits_for_a_plain_function_job(app: App) -> None:
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    task = declare(app, add)
+    with serving(worker_of(app)) as served:
+        handle = task.enqueue(2, 3)
+        assert handle.result(timeout=10) == 5
+    info = handle.info()
+    assert info is not None and info.status is Status.COMPLETED
+    assert info.job.attempt == 1
+    assert served.worker.stats.completed == 1
+
+
+def test_aresult_waits_for_an_async_job(app: App) -> None:
+    async def double(x: int) -> dict[str, int]:
+        await asyncio.sleep(0)
+        return {"double": 2 * x, "attempt": current_job().attempt}
+
+    task = declare(app, double)
+
+    async def scenario() -> Any:
+        async with aserving(worker_of(app)):
+            handle = await task.aenqueue(21)
+            return await handle.aresult(timeout=10)
+
+    assert asyncio.run(scenario()) == {"double": 42, "attempt": 1}
+
+
+def test_result_times_out_then_reports_a_cancellation(app: App) -> None:
+    def later() -> None:
+        return None
+
+    handle = declare(app, later).options(delay=3600).enqueue()
+    with pytest.raises(TimeoutError):
+        handle.result(timeout=0.2)
+    assert isinstance(handle.cancel(), CancelApplied)
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=5)
+
+
+# --- retries -------------------------------------------------------------------------------------
+
+
+def test_fixed_retries_until_the_job_succeeds(app: App) -> None:
+    def flaky() -> int:
+        attempt = current_job().attempt
+        if attempt < 3:
+            raise ValueError(f"attempt {attempt}")
+        return attempt
+
+    task = declare(app, flaky, max_attempts=3, retry=Fixed(0.02))
+    with serving(worker_of(app)) as served:
+        handle = task.enqueue()
+        assert handle.result(timeout=20) == 3
+    assert job_of(handle).attempt == 3
+    assert served.worker.stats.retried == 2
+
+
+def test_exponential_retries_wait_longer_each_time_and_then_give_up(app: App) -> None:
+    starts: list[float] = []
+
+    def broken() -> None:
+        starts.append(time.monotonic())
+        raise ValueError("still broken")
+
+    policy = Exponential(base=0.05, factor=2, jitter=0)
+    assert [policy.delay(a, ValueError()) for a in (1, 2, 3)] == [0.05, 0.1, 0.2]
+    task = declare(app, broken, max_attempts=3, retry=policy)
+    with serving(worker_of(app)):
+        job = failure_of(task.enqueue(), timeout=20)
+    assert job.attempt == 3 and job.error.kind == "ValueError"
+    assert job.error.message == "still broken"
+    gaps = [starts[1] - starts[0], starts[2] - starts[1]]
+    assert gaps[0] >= 0.05 - 0.005 and gaps[1] >= 0.1 - 0.005, gaps
+
+
+def test_never_fails_at_the_first_error(app: App) -> None:
+    def once() -> None:
+        raise KeyError("missing")
+
+    task = declare(app, once, max_attempts=5, retry=Never())
+    with serving(worker_of(app)):
+        job = failure_of(task.enqueue())
+    assert job.attempt == 1 and job.error.kind == "KeyError"
+
+
+def test_a_function_policy_decides_each_retry(app: App) -> None:
+    asked: list[tuple[int, str]] = []
+
+    def policy(attempt: int, error: BaseException) -> float | None:
+        asked.append((attempt, type(error).__name__))
+        return 0.0 if attempt < 2 else None
+
+    def failing() -> None:
+        raise LookupError("nope")
+
+    task = declare(app, failing, max_attempts=5, retry=policy)
+    with serving(worker_of(app)):
+        job = failure_of(task.enqueue())
+    assert job.attempt == 2
+    assert asked == [(1, "LookupError"), (2, "LookupError")]
+
+
+def test_permanent_failure_ends_the_job_whatever_attempts_remain(app: App) -> None:
+    def declined() -> None:
+        raise PermanentFailure("card declined")
+
+    task = declare(app, declined, max_attempts=5, retry=Fixed(0))
+    with serving(worker_of(app)):
+        job = failure_of(task.enqueue())
+    assert job.attempt == 1
+    assert (job.error.kind, job.error.message) == ("PermanentFailure", "card declined")
+
+
+def test_snooze_runs_the_job_later_without_using_an_attempt(app: App) -> None:
+    runs: list[int] = []
+
+    def sleepy() -> str:
+        runs.append(current_job().attempt)
+        if len(runs) == 1:
+            raise Snooze(0.05)
+        return "awake"
+
+    task = declare(app, sleepy, max_attempts=1)
+    with serving(worker_of(app)) as served:
+        handle = task.enqueue()
+        assert handle.result(timeout=20) == "awake"
+    assert runs == [1, 1]
+    assert job_of(handle).attempt == 1
+    assert served.worker.stats.snoozed == 1
+
+
+# --- what the worker refuses to run or report ----------------------------------------------------
+
+
+def test_a_task_past_its_timeout_fails_with_kind_timeout(app: App) -> None:
+    saw_cancel: list[bool] = []
+
+    async def stuck() -> None:
+        await asyncio.sleep(30)
+
+    def stuck_sync() -> None:
+        saw_cancel.append(current_job().cancelled.wait(30))
+
+    tasks = [declare(app, f, max_attempts=1, timeout=0.2) for f in (stuck, stuck_sync)]
+    with serving(worker_of(app)):
+        handles = [task.enqueue() for task in tasks]
+        jobs = [failure_of(handle) for handle in handles]
+        wait_for(lambda: saw_cancel, 10, "the plain function to see its cancel flag")
+    for job in jobs:
+        assert job.error.kind == "Timeout" and "timed out after 0.2s" in job.error.message
+    assert saw_cancel == [True]
+
+
+def test_unknown_task_bad_payload_and_bad_result_fail_permanently(app: App) -> None:
+    def fine(x: int) -> int:
+        return x
+
+    def odd() -> object:
+        return object()
+
+    declare(app, fine, max_attempts=3)
+    bad_result = declare(app, odd, max_attempts=3)
+    unknown = app.client.enqueue("nobody.home", payload_of([], {}), max_attempts=3)
+    bad_payload = app.client.enqueue("fine", [1, 2], max_attempts=3)
+    assert isinstance(unknown, JobApplied) and isinstance(bad_payload, JobApplied)
+    handles = [app.handle(unknown.job.id), app.handle(bad_payload.job.id), bad_result.enqueue()]
+    with serving(worker_of(app)):
+        jobs = [failure_of(handle) for handle in handles]
+    assert [job.error.kind for job in jobs] == ["UnknownTask", "BadPayload", "BadResult"]
+    assert [job.attempt for job in jobs] == [1, 1, 1]
+    assert "nobody.home" in jobs[0].error.message
+
+
+def test_an_unencodable_argument_is_refused_at_enqueue(app: App) -> None:
+    def takes(x: Any) -> None:
+        return None
+
+    task = declare(app, takes)
+    with pytest.raises(JobRefusedError) as refused:
+        task.enqueue(object())
+    assert isinstance(refused.value.error, InvalidJob)
+    assert "msgpack" in refused.value.error.reason
+    assert sum(app.client.counts("default").by_status().values()) == 0
+
+
+# --- dependencies and idempotent enqueue ---------------------------------------------------------
+
+
+def test_a_dependent_job_runs_after_its_dependency(app: App) -> None:
+    order: list[str] = []
+
+    def step(name: str) -> str:
+        order.append(name)
+        return name
+
+    task = declare(app, step)
+    first = task.enqueue("first")
+    second = task.options(depends_on=[first]).enqueue("second")
+    info = second.info()
+    assert info is not None and info.waiting_on == first.id
+    with serving(worker_of(app)):
+        assert second.result(timeout=10) == "second"
+    assert order == ["first", "second"]
+
+
+def test_dependents_of_a_failed_job_stay_blocked_or_are_cancelled(app: App) -> None:
+    ran: list[str] = []
+
+    def doomed() -> None:
+        raise PermanentFailure("no")
+
+    def after(name: str) -> None:
+        ran.append(name)
+
+    failing = declare(app, doomed).enqueue()
+    follow = declare(app, after)
+    blocked = follow.options(depends_on=[failing]).enqueue("blocked")
+    cancelled = follow.options(depends_on=[failing], on_dependency_failure="cancel").enqueue("c")
+    with serving(worker_of(app)):
+        failure_of(failing)
+        with pytest.raises(JobCancelledError):
+            cancelled.result(timeout=10)
+    info = blocked.info()
+    assert info is not None and info.waiting_on == failing.id
+    assert isinstance(info.job.state, Waiting) and info.job.attempt == 0
+    assert ran == []
+
+
+def test_enqueue_with_an_id_is_idempotent(app: App) -> None:
+    calls: list[int] = []
+
+    def charge(cents: int) -> int:
+        calls.append(cents)
+        return cents
+
+    task = declare(app, charge)
+    one = task.options(id="order-42").enqueue(995)
+    two = task.options(id="order-42").enqueue(1)
+    assert one.id == two.id == "order-42"
+    assert app.client.counts("default").available == 1
+    with serving(worker_of(app)):
+        assert two.result(timeout=10) == 995
+    assert calls == [995]
+
+
+# --- cancellation of running jobs ----------------------------------------------------------------
+
+
+def test_cancel_stops_a_running_async_job(app: App) -> None:
+    started = threading.Event()
+    seen: list[str] = []
+
+    async def endless() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "finished"
+
+    task = declare(app, endless, lease_ms=300, max_attempts=1)
+    with serving(worker_of(app, lease_ms=300)) as served:
+        handle = task.enqueue()
+        assert started.wait(10)
+        assert isinstance(handle.cancel(), CancelApplied)
+        wait_for(lambda: seen, 10, "the task to be cancelled (its heartbeat refused)")
+        wait_for(lambda: served.worker.stats.lost == 1, 10, "the worker to count a lost lease")
+    assert seen == ["cancelled"]
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=5)
+
+
+def test_cancel_sets_the_flag_of_a_running_plain_function(app: App) -> None:
+    started = threading.Event()
+    seen: list[bool] = []
+
+    def endless_sync() -> str:
+        started.set()
+        seen.append(current_job().cancelled.wait(30))
+        return "finished anyway"
+
+    task = declare(app, endless_sync, lease_ms=300, max_attempts=1)
+    with serving(worker_of(app, lease_ms=300)):
+        handle = task.enqueue()
+        assert started.wait(10)
+        assert isinstance(handle.cancel(), CancelApplied)
+        wait_for(lambda: seen, 10, "the plain function to see current_job().cancelled")
+    assert seen == [True]
+    with pytest.raises(JobCancelledError):
+        handle.result(timeout=5)
+    assert job_of(handle).result is None
+
+
+# --- stopping ------------------------------------------------------------------------------------
+
+
+def test_stop_with_grace_lets_the_running_job_finish(app: App) -> None:
+    worker = worker_of(app, concurrency=1, grace=30)
+
+    async def last() -> str:
+        worker.stop()  # from the loop itself: the stop is in force before this job goes on
+        await asyncio.sleep(0.2)
+        return "finished"
+
+    def next_one() -> None:
+        return None
+
+    running = declare(app, last).enqueue()
+    waiting = declare(app, next_one).options(priority=5).enqueue()
+    with serving(worker) as served:
+        assert served.thread is not None
+        served.thread.join(30)
+        assert not served.alive() and not served.errors
+    assert running.result(timeout=1) == "finished"
+    assert job_of(running).attempt == 1
+    state = job_of(waiting)
+    assert isinstance(state.state, Waiting) and state.attempt == 0
+    assert worker.stats.completed == 1 and worker.stats.claimed == 1
+
+
+def test_stop_without_grace_hands_running_jobs_back(app: App) -> None:
+    started = threading.Barrier(3)
+    seen: list[bool] = []
+
+    async def endless() -> None:
+        await asyncio.to_thread(started.wait, 10)
+        await asyncio.sleep(30)
+
+    def endless_sync() -> None:
+        started.wait(10)
+        seen.append(current_job().cancelled.wait(30))
+
+    handles = [declare(app, f, max_attempts=1).enqueue() for f in (endless, endless_sync)]
+    worker = worker_of(app, concurrency=2, grace=0)
+    with serving(worker):
+        started.wait(10)
+        worker.stop()
+        wait_for(lambda: worker.stats.handed_back == 2, 10, "both jobs to be handed back")
+    wait_for(lambda: seen, 10, "the plain function to see its cancel flag")
+    assert seen == [True]
+    for handle in handles:
+        job = job_of(handle)
+        assert isinstance(job.state, Waiting) and job.attempt == 0, job
+        info = handle.info()
+        assert info is not None and info.status is Status.AVAILABLE
+
+
+# --- idling and waking ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def claims(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts the claim and other script calls of every asyncio client (the worker's)."""
+    counts: Counter[str] = Counter()
+    claim_many = AsyncQuasar.claim_many
+    execute = AsyncQuasar.execute
+
+    async def counted_claim(self: AsyncQuasar, *args: Any, **kwargs: Any) -> Any:
+        counts["claim"] += 1
+        return await claim_many(self, *args, **kwargs)
+
+    async def counted_execute(self: AsyncQuasar, *args: Any, **kwargs: Any) -> Any:
+        counts["script"] += 1
+        return await execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncQuasar, "claim_many", counted_claim)
+    monkeypatch.setattr(AsyncQuasar, "execute", counted_execute)
+    return counts
+
+
+def test_an_idle_worker_does_not_poll(app: App, claims: Counter[str]) -> None:
+    async def idle_for(seconds: float) -> None:
+        async with aserving(worker_of(app, maintenance_interval=1.0, idle_wait=5.0)):
+            await asyncio.sleep(seconds)  # the span measured, not a synchronisation
+
+    asyncio.run(idle_for(2.0))
+    assert 1 <= claims["claim"] <= 3, claims
+    assert claims["script"] <= 20, claims
+
+
+def test_a_job_on_an_idle_queue_starts_at_once(app: App, claims: Counter[str]) -> None:
+    started = threading.Event()
+
+    def hello() -> str:
+        started.set()
+        return "hi"
+
+    task = declare(app, hello)
+    worker = Worker(app, idle_wait=15.0, maintenance_interval=60.0)
+    with serving(worker):
+        wait_for(lambda: claims["claim"] >= 1, 10, "the worker to find the queue empty")
+        handle = task.enqueue()
+        assert started.wait(5), "the wake list did not wake the worker (it idles 15 s)"
+        assert handle.result(timeout=5) == "hi"
+    assert claims["claim"] <= 4, claims
+
+
+# --- bugs ----------------------------------------------------------------------------------------
+
+
+def test_a_completion_that_races_a_heartbeat_is_accepted(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job finishes while its heartbeat is in flight: its completion must still count."""
+    in_flight = threading.Event()
+
+    async def racing() -> str:
+        await asyncio.to_thread(in_flight.wait, 10)
+        return "done"
+
+    worker = worker_of(app, lease_ms=600)
+    keeper_client = app.new_client()
+    execute_many = keeper_client.execute_many
+
+    def hold_heartbeat(calls: Any) -> list[Any]:
+        if any(call.script.name == "heartbeat" for call in calls) and not in_flight.is_set():
+            in_flight.set()  # the job returns now and reports; the heartbeat goes out after
+            keeper = worker._keeper
+            assert keeper is not None
+            wait_for(lambda: any(x.finishing for x in keeper.held()), 10, "the report")
+        return execute_many(calls)
+
+    monkeypatch.setattr(keeper_client, "execute_many", hold_heartbeat)
+    monkeypatch.setattr(app, "new_client", lambda: keeper_client)
+    task = declare(app, racing, lease_ms=600, max_attempts=1)
+    try:
+        with serving(worker):
+            handle = task.enqueue()
+            try:
+                value = handle.result(timeout=15)
+            except (JobFailedError, TimeoutError) as exc:
+                value = exc
+    finally:
+        keeper_client.redis.close()
+    assert in_flight.is_set(), "no heartbeat went through execute_many: update this test"
+    assert value == "done", (
+        f"BUG (_lease_keeper.LeaseKeeper._after_heartbeat): got {value!r}. A heartbeat that is "
+        "in flight when the job reports keeps its new token away from the report "
+        "('if not lease.finishing'), so the outcome goes out with the superseded token, is "
+        "refused StaleLease, and the finished job runs again after its lease (or fails, on its "
+        "last attempt)"
+    )
+
+
+def renewed(handle: JobHandle, claimed_ms: int) -> tuple[Leased, int] | None:
+    """The job's lease and the server's now, once a heartbeat renewed the claim's lease."""
+    info = handle.info()
+    assert info is not None
+    state = info.job.state
+    assert isinstance(state, Leased), state
+    if state.expires_at - (info.job.attempted_at or 0) == claimed_ms:
+        return None
+    return state, info.now
+
+
+def test_the_worker_lease_applies_to_tasks_without_their_own(app: App) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    def steady() -> None:
+        started.set()
+        release.wait(30)
+
+    task = declare(app, steady)  # no lease_ms of its own
+    with serving(worker_of(app, lease_ms=1500)):
+        handle = task.enqueue()
+        assert started.wait(10)
+        lease, now = wait_for(lambda: renewed(handle, 1500), 10, "a heartbeat")
+        release.set()
+    assert lease.expires_at - now <= 1500, (
+        "BUG (worker.Worker._start / app.DEFAULT_LEASE_MS): the worker's lease_ms (quasar worker "
+        "--lease-ms 1500) is overridden by the task's default lease of 30 s: a killed worker's "
+        f"jobs come back only after 30 s (the lease now ends in {lease.expires_at - now} ms)"
+    )
+
+
+def test_claim_loop_survives_a_failed_wake_up(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    injected: list[Exception] = [redis.ConnectionError("injected: connection reset by peer")]
+    rpush = redis.asyncio.Redis.rpush
+
+    async def failing_rpush(self: Any, *args: Any) -> Any:
+        if injected:
+            raise injected.pop()
+        return await rpush(self, *args)
+
+    monkeypatch.setattr(redis.asyncio.Redis, "rpush", failing_rpush)
+
+    def work(i: int) -> int:
+        return i
+
+    task = declare(app, work)
+    handles = [task.enqueue(i) for i in range(3)]  # the first claim takes a full batch of 2
+    with serving(worker_of(app, concurrency=2)):
+        wait_for(lambda: not injected, 10, "the worker to push a wake-up")
+        finished = eventually(
+            lambda: all(isinstance(job_of(h).state, Succeeded) for h in handles), 3
+        )
+    assert finished, (
+        "BUG (worker.Worker._claim): the wake-up RPUSH after a full claim batch is a raw redis "
+        "call outside the claim loop's QuasarError handling: one connection error (Redis "
+        "restarting) ends the claim loop, and with it serve() and the `quasar worker` process "
+        f"(or leaves it claiming nothing: see the next test); jobs: {[job_of(h) for h in handles]}"
+    )
+
+
+async def _swallow_once(flag: list[str], original: Any, client: Any) -> Any:
+    if not flag:
+        flag.append("in the call")
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            flag.append("swallowed")  # what asyncio.wait_for inside redis-py 8 does at times
+    return await original(client)
+
+
+def test_a_cancelled_serve_ends_even_when_redis_swallows_the_cancellation(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag: list[str] = []
+    original = redis.asyncio.Redis.time
+
+    async def time_(self: Any) -> Any:
+        return await _swallow_once(flag, original, self)
+
+    monkeypatch.setattr(redis.asyncio.Redis, "time", time_)
+
+    async def scenario() -> bool:
+        worker = worker_of(app)
+        client = app.aclient()
+        running = asyncio.create_task(worker.serve())
+        while not flag:  # the maintenance task is inside its first Redis call
+            await asyncio.sleep(0.01)
+        running.cancel()
+        ended, _ = await asyncio.wait({running}, timeout=3)
+        worker.stop()  # lets a hung serve() end, so that the test can clean up
+        await asyncio.gather(running, return_exceptions=True)
+        await client.redis.aclose()
+        return bool(ended)
+
+    ended = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert flag == ["in the call", "swallowed"]
+    assert ended, (
+        "BUG (worker.Worker.serve): serve() never returns once its claim loop has failed or it "
+        "was cancelled, if the maintenance task's cancellation is swallowed (Python 3.11's "
+        "asyncio.wait_for, which redis-py uses, does that at times): _maintenance loops on "
+        "'while not self._stopping.is_set()', which nothing set; a `quasar worker` process "
+        "then stays alive, claiming nothing"
+    )
+
+
+def test_stop_after_the_worker_ended_is_harmless(app: App) -> None:
+    worker = worker_of(app)
+
+    async def stopper() -> None:
+        worker.stop()
+
+    declare(app, stopper).enqueue()
+    with serving(worker) as served:
+        assert served.thread is not None
+        served.thread.join(30)
+        assert not served.alive()
+    try:
+        worker.stop()
+    except RuntimeError as exc:
+        pytest.fail(
+            "BUG (worker.Worker.stop): stop() on a worker whose serve() has ended raises "
+            f"{exc!r} (it calls call_soon_threadsafe on the closed loop); a second SIGTERM "
+            "handler, a supervisor or a finally block calling stop() gets an exception"
+        )
+
+
+RUN_SCRIPT = """
+import gc, sys
+from quasar_redis import App, Worker
+app = App(sys.argv[1], namespace=sys.argv[2])
+worker = Worker(app, concurrency=1)
+def stop() -> None:
+    worker.stop()
+app.task(stop, name="stop").enqueue()
+worker.run(install_signals=False)
+del worker, app
+gc.collect()
+print("stopped")
+"""
+
+
+def test_worker_run_closes_its_connections(namespace: str) -> None:
+    client = real_redis()
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-W",
+                "always::ResourceWarning",
+                "-c",
+                RUN_SCRIPT,
+                REDIS_URL,
+                namespace,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
+    assert done.returncode == 0 and "stopped" in done.stdout, done.stderr
+    assert "unclosed" not in done.stderr, (
+        "BUG (worker.Worker.run): run() ends its event loop without closing the loop's asyncio "
+        "Redis client (app.aclient()) or the lease keeper's client; their connections are left "
+        "open (ResourceWarning 'unclosed Connection', an error under pytest -W error):\n"
+        + done.stderr[-2000:]
+    )
