@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import fakeredis
 import redis
@@ -297,9 +297,40 @@ class App:
             self._client.redis.close()
             self._client = None
 
+    @overload
+    def task(
+        self,
+        fn: Callable[P, R],
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 3,
+        priority: int = 0,
+        lease_ms: int | None = None,
+        retry: PolicyLike = ...,
+        timeout: float | None = None,
+    ) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 3,
+        priority: int = 0,
+        lease_ms: int | None = None,
+        retry: PolicyLike = ...,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
     def task(
         self,
         fn: Callable[P, R] | None = None,
+        /,
         *,
         name: str | None = None,
         queue: str = "default",

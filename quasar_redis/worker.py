@@ -176,6 +176,7 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None
         self._offset_ms = 0.0
         self._signals = 0
+        self._stop_requested = False
 
     # running and stopping -------------------------------------------------------------------------
 
@@ -194,6 +195,8 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self._slot = asyncio.Event()
+        if self._stop_requested:  # stop() came before serve() started
+            self._stopping.set()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal)
@@ -229,6 +232,7 @@ class Worker:
         """Stop claiming; running jobs get ``grace`` seconds (none if ``immediate``)."""
         if immediate:
             self.grace = 0.0
+        self._stop_requested = True
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -404,7 +408,9 @@ class Worker:
             timed_out = task.timeout is not None and _past(running.started, task.timeout)
             reason = f"timed out after {task.timeout}s" if timed_out else str(exc) or "timeout"
             return self._failure(task, job, exc, "Timeout" if timed_out else _kind(exc), reason)
-        except Exception as exc:
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # SystemExit / KeyboardInterrupt from a task fail the job only
             return self._failure(task, job, exc, _kind(exc), str(exc) or repr(exc))
         return self._success(value)
 
