@@ -1,0 +1,792 @@
+"""A pure-Python model of the job state machine, for the stateful test against the Lua scripts.
+
+The model is the Bosatsu seed (``/work/shared/seeds/000_*.txt``: ``new_job``, ``claim_transition``,
+``lease_error``, ``complete_transition``, ``fail_transition``, ``permanent_fail_transition``,
+``expire_transition``, ``cancel_transition``, ``operator_retry_transition``, ``dependency_error``)
+extended as DESIGN.md extends it: queues and priorities, claim by queue (best first: priority,
+then available_at, then enqueue order), batches, pending dependencies with the ``block`` /
+``cancel`` policy, cascading cancellation, heartbeats, release (hand a job back without using an
+attempt), sweeps, the per-claim lease nonce and the Gleam seed's last error (kind + message).
+Where DESIGN.md is silent the model follows the Lua (``lua/*.lua``): the error kinds written by
+expiry and operator retry, the reasons given to cascaded cancellations, and claim by queue's
+maintenance (it first promotes due jobs and expires run-out leases of its queue, even when it
+then finds nothing to claim).
+
+Nothing here talks to Redis. Results are the client's own typed values (``quasar_redis._types``),
+so a test compares them with ``==``. Two things the model cannot know are supplied by the test:
+
+* the nonce of each new lease (random per claim): a claim returns a token whose nonce is ``""``
+  and the test hands the implementation's nonce to ``adopt_nonce``;
+* which dependency a cascaded cancellation names when several were cancelled at the same depth
+  of the cascade (the scripts walk Redis sets, whose order is unspecified): the model keeps every
+  acceptable reason and ``reconcile`` takes the one the implementation chose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from quasar_redis import _types as t
+from quasar_redis._codec import encode
+from quasar_redis._protocol import NewJob
+
+LEASE_EXPIRED_KIND = "LeaseExpired"
+LEASE_EXPIRED_REASON = "worker lease expired"
+OPERATOR_RETRY_KIND = "OperatorRetry"
+#: Placeholder nonce of a lease the model granted, until the test adopts the real one.
+UNKNOWN_NONCE = ""
+
+TERMINAL_STATES = (t.Succeeded, t.Failed, t.Cancelled)
+WAITING_STATES = (t.Waiting, t.RetryWaiting)
+
+
+@dataclass
+class ModelJob:
+    """One job as the model stores it (the Lua job hash, minus call ids)."""
+
+    id: str
+    queue: str
+    stage: str
+    raw_payload: bytes
+    input_ref: str
+    input_revision: int
+    dependencies: tuple[str, ...]
+    priority: int
+    #: Enqueue order; also the job's identity, as an id is free again once its job is pruned.
+    seq: int
+    max_attempts: int
+    inserted_at: int
+    on_dependency_failure: t.DependencyPolicy
+    pending: int
+    state: t.JobState
+    attempt: int = 0
+    fence: int = 0
+    attempted_at: int | None = None
+    error: t.ErrorInfo | None = None
+    raw_result: bytes | None = None
+    nonce: str | None = None
+    #: The ``seq`` of each dependency as it was at enqueue (an id may be reused after pruning).
+    dependency_seqs: tuple[int, ...] = ()
+    #: The job sits in the claim index ("ready"), not in the not-yet-due index ("delayed").
+    in_ready: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return isinstance(self.state, TERMINAL_STATES)
+
+    @property
+    def waiting(self) -> bool:
+        return isinstance(self.state, WAITING_STATES)
+
+    @property
+    def available_at(self) -> int:
+        assert isinstance(self.state, WAITING_STATES)
+        return self.state.available_at
+
+    @property
+    def expires_at(self) -> int:
+        assert isinstance(self.state, t.Leased)
+        return self.state.expires_at
+
+    def finished_at(self) -> int | None:
+        match self.state:
+            case t.Succeeded(_, at) | t.Failed(_, at) | t.Cancelled(_, at):
+                return at
+        return None
+
+    def to_job(self) -> t.Job:
+        return t.Job(
+            id=self.id,
+            queue=self.queue,
+            stage=self.stage,
+            raw_payload=self.raw_payload,
+            input_ref=self.input_ref,
+            input_revision=self.input_revision,
+            dependencies=self.dependencies,
+            priority=self.priority,
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            fencing_version=self.fence,
+            state=self.state,
+            inserted_at=self.inserted_at,
+            attempted_at=self.attempted_at,
+            completed_at=self.finished_at(),
+            error=self.error,
+            raw_result=self.raw_result,
+            on_dependency_failure=self.on_dependency_failure,
+            pending_dependencies=self.pending,
+        )
+
+    def token(self) -> t.LeaseToken:
+        assert isinstance(self.state, t.Leased)
+        return t.LeaseToken(
+            self.id,
+            self.input_revision,
+            self.state.worker_id,
+            self.fence,
+            self.state.expires_at,
+            self.nonce or UNKNOWN_NONCE,
+        )
+
+
+@dataclass
+class _Cascade:
+    """A cancellation cascade: jobs in cascade order, and the reasons each may give."""
+
+    jobs: list[ModelJob] = field(default_factory=list)
+    reasons: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _new_job_error(spec: NewJob) -> t.InvalidJob | None:
+    """The seed's ``new_job`` checks, in its order (available_at checked by ``_available_at``)."""
+    if spec.id == "":
+        return t.InvalidJob("id must not be empty")
+    if spec.stage == "":
+        return t.InvalidJob("stage must not be empty")
+    if spec.input_ref == "":
+        return t.InvalidJob("input_ref must not be empty")
+    if spec.input_revision < 0:
+        return t.InvalidJob("input_revision must be nonnegative")
+    if spec.max_attempts < 1:
+        return t.InvalidJob("max_attempts must be positive")
+    return None
+
+
+def _available_at(spec: NewJob, now: int) -> int | t.InvalidJob:
+    """``available_at`` wins over ``delay_ms``; neither means now."""
+    if spec.available_at is not None:
+        if spec.available_at < 0:
+            return t.InvalidJob("available_at must be nonnegative")
+        return spec.available_at
+    delay = spec.delay_ms or 0
+    if delay < 0:
+        return t.InvalidJob("delay must be nonnegative")
+    return now + delay
+
+
+def _dependency_ids(spec: NewJob) -> tuple[str, ...]:
+    return tuple(d.id if isinstance(d, t.Job) else d for d in spec.dependencies)
+
+
+def _listed_twice(deps: Sequence[str]) -> t.InvalidJob | None:
+    seen: set[str] = set()
+    for dep in deps:
+        if dep in seen:
+            return t.InvalidJob(f"dependency {dep} is listed twice")
+        seen.add(dep)
+    return None
+
+
+def _lease_invalid(worker_id: str, lease_ms: int) -> t.InvalidJob | None:
+    """The first two checks of the seed's ``claim_ready``."""
+    if worker_id == "":
+        return t.InvalidJob("worker_id must not be empty")
+    if lease_ms < 1:
+        return t.InvalidJob("lease_duration must be positive")
+    return None
+
+
+def _cascade_reason(parent: str, failed: bool) -> str:
+    """Why a dependent is cancelled: its dependency failed (policy "cancel"), or was cancelled."""
+    return f"dependency {parent} {'failed' if failed else 'was cancelled'}"
+
+
+class Model:
+    """Every job of one namespace, and every transition on them."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, ModelJob] = {}
+        self.seq = 0
+        #: Cascaded cancellations whose reason may name any of several dependencies.
+        self.reason_choices: dict[str, frozenset[str]] = {}
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def dependents(self, job: ModelJob) -> list[ModelJob]:
+        """The live jobs that depend on ``job``."""
+        return [j for j in self.jobs.values() if job.seq in j.dependency_seqs and not j.terminal]
+
+    def blocked_dependents(self, job: ModelJob) -> list[ModelJob]:
+        return [j for j in self.dependents(job) if j.waiting and j.pending > 0]
+
+    def _place(self, job: ModelJob, now: int) -> None:
+        """Index a waiting job for claiming: ready when due and unblocked, else not."""
+        job.in_ready = job.waiting and job.pending == 0 and job.available_at <= now
+
+    def claimable(self, job: ModelJob, now: int) -> bool:
+        return (
+            job.waiting
+            and job.pending == 0
+            and job.available_at <= now
+            and job.attempt < job.max_attempts
+        )
+
+    def dependency_error(self, job: ModelJob) -> t.JobError | None:
+        """The seed's ``dependency_error`` over the job's dependencies, first failing one."""
+        for dep in job.dependencies:
+            other = self.jobs.get(dep)
+            if other is None:
+                return t.MissingDependency(dep)
+            if not isinstance(other.state, t.Succeeded):
+                return t.IncompleteDependency(dep)
+        return None
+
+    def lease_error(
+        self, job: ModelJob, token: t.LeaseToken, worker_id: str, now: int
+    ) -> t.JobError | None:
+        """The seed's ``lease_error``, with the claim nonce checked beside the fence."""
+        if (
+            worker_id != token.worker_id
+            or job.id != token.job_id
+            or job.input_revision != token.input_revision
+        ):
+            return t.StaleLease()
+        state = job.state
+        if not (
+            isinstance(state, t.Leased)
+            and state.worker_id == token.worker_id
+            and state.fencing_version == token.fencing_version
+            and job.nonce == token.nonce
+            and state.expires_at == token.expires_at
+        ):
+            return t.StaleLease()
+        if now >= state.expires_at:
+            return t.LeaseExpired(state.expires_at)
+        return None
+
+    def _cascade(self, root: ModelJob, policy_only: bool) -> _Cascade:
+        """Jobs that can never run once ``root`` is cancelled (or failed: ``policy_only``).
+
+        Breadth first, as the scripts walk it; a job reached from several parents of the same
+        depth may name any of them. Only the failed root's own dependents are said to be
+        cancelled because it failed; deeper ones because their dependency was cancelled.
+        """
+        out = _Cascade()
+        depth = {root.id: 0}
+        frontier = [root]
+        level = 0
+        while frontier:
+            following: list[ModelJob] = []
+            failed = level == 0 and policy_only
+            for parent in frontier:
+                for child in self.dependents(parent):
+                    if failed and child.on_dependency_failure != "cancel":
+                        continue
+                    reason = _cascade_reason(parent.id, failed)
+                    if child.id in depth:
+                        if depth[child.id] == level + 1:
+                            out.reasons[child.id].append(reason)
+                        continue
+                    depth[child.id] = level + 1
+                    out.reasons[child.id] = [reason]
+                    out.jobs.append(child)
+                    following.append(child)
+            frontier = following
+            level += 1
+        return out
+
+    def _apply_cascade(self, cascade: _Cascade, now: int) -> None:
+        for job in cascade.jobs:
+            reasons = cascade.reasons[job.id]
+            job.state = t.Cancelled(reasons[0], now)
+            job.in_ready = False
+            if len(reasons) > 1:
+                self.reason_choices[job.id] = frozenset(reasons)
+            else:
+                self.reason_choices.pop(job.id, None)
+
+    def _fail(self, job: ModelJob, kind: str, reason: str, now: int) -> None:
+        """Enter Failed; dependents that asked to be cancelled are (and theirs with them)."""
+        cascade = self._cascade(job, policy_only=True)
+        job.state = t.Failed(reason, now)
+        job.error = t.ErrorInfo(kind, reason)
+        self._apply_cascade(cascade, now)
+
+    def _retry_or_fail(self, job: ModelJob, kind: str, reason: str, now: int, delay: int) -> None:
+        """The seed's ``retry_or_fail``."""
+        if job.attempt < job.max_attempts:
+            job.state = t.RetryWaiting(reason, now + delay)
+            job.error = t.ErrorInfo(kind, reason)
+            self._place(job, now)
+        else:
+            self._fail(job, kind, reason, now)
+
+    def _lease(self, job: ModelJob, worker_id: str, lease_ms: int, now: int) -> t.Claim:
+        """The seed's ``claim_ready`` after its checks: attempt+1, fence+1, Leased."""
+        job.attempt += 1
+        job.fence += 1
+        job.state = t.Leased(worker_id, job.fence, now + lease_ms)
+        job.attempted_at = now
+        job.nonce = UNKNOWN_NONCE
+        job.in_ready = False
+        return t.Claim(job.to_job(), job.token())
+
+    def adopt_nonce(self, job_id: str, nonce: str) -> None:
+        """The nonce the implementation gave the lease the model just granted."""
+        job = self.jobs[job_id]
+        assert isinstance(job.state, t.Leased)
+        job.nonce = nonce
+
+    def reconcile(self, actual: t.Job) -> None:
+        """Take the implementation's choice among the acceptable reasons of a cascade."""
+        choices = self.reason_choices.get(actual.id)
+        job = self.jobs.get(actual.id)
+        if choices is None or job is None or not isinstance(job.state, t.Cancelled):
+            return
+        if isinstance(actual.state, t.Cancelled) and actual.state.reason in choices:
+            job.state = replace(job.state, reason=actual.state.reason)
+            del self.reason_choices[actual.id]
+
+    # --- enqueue --------------------------------------------------------------------------------
+
+    def _pending(
+        self, deps: Sequence[str], policy: str, batch: dict[str, ModelJob]
+    ) -> int | t.JobError:
+        """Dependencies not yet succeeded; refuses those missing or that can never succeed."""
+        pending = 0
+        for dep in deps:
+            if dep in batch:
+                pending += 1
+                continue
+            other = self.jobs.get(dep)
+            if other is None:
+                return t.MissingDependency(dep)
+            state = other.state
+            if isinstance(state, t.Cancelled) or (
+                isinstance(state, t.Failed) and policy == "cancel"
+            ):
+                return t.IncompleteDependency(dep)
+            if not isinstance(state, t.Succeeded):
+                pending += 1
+        return pending
+
+    def _check_new(
+        self, spec: NewJob, now: int, batch: dict[str, ModelJob]
+    ) -> ModelJob | t.JobError:
+        assert spec.id is not None, "the model needs explicit job ids"
+        seed = _new_job_error(spec)
+        if seed is not None:
+            return seed
+        at = _available_at(spec, now)
+        if isinstance(at, t.InvalidJob):
+            return at
+        deps = _dependency_ids(spec)
+        twice = _listed_twice(deps)
+        if twice is not None:
+            return twice
+        if spec.id in batch or spec.id in self.jobs:
+            return t.DuplicateJob(spec.id)
+        pending = self._pending(deps, spec.on_dependency_failure, batch)
+        if not isinstance(pending, int):
+            return pending
+        return ModelJob(
+            id=spec.id,
+            queue=spec.queue,
+            stage=spec.stage,
+            raw_payload=encode(spec.payload),
+            input_ref=spec.input_ref,
+            input_revision=spec.input_revision,
+            dependencies=deps,
+            priority=spec.priority,
+            seq=0,
+            max_attempts=spec.max_attempts,
+            inserted_at=now,
+            on_dependency_failure=spec.on_dependency_failure,
+            pending=pending,
+            state=t.Waiting(at),
+        )
+
+    def enqueue_many(
+        self, specs: Sequence[NewJob], now: int, ids_only: bool = False
+    ) -> t.BatchResult:
+        """Bulk enqueue, all or nothing; a job may depend on an earlier job of the batch."""
+        if not specs:
+            return t.BatchRefused(0, t.InvalidJob("a batch must hold at least one job"))
+        batch: dict[str, ModelJob] = {}
+        for index, spec in enumerate(specs):
+            checked = self._check_new(spec, now, batch)
+            if not isinstance(checked, ModelJob):
+                return t.BatchRefused(index, checked)
+            batch[checked.id] = checked
+        for job in batch.values():
+            self.seq += 1
+            job.seq = self.seq
+            job.dependency_seqs = tuple(self.jobs[d].seq for d in job.dependencies)
+            self.jobs[job.id] = job
+            self._place(job, now)
+        ids = tuple(batch)
+        if ids_only:
+            return t.BatchApplied((), ids)
+        return t.BatchApplied(tuple(j.to_job() for j in batch.values()), ids)
+
+    def enqueue(self, spec: NewJob, now: int) -> t.JobResult:
+        result = self.enqueue_many([spec], now)
+        if isinstance(result, t.BatchApplied):
+            return t.JobApplied(result.jobs[0])
+        return t.JobRefused(result.error)
+
+    def enqueue_each(self, specs: Sequence[NewJob], now: int) -> list[t.JobResult]:
+        """Many jobs in one call, each on its own: a refused one does not stop the others."""
+        return [self.enqueue(spec, now) for spec in specs]
+
+    # --- claims ---------------------------------------------------------------------------------
+
+    def promote_queue(self, queue: str, now: int) -> int:
+        """Due jobs of ``queue`` enter the claim index; returns how many."""
+        moved = 0
+        for job in self.jobs.values():
+            if job.queue != queue or job.in_ready or not job.waiting or job.pending > 0:
+                continue
+            if job.available_at <= now:
+                job.in_ready = True
+                moved += 1
+        return moved
+
+    def promote(self, now: int) -> int:
+        """Every queue's due jobs enter the claim index (the promote script, unbounded)."""
+        return sum(self.promote_queue(queue, now) for queue in self.queues())
+
+    def due_leases(self, now: int) -> dict[str, list[str]]:
+        """Per queue, the leases that ran out at ``now``, in the lease index's order."""
+        out: dict[str, list[str]] = {}
+        due = [j for j in self.jobs.values() if isinstance(j.state, t.Leased)]
+        for job in sorted(due, key=lambda j: (j.expires_at, j.id.encode())):
+            if job.expires_at <= now:
+                out.setdefault(job.queue, []).append(job.id)
+        return out
+
+    def expire_lease(self, job_id: str, now: int) -> None:
+        """The seed's ``expire_transition`` for a lease known to have run out."""
+        job = self.jobs[job_id]
+        assert isinstance(job.state, t.Leased) and job.expires_at <= now
+        self._retry_or_fail(job, LEASE_EXPIRED_KIND, LEASE_EXPIRED_REASON, now, 0)
+
+    def next_due(self, queue: str, now: int) -> int | None:
+        """When the next not-yet-due job of the queue, or its next lease, comes due."""
+        times = [
+            j.expires_at if isinstance(j.state, t.Leased) else j.available_at
+            for j in self.jobs.values()
+            if j.queue == queue
+            and (isinstance(j.state, t.Leased) or (j.waiting and j.pending == 0))
+        ]
+        later = [at for at in times if at > now]
+        return min(later) if later else None
+
+    def claim_many(
+        self, queue: str, worker_id: str, lease_ms: int, limit: int, now: int
+    ) -> t.ClaimsResult:
+        """Claim by queue: maintenance of the queue first, then the best ``limit`` jobs."""
+        invalid = _lease_invalid(worker_id, lease_ms)
+        if invalid is not None:
+            return t.ClaimRefused(invalid)
+        self.promote_queue(queue, now)
+        for job_id in self.due_leases(now).get(queue, []):
+            self.expire_lease(job_id, now)
+        ready = [j for j in self.jobs.values() if j.queue == queue and self.claimable(j, now)]
+        ready.sort(key=lambda j: (j.priority, j.available_at, j.seq))
+        if not ready:
+            return t.ClaimRefused(t.NothingClaimable(self.next_due(queue, now)))
+        # DESIGN.md: a claim by queue never offers a job that a claim by id would refuse.
+        assert all(self.claim_error(j, worker_id, lease_ms, now) is None for j in ready)
+        return t.ClaimsApplied(
+            tuple(self._lease(j, worker_id, lease_ms, now) for j in ready[:limit])
+        )
+
+    def claim(self, queue: str, worker_id: str, lease_ms: int, now: int) -> t.ClaimResult:
+        result = self.claim_many(queue, worker_id, lease_ms, 1, now)
+        if isinstance(result, t.ClaimsApplied):
+            return t.ClaimApplied(result.claims[0])
+        return result
+
+    def claim_error(
+        self, job: ModelJob, worker_id: str, lease_ms: int, now: int
+    ) -> t.JobError | None:
+        """The seed's ``claim_transition`` checks, then ``dependency_error`` while blocked."""
+        state = job.state
+        if isinstance(state, TERMINAL_STATES):
+            return t.TerminalJob()
+        if isinstance(state, t.Leased):
+            if now < state.expires_at:
+                return t.LeaseHeld(state.expires_at)
+            available_at = now
+        else:
+            available_at = state.available_at
+        return (
+            _lease_invalid(worker_id, lease_ms)
+            or (t.NotAvailable(available_at) if now < available_at else None)
+            or (t.AttemptLimitReached() if job.attempt >= job.max_attempts else None)
+            or (self.dependency_error(job) if job.pending > 0 else None)
+        )
+
+    def claim_job(self, job_id: str, worker_id: str, lease_ms: int, now: int) -> t.ClaimResult:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return t.ClaimRefused(t.MissingJob(job_id))
+        error = self.claim_error(job, worker_id, lease_ms, now)
+        if error is not None:
+            return t.ClaimRefused(error)
+        return t.ClaimApplied(self._lease(job, worker_id, lease_ms, now))
+
+    # --- the lease holder's calls ---------------------------------------------------------------
+
+    def _leased(
+        self, token: t.LeaseToken, worker_id: str, now: int
+    ) -> tuple[ModelJob | None, t.JobError | None]:
+        job = self.jobs.get(token.job_id)
+        if job is None:
+            return None, t.MissingJob(token.job_id)
+        return job, self.lease_error(job, token, worker_id, now)
+
+    def complete(
+        self, token: t.LeaseToken, worker_id: str, output_ref: str, result: Any, now: int
+    ) -> t.JobResult:
+        job, error = self._leased(token, worker_id, now)
+        if error is None and output_ref == "":
+            error = t.InvalidJob("output_ref must not be empty")
+        if error is not None or job is None:
+            return t.JobRefused(error or t.StaleLease())
+        job.state = t.Succeeded(output_ref, now)
+        job.raw_result = None if result is None else encode(result)
+        for dependent in self.dependents(job):
+            if dependent.waiting and dependent.pending > 0:
+                dependent.pending -= 1
+                self._place(dependent, now)
+        return t.JobApplied(job.to_job())
+
+    def fail(
+        self, token: t.LeaseToken, worker_id: str, reason: str, delay: int, kind: str, now: int
+    ) -> t.JobResult:
+        job, error = self._leased(token, worker_id, now)
+        if error is None and delay < 0:
+            error = t.InvalidJob("retry_delay must be nonnegative")
+        if error is not None or job is None:
+            return t.JobRefused(error or t.StaleLease())
+        self._retry_or_fail(job, kind, reason, now, delay)
+        return t.JobApplied(job.to_job())
+
+    def permanent_fail(
+        self, token: t.LeaseToken, worker_id: str, reason: str, kind: str, now: int
+    ) -> t.JobResult:
+        job, error = self._leased(token, worker_id, now)
+        if error is None and reason == "":
+            error = t.InvalidJob("reason must not be empty")
+        if error is not None or job is None:
+            return t.JobRefused(error or t.StaleLease())
+        self._fail(job, kind, reason, now)
+        return t.JobApplied(job.to_job())
+
+    def heartbeat(
+        self, token: t.LeaseToken, worker_id: str, lease_ms: int, now: int
+    ) -> t.ClaimResult:
+        job, error = self._leased(token, worker_id, now)
+        if error is None and lease_ms < 1:
+            error = t.InvalidJob("lease_duration must be positive")
+        if error is not None or job is None:
+            return t.ClaimRefused(error or t.StaleLease())
+        assert isinstance(job.state, t.Leased)
+        job.state = replace(job.state, expires_at=now + lease_ms)
+        return t.ClaimApplied(t.Claim(job.to_job(), job.token()))
+
+    def release(self, token: t.LeaseToken, worker_id: str, delay: int, now: int) -> t.JobResult:
+        """Hand the job back: Waiting(now + delay), without using an attempt; the fence stays."""
+        job, error = self._leased(token, worker_id, now)
+        if error is None and delay < 0:
+            error = t.InvalidJob("delay must be nonnegative")
+        if error is not None or job is None:
+            return t.JobRefused(error or t.StaleLease())
+        job.state = t.Waiting(now + delay)
+        job.attempt -= 1
+        self._place(job, now)
+        return t.JobApplied(job.to_job())
+
+    def report(
+        self, worker_id: str, outcomes: Sequence[t.Outcome], now: int
+    ) -> list[t.OutcomeResult]:
+        """Many outcomes in one call, each applied or refused on its own, in order."""
+        return [self._report_one(worker_id, outcome, now) for outcome in outcomes]
+
+    def _report_one(self, worker_id: str, outcome: t.Outcome, now: int) -> t.OutcomeResult:
+        result: t.JobResult
+        match outcome:
+            case t.Complete(token, value, output_ref):
+                result = self.complete(token, worker_id, output_ref, value, now)
+            case t.Fail(token, reason, delay, kind):
+                result = self.fail(token, worker_id, reason, delay, kind, now)
+            case t.PermanentFail(token, reason, kind):
+                result = self.permanent_fail(token, worker_id, reason, kind, now)
+            case t.Release(token, delay):
+                result = self.release(token, worker_id, delay, now)
+        if isinstance(result, t.JobRefused):
+            return result
+        return t.OutcomeApplied(result.job.id, type(result.job.state).__name__)
+
+    # --- fenced calls ---------------------------------------------------------------------------
+
+    def _fenced(self, job_id: str, fence: int | None) -> ModelJob | t.JobError:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return t.MissingJob(job_id)
+        if fence is not None and fence != job.fence:
+            return t.FenceChanged()
+        return job
+
+    def expire(self, job_id: str, expected_fence: int, now: int) -> t.JobResult:
+        """The seed's ``expire_transition``."""
+        job = self._fenced(job_id, expected_fence)
+        if not isinstance(job, ModelJob):
+            return t.JobRefused(job)
+        state = job.state
+        if isinstance(state, WAITING_STATES):
+            return t.JobRefused(t.StaleLease())
+        if isinstance(state, TERMINAL_STATES):
+            return t.JobRefused(t.TerminalJob())
+        if now < state.expires_at:
+            return t.JobRefused(t.LeaseHeld(state.expires_at))
+        self.expire_lease(job_id, now)
+        return t.JobApplied(job.to_job())
+
+    def cancel(
+        self, job_id: str, expected_fence: int | None, reason: str, now: int
+    ) -> t.CancelResult:
+        """The seed's ``cancel_transition``; dependents can never run and are cancelled too."""
+        job = self._fenced(job_id, expected_fence)
+        if not isinstance(job, ModelJob):
+            return t.JobRefused(job)
+        if job.terminal:
+            return t.JobRefused(t.TerminalJob())
+        cascade = self._cascade(job, policy_only=False)
+        job.state = t.Cancelled(reason, now)
+        job.in_ready = False
+        self.reason_choices.pop(job.id, None)
+        self._apply_cascade(cascade, now)
+        return t.CancelApplied(job.to_job(), tuple(sorted(j.id for j in cascade.jobs)))
+
+    def retry(self, job_id: str, expected_fence: int | None, reason: str, now: int) -> t.JobResult:
+        """The seed's ``operator_retry_transition``."""
+        job = self._fenced(job_id, expected_fence)
+        if not isinstance(job, ModelJob):
+            return t.JobRefused(job)
+        if not isinstance(job.state, t.Failed):
+            return t.JobRefused(t.NotFailed())
+        job.state = t.RetryWaiting(reason, now)
+        job.max_attempts += 1
+        job.error = t.ErrorInfo(OPERATOR_RETRY_KIND, reason)
+        self._place(job, now)
+        return t.JobApplied(job.to_job())
+
+    # --- retention -----------------------------------------------------------------------------
+
+    def needed(self, job: ModelJob) -> bool:
+        """DESIGN.md: a finished job that a blocked job still depends on is never pruned."""
+        return bool(self.blocked_dependents(job))
+
+    def prune_candidates(
+        self, max_age: int | None, max_count: int | None, now: int
+    ) -> list[ModelJob]:
+        """Finished jobs beyond ``max_count`` per queue and state (oldest first) or older than
+        ``max_age``, needed or not."""
+        out: list[ModelJob] = []
+        for queue in self.queues():
+            for state in TERMINAL_STATES:
+                finished = [j for j in self.jobs.values() if j.queue == queue]
+                finished = [j for j in finished if isinstance(j.state, state)]
+                finished.sort(key=lambda j: (j.finished_at(), j.id.encode()))
+                over = 0 if max_count is None else max(0, len(finished) - max_count)
+                out += finished[:over]
+                if max_age is not None:
+                    out += [j for j in finished[over:] if (j.finished_at() or 0) < now - max_age]
+        return out
+
+    def prune(self, max_age: int | None, max_count: int | None, now: int) -> int:
+        """Delete the candidates no blocked job needs; returns how many (no limit reached)."""
+        victims = [j for j in self.prune_candidates(max_age, max_count, now) if not self.needed(j)]
+        for job in victims:
+            del self.jobs[job.id]
+            self.reason_choices.pop(job.id, None)
+        return len(victims)
+
+    # --- inspection -----------------------------------------------------------------------------
+
+    def queues(self) -> list[str]:
+        return sorted({j.queue for j in self.jobs.values()})
+
+    def waiting_on(self, job: ModelJob) -> str | None:
+        """The first dependency of a blocked waiting job that has not succeeded."""
+        if not isinstance(job.state, t.Waiting) or job.pending == 0:
+            return None
+        for dep in job.dependencies:
+            other = self.jobs.get(dep)
+            if other is None or not isinstance(other.state, t.Succeeded):
+                return dep
+        return None
+
+    def get(self, job_id: str, now: int) -> t.JobInfo | None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        return t.JobInfo(job.to_job(), now, self.waiting_on(job))
+
+    @staticmethod
+    def _by_score(jobs: list[ModelJob]) -> list[ModelJob]:
+        """Jobs as the status indexes order them: by their time, ties by id."""
+
+        def score(job: ModelJob) -> tuple[int, bytes]:
+            match job.state:
+                case t.Waiting(at) | t.RetryWaiting(_, at) | t.Leased(_, _, at):
+                    return at, job.id.encode()
+            return job.finished_at() or 0, job.id.encode()
+
+        return sorted(jobs, key=score)
+
+    def _waiting_pages(self, queue: str, status: str, now: int) -> list[ModelJob]:
+        """Available: the claimable in claim order, then the due ones not yet promoted, then the
+        blocked due ones; Scheduled: the unblocked not yet due, then the blocked ones."""
+        waiting = [j for j in self.jobs.values() if j.queue == queue]
+        waiting = [j for j in waiting if isinstance(j.state, t.Waiting)]
+        unblocked = [j for j in waiting if j.pending == 0]
+        blocked = [j for j in waiting if j.pending > 0]
+        if status == "available":
+            ready = sorted(
+                (j for j in unblocked if j.in_ready),
+                key=lambda j: (j.priority, j.available_at, j.seq),
+            )
+            due = [j for j in unblocked if not j.in_ready and j.available_at <= now]
+            due_blocked = [j for j in blocked if j.available_at <= now]
+            return ready + self._by_score(due) + self._by_score(due_blocked)
+        later = [j for j in unblocked if j.available_at > now]
+        later_blocked = [j for j in blocked if j.available_at > now]
+        return self._by_score(later) + self._by_score(later_blocked)
+
+    def list_jobs(self, queue: str, status: str, offset: int, limit: int, now: int) -> list[t.Job]:
+        """A page of a queue's jobs in one status (or "blocked"), as the list script orders it."""
+        if status in ("available", "scheduled"):
+            jobs = self._waiting_pages(queue, status, now)
+        else:
+            mine = [j for j in self.jobs.values() if j.queue == queue]
+            if status == "blocked":
+                mine = [j for j in mine if j.waiting and j.pending > 0]
+            else:
+                mine = [j for j in mine if j.to_job().status(now).value == status]
+            jobs = self._by_score(mine)
+        return [j.to_job() for j in jobs[offset : offset + limit]]
+
+    def counts(self, queue: str, now: int) -> t.QueueCounts:
+        jobs = [j for j in self.jobs.values() if j.queue == queue]
+
+        def count(kind: type[Any]) -> int:
+            return sum(1 for j in jobs if isinstance(j.state, kind))
+
+        waiting = [j for j in jobs if isinstance(j.state, t.Waiting)]
+        return t.QueueCounts(
+            now=now,
+            available=sum(1 for j in waiting if j.available_at <= now),
+            scheduled=sum(1 for j in waiting if j.available_at > now),
+            retryable=count(t.RetryWaiting),
+            executing=count(t.Leased),
+            completed=count(t.Succeeded),
+            discarded=count(t.Failed),
+            cancelled=count(t.Cancelled),
+            blocked=sum(1 for j in jobs if j.waiting and j.pending > 0),
+        )
