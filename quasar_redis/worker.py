@@ -34,9 +34,10 @@ from . import _types as t
 from ._codec import Encoded, EncodeError, encode
 from ._keys import check_name
 from ._lease_keeper import Lease, LeaseKeeper
+from ._protocol import Call
 from .aio import AsyncQuasar
 from .app import App, Task, args_of
-from .errors import CorruptDataError, QuasarError
+from .errors import CorruptDataError, QuasarError, RedisUnavailable
 from .retry import PermanentFailure, Snooze
 
 log = logging.getLogger("quasar_redis.worker")
@@ -102,6 +103,7 @@ class Outcome:
 
     name: str
     build: Build
+    delay_ms: int | None = None  # when the job comes back (a retry or a hand-back), if it does
 
 
 @dataclass(eq=False)
@@ -177,6 +179,9 @@ class Worker:
         self._offset_ms = 0.0
         self._signals = 0
         self._stop_requested = False
+        self._poke = asyncio.Event()
+        self._background: set[asyncio.Future[Any]] = set()
+        self._unanswered: dict[str, Call[t.ClaimsResult]] = {}
 
     # running and stopping -------------------------------------------------------------------------
 
@@ -195,6 +200,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         self._slot = asyncio.Event()
+        self._poke = asyncio.Event()
         if self._stop_requested:  # stop() came before serve() started
             self._stopping.set()
         if install_signals:
@@ -302,7 +308,16 @@ class Worker:
         got, next_at = 0, None
         for queue in self.queues:
             want = min(free - got, 1000)
-            result = await self._client.claim_many(queue, self.worker_id, self.lease_ms, want)
+            # A claim whose reply was lost (Redis went away) is sent again with its call id: the
+            # jobs it leased come back instead of waiting out their lease.
+            call = self._unanswered.pop(queue, None) or self._client.calls.claim(
+                queue, self.worker_id, self.lease_ms, want
+            )
+            try:
+                result = await self._client.execute(call)
+            except RedisUnavailable:
+                self._unanswered[queue] = call
+                raise
             if isinstance(result, t.ClaimsApplied):
                 for claim in result.claims:
                     self._start(claim)
@@ -325,15 +340,25 @@ class Worker:
         keys = [self._client.keys.wake(q) for q in self.queues]
         pop = asyncio.ensure_future(self._client.redis.blpop(keys, timeout=max(timeout, 0.001)))
         stop = asyncio.ensure_future(self._stopping.wait())
+        poke = asyncio.ensure_future(self._poke.wait())
         try:
-            await asyncio.wait({pop, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({pop, stop, poke}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for fut in (pop, stop):
+            self._poke.clear()
+            for fut in (pop, stop, poke):
                 if not fut.done():
                     fut.cancel()
-            await asyncio.gather(pop, stop, return_exceptions=True)
+            # Not awaited: redis-py may sit out a cancelled BLPOP until its timeout.
+            self._background.add(pop)
+            pop.add_done_callback(_forget(self._background))
+            await asyncio.gather(stop, poke, return_exceptions=True)
         if pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
             await self._pause(0.1)  # Redis trouble: the claim that follows reports it
+
+    def _poke_in(self, delay_ms: int) -> None:
+        """Look for work again after ``delay_ms`` (a job of ours retries then), idle or not."""
+        if self._loop is not None:
+            self._loop.call_later(delay_ms / 1000 + 0.001, self._poke.set)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -438,7 +463,8 @@ class Worker:
         if delay is None:
             return self._permanent(kind, reason)
         delay_ms = max(0, round(delay * 1000))
-        return Outcome("failed", lambda tok: t.Fail(tok, _reason(reason), delay_ms, kind))
+        build: Build = lambda tok: t.Fail(tok, _reason(reason), delay_ms, kind)  # noqa: E731
+        return Outcome("failed", build, delay_ms)
 
     def _permanent(self, kind: str, reason: str) -> Outcome:
         return Outcome(
@@ -446,7 +472,7 @@ class Worker:
         )
 
     def _release(self, delay_ms: int, name: str) -> Outcome:
-        return Outcome(name, lambda tok: t.Release(tok, delay_ms))
+        return Outcome(name, lambda tok: t.Release(tok, delay_ms), delay_ms)
 
     async def _report(self, running: _Running, outcome: Outcome) -> None:
         assert self._keeper is not None and self._loop is not None
@@ -479,6 +505,8 @@ class Worker:
             )
             self.stats.lost += 1
             return
+        if outcome.delay_ms is not None and not self._stopping.is_set():
+            self._poke_in(outcome.delay_ms)
         self._count(outcome, result)
         log.info(
             "job %s stage=%s attempt=%d outcome=%s duration=%.3fs",
@@ -546,6 +574,15 @@ def _deliver(pairs: list[tuple[Any, Any]]) -> None:
     for done, result in pairs:
         with contextlib.suppress(asyncio.InvalidStateError):  # the awaiting task is gone
             done(result)
+
+
+def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    def done(future: asyncio.Future[Any]) -> None:
+        pending.discard(future)
+        if not future.cancelled():
+            future.exception()  # retrieved, so asyncio does not log it as never retrieved
+
+    return done
 
 
 def _past(started: float, seconds: float) -> bool:

@@ -546,18 +546,14 @@ def test_stop_without_grace_hands_running_jobs_back(app: App) -> None:
 def claims(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Counts the claim and other script calls of every asyncio client (the worker's)."""
     counts: Counter[str] = Counter()
-    claim_many = AsyncQuasar.claim_many
     execute = AsyncQuasar.execute
 
-    async def counted_claim(self: AsyncQuasar, *args: Any, **kwargs: Any) -> Any:
-        counts["claim"] += 1
-        return await claim_many(self, *args, **kwargs)
-
-    async def counted_execute(self: AsyncQuasar, *args: Any, **kwargs: Any) -> Any:
+    async def counted_execute(self: AsyncQuasar, call: Any) -> Any:
         counts["script"] += 1
-        return await execute(self, *args, **kwargs)
+        if call.script.name == "claim":
+            counts["claim"] += 1
+        return await execute(self, call)
 
-    monkeypatch.setattr(AsyncQuasar, "claim_many", counted_claim)
     monkeypatch.setattr(AsyncQuasar, "execute", counted_execute)
     return counts
 
