@@ -526,14 +526,15 @@ local function load_dependents(id, h)
   return load_all(dependents_of(id, h))
 end
 
-local function release_dependents(id, h, list, now)
+-- The dependents set is kept: a dependent still blocked on another job lists this one among
+-- its dependencies, so prune must know this job is still needed (prune.lua).
+local function release_dependents(list, now)
   for _, item in ipairs(list) do
-    local did, h = item[1], item[2]
-    if (h.st == "W" or h.st == "R") and tonumber(h.pd) > 0 then
-      move(did, h, now, {pd = fmt(tonumber(h.pd) - 1)})
+    local did, dh = item[1], item[2]
+    if (dh.st == "W" or dh.st == "R") and tonumber(dh.pd) > 0 then
+      move(did, dh, now, {pd = fmt(tonumber(dh.pd) - 1)})
     end
   end
-  forget_dependents(id, h)
 end
 
 -- What a job entering Failed does to its dependents: those that asked to be cancelled are
@@ -652,6 +653,45 @@ local function job_applied(c, now_text)
   return applied("JobApplied", now_text, job_reply(c.id, c.h))
 end
 
+-- Call records of calls answered item by item (report, enqueue each-mode): "+" for an item
+-- applied, "=<n>;" and n "<len>:<bytes>" parts for an item refused, so that a re-sent call gets
+-- every item's first answer back.
+local function encode_items(items)
+  local out = {}
+  for _, item in ipairs(items) do
+    if item == true then
+      out[#out + 1] = "+"
+    else
+      out[#out + 1] = "=" .. #item .. ";"
+      for _, part in ipairs(item) do out[#out + 1] = #part .. ":" .. part end
+    end
+  end
+  return table.concat(out)
+end
+
+local function decode_items(s)
+  local items, i = {}, 1
+  while s and i <= #s do
+    if string.sub(s, i, i) == "+" then
+      items[#items + 1] = true
+      i = i + 1
+    else
+      local semi = string.find(s, ";", i, true)
+      local count = tonumber(string.sub(s, i + 1, semi - 1)) or 0
+      local item = {}
+      i = semi + 1
+      for k = 1, count do
+        local colon = string.find(s, ":", i, true)
+        local len = tonumber(string.sub(s, i, colon - 1))
+        item[k] = string.sub(s, colon + 1, colon + len)
+        i = colon + len + 1
+      end
+      items[#items + 1] = item
+    end
+  end
+  return items
+end
+
 -- The lease holder's edges, shared by their own scripts and by report.lua (many in one call).
 -- Each takes a context from open_lease (c.id, c.h, c.t, c.worker, c.now), checks in the seed's
 -- order, and returns a refusal, or nil once the job has moved.
@@ -665,7 +705,7 @@ local function do_complete(c, output_ref, result)
   local dependents, derr = load_dependents(c.id, c.h)
   if dependents == nil then return derr end
   move(c.id, c.h, c.now, {st = "S", o = output_ref, res = result, fin = fmt(c.now)})
-  release_dependents(c.id, c.h, dependents, c.now)
+  release_dependents(dependents, c.now)
   return nil
 end
 

@@ -166,24 +166,27 @@ local function enqueue_all(jobs, now, limits, ids_only)
 end
 
 -- "each": check and write job by job; a refusal is that job's answer only.
-local function enqueue_each(jobs, now, limits, ids_only, before)
-  local batch, flags, out = {}, {}, {"EachResult", fmt(now)}
-  for i, a in ipairs(jobs) do
-    local h = before[i] == "1" and load_job(a.id) or nil
-    local bad = h == nil and check_one(a, now, limits, batch) or nil
-    if h == nil and bad == nil then
-      redis.call("SADD", KEY_QUEUES, a.queue)
-      h = write_one(a, now, redis.call("INCR", KEY_SEQ))
-    end
-    if bad then
-      out[#out + 1] = bad
-    else
-      batch[a.id] = true
-      out[#out + 1] = applied("JobApplied", "", job_out(a.id, h, ids_only))
-    end
-    flags[i] = bad and "0" or "1"
+-- One job of an "each" call: its reply, and what the call record keeps of it (true: applied;
+-- else the refusal, given again as it is to a re-sent call).
+local function each_one(a, now, limits, batch, before, ids_only)
+  if type(before) == "table" then return before, before end
+  local h = before == true and load_job(a.id) or nil
+  if h == nil then
+    local bad = check_one(a, now, limits, batch)
+    if bad then return bad, bad end
+    redis.call("SADD", KEY_QUEUES, a.queue)
+    h = write_one(a, now, redis.call("INCR", KEY_SEQ))
   end
-  return out, table.concat(flags, " ")
+  batch[a.id] = true
+  return applied("JobApplied", "", job_out(a.id, h, ids_only)), true
+end
+
+local function enqueue_each(jobs, now, limits, ids_only, before)
+  local batch, kept, out = {}, {}, {"EachResult", fmt(now)}
+  for i, a in ipairs(jobs) do
+    out[#out + 1], kept[i] = each_one(a, now, limits, batch, before[i], ids_only)
+  end
+  return out, encode_items(kept)
 end
 
 local function replay_all(jobs, ids_only)
@@ -208,8 +211,8 @@ local function main()
   for i = 1, n do jobs[i] = read_group(i) end
   local before = recorded(cid)
   if mode == "each" then
-    local out, flags = enqueue_each(jobs, now, limits, ids_only, split(before or ""))
-    record(cid, flags)
+    local out, kept = enqueue_each(jobs, now, limits, ids_only, decode_items(before))
+    record(cid, kept)
     return out
   end
   if before then return replay_all(jobs, ids_only) end

@@ -12,11 +12,12 @@
 
 local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
 
+-- A finished job that a blocked job still depends on stays (the blocked job names its
+-- dependencies when it says what it waits on, and a Failed one may still be retried).
 local function still_needed(id, h)
-  if h.st ~= "F" then return false end
   for _, did in ipairs(dependents_of(id, h)) do
     local d = load_job(did)
-    if d and not TERMINAL[d.st] then return true end
+    if d and d.st == "W" and tonumber(d.pd) > 0 then return true end
   end
   return false
 end

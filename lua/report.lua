@@ -15,8 +15,8 @@
 --                                  gives it ({"StaleLease"}, {"LeaseExpired", at}, ...)
 --   {"InvalidJob", reason}         a malformed call (nothing applied)
 -- Replies are slim (no job fields): a worker reporting thousands of outcomes needs to know only
--- which were applied. A re-sent call (same call id) gets OutcomeApplied again for the items the
--- first delivery applied; the others are evaluated again (they changed nothing).
+-- which were applied. A re-sent call (same call id) gets every item's first answer again:
+-- OutcomeApplied for those applied, the same refusal for the others; it changes nothing more.
 
 local GROUP = 10
 
@@ -30,12 +30,14 @@ local function item(i, now, worker)
   return name, c, nil, ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
 end
 
-local function run(i, now, worker, done_before)
+-- One item: its reply, and what the call record keeps of it (true: applied; else the refusal).
+local function run(i, now, worker, before)
+  if type(before) == "table" then return before, before end -- refused the first time: again
   local name, c, err, a, b, k = item(i, now, worker)
-  if c == nil then return err, false end
-  if done_before then return applied("OutcomeApplied", c.id, c.h.st), false end
+  if c == nil then return err, err end
+  if before == true then return applied("OutcomeApplied", c.id, c.h.st), true end
   local bad = LEASE_CALLS[name](c, a, b, k)
-  if bad then return bad, false end
+  if bad then return bad, bad end
   return applied("OutcomeApplied", c.id, c.h.st), true
 end
 
@@ -52,14 +54,12 @@ local function main()
       return invalid("unknown call '" .. ARGV[4 + (i - 1) * GROUP + 1] .. "'")
     end
   end
-  local before = split(recorded(cid) or "")
-  local out, flags = {"Reported", fmt(now)}, {}
+  local before = decode_items(recorded(cid))
+  local out, kept = {"Reported", fmt(now)}, {}
   for i = 1, n do
-    local reply, moved = run(i, now, worker, before[i] == "1")
-    out[#out + 1] = reply
-    flags[i] = (moved or before[i] == "1") and "1" or "0"
+    out[#out + 1], kept[i] = run(i, now, worker, before[i])
   end
-  record(cid, table.concat(flags, " "))
+  record(cid, encode_items(kept))
   return out
 end
 

@@ -64,7 +64,6 @@ from quasar_redis import (
     QueueCounts,
     Release,
     Status,
-    Succeeded,
     SweepReport,
     Waiting,
 )
@@ -85,22 +84,6 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
-#: KNOWN BUG (reported): lua/prune.lua deletes a Succeeded job that a blocked job still depends
-#: on; DESIGN.md: "A finished job that a blocked job still depends on is never pruned" (only
-#: Failed ones are kept). The blocked job's inspection then names the pruned id as the dependency
-#: it waits on. Reproduced by test_prune_keeps_a_succeeded_dependency_of_a_blocked_job (xfail).
-#: While this is True the prune rule does not run when it would reach such a job.
-KNOWN_BUG_PRUNES_NEEDED_SUCCEEDED_JOB = True
-
-#: KNOWN BUG (reported): a re-sent enqueue_each or report evaluates again the items the first
-#: delivery refused, after the items that came later in the same call were applied. So a job
-#: refused MissingDependency(b) because b came later in the call is applied on the re-send (it
-#: changes more), and a report item refused InvalidJob gets StaleLease on the re-send once a later
-#: item completed the job. DESIGN.md: a re-sent call "gets the reply the first one got, changing
-#: nothing more". Reproduced by test_resent_enqueue_each_changes_nothing_more and
-#: test_resent_report_gets_the_first_reply (xfail). While this is True the resend rule does not
-#: re-send such a call.
-KNOWN_BUG_RESEND_REEVALUATES_REFUSED_ITEMS = True
 
 # --- strategies ----------------------------------------------------------------------------------
 
@@ -215,14 +198,6 @@ def claims_of(result: ClaimResult | ClaimsResult) -> tuple[Claim, ...]:
         case ClaimsApplied(claims):
             return claims
     return ()
-
-
-def refused_before_applied(result: Any) -> bool:
-    """A per-item result (enqueue_each, report) where a refused item precedes an applied one."""
-    if not isinstance(result, list):
-        return False
-    refused = [isinstance(r, JobRefused) for r in result]
-    return any(refused[i] and not all(refused[i:]) for i in range(len(result)))
 
 
 def outcome(result: Any) -> str:
@@ -587,12 +562,6 @@ class QuasarMachine(RuleBasedStateMachine):
 
     @rule(max_age=st.sampled_from([None, 0, 100, 1000]), max_count=st.sampled_from([None, 0, 1, 2]))
     def prune(self, max_age: int | None, max_count: int | None) -> None:
-        if KNOWN_BUG_PRUNES_NEEDED_SUCCEEDED_JOB and any(
-            isinstance(j.state, Succeeded) and self.model.needed(j)
-            for j in self.model.prune_candidates(max_age, max_count, self.now)
-        ):
-            event("prune: not run (known bug: would prune a needed Succeeded job)")
-            return
         pruned = self.send(self.q.calls.prune(max_age, max_count, 1000, self.now))
         expected = self.model.prune(max_age, max_count, self.now)
         self.expect(pruned, expected, f"prune(max_age={max_age}, max_count={max_count})")
@@ -627,9 +596,6 @@ class QuasarMachine(RuleBasedStateMachine):
             return
         assert self.last is not None
         call, first = self.last
-        if KNOWN_BUG_RESEND_REEVALUATES_REFUSED_ITEMS and refused_before_applied(first):
-            event("resend: not re-sent (known bug: refused items are evaluated again)")
-            return
         again = self.q.execute(call)
         if isinstance(first, SweepReport):  # a re-sent sweep sweeps again: nothing is left
             self.expect(again, SweepReport((), ()), "re-sent sweep")
@@ -680,11 +646,6 @@ def test_transitions_match_the_model(backend: str) -> None:
         run_machine(opener)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known bug: prune deletes a needed Succeeded dependency",
-)
 def test_prune_keeps_a_succeeded_dependency_of_a_blocked_job(q: Quasar) -> None:
     """DESIGN.md: a finished job that a blocked job still depends on is never pruned."""
     t0 = T_START
@@ -700,11 +661,6 @@ def test_prune_keeps_a_succeeded_dependency_of_a_blocked_job(q: Quasar) -> None:
     assert q.get_job("p", now=t0 + 100) is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known bug: a re-sent enqueue_each applies a refused job",
-)
 def test_resent_enqueue_each_changes_nothing_more(q: Quasar) -> None:
     """DESIGN.md: a re-sent call gets the reply the first one got, changing nothing more."""
     jobs = [NewJob("s", id="a", dependencies=["b"]), NewJob("s", id="b")]
@@ -715,11 +671,6 @@ def test_resent_enqueue_each_changes_nothing_more(q: Quasar) -> None:
     assert q.get_job("a", now=T_START) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known bug: a re-sent report answers refused items anew",
-)
 def test_resent_report_gets_the_first_reply(q: Quasar) -> None:
     """DESIGN.md: a re-sent call gets the reply the first one got, changing nothing more."""
     q.enqueue("s", id="x", now=T_START)
