@@ -215,3 +215,18 @@ def test_async_enqueues_made_together_are_coalesced(
             await client.aclose()
 
     asyncio.run(flow())
+
+
+def test_scripts_carry_only_the_library_parts_they_use() -> None:
+    from quasar_redis._scripts import assemble, scripts
+
+    lib = (LUA / "_lib.lua").read_text()
+    counts = scripts()["counts"].source
+    assert "local function do_complete" not in counts
+    assert "local function check_queue" in counts
+    assert "local function do_complete" in scripts()["report"].source
+    body = "return fmt(1)"
+    shaken = assemble(lib, body)
+    assert shaken.endswith(body)
+    assert "local function fmt" in shaken
+    assert "local function load_job" not in shaken
