@@ -21,7 +21,8 @@
 --   w worker, x lease expires_at, n lease nonce (L), ek / em last error kind / message,
 --   cr cancel reason, o output_ref, res result (msgpack bytes), ins inserted_at,
 --   att attempted_at, fin finished_at (S, F, C), hd "1" once another job depends on this one
---   (so that jobs nobody depends on never read their dependents set).
+--   (so that jobs nobody depends on never read their dependents set), ec the id of the call that
+--   enqueued it (a re-sent enqueue finds its jobs by it).
 -- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
 -- equals available_at (a job enqueued without a delay), and the payload and the
 -- result are stored in chunks of at most 64 bytes (p, p2, p3, ... / res, res2, ...), up to
@@ -124,6 +125,16 @@ local function id_error(s, what)
   if #s > ID_MAX then return invalid(what .. " must be at most " .. ID_MAX .. " bytes") end
   if string.find(s, "[%c%s]") then
     return invalid(what .. " must not contain whitespace or control characters")
+  end
+  return nil
+end
+
+-- The ready index keeps available_at in 11 hex digits: times stay below 16^11 ms (year 2527).
+local MAX_TIME = 17592186044415
+
+local function time_error(at, what)
+  if at > MAX_TIME then
+    return invalid(what .. " must be before " .. fmt(MAX_TIME) .. " (ms since the epoch, year 2527)")
   end
   return nil
 end
@@ -715,7 +726,8 @@ local function do_fail(c, reason, delay_arg, kind)
   local delay, e = int_arg(delay_arg, "retry_delay")
   if delay == nil then return e end
   if delay < 0 then return invalid("retry_delay must be nonnegative") end
-  bad = error_text_error(kind, reason) or check_queue(c.h.q)
+  bad = time_error(c.now + delay, "now + retry_delay") or error_text_error(kind, reason)
+    or check_queue(c.h.q)
   if bad then return bad end
   local changes = retry_or_fail(c.h, kind, reason, c.now, delay)
   local closure = {}
@@ -748,7 +760,7 @@ local function do_release(c, delay_arg)
   local delay, e = int_arg(delay_arg, "delay")
   if delay == nil then return e end
   if delay < 0 then return invalid("delay must be nonnegative") end
-  bad = check_queue(c.h.q)
+  bad = time_error(c.now + delay, "now + delay") or check_queue(c.h.q)
   if bad then return bad end
   move(c.id, c.h, c.now, {st = "W", at = fmt(c.now + delay), a = fmt(tonumber(c.h.a) - 1)})
   return nil

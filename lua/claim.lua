@@ -43,15 +43,24 @@ local function next_due(queue)
 end
 
 -- Leases up to `limit` jobs from the head of the ready index into out / rec; returns how many
--- index entries it dropped (left behind by hand), or nil and a refusal.
-local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec)
+-- index entries it dropped (left behind by hand). A damaged job is skipped and left as it is
+-- (damaged[1] keeps the first refusal): the jobs around it are still claimed.
+local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged)
   local dropped = 0
-  local members = redis.call("ZRANGE", key_q(queue, "ready"), 0, limit - 1)
+  local members = redis.call("ZRANGE", key_q(queue, "ready"), 0, limit - 1 + #damaged)
+  local seen = {}
+  for _, d in ipairs(damaged) do seen[d[2]] = true end
   for _, member in ipairs(members) do
+    if #rec >= limit then break end
     local id = ready_id(member)
-    local h, err = load_job(id)
-    if h == nil then
-      if err[1] ~= "MissingJob" then return nil, err end
+    local h, err = nil, nil
+    if not seen[id] then h, err = load_job(id) end
+    if seen[id] then
+      h = nil -- damaged, seen on an earlier pass
+    elseif h == nil and err[1] ~= "MissingJob" then
+      damaged[#damaged + 1] = err
+      dropped = dropped + 1 -- not dropped, but skipped: read on past it
+    elseif h == nil then
       redis.call("ZREM", key_q(queue, "ready"), member)
       dropped = dropped + 1
     elseif (h.st == "W" or h.st == "R") and tonumber(h.pd) == 0
@@ -73,13 +82,15 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec)
   return dropped
 end
 
+-- Claims up to `limit` jobs; a damaged job among them is refused (CorruptJob) only when it
+-- kept the call from claiming anything.
 local function take(cid, queue, worker, lease_ms, now, limit)
-  local out, rec = {"ClaimsApplied", fmt(now)}, {}
+  local out, rec, damaged = {"ClaimsApplied", fmt(now)}, {}, {}
   for _ = 1, 3 do
-    local dropped, err = take_some(cid, queue, worker, lease_ms, now, limit - #rec, out, rec)
-    if dropped == nil then return err end
+    local dropped = take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged)
     if dropped == 0 or #rec >= limit then break end
   end
+  if #rec == 0 and damaged[1] then return damaged[1] end
   return out, rec
 end
 

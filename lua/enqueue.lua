@@ -25,8 +25,9 @@
 --                                              a refusal
 --   refusal: InvalidJob(reason) | DuplicateJob(id) | MissingDependency(id) |
 --            IncompleteDependency(id) | CorruptJob(id, reason) | CorruptKey(key, reason)
--- A re-sent call (same call id) gets the jobs it applied as applied again (as they are now),
--- and, in "each" mode, the others evaluated again.
+-- A re-sent call (same call id) gets the jobs it applied as applied again (as they are now; a
+-- job keeps the id of the call that created it, field ec), and, in "each" mode, every refused
+-- job its first refusal again (kept in a call record, written only when a job was refused).
 
 local GROUP = 12
 
@@ -53,7 +54,7 @@ local function seed_checks(a, now)
     at = now + delay
   end
   a.at = at
-  return nil
+  return time_error(at, "available_at")
 end
 
 local function limit_checks(a, max_payload, max_deps)
@@ -127,12 +128,12 @@ local function check_one(a, now, limits, batch)
   return check_queue(a.queue) or check_types({KEY_SEQ}, "string")
 end
 
-local function write_one(a, now, seq)
+local function write_one(a, now, seq, cid)
   local h = {
     q = a.queue, s = a.stage, p = a.payload, ir = a.input_ref, rv = a.input_revision,
     dp = table.concat(a.deps, " "), pd = fmt(a.pending), odf = a.odf, pr = a.priority,
     sq = fmt(seq), a = "0", m = a.max_attempts, f = "0", st = "W", at = fmt(a.at),
-    ins = fmt(now),
+    ins = fmt(now), ec = cid,
   }
   create(a.id, h)
   place(a.id, h, now)
@@ -150,7 +151,7 @@ local function job_out(id, h, ids_only)
 end
 
 -- "all": check every job, then write them all.
-local function enqueue_all(jobs, now, limits, ids_only)
+local function enqueue_all(jobs, now, limits, ids_only, cid)
   local batch, queues = {}, {}
   for i, a in ipairs(jobs) do
     local bad = check_one(a, now, limits, batch)
@@ -161,32 +162,45 @@ local function enqueue_all(jobs, now, limits, ids_only)
   for q in pairs(queues) do redis.call("SADD", KEY_QUEUES, q) end
   local seq = redis.call("INCRBY", KEY_SEQ, #jobs) - #jobs
   local out = {"BatchApplied", fmt(now)}
-  for i, a in ipairs(jobs) do out[#out + 1] = job_out(a.id, write_one(a, now, seq + i), ids_only) end
+  for i, a in ipairs(jobs) do
+    out[#out + 1] = job_out(a.id, write_one(a, now, seq + i, cid), ids_only)
+  end
   return out, true
 end
 
--- "each": check and write job by job; a refusal is that job's answer only.
--- One job of an "each" call: its reply, and what the call record keeps of it (true: applied;
--- else the refusal, given again as it is to a re-sent call).
-local function each_one(a, now, limits, batch, before, ids_only)
+-- A job this very call created (a re-sent call): its hash keeps the call id (field ec), so an
+-- applied enqueue needs no call record of its own.
+local function created_by(id, cid)
+  if #id == 0 or #id > ID_MAX then return nil end
+  local h = load_job(id)
+  if h and h.ec == cid then return h end
+  return nil
+end
+
+-- "each": check and write job by job; a refusal is that job's answer only. Returns the reply and
+-- what a call record keeps of the job (true: applied; else the refusal, given again as it is to
+-- a re-sent call).
+local function each_one(a, now, limits, batch, before, ids_only, cid)
   if type(before) == "table" then return before, before end
-  local h = before == true and load_job(a.id) or nil
+  local h = not batch[a.id] and created_by(a.id, cid) or nil -- not: a duplicate in this call
   if h == nil then
     local bad = check_one(a, now, limits, batch)
     if bad then return bad, bad end
     redis.call("SADD", KEY_QUEUES, a.queue)
-    h = write_one(a, now, redis.call("INCR", KEY_SEQ))
+    h = write_one(a, now, redis.call("INCR", KEY_SEQ), cid)
   end
   batch[a.id] = true
   return applied("JobApplied", "", job_out(a.id, h, ids_only)), true
 end
 
-local function enqueue_each(jobs, now, limits, ids_only, before)
-  local batch, kept, out = {}, {}, {"EachResult", fmt(now)}
+-- A call record is written only when some job was refused: the applied ones carry the call id.
+local function enqueue_each(jobs, now, limits, ids_only, before, cid)
+  local batch, kept, out, refused = {}, {}, {"EachResult", fmt(now)}, false
   for i, a in ipairs(jobs) do
-    out[#out + 1], kept[i] = each_one(a, now, limits, batch, before[i], ids_only)
+    out[#out + 1], kept[i] = each_one(a, now, limits, batch, before[i], ids_only, cid)
+    refused = refused or kept[i] ~= true
   end
-  return out, encode_items(kept)
+  return out, refused and encode_items(kept) or nil
 end
 
 local function replay_all(jobs, ids_only)
@@ -209,15 +223,13 @@ local function main()
   end
   local jobs = {}
   for i = 1, n do jobs[i] = read_group(i) end
-  local before = recorded(cid)
   if mode == "each" then
-    local out, kept = enqueue_each(jobs, now, limits, ids_only, decode_items(before))
-    record(cid, kept)
+    local out, kept = enqueue_each(jobs, now, limits, ids_only, decode_items(recorded(cid)), cid)
+    if kept then record(cid, kept) end
     return out
   end
-  if before then return replay_all(jobs, ids_only) end
-  local out, ok = enqueue_all(jobs, now, limits, ids_only)
-  if ok then record(cid, "A") end
+  if created_by(jobs[1].id, cid) then return replay_all(jobs, ids_only) end
+  local out = enqueue_all(jobs, now, limits, ids_only, cid)
   return out
 end
 

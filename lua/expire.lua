@@ -1,7 +1,7 @@
 -- expire: Leased (lease run out) -> RetryWaiting("worker lease expired", now) while attempts
 -- remain, else Failed. Recovery of a dead worker's job, one job, with the fence the caller saw.
--- Checks, the seed's expire_transition in order: FenceChanged; LeaseHeld(expires_at) before
--- expiry; StaleLease for a waiting job; TerminalJob for a finished one.
+-- Checks, the seed's expire_transition: FenceChanged first; then by state: LeaseHeld(expires_at)
+-- for a lease not yet run out, StaleLease for a waiting job, TerminalJob for a finished one.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id   ARGV[4] observed fence

@@ -1,6 +1,8 @@
 -- prune: delete finished jobs (Succeeded, Failed, Cancelled) older than max_age, and the oldest
--- beyond max_count per queue and state, at most `limit` deletions per call. A Failed job that a
--- blocked job still depends on is never pruned (an operator retry may still let it run).
+-- beyond max_count per queue and state, at most `limit` deletions per call; never one finished
+-- in the last CALL_TTL_MS (60 s), so that a re-sent call still finds it. A finished job that a
+-- blocked job still depends on is never pruned (the blocked job names it when it says what it
+-- waits on; a Failed one may still be retried by an operator and let it run).
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] max age ms ("" = no age limit)
@@ -41,13 +43,14 @@ local function candidates(key, cutoff, max_count, budget)
   return ids
 end
 
-local function prune_set(key, cutoff, max_count, budget)
+-- guard: jobs finished after it stay whatever the limits (the re-send window, CALL_TTL_MS).
+local function prune_set(key, limits, budget)
   local pruned = 0
-  for _, id in ipairs(candidates(key, cutoff, max_count, budget)) do
+  for _, id in ipairs(candidates(key, limits.cutoff, limits.count, budget)) do
     local h, err = load_job(id)
     if h == nil and err[1] == "MissingJob" then
       redis.call("ZREM", key, id)
-    elseif h and TERMINAL[h.st] and not still_needed(id, h) then
+    elseif h and TERMINAL[h.st] and tonumber(h.fin) < limits.guard and not still_needed(id, h) then
       delete_job(id, h)
       redis.call("ZREM", key, id)
       pruned = pruned + 1
@@ -76,13 +79,18 @@ local function main()
   end
   local bad = check_types({KEY_QUEUES}, "set")
   if bad then return bad end
-  local cutoff = max_age and (now - max_age) or nil
+  -- Never a job finished within the re-send window: a re-sent call must still find it.
+  local limits = {
+    cutoff = max_age and math.min(now - max_age, now - CALL_TTL_MS) or nil,
+    count = max_count or nil,
+    guard = now - CALL_TTL_MS,
+  }
   local pruned = 0
   for _, queue in ipairs(redis.call("SMEMBERS", KEY_QUEUES)) do
     if valid_name(queue, NAME_MAX) and check_queue(queue) == nil then
       for _, what in ipairs(FINISHED_SETS) do
         if pruned >= limit then break end
-        pruned = pruned + prune_set(key_q(queue, what), cutoff, max_count or nil, limit - pruned)
+        pruned = pruned + prune_set(key_q(queue, what), limits, limit - pruned)
       end
     end
   end

@@ -41,6 +41,9 @@ UNKNOWN_NONCE = ""
 TERMINAL_STATES = (t.Succeeded, t.Failed, t.Cancelled)
 WAITING_STATES = (t.Waiting, t.RetryWaiting)
 
+#: lua/_lib.lua CALL_TTL_MS: prune keeps every job finished more recently than this.
+RESEND_WINDOW_MS = 60_000
+
 
 @dataclass
 class ModelJob:
@@ -701,7 +704,12 @@ class Model:
 
     def prune(self, max_age: int | None, max_count: int | None, now: int) -> int:
         """Delete the candidates no blocked job needs; returns how many (no limit reached)."""
-        victims = [j for j in self.prune_candidates(max_age, max_count, now) if not self.needed(j)]
+        window = now - RESEND_WINDOW_MS  # never a job finished within the re-send window
+        victims = [
+            j
+            for j in self.prune_candidates(max_age, max_count, now)
+            if (j.finished_at() or 0) < window and not self.needed(j)
+        ]
         for job in victims:
             del self.jobs[job.id]
             self.reason_choices.pop(job.id, None)

@@ -83,7 +83,7 @@ def test_odd_but_valid_ids_never_collide_with_other_keys(q: Quasar) -> None:
     assert {k for k in keys if k.startswith(f"{root}job:")} == {q.keys.job(i) for i in ids}
     others = {k.removeprefix(root) for k in keys if not k.startswith(f"{root}job:")}
     calls = {k for k in others if k.startswith("call:")}
-    assert len(calls) == 2 * len(ids)  # a record per applied call: enqueue and claim
+    assert len(calls) == len(ids)  # a record per claim (an enqueue's job keeps its call id)
     assert others - calls == {"queues", "seq", "events", "q:default:leased", "q:default:wake"}
 
 
@@ -140,3 +140,20 @@ def test_bad_namespace_is_a_configuration_error(name: str) -> None:
 def test_a_client_that_decodes_responses_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="decode_responses=False"):
         Quasar(fakeredis.FakeRedis(decode_responses=True), "ns")
+
+
+def test_times_beyond_the_ready_index_are_refused(q: Quasar) -> None:
+    before = snapshot(q)
+    far = 16**11
+    assert "available_at must be before" in refused_reason(q.enqueue("s", available_at=far, now=T0))
+    assert "available_at must be before" in refused_reason(q.enqueue("s", delay_ms=far, now=T0))
+    assert snapshot(q) == before
+    applied(q.enqueue("s", id="j", now=T0))
+    token = claimed(q.claim_job("j", "w", 1000, now=T0)).token
+    before = snapshot(q)
+    too_late = q.fail(token, "w", "x", retry_delay_ms=far, now=T0)
+    assert "now + retry_delay must be before" in refused_reason(too_late)
+    assert "now + delay must be before" in refused_reason(
+        q.release(token, "w", delay_ms=far, now=T0)
+    )
+    assert snapshot(q) == before

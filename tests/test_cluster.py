@@ -324,9 +324,10 @@ def test_prune_finished_jobs(q: Quasar) -> None:
     for i in range(5):
         lease = claimed(q.claim("default", "w", LEASE, now=now + i))
         applied(q.complete(lease.token, "w", now=now + i))
-    assert q.prune(max_count=2) == 3
+    assert q.prune(max_count=2) == 0  # nothing finished in the last 60 s (the re-send window)
+    assert q.prune(max_count=2, now=now + 60_010) == 3
     assert [j.id for j in q.list_jobs("default", Status.COMPLETED)] == ["j3", "j4"]
-    assert q.prune(max_age_ms=0, now=now + 10) == 2
+    assert q.prune(max_age_ms=0, now=now + 60_010) == 2
     assert q.get_job("j4") is None
 
 

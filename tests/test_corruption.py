@@ -78,3 +78,15 @@ def test_sweep_reports_a_damaged_leased_job_and_leaves_it(q: Quasar) -> None:
     assert report.expired == ("ok",)
     assert report.damaged == ("bad",)
     assert q.redis.hget(q.keys.job("bad"), "st") == b"L"
+
+
+def test_a_damaged_job_does_not_stop_a_claim_of_the_others(q: Quasar) -> None:
+    applied(q.enqueue("s", id="good", priority=1, now=T0))
+    applied(q.enqueue("s", id="bad", priority=0, now=T0))
+    applied(q.enqueue("s", id="also", priority=2, now=T0))
+    q.redis.hset(q.keys.job("bad"), "a", "x")
+    result = q.claim_many("default", "w", 100, 2, now=T0)
+    assert [c.job.id for c in getattr(result, "claims", ())] == ["good", "also"]
+    assert q.redis.hget(q.keys.job("bad"), "st") == b"W"
+    with pytest.raises(CorruptJobError, match="field 'a'"):
+        q.claim("default", "w", 100, now=T0)  # only the damaged one is left

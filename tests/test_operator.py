@@ -125,10 +125,12 @@ def test_prune_by_age_and_count(q: Quasar) -> None:
     for i in range(6):
         applied(q.enqueue("s", id=f"j{i}", now=T0))
         finish(q, f"j{i}", T0 + i * 100)
-    assert q.prune(max_age_ms=250, now=T0 + 500) == 3  # finished at 0, 100, 200
+    # never a job finished in the last 60 s (the re-send window): hence the 60 s added here
+    assert q.prune(max_age_ms=0, now=T0 + 500) == 0
+    assert q.prune(max_age_ms=60_250, now=T0 + 60_500) == 3  # finished at 0, 100, 200
     assert q.get_job("j2") is None
     assert q.get_job("j3") is not None
-    assert q.prune(max_count=1, now=T0 + 500) == 2
+    assert q.prune(max_count=1, now=T0 + 60_500) == 2
     assert [j.id for j in q.list_jobs("default", Status.COMPLETED)] == ["j5"]
     assert q.redis.exists(q.keys.job("j3")) == 0
 
@@ -139,11 +141,11 @@ def test_prune_keeps_a_failed_job_a_blocked_job_waits_on(q: Quasar) -> None:
     applied(q.enqueue("s", id="x", max_attempts=1, now=T0))
     finish(q, "a", T0, fail=True)
     finish(q, "x", T0, fail=True)
-    assert q.prune(max_age_ms=0, now=T0 + 10) == 1
+    assert q.prune(max_age_ms=0, now=T0 + 60_010) == 1
     assert q.get_job("x") is None
     assert q.get_job("a") is not None
     q.cancel("b", now=T0 + 20)
-    assert q.prune(max_age_ms=0, now=T0 + 30) == 2
+    assert q.prune(max_age_ms=0, now=T0 + 60_030) == 2
 
 
 def test_counts_and_pages_by_status(q: Quasar) -> None:
@@ -200,7 +202,7 @@ def test_waiting_on_is_empty_once_dependencies_succeeded_even_if_pruned(q: Quasa
     applied(q.enqueue("s", id="a", now=T0))
     applied(q.enqueue("s", id="b", dependencies=["a"], delay_ms=1000, now=T0))
     finish(q, "a", T0)
-    assert q.prune(max_age_ms=0, now=T0 + 1) == 1
+    assert q.prune(max_age_ms=0, now=T0 + 60_001) == 1
     info = q.get_job("b", now=T0 + 1)
     assert info is not None
     assert (info.waiting_on, info.status) == (None, Status.SCHEDULED)

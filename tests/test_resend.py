@@ -11,6 +11,7 @@ from quasar_redis import (
     CancelApplied,
     ClaimApplied,
     ClaimsApplied,
+    InvalidJob,
     JobApplied,
     JobRefused,
     NewJob,
@@ -120,3 +121,24 @@ def test_resent_permanent_fail_retry_expire_and_cancel(q: Quasar) -> None:
     assert isinstance(first_cancel, CancelApplied)
     assert first_cancel.cascaded == ("child",)
     assert q.execute(cancel) == first_cancel
+
+
+def test_resent_enqueues_within_the_window_find_their_jobs(q: Quasar) -> None:
+    single = q.calls.enqueue(NewJob("s", id="one"), T0)
+    each = q.calls.enqueue_each([NewJob("s", id="two")], T0)
+    assert isinstance(q.execute(single), JobApplied)
+    assert isinstance(q.execute(each)[0], JobApplied)
+    for job_id in ("one", "two"):
+        token = claimed(q.claim_job(job_id, "w", 100, now=T0)).token
+        applied(q.complete(token, "w", now=T0))
+    assert q.prune(max_age_ms=0, now=T0 + 10) == 0  # finished inside the re-send window
+    before = snapshot(q)
+    assert isinstance(q.execute(single), JobApplied)
+    assert isinstance(q.execute(each)[0], JobApplied)
+    assert snapshot(q) == before  # found by the call id they keep, not enqueued again
+    assert q.prune(max_age_ms=0, now=T0 + 60_001) == 2
+
+
+def test_enqueue_each_refused_whole_answers_every_job(q: Quasar) -> None:
+    results = q.enqueue_each([NewJob("s"), NewJob("s"), NewJob("s")], now=-1)
+    assert results == [JobRefused(InvalidJob("now must be a nonnegative integer"))] * 3

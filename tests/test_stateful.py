@@ -655,7 +655,7 @@ def test_prune_keeps_a_succeeded_dependency_of_a_blocked_job(q: Quasar) -> None:
     claim = q.claim_job("p", "w", 100, now=t0 + 1)
     assert isinstance(claim, ClaimApplied)
     assert isinstance(q.complete(claim.claim.token, "w", now=t0 + 2), JobApplied)
-    q.prune(max_age_ms=0, now=t0 + 100)  # d is blocked on r, and depends on p too
+    q.prune(max_age_ms=0, now=t0 + 60_100)  # d is blocked on r, and depends on p too
     blocked = q.get_job("d", now=t0 + 100)
     assert blocked is not None and blocked.waiting_on == "r"
     assert q.get_job("p", now=t0 + 100) is not None
