@@ -293,8 +293,10 @@ def parse_each_result(reply: Any) -> list[t.JobResult]:
     return [parse_job_result(item) for item in reply[2:]]
 
 
-def _single(result: t.BatchResult) -> t.JobResult:
+def _single(result: t.BatchResult, job_id: str) -> t.JobResult:
     if isinstance(result, t.BatchApplied):
+        if not result.jobs:  # a re-sent enqueue whose job was pruned since
+            return t.JobRefused(t.MissingJob(job_id))
         return t.JobApplied(result.jobs[0])
     return t.JobRefused(result.error)
 
@@ -508,7 +510,10 @@ class Protocol:
 
         def parse(reply: Any) -> list[Any]:
             results: list[Any] = [local.get(i) for i in range(len(jobs))]
-            for i, result in zip(sent, parse_each_result(reply), strict=False):
+            answers = parse_each_result(reply)
+            if len(answers) == 1 and len(sent) > 1:  # the whole call was refused
+                answers = answers * len(sent)
+            for i, result in zip(sent, answers, strict=True):
                 results[i] = result
             return results
 
@@ -518,8 +523,11 @@ class Protocol:
 
     def enqueue(self, job: NewJob, now: int | None = None) -> Call[t.JobResult]:
         batch = self.enqueue_many([job], now)
-        early = None if batch.early is None else _single(batch.early)
-        return Call(batch.script, batch.args, lambda r: _single(parse_batch_result(r)), early)
+        job_id = _s(batch.args[7]) if len(batch.args) > 7 else ""
+        early = None if batch.early is None else _single(batch.early, job_id)
+        return Call(
+            batch.script, batch.args, lambda r: _single(parse_batch_result(r), job_id), early
+        )
 
     # claims and lease-holder calls --------------------------------------------------------------
 
