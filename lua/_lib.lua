@@ -93,6 +93,16 @@ local function int_arg(s, what)
   return n
 end
 
+-- A duration argument (ms): the value, or nil and an InvalidJob refusal (integer, >= min).
+local function duration_arg(s, what, min)
+  local n, e = int_arg(s, what)
+  if n == nil then return nil, e end
+  if n < min then
+    return nil, invalid(what .. (min > 0 and " must be positive" or " must be nonnegative"))
+  end
+  return n
+end
+
 local function clock(arg)
   if arg == nil or arg == "" then
     local t = redis.call("TIME")
@@ -301,6 +311,27 @@ local function finish(reply)
     redis.call("LTRIM", k, -WAKE_MAX, -1)
   end
   return reply
+end
+
+-- The opening of sweep / promote: now, and a limit of 1..10000, or nil and a refusal.
+local function maintenance_args()
+  local now, e = clock(ARGV[2])
+  if now == nil then return nil, e end
+  local limit = int(ARGV[3])
+  if limit == nil or limit < 1 or limit > 10000 then
+    return nil, invalid("limit must be between 1 and 10000")
+  end
+  local bad = check_types({KEY_QUEUES}, "set")
+  if bad then return nil, bad end
+  return now, limit
+end
+
+-- Calls fn(queue, room) for every sound queue of the namespace while done() < limit.
+local function each_queue(limit, done, fn)
+  for _, queue in ipairs(redis.call("SMEMBERS", KEY_QUEUES)) do
+    if done() >= limit then break end
+    if valid_name(queue, NAME_MAX) and check_queue(queue) == nil then fn(queue, limit - done()) end
+  end
 end
 
 -- Flat reply for a job: {id, field, value, field, value, ...}; a later field overrides an
@@ -723,9 +754,8 @@ end
 local function do_fail(c, reason, delay_arg, kind)
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
-  local delay, e = int_arg(delay_arg, "retry_delay")
+  local delay, e = duration_arg(delay_arg, "retry_delay", 0)
   if delay == nil then return e end
-  if delay < 0 then return invalid("retry_delay must be nonnegative") end
   bad = time_error(c.now + delay, "now + retry_delay") or error_text_error(kind, reason)
     or check_queue(c.h.q)
   if bad then return bad end
@@ -757,9 +787,8 @@ end
 local function do_release(c, delay_arg)
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
-  local delay, e = int_arg(delay_arg, "delay")
+  local delay, e = duration_arg(delay_arg, "delay", 0)
   if delay == nil then return e end
-  if delay < 0 then return invalid("delay must be nonnegative") end
   bad = time_error(c.now + delay, "now + delay") or check_queue(c.h.q)
   if bad then return bad end
   move(c.id, c.h, c.now, {st = "W", at = fmt(c.now + delay), a = fmt(tonumber(c.h.a) - 1)})

@@ -100,9 +100,8 @@ local function main()
   if now == nil then return e end
   local queue, worker = ARGV[3], ARGV[4]
   if worker == "" then return invalid("worker_id must not be empty") end
-  local lease_ms, e2 = int_arg(ARGV[5], "lease_duration")
+  local lease_ms, e2 = duration_arg(ARGV[5], "lease_duration", 1)
   if lease_ms == nil then return e2 end
-  if lease_ms < 1 then return invalid("lease_duration must be positive") end
   local bad = name_error(queue, "queue") or text_error(worker, "worker_id")
   if bad then return bad end
   local limit = int(ARGV[6])

@@ -16,9 +16,8 @@
 
 local function claim_ready(id, h, worker, lease_arg, now, available_at)
   if worker == "" then return invalid("worker_id must not be empty") end
-  local lease_ms, e = int_arg(lease_arg, "lease_duration")
+  local lease_ms, e = duration_arg(lease_arg, "lease_duration", 1)
   if lease_ms == nil then return e end
-  if lease_ms < 1 then return invalid("lease_duration must be positive") end
   if now < available_at then return refuse("NotAvailable", fmt(available_at)) end
   if tonumber(h.a) >= tonumber(h.m) then return refuse("AttemptLimitReached") end
   -- pd counts dependencies not yet succeeded; at 0 they all did (Succeeded is final, though a

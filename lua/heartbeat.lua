@@ -22,9 +22,8 @@ local function main()
   end
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
-  local lease_ms, e = int_arg(ARGV[10], "lease_duration")
+  local lease_ms, e = duration_arg(ARGV[10], "lease_duration", 1)
   if lease_ms == nil then return e end
-  if lease_ms < 1 then return invalid("lease_duration must be positive") end
   bad = check_queue(c.h.q)
   if bad then return bad end
   move(c.id, c.h, c.now, {x = fmt(c.now + lease_ms)})

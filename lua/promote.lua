@@ -10,21 +10,12 @@
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
 local function main()
-  local now, e = clock(ARGV[2])
-  if now == nil then return e end
-  local limit = int(ARGV[3])
-  if limit == nil or limit < 1 or limit > 10000 then
-    return invalid("limit must be between 1 and 10000")
-  end
-  local bad = check_types({KEY_QUEUES}, "set")
-  if bad then return bad end
+  local now, limit = maintenance_args()
+  if now == nil then return limit end
   local moved = 0
-  for _, queue in ipairs(redis.call("SMEMBERS", KEY_QUEUES)) do
-    if moved >= limit then break end
-    if valid_name(queue, NAME_MAX) and check_queue(queue) == nil then
-      moved = moved + promote_queue(queue, now, limit - moved)
-    end
-  end
+  each_queue(limit, function() return moved end, function(queue, room)
+    moved = moved + promote_queue(queue, now, room)
+  end)
   return applied("Promoted", fmt(now), fmt(moved))
 end
 

@@ -11,21 +11,12 @@
 -- A re-sent call sweeps again: leases already expired are not touched twice.
 
 local function main()
-  local now, e = clock(ARGV[2])
-  if now == nil then return e end
-  local limit = int(ARGV[3])
-  if limit == nil or limit < 1 or limit > 10000 then
-    return invalid("limit must be between 1 and 10000")
-  end
-  local bad = check_types({KEY_QUEUES}, "set")
-  if bad then return bad end
+  local now, limit = maintenance_args()
+  if now == nil then return limit end
   local out, damaged = {}, {}
-  for _, queue in ipairs(redis.call("SMEMBERS", KEY_QUEUES)) do
-    if #out >= limit then break end
-    if valid_name(queue, NAME_MAX) and check_queue(queue) == nil then
-      expire_queue(queue, now, limit - #out, out, damaged)
-    end
-  end
+  each_queue(limit, function() return #out end, function(queue, room)
+    expire_queue(queue, now, room, out, damaged)
+  end)
   return applied("Swept", fmt(now), out, damaged)
 end
 
