@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import fakeredis
@@ -201,7 +202,7 @@ class Task(Generic[P, R]):
     timeout: float | None = None
     options_: EnqueueOptions = field(default_factory=EnqueueOptions)
 
-    @property
+    @cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
