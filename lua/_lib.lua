@@ -585,6 +585,20 @@ local function failure_closure(id, h)
   return cancel_closure(id, h, true)
 end
 
+-- Moves a job by `changes`; when that enters Failed, also cancels the dependents that asked for
+-- it. Everything is checked (the dependents loaded) before the first write; a refusal or nil.
+local function move_or_fail(id, h, now, changes)
+  local closure = {}
+  if changes.st == "F" then
+    local err
+    closure, err = failure_closure(id, h)
+    if closure == nil then return err end
+  end
+  move(id, h, now, changes)
+  apply_cancel_closure(closure, now)
+  return nil
+end
+
 -- The seed's retry_or_fail: the changes to apply.
 local function retry_or_fail(h, kind, reason, now, delay)
   if tonumber(h.a) < tonumber(h.m) then
@@ -644,16 +658,7 @@ end
 -- Returns the refusal or nil; on success the job has moved.
 local function expire_job(id, h, now)
   if tonumber(h.x) > now then return refuse("LeaseHeld", h.x) end
-  local changes = retry_or_fail(h, "LeaseExpired", "worker lease expired", now, 0)
-  local closure = {}
-  if changes.st == "F" then
-    local list, err = failure_closure(id, h)
-    if list == nil then return err end
-    closure = list
-  end
-  move(id, h, now, changes)
-  apply_cancel_closure(closure, now)
-  return nil
+  return move_or_fail(id, h, now, retry_or_fail(h, "LeaseExpired", "worker lease expired", now, 0))
 end
 
 -- Expires the leases of a queue that ran out, at most `limit`. Returns the ids it moved.
@@ -759,16 +764,7 @@ local function do_fail(c, reason, delay_arg, kind)
   bad = time_error(c.now + delay, "now + retry_delay") or error_text_error(kind, reason)
     or check_queue(c.h.q)
   if bad then return bad end
-  local changes = retry_or_fail(c.h, kind, reason, c.now, delay)
-  local closure = {}
-  if changes.st == "F" then
-    local err
-    closure, err = failure_closure(c.id, c.h)
-    if closure == nil then return err end
-  end
-  move(c.id, c.h, c.now, changes)
-  apply_cancel_closure(closure, c.now)
-  return nil
+  return move_or_fail(c.id, c.h, c.now, retry_or_fail(c.h, kind, reason, c.now, delay))
 end
 
 local function do_permanent_fail(c, reason, kind)
@@ -777,11 +773,7 @@ local function do_permanent_fail(c, reason, kind)
   if reason == "" then return invalid("reason must not be empty") end
   bad = error_text_error(kind, reason) or check_queue(c.h.q)
   if bad then return bad end
-  local closure, err = failure_closure(c.id, c.h)
-  if closure == nil then return err end
-  move(c.id, c.h, c.now, {st = "F", fin = fmt(c.now), ek = kind, em = reason})
-  apply_cancel_closure(closure, c.now)
-  return nil
+  return move_or_fail(c.id, c.h, c.now, {st = "F", fin = fmt(c.now), ek = kind, em = reason})
 end
 
 local function do_release(c, delay_arg)
