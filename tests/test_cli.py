@@ -96,13 +96,15 @@ def test_example_on_real_redis_leaves_no_keys() -> None:
         client.close()
 
 
-def test_example_refuses_a_namespace_that_holds_keys() -> None:
+@pytest.mark.parametrize("command", ["example", "demo"])
+def test_a_namespace_that_holds_keys_is_refused(command: str) -> None:
     client = real_redis()
     namespace = f"cli-{uuid.uuid4().hex[:12]}"
     key = f"quasar:{{{namespace}}}:seq"
     client.set(key, b"7")
     try:
-        result = run("--redis-url", REDIS_URL, "--namespace", namespace)
+        args = [command, "--redis-url", REDIS_URL, "--namespace", namespace]
+        result = CliRunner().invoke(main, args, env={"REDIS_URL": None})
         assert result.exit_code == 1
         assert "already holds keys" in result.output
         assert client.get(key) == b"7"
@@ -111,8 +113,10 @@ def test_example_refuses_a_namespace_that_holds_keys() -> None:
         client.close()
 
 
-def test_example_reports_an_unreachable_redis() -> None:
-    result = run("--redis-url", "redis://127.0.0.1:1/0")
+@pytest.mark.parametrize("command", ["example", "demo"])
+def test_an_unreachable_redis_is_reported(command: str) -> None:
+    args = [command, "--redis-url", "redis://127.0.0.1:1/0"]
+    result = CliRunner().invoke(main, args, env={"REDIS_URL": None})
     assert result.exit_code == 1
     assert "Error: Redis at redis://127.0.0.1:1/0" in result.output
 

@@ -86,27 +86,6 @@ def test_demo_on_real_redis_leaves_no_keys() -> None:
         client.close()
 
 
-def test_demo_refuses_a_namespace_that_holds_keys() -> None:
-    client = real_redis()
-    namespace = f"demo-test-{uuid.uuid4().hex[:12]}"
-    key = f"quasar:{{{namespace}}}:seq"
-    client.set(key, b"7")
-    try:
-        result = run("--redis-url", REDIS_URL, "--namespace", namespace)
-        assert result.exit_code == 1
-        assert "already holds keys" in result.output
-        assert client.get(key) == b"7"
-    finally:
-        client.delete(key)
-        client.close()
-
-
-def test_demo_reports_an_unreachable_redis() -> None:
-    result = run("--redis-url", "redis://127.0.0.1:1/0")
-    assert result.exit_code == 1
-    assert "Error: Redis at redis://127.0.0.1:1/0" in result.output
-
-
 def test_demo_gives_up_after_its_timeout() -> None:
     # The e-mail that fails once is retried 45 ms or more later: not all done after 10 ms.
     result = run("--jobs", "100", "--timeout", "0.01")
