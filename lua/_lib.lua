@@ -53,7 +53,21 @@ local KEY_SEQ = P .. "seq"
 local function key_job(id) return P .. "job:" .. id end
 local function key_dependents(id) return P .. "dependents:" .. id end
 local function key_call(cid) return P .. "call:" .. cid end
-local function key_q(queue, what) return P .. "q:" .. queue .. ":" .. what end
+-- Queue keys are built once per script run (a claim or report names the same few per job).
+local KEY_Q = {}
+local function key_q(queue, what)
+  local keys = KEY_Q[queue]
+  if keys == nil then
+    keys = {}
+    KEY_Q[queue] = keys
+  end
+  local k = keys[what]
+  if k == nil then
+    k = P .. "q:" .. queue .. ":" .. what
+    keys[what] = k
+  end
+  return k
+end
 
 local function fmt(n) return string.format("%d", n) end
 
@@ -179,20 +193,11 @@ local TERMINAL = {S = true, F = true, C = true}
 
 local function corrupt(id, reason) return refuse("CorruptJob", id, reason) end
 
+-- Decimal digits only (what fmt writes), at most 15 of them (so within MAXINT), without number
+-- parsing: tonumber is strtod, the dearest part of a check run on every field of every job.
 local function not_integer(v)
-  local n = tonumber(v)
-  return n == nil or n % 1 ~= 0 or n > MAXINT or n < -MAXINT
-end
-
-local function join_blob(h, name)
-  local parts = {h[name] or ""}
-  for i = 2, BLOB_CHUNKS do
-    local part = h[name .. i]
-    if part == nil then break end
-    parts[i] = part
-    h[name .. i] = nil
-  end
-  h[name] = table.concat(parts)
+  local n = #v
+  return n > 16 or (n == 16 and string.byte(v) ~= 45) or not string.find(v, "^%-?%d+$")
 end
 
 -- Written out rather than a loop over DEFAULTS: this runs for every job a script loads.
@@ -248,8 +253,6 @@ local function load_job(id)
   local bad = check_job(id, h, raw)
   if bad then return nil, bad end
   fill_defaults(id, h)
-  if h.p2 then join_blob(h, "p") end
-  if h.res2 then join_blob(h, "res") end
   RAW[id], CHANGED[id] = raw, nil
   return h
 end
@@ -287,11 +290,79 @@ end
 local EVENT_OF = {W = "released", R = "retrying", L = "active", S = "completed", F = "failed",
   C = "cancelled"}
 
+-- Events are grouped: consecutive events of one kind and queue in one script become one stream
+-- entry whose `job` and `a` fields list the jobs and their attempts, space-separated (ids hold
+-- no whitespace), in order. One XADD per run rather than per job; a job's events keep their order.
+local EVENT_RUNS = {}
+
 local function emit(id, h, ev)
   if EVENTS then
-    redis.call("XADD", EVENTS, "MAXLEN", "~", EVENTS_MAXLEN, "*", "job", id, "ev", ev,
-      "q", h.q, "a", h.a)
+    local last = EVENT_RUNS[#EVENT_RUNS]
+    if last == nil or last.ev ~= ev or last.q ~= h.q then
+      last = {ev = ev, q = h.q, jobs = {}, attempts = {}}
+      EVENT_RUNS[#EVENT_RUNS + 1] = last
+    end
+    last.jobs[#last.jobs + 1] = id
+    last.attempts[#last.attempts + 1] = h.a
   end
+end
+
+local function flush_events()
+  for _, run in ipairs(EVENT_RUNS) do
+    redis.call("XADD", EVENTS, "MAXLEN", "~", EVENTS_MAXLEN, "*", "job", table.concat(run.jobs, " "),
+      "ev", run.ev, "q", run.q, "a", table.concat(run.attempts, " "))
+  end
+  EVENT_RUNS = {}
+end
+
+-- Sorted-set writes are buffered: per key, the last write of each member (its score, or false
+-- for a removal), applied as one ZREM and one ZADD per key by flush_index(), which runs before
+-- a script reads a sorted set (zread) and when it is done (finish). The last write of a member
+-- decides where it ends, as it would have written one by one.
+local INDEX, INDEX_KEYS = {}, {}
+local INDEX_CHUNK = 1000 -- members per command: unpack() has a limit
+
+local function index_write(k, member, score)
+  local m = INDEX[k]
+  if m == nil then
+    m = {}
+    INDEX[k] = m
+    INDEX_KEYS[#INDEX_KEYS + 1] = k
+  end
+  m[member] = score
+end
+
+-- score: an integer as a decimal string (never a Lua number: no float formatting on the way).
+local function zadd(k, score, member) index_write(k, member, score) end
+local function zrem(k, member) index_write(k, member, false) end
+
+local function flush_args(cmd, k, args)
+  for i = 1, #args, INDEX_CHUNK do
+    redis.call(cmd, k, unpack(args, i, math.min(#args, i + INDEX_CHUNK - 1)))
+  end
+end
+
+local function flush_index()
+  for _, k in ipairs(INDEX_KEYS) do
+    local removed, added = {}, {}
+    for member, score in pairs(INDEX[k]) do
+      if score then
+        added[#added + 1] = score
+        added[#added + 1] = member
+      else
+        removed[#removed + 1] = member
+      end
+    end
+    flush_args("ZREM", k, removed)
+    flush_args("ZADD", k, added)
+  end
+  INDEX, INDEX_KEYS = {}, {}
+end
+
+-- A read of a sorted set, after the buffered writes.
+local function zread(...)
+  flush_index()
+  return redis.call(...)
 end
 
 -- Queues that got claimable jobs during this script, and how many: idle workers block on the
@@ -303,6 +374,8 @@ local function wake(queue)
 end
 
 local function finish(reply)
+  flush_index()
+  flush_events()
   for queue, n in pairs(WOKEN) do
     local tokens = {}
     for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
@@ -406,52 +479,62 @@ end
 -- jobs in succeeded / failed / cancelled (by finished_at). Counts and pages by status are
 -- derived from these (counts.lua, list.lua): no index holds every waiting job twice.
 
--- Members sort by available_at, then sequence: both in fixed-width hex, then the id.
-local READY_PREFIX = 21
+-- Members sort by available_at, then sequence: both as fixed-width big-endian bytes (6 and 5:
+-- available_at below 2^48 ms, sequence below 2^40), then the id. Binary rather than hex keeps a
+-- member with a 16-character id within 32 bytes of memory (Redis compares members as bytes).
+local READY_PREFIX = 11
+local floor = math.floor
 local function ready_member(id, h)
-  return string.format("%011x%010x", tonumber(h.at), tonumber(h.sq)) .. id
+  local at, sq = tonumber(h.at), tonumber(h.sq)
+  return string.char(floor(at / 1099511627776) % 256, floor(at / 4294967296) % 256,
+    floor(at / 16777216) % 256, floor(at / 65536) % 256, floor(at / 256) % 256, at % 256,
+    floor(sq / 4294967296) % 256, floor(sq / 16777216) % 256, floor(sq / 65536) % 256,
+    floor(sq / 256) % 256, sq % 256) .. id
 end
 
 local function ready_id(member) return string.sub(member, READY_PREFIX + 1) end
 
 local FINISHED = {S = "succeeded", F = "failed", C = "cancelled"}
 
+-- Dependencies not yet succeeded (pd > 0); the usual "0" needs no number parsing.
+local function blocked(h) return h.pd ~= "0" and tonumber(h.pd) > 0 end
+
 -- member: the job's entry in the ready index, when the caller took it from there (a claim by
 -- queue): nothing else to remove.
 local function unplace(id, h, member)
   local q = h.q
   if h.st == "W" or h.st == "R" then
-    if h.st == "R" then redis.call("ZREM", key_q(q, "retrying"), id) end
-    if tonumber(h.pd) > 0 then
-      redis.call("ZREM", key_q(q, "blocked"), id)
+    if h.st == "R" then zrem(key_q(q, "retrying"), id) end
+    if blocked(h) then
+      zrem(key_q(q, "blocked"), id)
     else
-      redis.call("ZREM", key_q(q, "ready"), member or ready_member(id, h))
-      if not member then redis.call("ZREM", key_q(q, "delayed"), id) end
+      zrem(key_q(q, "ready"), member or ready_member(id, h))
+      if not member then zrem(key_q(q, "delayed"), id) end
     end
   elseif h.st == "L" then
-    redis.call("ZREM", key_q(q, "leased"), id)
+    zrem(key_q(q, "leased"), id)
   else
-    redis.call("ZREM", key_q(q, FINISHED[h.st]), id)
+    zrem(key_q(q, FINISHED[h.st]), id)
   end
 end
 
+-- Scores go as the stored decimal strings (checked integers): no number formatting.
 local function place(id, h, now)
   local q = h.q
   if h.st == "W" or h.st == "R" then
-    local at = tonumber(h.at)
-    if h.st == "R" then redis.call("ZADD", key_q(q, "retrying"), at, id) end
-    if tonumber(h.pd) > 0 then
-      redis.call("ZADD", key_q(q, "blocked"), at, id)
-    elseif at <= now then
-      redis.call("ZADD", key_q(q, "ready"), tonumber(h.pr), ready_member(id, h))
+    if h.st == "R" then zadd(key_q(q, "retrying"), h.at, id) end
+    if blocked(h) then
+      zadd(key_q(q, "blocked"), h.at, id)
+    elseif tonumber(h.at) <= now then
+      zadd(key_q(q, "ready"), h.pr, ready_member(id, h))
       wake(q)
     else
-      redis.call("ZADD", key_q(q, "delayed"), at, id)
+      zadd(key_q(q, "delayed"), h.at, id)
     end
   elseif h.st == "L" then
-    redis.call("ZADD", key_q(q, "leased"), tonumber(h.x), id)
+    zadd(key_q(q, "leased"), h.x, id)
   else
-    redis.call("ZADD", key_q(q, FINISHED[h.st]), tonumber(h.fin), id)
+    zadd(key_q(q, FINISHED[h.st]), h.fin, id)
   end
 end
 
@@ -573,7 +656,7 @@ end
 local function release_dependents(list, now)
   for _, item in ipairs(list) do
     local did, dh = item[1], item[2]
-    if (dh.st == "W" or dh.st == "R") and tonumber(dh.pd) > 0 then
+    if (dh.st == "W" or dh.st == "R") and blocked(dh) then
       move(did, dh, now, {pd = fmt(tonumber(dh.pd) - 1)})
     end
   end
@@ -640,13 +723,13 @@ end
 
 -- Moves due jobs of a queue from delayed to ready, at most `limit`. Returns how many.
 local function promote_queue(queue, now, limit)
-  local ids = redis.call("ZRANGEBYSCORE", key_q(queue, "delayed"), "-inf", now, "LIMIT", 0, limit)
+  local ids = zread("ZRANGEBYSCORE", key_q(queue, "delayed"), "-inf", fmt(now), "LIMIT", 0, limit)
   local moved = 0
   for _, id in ipairs(ids) do
     local h = load_job(id)
-    redis.call("ZREM", key_q(queue, "delayed"), id)
-    if h and (h.st == "W" or h.st == "R") and tonumber(h.pd) == 0 then
-      redis.call("ZADD", key_q(queue, "ready"), tonumber(h.pr), ready_member(id, h))
+    zrem(key_q(queue, "delayed"), id)
+    if h and (h.st == "W" or h.st == "R") and not blocked(h) then
+      zadd(key_q(queue, "ready"), h.pr, ready_member(id, h))
       wake(queue)
       moved = moved + 1
     end
@@ -664,17 +747,17 @@ end
 -- Expires the leases of a queue that ran out, at most `limit`. Returns the ids it moved.
 -- A damaged job hash in the lease index is left where it is and reported, not touched.
 local function expire_queue(queue, now, limit, out, damaged)
-  local ids = redis.call("ZRANGEBYSCORE", key_q(queue, "leased"), "-inf", now, "LIMIT", 0, limit)
+  local ids = zread("ZRANGEBYSCORE", key_q(queue, "leased"), "-inf", fmt(now), "LIMIT", 0, limit)
   for _, id in ipairs(ids) do
     local h, err = load_job(id)
     if h == nil then
       if err[1] == "MissingJob" then
-        redis.call("ZREM", key_q(queue, "leased"), id)
+        zrem(key_q(queue, "leased"), id)
       else
         damaged[#damaged + 1] = id
       end
     elseif h.st ~= "L" then
-      redis.call("ZREM", key_q(queue, "leased"), id)
+      zrem(key_q(queue, "leased"), id)
     else
       local bad = expire_job(id, h, now)
       if bad then damaged[#damaged + 1] = id else out[#out + 1] = id end

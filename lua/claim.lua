@@ -33,7 +33,7 @@ end
 local function next_due(queue)
   local best = nil
   for _, what in ipairs({"delayed", "leased"}) do
-    local first = redis.call("ZRANGE", key_q(queue, what), 0, 0, "WITHSCORES")
+    local first = zread("ZRANGE", key_q(queue, what), 0, 0, "WITHSCORES")
     if first[2] then
       local at = tonumber(first[2])
       if best == nil or at < best then best = at end
@@ -47,7 +47,7 @@ end
 -- (damaged[1] keeps the first refusal): the jobs around it are still claimed.
 local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged)
   local dropped = 0
-  local members = redis.call("ZRANGE", key_q(queue, "ready"), 0, limit - 1 + #damaged)
+  local members = zread("ZRANGE", key_q(queue, "ready"), 0, limit - 1 + #damaged)
   local seen = {}
   for _, d in ipairs(damaged) do seen[d[2]] = true end
   for _, member in ipairs(members) do
@@ -61,17 +61,17 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, dam
       damaged[#damaged + 1] = err
       dropped = dropped + 1 -- not dropped, but skipped: read on past it
     elseif h == nil then
-      redis.call("ZREM", key_q(queue, "ready"), member)
+      zrem(key_q(queue, "ready"), member)
       dropped = dropped + 1
-    elseif (h.st == "W" or h.st == "R") and tonumber(h.pd) == 0
+    elseif (h.st == "W" or h.st == "R") and not blocked(h)
         and tonumber(h.a) < tonumber(h.m) and tonumber(h.at) <= now then
-      out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. (#rec + 1), member)
+      out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. fmt(#rec + 1), member)
       rec[#rec + 1] = id .. " " .. token_record(h)
     else
       -- Not claimable after all: an entry left behind by hand, or a clock that went back (a
       -- failover to a server whose clock is behind). Drop the entry; a live job is re-indexed
       -- where it belongs (delayed or blocked), one out of attempts stays visible as waiting.
-      redis.call("ZREM", key_q(queue, "ready"), member)
+      zrem(key_q(queue, "ready"), member)
       if (h.st == "W" or h.st == "R") and tonumber(h.a) < tonumber(h.m) then
         unplace(id, h)
         place(id, h, now)

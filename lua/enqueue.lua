@@ -13,9 +13,10 @@
 -- ARGV[1]  call id          ARGV[2] now ("" = server clock)
 -- ARGV[3]  max payload bytes ARGV[4] max dependencies per job  ARGV[5] job count N
 -- ARGV[6]  mode: "all" | "each"   ARGV[7] reply: "jobs" (every job's fields) | "ids"
--- then N groups of 12: id, queue, stage, payload, input_ref, input_revision,
+-- then N groups of 13: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
---   delay ("" = 0), on_dependency_failure ("block" | "cancel").
+--   delay ("" = 0), on_dependency_failure ("block" | "cancel"), made ("1" when the client made
+--   the id at random for this call, else "").
 --
 -- Replies
 --   all:  {"BatchApplied", now, job...}        each job as {id, field, value, ...}, or as its
@@ -25,11 +26,13 @@
 --                                              a refusal
 --   refusal: InvalidJob(reason) | DuplicateJob(id) | MissingDependency(id) |
 --            IncompleteDependency(id) | CorruptJob(id, reason) | CorruptKey(key, reason)
--- A re-sent call (same call id) gets the jobs it applied as applied again (as they are now; a
--- job keeps the id of the call that created it, field ec), and, in "each" mode, every refused
--- job its first refusal again (kept in a call record, written only when a job was refused).
+-- A re-sent call (same call id) gets the jobs it applied as applied again (as they are now), and,
+-- in "each" mode, every refused job its first refusal again (kept in a call record, written
+-- only when a job was refused). A job whose id the caller chose keeps the id of the call that
+-- created it (field ec); one whose id the client made at random for this call needs no such
+-- field: only this call can have created a job with that id.
 
-local GROUP = 12
+local GROUP = 13
 
 local function seed_checks(a, now)
   if a.id == "" then return invalid("id must not be empty") end
@@ -111,7 +114,7 @@ local function read_group(i)
     id = ARGV[b + 1], queue = ARGV[b + 2], stage = ARGV[b + 3], payload = ARGV[b + 4],
     input_ref = ARGV[b + 5], input_revision = ARGV[b + 6], dependencies = ARGV[b + 7],
     priority = ARGV[b + 8], max_attempts = ARGV[b + 9], available_at = ARGV[b + 10],
-    delay = ARGV[b + 11], odf = ARGV[b + 12],
+    delay = ARGV[b + 11], odf = ARGV[b + 12], made = ARGV[b + 13] == "1",
   }
 end
 
@@ -133,8 +136,9 @@ local function write_one(a, now, seq, cid)
     q = a.queue, s = a.stage, p = a.payload, ir = a.input_ref, rv = a.input_revision,
     dp = table.concat(a.deps, " "), pd = fmt(a.pending), odf = a.odf, pr = a.priority,
     sq = fmt(seq), a = "0", m = a.max_attempts, f = "0", st = "W", at = fmt(a.at),
-    ins = fmt(now), ec = cid,
+    ins = fmt(now),
   }
+  if not a.made then h.ec = cid end
   create(a.id, h)
   place(a.id, h, now)
   emit(a.id, h, "enqueued")
@@ -168,12 +172,12 @@ local function enqueue_all(jobs, now, limits, ids_only, cid)
   return out, true
 end
 
--- A job this very call created (a re-sent call): its hash keeps the call id (field ec), so an
--- applied enqueue needs no call record of its own.
-local function created_by(id, cid)
-  if #id == 0 or #id > ID_MAX then return nil end
-  local h = load_job(id)
-  if h and h.ec == cid then return h end
+-- A job this very call created (a re-sent call): its hash keeps the call id (field ec), or its
+-- id was made at random for this call; so an applied enqueue needs no call record of its own.
+local function created_by(a, cid)
+  if #a.id == 0 or #a.id > ID_MAX then return nil end
+  local h = load_job(a.id)
+  if h and (h.ec == cid or (a.made and h.ec == nil)) then return h end
   return nil
 end
 
@@ -182,7 +186,7 @@ end
 -- a re-sent call).
 local function each_one(a, now, limits, batch, before, ids_only, cid)
   if type(before) == "table" then return before, before end
-  local h = not batch[a.id] and created_by(a.id, cid) or nil -- not: a duplicate in this call
+  local h = not batch[a.id] and created_by(a, cid) or nil -- not: a duplicate in this call
   if h == nil then
     local bad = check_one(a, now, limits, batch)
     if bad then return bad, bad end
@@ -228,7 +232,7 @@ local function main()
     if kept then record(cid, kept) end
     return out
   end
-  if created_by(jobs[1].id, cid) then return replay_all(jobs, ids_only) end
+  if created_by(jobs[1], cid) then return replay_all(jobs, ids_only) end
   local out = enqueue_all(jobs, now, limits, ids_only, cid)
   return out
 end

@@ -182,8 +182,10 @@ def worker(
 # --- events ------------------------------------------------------------------------------------
 
 
-def format_event(entry_id: Any, fields: dict[Any, Any]) -> str:
-    """One stream entry as a line: UTC time (from the entry id), job, event, queue, attempt."""
+def format_event(entry_id: Any, fields: dict[Any, Any]) -> list[str]:
+    """One stream entry as lines, one per job: UTC time (from the entry id), job, event, queue,
+    attempt. An entry lists the jobs of one run of the same event in one call, space-separated.
+    """
     text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
     when = datetime.fromtimestamp(int(text.split("-")[0]) / 1000, tz=timezone.utc)
     stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
@@ -192,14 +194,21 @@ def format_event(entry_id: Any, fields: dict[Any, Any]) -> str:
         value = fields.get(name.encode(), b"?")
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
-    return f"{stamp} job={get('job')} event={get('ev')} queue={get('q')} attempt={get('a')}"
+    jobs, attempts = get("job").split(" "), get("a").split(" ")
+    attempts += ["?"] * (len(jobs) - len(attempts))
+    event, queue = get("ev"), get("q")
+    return [
+        f"{stamp} job={job} event={event} queue={queue} attempt={attempt}"
+        for job, attempt in zip(jobs, attempts, strict=False)
+    ]
 
 
 def print_recent(client: Any, stream: str, count: int) -> Any:
     """Print the last ``count`` events, oldest first; returns the newest entry id (or 0-0)."""
     newest = client.xrevrange(stream, count=max(count, 1))
-    for entry_id, fields in reversed(newest[:count]):
-        click.echo(format_event(entry_id, fields))
+    lines = [line for entry in reversed(newest) for line in format_event(*entry)]
+    for line in lines[len(lines) - count :] if count else ():
+        click.echo(line)
     return newest[0][0] if newest else b"0-0"
 
 
@@ -209,7 +218,8 @@ def follow_stream(client: Any, stream: str, last: Any) -> None:
         reply = client.xread({stream: last}, block=EVENTS_BLOCK_MS, count=1000)
         for _name, entries in reply or ():
             for entry_id, fields in entries:
-                click.echo(format_event(entry_id, fields))
+                for line in format_event(entry_id, fields):
+                    click.echo(line)
                 last = entry_id
 
 

@@ -33,9 +33,10 @@ def where(q: Quasar, job_id: str, queue: str = "default") -> set[str]:
     found = set()
     for what in QUEUE_SETS:
         key = q.keys.queue(queue, what)
-        members = [m.decode() for m in q.redis.zrange(key, 0, -1)]
+        raw = q.redis.zrange(key, 0, -1)
         if what == "ready":
-            members = [m[21:] for m in members]  # after hex available_at and sequence
+            raw = [m[11:] for m in raw]  # after available_at and sequence (6 and 5 bytes)
+        members = [m.decode() for m in raw]
         if job_id in members:
             found.add(what)
     return found

@@ -178,7 +178,7 @@ def test_events_prints_the_stream_oldest_first(with_events: tuple[Any, str]) -> 
     ]
     # The time is the stream entry's id (milliseconds, UTC).
     first_id, fields = client.xrange(f"quasar:{{{namespace}}}:events", count=1)[0]
-    assert result.output.splitlines()[0] == format_event(first_id, fields)
+    assert result.output.splitlines()[0] == format_event(first_id, fields)[0]
     millis = int(first_id.split(b"-")[0])
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000))
     assert result.output.startswith(f"{stamp}.{millis % 1000:03d}Z job=a event=enqueued")

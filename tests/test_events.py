@@ -13,14 +13,16 @@ from quasar_redis import (
     StaleLease,
     Waiting,
 )
+from quasar_redis.cli import format_event
 
 from .helpers import T0, applied, claimed, snapshot, where
 
 
 def events(q: Quasar) -> list[tuple[str, str]]:
-    out = []
+    out: list[tuple[str, str]] = []
     for _, fields in q.redis.xrange(q.keys.events):
-        out.append((fields[b"job"].decode(), fields[b"ev"].decode()))
+        # An entry lists a run of jobs with the same event, space-separated.
+        out.extend((job, fields[b"ev"].decode()) for job in fields[b"job"].decode().split(" "))
     return out
 
 
@@ -69,6 +71,26 @@ def test_every_state_change_is_an_event(q: Quasar) -> None:
     ]
     _, fields = q.redis.xrange(q.keys.events)[-1]
     assert fields[b"q"] == b"default"
+
+
+def test_a_run_of_the_same_event_in_one_call_is_one_entry(q: Quasar) -> None:
+    batch = [NewJob("s", id=i, queue="mail") for i in ("a", "b", "c")]
+    assert q.enqueue_many(batch, now=T0, ids_only=True).ids == ("a", "b", "c")  # type: ignore[union-attr]
+    claims = q.claim_many("mail", "w", 100, 2, now=T0)
+    assert [c.job.id for c in claims.claims] == ["a", "b"]  # type: ignore[union-attr]
+    entries = [fields for _, fields in q.redis.xrange(q.keys.events)]
+    assert entries == [
+        {b"job": b"a b c", b"ev": b"enqueued", b"q": b"mail", b"a": b"0 0 0"},
+        {b"job": b"a b", b"ev": b"active", b"q": b"mail", b"a": b"1 1"},
+    ]
+    lines = [line for entry in q.redis.xrange(q.keys.events) for line in format_event(*entry)]
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        "job=a event=enqueued queue=mail attempt=0",
+        "job=b event=enqueued queue=mail attempt=0",
+        "job=c event=enqueued queue=mail attempt=0",
+        "job=a event=active queue=mail attempt=1",
+        "job=b event=active queue=mail attempt=1",
+    ]
 
 
 def test_events_can_be_turned_off(redis_client: Any, namespace: str) -> None:

@@ -11,6 +11,7 @@ from quasar_redis import (
     CancelApplied,
     ClaimApplied,
     ClaimsApplied,
+    DuplicateJob,
     InvalidJob,
     JobApplied,
     JobRefused,
@@ -142,3 +143,20 @@ def test_resent_enqueues_within_the_window_find_their_jobs(q: Quasar) -> None:
 def test_enqueue_each_refused_whole_answers_every_job(q: Quasar) -> None:
     results = q.enqueue_each([NewJob("s"), NewJob("s"), NewJob("s")], now=-1)
     assert results == [JobRefused(InvalidJob("now must be a nonnegative integer"))] * 3
+
+
+def test_a_made_id_needs_no_call_field_and_a_chosen_one_keeps_it(q: Quasar) -> None:
+    made = q.calls.enqueue(NewJob("s"), T0)  # the client makes the id at random
+    first = q.execute(made)
+    assert isinstance(first, JobApplied)
+    assert q.redis.hget(q.keys.job(first.job.id), "ec") is None
+    before = snapshot(q)
+    again = q.execute(made)
+    assert again == first  # found as this call's job, not refused as a duplicate
+    assert snapshot(q) == before
+    chosen = q.calls.enqueue(NewJob("s", id="mine"), T0)
+    assert isinstance(q.execute(chosen), JobApplied)
+    assert q.redis.hget(q.keys.job("mine"), "ec") == str(chosen.args[0]).encode()
+    assert q.execute(chosen) == q.execute(chosen)
+    other = q.execute(q.calls.enqueue(NewJob("s", id="mine"), T0))  # another call, same id
+    assert other == JobRefused(DuplicateJob("mine"))
