@@ -452,6 +452,7 @@ class Protocol:
             "" if job.available_at is None else _int(job.available_at),
             "" if job.delay_ms is None else _int(job.delay_ms),
             job.on_dependency_failure,
+            "1" if job.id is None else "",  # made here at random: no record of the call needed
         )
 
     def _batch_size_error(self, jobs: Sequence[NewJob]) -> t.InvalidJob | None:
