@@ -60,8 +60,8 @@ class Snapshot:
 
     cpu: float
     command_usec: int
-    evalsha_calls: int
-    evalsha_usec: int
+    script_calls: int  # EVALSHA and FCALL (quasar uses functions where the server has them)
+    script_usec: int
     used_memory: int
 
 
@@ -90,13 +90,13 @@ class Server:
         cpu = self.redis.info("cpu")
         stats = self.redis.info("commandstats")
         usec = sum(int(v["usec"]) for k, v in stats.items() if k != "cmdstat_info")
-        evalsha = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+        scripts = [stats.get(f"cmdstat_{c}", {"calls": 0, "usec": 0}) for c in ("evalsha", "fcall")]
         memory = int(self.redis.info("memory")["used_memory"])
         return Snapshot(
             float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]),
             usec,
-            int(evalsha["calls"]),
-            int(evalsha["usec"]),
+            sum(int(s["calls"]) for s in scripts),
+            sum(int(s["usec"]) for s in scripts),
             memory,
         )
 
@@ -455,8 +455,8 @@ def ceiling(server: Server, sizes: Sizes) -> Measurement:
     f["ceiling_rtt_us"] = seconds / n * 1e6
     f["ceiling_memory_bytes_per_job"] = (after.used_memory - before.used_memory) / n
     f["ceiling_redis_cpu_us_per_call"] = cpu_us(before, after, n)
-    calls = after.evalsha_calls - before.evalsha_calls
-    f["ceiling_server_us_per_call"] = (after.evalsha_usec - before.evalsha_usec) / max(calls, 1)
+    calls = after.script_calls - before.script_calls
+    f["ceiling_server_us_per_call"] = (after.script_usec - before.script_usec) / max(calls, 1)
     server.flush()
 
     n = sizes.ceiling_pipelined

@@ -34,7 +34,8 @@
 -- again (the same tag, the same lease token; the job as it is now), changing nothing. Refusals
 -- write nothing, so a re-sent refused call is simply evaluated again.
 
-local P = KEYS[1]
+-- The call's namespace prefix, event stream and arguments: set by run() at the start of each call.
+local P, EVENTS, KEY_QUEUES, KEY_SEQ, ARGS
 local MAXINT = 1125899906842624 -- 2^50: every integer field and argument stays exact in a double
 local ID_MAX = 256
 local NAME_MAX = 64
@@ -44,11 +45,8 @@ local PRIORITY_MIN = -1000000
 local PRIORITY_MAX = 1000000
 
 local CALL_TTL_MS = 60000
-local EVENTS = KEYS[2]
 local EVENTS_MAXLEN = 10000
 local WAKE_MAX = 16
-local KEY_QUEUES = P .. "queues"
-local KEY_SEQ = P .. "seq"
 
 local function key_job(id) return P .. "job:" .. id end
 local function key_dependents(id) return P .. "dependents:" .. id end
@@ -257,12 +255,18 @@ local function load_job(id)
   return h
 end
 
+-- Keys (and queues, by name: no key name is a queue name) whose types this call has checked.
+local CHECKED = {}
+
 -- Refusal when a structure key exists with another type (someone wrote it by hand).
 local function check_types(keys, want)
   for _, k in ipairs(keys) do
-    local kind = redis.call("TYPE", k)["ok"]
-    if kind ~= "none" and kind ~= want then
-      return refuse("CorruptKey", k, "holds a " .. kind .. ", expected a " .. want)
+    if not CHECKED[k] then
+      local kind = redis.call("TYPE", k)["ok"]
+      if kind ~= "none" and kind ~= want then
+        return refuse("CorruptKey", k, "holds a " .. kind .. ", expected a " .. want)
+      end
+      CHECKED[k] = true
     end
   end
   return nil
@@ -270,7 +274,6 @@ end
 
 local QUEUE_ZSETS = {"ready", "delayed", "retrying", "leased", "blocked",
   "succeeded", "failed", "cancelled"}
-local CHECKED = {}
 
 -- Refusal when a key of the queue (or the namespace) has the wrong type; checked once per call.
 local function check_queue(queue)
@@ -380,17 +383,18 @@ local function finish(reply)
     local tokens = {}
     for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
     local k = key_q(queue, "wake")
-    redis.call("RPUSH", k, unpack(tokens))
-    redis.call("LTRIM", k, -WAKE_MAX, -1)
+    if redis.call("RPUSH", k, unpack(tokens)) > WAKE_MAX then
+      redis.call("LTRIM", k, -WAKE_MAX, -1)
+    end
   end
   return reply
 end
 
 -- The opening of sweep / promote: now, and a limit of 1..10000, or nil and a refusal.
 local function maintenance_args()
-  local now, e = clock(ARGV[2])
+  local now, e = clock(ARGS[2])
   if now == nil then return nil, e end
-  local limit = int(ARGV[3])
+  local limit = int(ARGS[3])
   if limit == nil or limit < 1 or limit > 10000 then
     return nil, invalid("limit must be between 1 and 10000")
   end
@@ -483,9 +487,8 @@ end
 -- available_at below 2^48 ms, sequence below 2^40), then the id. Binary rather than hex keeps a
 -- member with a 16-character id within 32 bytes of memory (Redis compares members as bytes).
 local READY_PREFIX = 11
-local floor = math.floor
 local function ready_member(id, h)
-  local at, sq = tonumber(h.at), tonumber(h.sq)
+  local at, sq, floor = tonumber(h.at), tonumber(h.sq), math.floor
   return string.char(floor(at / 1099511627776) % 256, floor(at / 4294967296) % 256,
     floor(at / 16777216) % 256, floor(at / 65536) % 256, floor(at / 256) % 256, at % 256,
     floor(sq / 4294967296) % 256, floor(sq / 16777216) % 256, floor(sq / 65536) % 256,
@@ -573,7 +576,7 @@ end
 -- Reads the token arguments starting at ARGV[i]: job_id, input_revision, worker_id, fence,
 -- expires_at, nonce; then the caller's worker id.
 local function token_args(i)
-  return {ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]}, ARGV[i + 6]
+  return {ARGS[i], ARGS[i + 1], ARGS[i + 2], ARGS[i + 3], ARGS[i + 4], ARGS[i + 5]}, ARGS[i + 6]
 end
 
 -- Dependencies -------------------------------------------------------------------------------
@@ -770,13 +773,13 @@ end
 -- now, ARGV[3..8] the token (job_id, input_revision, worker_id, fence, expires_at, nonce),
 -- ARGV[9] the caller's worker id. Returns a context table, or nil and a refusal.
 local function open_lease()
-  local now, e = clock(ARGV[2])
+  local now, e = clock(ARGS[2])
   if now == nil then return nil, e end
   local t, worker = token_args(3)
   local h, err = load_job(t[1])
   if h == nil then return nil, err end
-  return {cid = ARGV[1], now = now, id = t[1], h = h, t = t, worker = worker,
-    record = recorded(ARGV[1])}
+  return {cid = ARGS[1], now = now, id = t[1], h = h, t = t, worker = worker,
+    record = recorded(ARGS[1])}
 end
 
 local function job_applied(c, now_text)
@@ -893,16 +896,27 @@ end
 -- ARGV[3] job id, ARGV[4] the fence the caller observed ("" = the current one, cancel and
 -- operator_retry only). Returns a context table, or nil and a refusal (FenceChanged included).
 local function open_fenced(allow_any)
-  local now, e = clock(ARGV[2])
+  local now, e = clock(ARGS[2])
   if now == nil then return nil, e end
-  local h, err = load_job(ARGV[3])
+  local h, err = load_job(ARGS[3])
   if h == nil then return nil, err end
-  local c = {cid = ARGV[1], now = now, id = ARGV[3], h = h}
+  local c = {cid = ARGS[1], now = now, id = ARGS[3], h = h}
   c.record = recorded(c.cid)
   if c.record then return c end
-  local fence = ARGV[4]
+  local fence = ARGS[4]
   if fence == "" and allow_any then return c end
   if int(fence) == nil then return nil, invalid("expected_fence must be an integer") end
   if tonumber(fence) ~= tonumber(h.f) then return nil, refuse("FenceChanged") end
   return c
+end
+
+-- Every call runs through here: `main` with this call's keys and arguments, and none of the state
+-- of an earlier call (a function library keeps its locals from one call to the next; a script's
+-- chunk is run anew for each). Then the buffered writes, events and wake-ups.
+local function run_call(keys, args, main)
+  P, EVENTS, ARGS = keys[1], keys[2], args
+  KEY_QUEUES, KEY_SEQ = P .. "queues", P .. "seq"
+  KEY_Q, IMPLICIT_INS, RAW, CHANGED, CHECKED = {}, {}, {}, {}, {}
+  EVENT_RUNS, INDEX, INDEX_KEYS, WOKEN = {}, {}, {}, {}
+  return finish(main())
 end

@@ -22,12 +22,12 @@ local function main()
     return applied("JobApplied", "", job_reply(c.id, c.h), cascaded)
   end
   if TERMINAL[c.h.st] then return refuse("TerminalJob") end
-  local bad = text_error(ARGV[5], "reason") or check_queue(c.h.q)
+  local bad = text_error(ARGS[5], "reason") or check_queue(c.h.q)
   if bad then return bad end
   local closure
   closure, err = cancel_closure(c.id, c.h, false)
   if closure == nil then return err end
-  move(c.id, c.h, c.now, {st = "C", cr = ARGV[5], fin = fmt(c.now)})
+  move(c.id, c.h, c.now, {st = "C", cr = ARGS[5], fin = fmt(c.now)})
   forget_dependents(c.id, c.h)
   apply_cancel_closure(closure, c.now)
   local ids = {}
@@ -36,4 +36,4 @@ local function main()
   return applied("JobApplied", fmt(c.now), job_reply(c.id, c.h), ids)
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

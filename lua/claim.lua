@@ -95,16 +95,16 @@ local function take(cid, queue, worker, lease_ms, now, limit)
 end
 
 local function main()
-  local cid = ARGV[1]
-  local now, e = clock(ARGV[2])
+  local cid = ARGS[1]
+  local now, e = clock(ARGS[2])
   if now == nil then return e end
-  local queue, worker = ARGV[3], ARGV[4]
+  local queue, worker = ARGS[3], ARGS[4]
   if worker == "" then return invalid("worker_id must not be empty") end
-  local lease_ms, e2 = duration_arg(ARGV[5], "lease_duration", 1)
+  local lease_ms, e2 = duration_arg(ARGS[5], "lease_duration", 1)
   if lease_ms == nil then return e2 end
   local bad = name_error(queue, "queue") or text_error(worker, "worker_id")
   if bad then return bad end
-  local limit = int(ARGV[6])
+  local limit = int(ARGS[6])
   if limit == nil or limit < 1 or limit > 1000 then
     return invalid("limit must be between 1 and 1000")
   end
@@ -121,4 +121,4 @@ local function main()
   return out
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -29,10 +29,10 @@ local function claim_ready(id, h, worker, lease_arg, now, available_at)
 end
 
 local function main()
-  local cid = ARGV[1]
-  local now, e = clock(ARGV[2])
+  local cid = ARGS[1]
+  local now, e = clock(ARGS[2])
   if now == nil then return e end
-  local id, worker = ARGV[3], ARGV[4]
+  local id, worker = ARGS[3], ARGS[4]
   local h, err = load_job(id)
   if h == nil then return err end
   local again = recorded(cid)
@@ -43,11 +43,11 @@ local function main()
     if now < tonumber(h.x) then return refuse("LeaseHeld", h.x) end
     available_at = now
   end
-  local bad, lease_ms = claim_ready(id, h, worker, ARGV[5], now, available_at)
+  local bad, lease_ms = claim_ready(id, h, worker, ARGS[5], now, available_at)
   if bad then return bad end
   local claim = lease(id, h, worker, lease_ms, now, cid)
   record(cid, token_record(h))
   return applied("ClaimApplied", fmt(now), claim)
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -15,6 +15,6 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again, not StaleLease.
 
-local function main() return lease_call("complete", ARGV[10], ARGV[11]) end
+local function main() return lease_call("complete", ARGS[10], ARGS[11]) end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -16,9 +16,9 @@
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
 local function main()
-  local now, e = clock(ARGV[2])
+  local now, e = clock(ARGS[2])
   if now == nil then return e end
-  local queue = ARGV[3]
+  local queue = ARGS[3]
   local bad = name_error(queue, "queue") or check_queue(queue)
   if bad then return bad end
   local later = "(" .. fmt(now)
@@ -41,4 +41,4 @@ local function main()
     fmt(blocked))
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -111,11 +111,28 @@ end
 local function read_group(i)
   local b = 7 + (i - 1) * GROUP
   return {
-    id = ARGV[b + 1], queue = ARGV[b + 2], stage = ARGV[b + 3], payload = ARGV[b + 4],
-    input_ref = ARGV[b + 5], input_revision = ARGV[b + 6], dependencies = ARGV[b + 7],
-    priority = ARGV[b + 8], max_attempts = ARGV[b + 9], available_at = ARGV[b + 10],
-    delay = ARGV[b + 11], odf = ARGV[b + 12], made = ARGV[b + 13] == "1",
+    id = ARGS[b + 1], queue = ARGS[b + 2], stage = ARGS[b + 3], payload = ARGS[b + 4],
+    input_ref = ARGS[b + 5], input_revision = ARGS[b + 6], dependencies = ARGS[b + 7],
+    priority = ARGS[b + 8], max_attempts = ARGS[b + 9], available_at = ARGS[b + 10],
+    delay = ARGS[b + 11], odf = ARGS[b + 12], made = ARGS[b + 13] == "1",
   }
+end
+
+-- The types of the keys a job's write touches, and only those (a TYPE call each, once a call).
+local function write_keys_error(a, now, checked)
+  local index = a.pending > 0 and "blocked" or (a.at <= now and "ready" or "delayed")
+  local seen = checked[a.queue]
+  if seen == nil then
+    seen = {}
+    checked[a.queue] = seen
+  end
+  if seen[index] then return nil end
+  local bad = check_types({key_q(a.queue, index)}, "zset")
+    or (index == "ready" and check_types({key_q(a.queue, "wake")}, "list"))
+    or check_types({KEY_QUEUES}, "set") or (EVENTS and check_types({EVENTS}, "stream"))
+    or check_types({KEY_SEQ}, "string") or nil
+  if bad == nil then seen[index] = true end
+  return bad
 end
 
 -- Every check of one job, given the ids applied earlier in this call; nil when it may go in.
@@ -128,7 +145,7 @@ local function check_one(a, now, limits, batch)
   local pending, err = dependency_checks(a, batch)
   if pending == nil then return err end
   a.pending = pending
-  return check_queue(a.queue) or check_types({KEY_SEQ}, "string")
+  return write_keys_error(a, now, limits.checked)
 end
 
 local function write_one(a, now, seq, cid)
@@ -217,12 +234,12 @@ local function replay_all(jobs, ids_only)
 end
 
 local function main()
-  local cid = ARGV[1]
-  local now, e = clock(ARGV[2])
+  local cid = ARGS[1]
+  local now, e = clock(ARGS[2])
   if now == nil then return refuse("BatchRefused", "1", e) end
-  local limits = {payload = tonumber(ARGV[3]), deps = tonumber(ARGV[4])}
-  local n, mode, ids_only = int(ARGV[5]), ARGV[6], ARGV[7] == "ids"
-  if n == nil or n < 1 or #ARGV ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each") then
+  local limits = {payload = tonumber(ARGS[3]), deps = tonumber(ARGS[4]), checked = {}}
+  local n, mode, ids_only = int(ARGS[5]), ARGS[6], ARGS[7] == "ids"
+  if n == nil or n < 1 or #ARGS ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each") then
     return refuse("BatchRefused", "1", invalid("malformed enqueue call"))
   end
   local jobs = {}
@@ -237,4 +254,4 @@ local function main()
   return out
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -24,4 +24,4 @@ local function main()
   return job_applied(c, fmt(c.now))
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -15,6 +15,6 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
-local function main() return lease_call("fail", ARGV[10], ARGV[11], ARGV[12]) end
+local function main() return lease_call("fail", ARGS[10], ARGS[11], ARGS[12]) end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

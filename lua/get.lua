@@ -18,11 +18,11 @@ local function waiting_on(h)
 end
 
 local function main()
-  local now, e = clock(ARGV[2])
+  local now, e = clock(ARGS[2])
   if now == nil then return e end
-  local h, err = load_job(ARGV[3])
+  local h, err = load_job(ARGS[3])
   if h == nil then return err end
-  return applied("Found", fmt(now), job_reply(ARGV[3], h), waiting_on(h))
+  return applied("Found", fmt(now), job_reply(ARGS[3], h), waiting_on(h))
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -22,7 +22,7 @@ local function main()
   end
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
-  local lease_ms, e = duration_arg(ARGV[10], "lease_duration", 1)
+  local lease_ms, e = duration_arg(ARGS[10], "lease_duration", 1)
   if lease_ms == nil then return e end
   bad = check_queue(c.h.q)
   if bad then return bad end
@@ -31,4 +31,4 @@ local function main()
   return applied("ClaimApplied", fmt(c.now), {"Claim", job_reply(c.id, c.h), token_reply(c.id, c.h)})
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

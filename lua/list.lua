@@ -84,15 +84,15 @@ local function page(queue, status, now, offset, limit)
 end
 
 local function main()
-  local now, e = clock(ARGV[2])
+  local now, e = clock(ARGS[2])
   if now == nil then return e end
-  local queue, status = ARGV[3], ARGV[4]
+  local queue, status = ARGS[3], ARGS[4]
   local bad = name_error(queue, "queue") or check_queue(queue)
   if bad then return bad end
   if PLAIN[status] == nil and status ~= "available" and status ~= "scheduled" then
     return invalid("unknown status '" .. status .. "'")
   end
-  local offset, limit = int(ARGV[5]), int(ARGV[6])
+  local offset, limit = int(ARGS[5]), int(ARGS[6])
   if offset == nil or offset < 0 then return invalid("offset must be a nonnegative integer") end
   if limit == nil or limit < 1 or limit > 1000 then
     return invalid("limit must be between 1 and 1000")
@@ -103,4 +103,4 @@ local function main()
   return out
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -14,6 +14,6 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
-local function main() return lease_call("permanent_fail", ARGV[10], nil, ARGV[11]) end
+local function main() return lease_call("permanent_fail", ARGS[10], nil, ARGS[11]) end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -19,4 +19,4 @@ local function main()
   return applied("Promoted", fmt(now), fmt(moved))
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -67,13 +67,13 @@ local function optional_int(s, what)
 end
 
 local function main()
-  local now, e = clock(ARGV[2])
+  local now, e = clock(ARGS[2])
   if now == nil then return e end
-  local max_age, e1 = optional_int(ARGV[3], "max_age")
+  local max_age, e1 = optional_int(ARGS[3], "max_age")
   if max_age == nil then return e1 end
-  local max_count, e2 = optional_int(ARGV[4], "max_count")
+  local max_count, e2 = optional_int(ARGS[4], "max_count")
   if max_count == nil then return e2 end
-  local limit = int(ARGV[5])
+  local limit = int(ARGS[5])
   if limit == nil or limit < 1 or limit > 10000 then
     return invalid("limit must be between 1 and 10000")
   end
@@ -97,4 +97,4 @@ local function main()
   return applied("Pruned", fmt(now), fmt(pruned))
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -15,6 +15,6 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
-local function main() return lease_call("release", ARGV[10]) end
+local function main() return lease_call("release", ARGS[10]) end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

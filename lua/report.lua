@@ -22,12 +22,12 @@ local GROUP = 10
 
 local function item(i, now, worker)
   local b = 4 + (i - 1) * GROUP
-  local name = ARGV[b + 1]
-  local t = {ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7]}
+  local name = ARGS[b + 1]
+  local t = {ARGS[b + 2], ARGS[b + 3], ARGS[b + 4], ARGS[b + 5], ARGS[b + 6], ARGS[b + 7]}
   local h, err = load_job(t[1])
   if h == nil then return name, nil, err end
   local c = {now = now, id = t[1], h = h, t = t, worker = worker}
-  return name, c, nil, ARGV[b + 8], ARGV[b + 9], ARGV[b + 10]
+  return name, c, nil, ARGS[b + 8], ARGS[b + 9], ARGS[b + 10]
 end
 
 -- One item: its reply, and what the call record keeps of it (true: applied; else the refusal).
@@ -42,16 +42,16 @@ local function run(i, now, worker, before)
 end
 
 local function main()
-  local cid = ARGV[1]
-  local now, e = clock(ARGV[2])
+  local cid = ARGS[1]
+  local now, e = clock(ARGS[2])
   if now == nil then return e end
-  local worker, n = ARGV[3], int(ARGV[4])
-  if n == nil or n < 1 or n > 1000 or #ARGV ~= 4 + n * GROUP then
+  local worker, n = ARGS[3], int(ARGS[4])
+  if n == nil or n < 1 or n > 1000 or #ARGS ~= 4 + n * GROUP then
     return invalid("malformed report call")
   end
   for i = 1, n do
-    if LEASE_CALLS[ARGV[4 + (i - 1) * GROUP + 1]] == nil then
-      return invalid("unknown call '" .. ARGV[4 + (i - 1) * GROUP + 1] .. "'")
+    if LEASE_CALLS[ARGS[4 + (i - 1) * GROUP + 1]] == nil then
+      return invalid("unknown call '" .. ARGS[4 + (i - 1) * GROUP + 1] .. "'")
     end
   end
   local before = decode_items(recorded(cid))
@@ -63,4 +63,4 @@ local function main()
   return out
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -18,14 +18,14 @@ local function main()
   if c == nil then return err end
   if c.record then return job_applied(c, "") end
   if c.h.st ~= "F" then return refuse("NotFailed") end
-  local bad = text_error(ARGV[5], "reason") or check_queue(c.h.q)
+  local bad = text_error(ARGS[5], "reason") or check_queue(c.h.q)
   if bad then return bad end
   move(c.id, c.h, c.now, {
-    st = "R", at = fmt(c.now), em = ARGV[5], ek = "OperatorRetry",
+    st = "R", at = fmt(c.now), em = ARGS[5], ek = "OperatorRetry",
     m = fmt(tonumber(c.h.m) + 1),
   })
   record(c.cid, "A")
   return job_applied(c, fmt(c.now))
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -20,4 +20,4 @@ local function main()
   return applied("Swept", fmt(now), out, damaged)
 end
 
-return finish(main())
+return run_call(KEYS, ARGV, main)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.exceptions as rex
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 
 from ._keys import KeySpace
 from ._protocol import Call, Limits, NewJob, Protocol
-from ._scripts import Script
+from ._scripts import Library, Script, library
 from .errors import ConfigurationError, ProtocolError, RedisUnavailable
 
 __all__ = ["ClientBase", "EvictionPolicyWarning", "NewJob"]
@@ -62,6 +65,57 @@ def is_noscript(exc: BaseException) -> bool:
     )
 
 
+def functions_unusable(exc: BaseException) -> bool:
+    """Redis before 7 (no FCALL / FUNCTION), or a user not allowed to use them."""
+    text = str(exc).lower()
+    return isinstance(exc, rex.NoPermissionError) or (
+        isinstance(exc, rex.ResponseError)
+        and (text.startswith(("unknown command", "err unknown command", "noperm")))
+    )
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, RedisCluster | AsyncRedisCluster)
+
+
+@dataclass
+class Recovery:
+    """What failed calls need before they are sent again, or nothing (``bool(r)`` is false)."""
+
+    load_library: bool = False
+    use_scripts: bool = False  # stop using functions on this client: EVALSHA from now on
+    scripts: list[Script] = field(default_factory=list)  # to SCRIPT LOAD
+
+    def __bool__(self) -> bool:
+        return self.load_library or self.use_scripts or bool(self.scripts)
+
+
+def recovery(failures: Sequence[tuple[BaseException, Call[Any]]]) -> Recovery:
+    """Decide how to recover from the errors of calls sent once (see ``ClientBase``)."""
+    out = Recovery()
+    seen: set[str] = set()
+    for exc, call in failures:
+        if isinstance(exc, rex.ResponseError) and str(exc).lower() == "function not found":
+            out.load_library = True
+        elif functions_unusable(exc):
+            out.use_scripts = True
+        elif is_noscript(exc) and call.script.sha not in seen:
+            seen.add(call.script.sha)
+            out.scripts.append(call.script)
+    return out
+
+
+def library_load_error(exc: BaseException) -> bool | None:
+    """After FUNCTION LOAD failed: True when functions cannot be used here (fall back to
+    scripts), False when the library is there after all (another client loaded it), None when
+    the error is real."""
+    if isinstance(exc, rex.ResponseError) and "already exists" in str(exc):
+        return False
+    if functions_unusable(exc):
+        return True
+    return None
+
+
 def map_error(exc: BaseException) -> BaseException:
     """Our exception for a redis-py one raised by a script call."""
     if isinstance(exc, CONNECTION_ERRORS):
@@ -84,9 +138,15 @@ class ClientBase:
         key_prefix: str = "quasar",
         check_eviction_policy: bool = True,
         events: bool = True,
+        functions: bool = True,
     ) -> None:
         check_client(redis)
         self.redis = redis
+        # Redis Functions (one library, FCALL) where the server has them; scripts (EVALSHA)
+        # on Redis Cluster clients (redis-py would ask the server for an FCALL's keys on every
+        # call), on Redis 6.2, where functions are refused, or when ``functions=False``.
+        self.functions = functions and not is_cluster(redis)
+        self.library: Library = library()
         self.keys = KeySpace(namespace, tag, key_prefix)
         self.calls = Protocol(self.keys, limits)
         self._policy_checked = not check_eviction_policy
@@ -98,29 +158,66 @@ class ClientBase:
     def namespace(self) -> str:
         return self.keys.namespace
 
-    def _sha_args(self, call: Call[Any]) -> tuple[Any, ...]:
-        return (call.script.sha, len(self._script_keys), *self._script_keys, *call.args)
+    def _command(self, call: Call[Any]) -> tuple[Any, ...]:
+        """The command sending ``call``: FCALL of its function, or EVALSHA of its script."""
+        keys = self._script_keys
+        if self.functions:
+            return ("FCALL", call.script.function, len(keys), *keys, *call.args)
+        return ("EVALSHA", call.script.sha, len(keys), *keys, *call.args)
+
+    def _applied(self, plan: Recovery) -> None:
+        if plan.use_scripts:
+            self.functions = False
+
+    def _library_refused(self, exc: BaseException) -> None:
+        """FUNCTION LOAD failed: scripts from now on, or nothing to do, or a real error."""
+        unusable = library_load_error(exc)
+        if unusable is None:
+            raise exc
+        self.functions = not unusable
 
 
-def noscript_calls(calls: Sequence[Call[Any]], replies: Sequence[Any]) -> list[int]:
-    """Positions of the pipelined calls that came back NOSCRIPT."""
-    return [i for i, reply in enumerate(replies) if is_noscript(reply)]
+# How many times a call is sent at most: first, after loading the library, after falling back to
+# scripts and loading them.
+SENDS = 3
 
 
-def scripts_of(calls: Sequence[Call[Any]], positions: Sequence[int]) -> list[Script]:
-    return list({calls[i].script.sha: calls[i].script for i in positions}.values())
+def failures(
+    calls: Sequence[Call[Any] | None], replies: Sequence[Any]
+) -> list[tuple[int, BaseException, Call[Any]]]:
+    """The pipelined calls whose reply is an error, with their positions."""
+    return [
+        (i, reply, call)
+        for i, (call, reply) in enumerate(zip(calls, replies, strict=True))
+        if call is not None and isinstance(reply, Exception)
+    ]
 
 
-def parse_all(
-    calls: Sequence[Call[Any]], replies: Sequence[Any], again: dict[int, Any]
+def merged(
+    todo: Sequence[Call[Any] | None], got: Sequence[Any], replies: Sequence[Any]
 ) -> list[Any]:
-    """Results of a pipeline, in order: ``again`` holds replies of calls sent a second time."""
+    """The replies so far, with those of the calls just sent (``todo``) replaced by ``got``."""
+    return [r if c is not None else old for c, r, old in zip(todo, got, replies, strict=True)]
+
+
+def resend(
+    todo: Sequence[Call[Any] | None], got: Sequence[Any]
+) -> tuple[Recovery, list[Call[Any] | None]]:
+    """What the failed calls need, and the calls to send again once it is done."""
+    failed = failures(todo, got)
+    plan = recovery([(exc, call) for _, exc, call in failed])
+    again = {i for i, exc, call in failed if recovery([(exc, call)])}
+    return plan, [c if i in again else None for i, c in enumerate(todo)]
+
+
+def parse_all(calls: Sequence[Call[Any]], replies: Sequence[Any]) -> list[Any]:
+    """Results of a pipeline, in order."""
     results = []
     for i, call in enumerate(calls):
         if call.early is not None:
             results.append(call.early)
             continue
-        reply = again.get(i, replies[i])
+        reply = replies[i]
         if isinstance(reply, Exception):
             raise map_error(reply) from reply
         results.append(call.parse(reply))

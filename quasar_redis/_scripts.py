@@ -1,8 +1,18 @@
 """The Lua scripts: found, assembled (``_lib.lua`` prepended) and hashed once per process.
 
 In a wheel the scripts live in ``quasar_redis/lua/``; in a source checkout (editable install) in
-the top-level ``lua/`` folder. Each script is a value whose SHA1 is computed once; clients call
-EVALSHA and load the script on NOSCRIPT (restart, failover, SCRIPT FLUSH), then call again.
+the top-level ``lua/`` folder. The same sources are served two ways:
+
+- as one Redis Functions library (Redis 7+, Valkey): ``_lib.lua`` and every script, loaded once
+  with ``FUNCTION LOAD`` and called with ``FCALL``. Redis runs a library's definitions once, at
+  load, so a call pays only for its own work;
+- as one script per operation (Redis 6.2, and where functions are refused): EVALSHA, loaded on
+  NOSCRIPT (restart, failover, SCRIPT FLUSH), then called again.
+
+Every script ends with ``return run_call(KEYS, ARGV, main)``: in a script that is the call; in
+the library it becomes the registration of ``main`` as the function ``quasar_<version>_<name>``,
+``<version>`` being a hash of the sources, so that clients of different versions sharing one
+server each find their own functions.
 
 Only the parts of ``_lib.lua`` a script uses are prepended to it: Redis runs a script's whole
 chunk on every call, and each ``local function`` and table it defines costs time on every call
@@ -46,6 +56,16 @@ class Script:
     name: str
     source: str = field(repr=False)
     sha: str
+    function: str = ""  # its name in the function library
+
+
+@dataclass(frozen=True, slots=True)
+class Library:
+    name: str
+    source: str = field(repr=False)
+
+
+ENDING = "return run_call(KEYS, ARGV, main)"
 
 
 def lua_dir() -> Path:
@@ -57,7 +77,7 @@ def lua_dir() -> Path:
     raise ConfigurationError(f"the Lua scripts are missing (looked in {here / 'lua'})")
 
 
-_DEFINES = re.compile(r"^local\s+(?:function\s+(\w+)|([\w\s,]+?)\s*=)", re.MULTILINE)
+_DEFINES = re.compile(r"^local\s+(?:function\s+(\w+)|([\w ,]+?)\s*(?:=|$))", re.MULTILINE)
 _WORD = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -95,14 +115,45 @@ def assemble(lib: str, body: str) -> str:
     return "".join(text for i, (_, text) in enumerate(blocks) if i in wanted) + body
 
 
+def _sources() -> tuple[str, dict[str, str]]:
+    folder = lua_dir()
+    lib = (folder / "_lib.lua").read_text(encoding="utf-8")
+    bodies = {name: (folder / f"{name}.lua").read_text(encoding="utf-8") for name in NAMES}
+    for name, body in bodies.items():
+        if body.rstrip().splitlines()[-1] != ENDING:
+            raise ConfigurationError(f"{name}.lua must end with {ENDING!r}")
+    return lib, bodies
+
+
+@cache
+def library() -> Library:
+    """The function library: ``_lib.lua`` once, then each script in a block of its own."""
+    lib, bodies = _sources()
+    version = hashlib.sha1((lib + "".join(bodies.values())).encode()).hexdigest()[:12]
+    name = f"quasar_{version}"
+    parts = [
+        f"#!lua name={name}\n",
+        lib,
+        "\nlocal function register(name, main)\n"
+        "  redis.register_function(name, function(keys, args)\n"
+        "    return run_call(keys, args, main)\n"
+        "  end)\n"
+        "end\n",
+    ]
+    for script, body in bodies.items():
+        block = body.rstrip()[: -len(ENDING)] + f'register("{name}_{script}", main)\n'
+        parts.append(f"\n-- ===== {script}.lua =====\ndo\n{block}end\n")
+    return Library(name, "".join(parts))
+
+
 @cache
 def scripts() -> dict[str, Script]:
     """Every script by name, assembled and hashed (once per process)."""
-    folder = lua_dir()
-    lib = (folder / "_lib.lua").read_text(encoding="utf-8")
+    lib, bodies = _sources()
+    prefix = library().name
     out = {}
-    for name in NAMES:
-        body = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    for name, body in bodies.items():
         source = assemble(lib, f"\n-- ===== {name}.lua =====\n{body}")
-        out[name] = Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+        sha = hashlib.sha1(source.encode()).hexdigest()
+        out[name] = Script(name, source, sha, f"{prefix}_{name}")
     return out

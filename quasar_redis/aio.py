@@ -6,15 +6,18 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import redis.exceptions as rex
+
 from . import _types as t
 from ._base import (
-    CONNECTION_ERRORS,
+    SENDS,
     ClientBase,
-    is_noscript,
+    Recovery,
     map_error,
-    noscript_calls,
+    merged,
     parse_all,
-    scripts_of,
+    recovery,
+    resend,
     warn_policy,
 )
 from ._protocol import Call, NewJob
@@ -40,43 +43,61 @@ class AsyncQuasar(ClientBase):
     # plumbing -------------------------------------------------------------------------------------
 
     async def execute(self, call: Call[T]) -> T:
-        """Send one call (EVALSHA; on NOSCRIPT load the script and send it again)."""
+        """Send one call (FCALL or EVALSHA); what the server lacks is loaded, then sent again."""
         if call.early is not None:
             return call.early
         await self._check_policy()
         try:
-            try:
-                reply = await self.redis.evalsha(*self._sha_args(call))
-            except Exception as exc:
-                if not is_noscript(exc):
-                    raise
-                await self.redis.script_load(call.script.source)
-                reply = await self.redis.evalsha(*self._sha_args(call))
+            reply = await self._send(call)
         except Exception as exc:
             raise map_error(exc) from exc
         return call.parse(reply)
 
+    async def _send(self, call: Call[Any]) -> Any:
+        for attempt in range(SENDS):
+            try:
+                return await self.redis.execute_command(*self._command(call))
+            except rex.ResponseError as exc:
+                plan = recovery([(exc, call)])
+                if not plan or attempt == SENDS - 1:
+                    raise
+                await self._recover(plan)
+        raise AssertionError("unreachable")
+
+    async def _recover(self, plan: Recovery) -> None:
+        """Load what is missing: the function library, or scripts (see ``Recovery``)."""
+        self._applied(plan)
+        if plan.load_library and self.functions:
+            try:
+                await self.redis.execute_command("FUNCTION", "LOAD", self.library.source)
+            except rex.ResponseError as exc:
+                self._library_refused(exc)
+        for script in plan.scripts:
+            await self.redis.script_load(script.source)
+
     async def execute_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send many calls in one pipeline (one round trip); results in the same order."""
         await self._check_policy()
-        sent = [c if c.early is None else None for c in calls]
+        todo: list[Call[Any] | None] = [c if c.early is None else None for c in calls]
+        replies: list[Any] = [None] * len(calls)
         try:
-            replies = await self._pipeline(sent)
-            missing = noscript_calls(calls, replies)
-            for script in scripts_of(calls, missing):
-                await self.redis.script_load(script.source)
-            again = await self._pipeline([calls[i] for i in missing]) if missing else []
-        except CONNECTION_ERRORS as exc:
+            for attempt in range(SENDS):
+                got = await self._pipeline(todo)
+                replies = merged(todo, got, replies)
+                plan, todo = resend(todo, got)
+                if not plan or attempt == SENDS - 1:
+                    break
+                await self._recover(plan)
+        except rex.RedisError as exc:
             raise map_error(exc) from exc
-        return parse_all(calls, replies, dict(zip(missing, again, strict=True)))
+        return parse_all(calls, replies)
 
     async def _pipeline(self, calls: Sequence[Call[Any] | None]) -> list[Any]:
         pipe = self.redis.pipeline(transaction=False)
         for call in calls:
-            if call is None:
-                continue
-            # execute_command: redis-py blocks pipe.evalsha() in cluster pipelines, not this
-            pipe.execute_command("EVALSHA", *self._sha_args(call))
+            if call is not None:
+                # execute_command: redis-py blocks pipe.evalsha() in cluster pipelines, not this
+                pipe.execute_command(*self._command(call))
         replies = iter(await pipe.execute(raise_on_error=False))
         return [None if call is None else next(replies) for call in calls]
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import redis.exceptions as rex
+
 from . import _types as t
 from ._base import (
-    CONNECTION_ERRORS,
+    SENDS,
     ClientBase,
-    is_noscript,
+    Recovery,
     map_error,
-    noscript_calls,
+    merged,
     parse_all,
-    scripts_of,
+    recovery,
+    resend,
     warn_policy,
 )
 from ._protocol import Call, NewJob
@@ -32,43 +35,61 @@ class Quasar(ClientBase):
     # plumbing -------------------------------------------------------------------------------------
 
     def execute(self, call: Call[T]) -> T:
-        """Send one call (EVALSHA; on NOSCRIPT load the script and send it again)."""
+        """Send one call (FCALL or EVALSHA); what the server lacks is loaded, then sent again."""
         if call.early is not None:
             return call.early
         self._check_policy()
         try:
-            try:
-                reply = self.redis.evalsha(*self._sha_args(call))
-            except Exception as exc:
-                if not is_noscript(exc):
-                    raise
-                self.redis.script_load(call.script.source)
-                reply = self.redis.evalsha(*self._sha_args(call))
+            reply = self._send(call)
         except Exception as exc:
             raise map_error(exc) from exc
         return call.parse(reply)
 
+    def _send(self, call: Call[Any]) -> Any:
+        for attempt in range(SENDS):
+            try:
+                return self.redis.execute_command(*self._command(call))
+            except rex.ResponseError as exc:
+                plan = recovery([(exc, call)])
+                if not plan or attempt == SENDS - 1:
+                    raise
+                self._recover(plan)
+        raise AssertionError("unreachable")
+
+    def _recover(self, plan: Recovery) -> None:
+        """Load what is missing: the function library, or scripts (see ``Recovery``)."""
+        self._applied(plan)
+        if plan.load_library and self.functions:
+            try:
+                self.redis.execute_command("FUNCTION", "LOAD", self.library.source)
+            except rex.ResponseError as exc:
+                self._library_refused(exc)
+        for script in plan.scripts:
+            self.redis.script_load(script.source)
+
     def execute_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send many calls in one pipeline (one round trip); results in the same order."""
         self._check_policy()
-        sent = [c if c.early is None else None for c in calls]
+        todo: list[Call[Any] | None] = [c if c.early is None else None for c in calls]
+        replies: list[Any] = [None] * len(calls)
         try:
-            replies = self._pipeline(sent)
-            missing = noscript_calls(calls, replies)
-            for script in scripts_of(calls, missing):
-                self.redis.script_load(script.source)
-            again = self._pipeline([calls[i] for i in missing]) if missing else []
-        except CONNECTION_ERRORS as exc:
+            for attempt in range(SENDS):
+                got = self._pipeline(todo)
+                replies = merged(todo, got, replies)
+                plan, todo = resend(todo, got)
+                if not plan or attempt == SENDS - 1:
+                    break
+                self._recover(plan)
+        except rex.RedisError as exc:
             raise map_error(exc) from exc
-        return parse_all(calls, replies, dict(zip(missing, again, strict=True)))
+        return parse_all(calls, replies)
 
     def _pipeline(self, calls: Sequence[Call[Any] | None]) -> list[Any]:
         pipe = self.redis.pipeline(transaction=False)
         for call in calls:
-            if call is None:
-                continue
-            # execute_command: redis-py blocks pipe.evalsha() in cluster pipelines, not this
-            pipe.execute_command("EVALSHA", *self._sha_args(call))
+            if call is not None:
+                # execute_command: redis-py blocks pipe.evalsha() in cluster pipelines, not this
+                pipe.execute_command(*self._command(call))
         replies = iter(pipe.execute(raise_on_error=False))
         return [None if call is None else next(replies) for call in calls]
 

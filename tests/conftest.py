@@ -1,5 +1,8 @@
 """Backends for every behaviour test: fakeredis (embedded) and a real redis-server.
 
+The ``q`` client sends scripts (EVALSHA) on fakeredis and the function library (FCALL) on the
+real server, so that every behaviour test runs once over each transport.
+
 Each test gets its own namespace; on a real server only that namespace's keys are deleted after
 it (never FLUSHDB / FLUSHALL). Without a reachable server the real-Redis half skips with a reason,
 unless QUASAR_REQUIRE_REDIS=1 (CI), where it fails instead.
@@ -68,5 +71,5 @@ def redis_client(backend: str, namespace: str) -> Iterator[Any]:
 
 
 @pytest.fixture
-def q(redis_client: Any, namespace: str) -> Quasar:
-    return Quasar(redis_client, namespace)
+def q(redis_client: Any, backend: str, namespace: str) -> Quasar:
+    return Quasar(redis_client, namespace, functions=backend == "redis")

@@ -122,7 +122,7 @@ class PolicyClient:
     def config_get(self, name: str) -> dict[bytes, bytes]:
         return {name.encode(): self.policy}
 
-    def evalsha(self, *args: Any) -> Any:
+    def execute_command(self, *args: Any) -> Any:
         return ["Counts", "0", "0", "0", "0", "0", "0", "0", "0", "0"]
 
 

@@ -63,9 +63,23 @@ def test_queue_key_of_the_wrong_type_raises_and_changes_nothing(q: Quasar) -> No
         q.claim("default", "w", 100, now=T0)
     with pytest.raises(CorruptKeyError):
         q.claim_job("j", "w", 100, now=T0)
-    with pytest.raises(CorruptKeyError):
-        q.enqueue_many([NewJob("s", id="new")], now=T0)
     assert snapshot(q) == before
+    # An enqueue checks the keys it writes, and only those: the leased index is none of them.
+    applied(q.enqueue("s", id="new", now=T0))
+    q.redis.delete(q.keys.queue("default", "ready"))
+    q.redis.set(q.keys.queue("default", "ready"), "oops")
+    before = snapshot(q)
+    with pytest.raises(CorruptKeyError, match=r"ready.*holds a string, expected a zset"):
+        q.enqueue_many([NewJob("s", id="newer")], now=T0)
+    assert snapshot(q) == before
+    wake, delayed = q.keys.wake("other"), q.keys.queue("other", "delayed")
+    for key, kind, later in ((wake, "list", None), (delayed, "zset", T0 + 1000)):
+        q.redis.set(key, "oops")
+        before = snapshot(q)
+        with pytest.raises(CorruptKeyError, match=f"holds a string, expected a {kind}"):
+            q.enqueue("s", id="x", queue="other", available_at=later, now=T0)
+        assert snapshot(q) == before
+        q.redis.delete(key)
 
 
 def test_sweep_reports_a_damaged_leased_job_and_leaves_it(q: Quasar) -> None:

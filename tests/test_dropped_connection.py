@@ -1,8 +1,9 @@
 """A reply lost to a broken connection is never misreported (real Redis, through tests/proxy.py).
 
-The proxy forwards one EVALSHA, lets Redis run it, swallows the reply and cuts the connection;
-redis-py, configured to retry, reconnects and re-sends the same bytes (same call id). Each test
-checks that the script ran twice on the server (two identical EVALSHA forwarded), that the client
+The proxy forwards one call (FCALL, or EVALSHA: every test runs with both), lets Redis run it,
+swallows the reply and cuts the connection; redis-py, configured to retry, reconnects and re-sends
+the same bytes (same call id). Each test checks that the script ran twice on the server (two
+identical calls forwarded), that the client
 got the reply the first delivery produced (the swallowed reply, decoded by the same parser), and
 that the namespace is the same after the re-send as it was between the two deliveries.
 """
@@ -40,7 +41,7 @@ from quasar_redis import (
     Succeeded,
 )
 from quasar_redis._protocol import Call
-from quasar_redis._scripts import scripts
+from quasar_redis._scripts import library, scripts
 
 from .conftest import delete_namespace, real_redis
 from .helpers import applied, claimed, snapshot
@@ -48,15 +49,14 @@ from .proxy import HOST, Proxy, has
 
 T = TypeVar("T")
 LEASE = 60_000
-EVALSHA = has(b"EVALSHA")
 RETRY_ON: list[type[Exception]] = [redis.ConnectionError, redis.TimeoutError]
 
 
 class Recording(Quasar):
     """A Quasar that remembers the calls it built, to decode a swallowed reply the same way."""
 
-    def __init__(self, client: Any, namespace: str) -> None:
-        super().__init__(client, namespace)
+    def __init__(self, client: Any, namespace: str, functions: bool = True) -> None:
+        super().__init__(client, namespace, functions=functions)
         self.made: list[Call[Any]] = []
 
     def execute(self, call: Call[T]) -> T:
@@ -65,8 +65,8 @@ class Recording(Quasar):
 
 
 class AsyncRecording(AsyncQuasar):
-    def __init__(self, client: Any, namespace: str) -> None:
-        super().__init__(client, namespace)
+    def __init__(self, client: Any, namespace: str, functions: bool = True) -> None:
+        super().__init__(client, namespace, functions=functions)
         self.made: list[Call[Any]] = []
 
     async def execute(self, call: Call[T]) -> T:
@@ -90,10 +90,16 @@ class Rig:
     q: Recording
     direct: Quasar  # the same namespace, straight to Redis (set-up and inspection)
 
+    @property
+    def command(self) -> bytes:
+        return b"FCALL" if self.q.functions else b"EVALSHA"
+
     def arm(self, before_resend: Callable[[], object] | None = None) -> dict[str, Any]:
-        """Cut the connection after the next EVALSHA; returns where the snapshot between goes."""
-        for script in scripts().values():  # no NOSCRIPT round trip inside the test
+        """Cut the connection after the next call; returns where the snapshot between goes."""
+        # Nothing to load inside the test (no NOSCRIPT or missing-function round trip).
+        for script in scripts().values():
             self.direct.redis.script_load(script.source)
+        self.direct.redis.function_load(library().source, replace=True)
         self.proxy.reset()
         self.q.made.clear()
         between: dict[str, Any] = {}
@@ -103,7 +109,7 @@ class Rig:
             if before_resend is not None:
                 before_resend()
 
-        self.proxy.cut_after_next(EVALSHA, before_resend=look)
+        self.proxy.cut_after_next(has(self.command), before_resend=look)
         return between
 
     def lost(
@@ -112,7 +118,7 @@ class Rig:
         """Run ``action`` (one client call) with its first reply lost."""
         between = self.arm(before_resend)
         second = action()
-        check_delivered_twice(self.proxy)
+        check_delivered_twice(self.proxy, self.command)
         assert len(self.q.made) == 1, "the client must build one call and re-send it as is"
         first: T = self.q.made[0].parse(self.proxy.dropped[0])
         return Lost(first, second, between, snapshot(self.direct))
@@ -121,12 +127,12 @@ class Rig:
         claimed(self.direct.claim("default", "other", LEASE))
 
 
-def check_delivered_twice(proxy: Proxy) -> None:
-    sent = proxy.forwarded(b"EVALSHA")
+def check_delivered_twice(proxy: Proxy, command: bytes) -> None:
+    sent = proxy.forwarded(command)
     assert not proxy.armed, "the proxy never cut the connection: nothing was re-sent"
     assert len(proxy.dropped) == 1, proxy.dropped
     assert not isinstance(proxy.dropped[0], Exception), f"first delivery failed: {proxy.dropped}"
-    assert len(sent) == 2, f"EVALSHA must reach Redis twice, reached it {len(sent)} times"
+    assert len(sent) == 2, f"{command!r} must reach Redis twice, reached it {len(sent)} times"
     assert sent[0] == sent[1], "the re-send must carry the same call (same call id)"
     assert not proxy.errors, proxy.errors
 
@@ -148,8 +154,10 @@ def proxy(upstream: redis.Redis) -> Iterator[Proxy]:
         yield running
 
 
-@pytest.fixture
-def rig(proxy: Proxy, upstream: redis.Redis, namespace: str) -> Iterator[Rig]:
+@pytest.fixture(params=["functions", "scripts"])
+def rig(
+    request: pytest.FixtureRequest, proxy: Proxy, upstream: redis.Redis, namespace: str
+) -> Iterator[Rig]:
     retrying = redis.Redis(
         host=HOST,
         port=proxy.port,
@@ -159,7 +167,8 @@ def rig(proxy: Proxy, upstream: redis.Redis, namespace: str) -> Iterator[Rig]:
         socket_timeout=10,
     )
     try:
-        yield Rig(proxy, Recording(retrying, namespace), Quasar(upstream, namespace))
+        functions = request.param == "functions"
+        yield Rig(proxy, Recording(retrying, namespace, functions), Quasar(upstream, namespace))
     finally:
         retrying.close()
 
@@ -421,7 +430,7 @@ async def async_lost(rig: Rig, q: AsyncRecording, action: Callable[[], Awaitable
     between = rig.arm()
     q.made.clear()
     second = await action()
-    check_delivered_twice(rig.proxy)
+    check_delivered_twice(rig.proxy, rig.command)
     assert len(q.made) == 1, "the client must build one call and re-send it as is"
     first: T = q.made[0].parse(rig.proxy.dropped[0])
     return Lost(first, second, between, snapshot(rig.direct))
@@ -437,7 +446,7 @@ async def async_claim_and_complete(rig: Rig) -> tuple[Lost[Any], Lost[Any]]:
         socket_timeout=10,
     )
     try:
-        q = AsyncRecording(client, rig.q.namespace)
+        q = AsyncRecording(client, rig.q.namespace, rig.q.functions)
         claim = await async_lost(rig, q, lambda: q.claim("default", "w", LEASE))
         token = claimed(claim.second).token
         done = await async_lost(rig, q, lambda: q.complete(token, "w", result="done"))

@@ -145,8 +145,8 @@ class QuasarSystem(System):
                 continue
             client_us.append((time.perf_counter() - start) / claims * 1e6)
             after = harness.server.snapshot()
-            calls = after.evalsha_calls - before.evalsha_calls
-            server_us.append((after.evalsha_usec - before.evalsha_usec) / max(calls, 1))
+            calls = after.script_calls - before.script_calls
+            server_us.append((after.script_usec - before.script_usec) / max(calls, 1))
         return statistics.median(client_us), statistics.median(server_us)
 
 

@@ -1,0 +1,122 @@
+"""How calls reach Redis: the function library (FCALL) where the server has functions, scripts
+(EVALSHA) where it refuses them, and what either lacks is loaded on the first call that needs it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from quasar_redis import AsyncQuasar, NewJob, Quasar
+from quasar_redis._scripts import library, scripts
+
+from .conftest import REDIS_URL, delete_namespace, real_redis
+from .helpers import applied
+
+
+def library_loaded(client: Any) -> bool:
+    return bool(client.function_list(library=library().name))
+
+
+def pairs(flat: list[Any]) -> dict[bytes, Any]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def test_a_missing_library_is_loaded_by_the_next_call(redis_client: Any, namespace: str) -> None:
+    q = Quasar(redis_client, namespace)
+    applied(q.enqueue("s", id="a"))
+    assert q.functions and library_loaded(redis_client)
+    redis_client.function_delete(library().name)  # a restart without persistence, a flush
+    applied(q.enqueue("s", id="b"))
+    assert library_loaded(redis_client)
+    redis_client.function_delete(library().name)
+    results = q.execute_many([q.calls.enqueue(NewJob("s", id=i)) for i in ("c", "d")])
+    assert [applied(r).id for r in results] == ["c", "d"]
+    assert q.counts("default").available == 4
+    assert q.functions
+
+
+def test_every_script_is_one_function_of_the_library(redis_client: Any) -> None:
+    Quasar(redis_client, "t").counts("default")
+    listed = pairs(redis_client.function_list(library=library().name)[0])
+    names = {pairs(f)[b"name"].decode() for f in listed[b"functions"]}
+    assert names == {s.function for s in scripts().values()}
+
+
+def test_scripts_when_asked(redis_client: Any, namespace: str) -> None:
+    q = Quasar(redis_client, namespace, functions=False)
+    redis_client.script_flush()
+    applied(q.enqueue("s", id="a"))  # NOSCRIPT: loaded, sent again
+    results = q.execute_many([q.calls.enqueue(NewJob("s", id="b")), q.calls.counts("default")])
+    assert applied(results[0]).id == "b"
+    assert results[1].available == 2
+    assert not q.functions
+
+
+@pytest.fixture
+def refusing_user() -> Iterator[tuple[str, str]]:
+    """A user of the real server that may not use functions (as on some managed services)."""
+    admin = real_redis()
+    name, password = f"quasar-test-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    admin.acl_setuser(
+        name,
+        enabled=True,
+        passwords=[f"+{password}"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-fcall", "-function"],
+    )
+    try:
+        yield name, password
+    finally:
+        admin.acl_deluser(name)
+        admin.close()
+
+
+def test_a_server_refusing_functions_gets_scripts(
+    refusing_user: tuple[str, str], namespace: str
+) -> None:
+    user, password = refusing_user
+    client = redis.Redis.from_url(REDIS_URL, username=user, password=password)
+    try:
+        q = Quasar(client, namespace)
+        assert q.functions
+        applied(q.enqueue("s", id="a"))
+        assert not q.functions  # FCALL refused (NOPERM): scripts from now on
+        again = Quasar(client, namespace)
+        results = again.execute_many([again.calls.enqueue(NewJob("s", id="b"))])
+        assert applied(results[0]).id == "b" and not again.functions
+
+        async def flow() -> None:
+            aclient = redis.asyncio.Redis.from_url(REDIS_URL, username=user, password=password)
+            try:
+                aq = AsyncQuasar(aclient, namespace, coalesce=False)
+                applied(await aq.enqueue("s", id="c"))
+                assert not aq.functions
+            finally:
+                await aclient.aclose()
+
+        asyncio.run(flow())
+        assert q.counts("default").available == 3
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
+
+
+def test_what_counts_as_a_server_without_functions() -> None:
+    from redis.exceptions import NoPermissionError, ResponseError
+
+    from quasar_redis._base import functions_unusable, library_load_error
+
+    # Redis 6.2 (as redis-py words it), and ACLs denying the commands.
+    assert functions_unusable(ResponseError("unknown command `FCALL`, with args beginning with: "))
+    assert functions_unusable(NoPermissionError("this user has no permissions to run 'fcall'"))
+    assert not functions_unusable(ResponseError("Function not found"))
+    assert library_load_error(ResponseError("Library 'quasar_x' already exists")) is False
+    assert library_load_error(ResponseError("unknown command `FUNCTION`")) is True
+    assert library_load_error(ResponseError("Error compiling function")) is None
