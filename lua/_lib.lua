@@ -67,7 +67,18 @@ local function key_q(queue, what)
   return k
 end
 
-local function fmt(n) return string.format("%d", n) end
+-- Small integers and their text, looked up rather than formatted or parsed (attempts, fences,
+-- counts: most integers a transition handles). Anything else goes through format / tonumber.
+local SMALL_TEXT, SMALL_NUM = {}, {}
+for i = 0, 32 do -- (a function library runs this at load, where no library table is reachable)
+  SMALL_TEXT[i] = "" .. i
+  SMALL_NUM[SMALL_TEXT[i]] = i
+end
+
+local function fmt(n) return SMALL_TEXT[n] or string.format("%d", n) end
+
+-- The number in a stored integer field (checked when the job was loaded).
+local function num(s) return SMALL_NUM[s] or tonumber(s) end
 
 -- The record of an applied call (see "Re-sent calls" above), or nil. A key of another type is
 -- no record of ours: it is ignored here and never overwritten.
@@ -216,20 +227,21 @@ local function fill_defaults(id, h)
   end
 end
 
--- The checks every stored field gets (those holding their default are not stored, and good).
-local function check_job(id, h, raw)
-  for i = 1, #raw, 2 do
-    local f = raw[i]
-    if NUMERIC[f] and not_integer(raw[i + 1]) then
-      return corrupt(id, "field '" .. f .. "' is not an integer")
-    end
-  end
+-- Queue names found valid in this call (a batch names the same few again and again).
+local NAMES_OK = {}
+
+-- The checks every stored field gets (those holding their default are not stored, and good);
+-- not_numeric: the first integer field that holds something else, found while loading.
+local function check_job(id, h, not_numeric)
+  if not_numeric then return corrupt(id, "field '" .. not_numeric .. "' is not an integer") end
   if h.s == nil then return corrupt(id, "field 's' is missing") end
   local need = STATE_NEEDS[h.st]
   if need == nil then return corrupt(id, "field 'st' holds an unknown state") end
   if h[need] == nil then return corrupt(id, "field '" .. need .. "' is not an integer") end
-  if h.q ~= nil and h.q ~= "default" and not valid_name(h.q, NAME_MAX) then
-    return corrupt(id, "field 'q' is not a valid queue name")
+  local q = h.q
+  if q ~= nil and not NAMES_OK[q] then
+    if not valid_name(q, NAME_MAX) then return corrupt(id, "field 'q' is not a valid queue name") end
+    NAMES_OK[q] = true
   end
   if h.st == "L" and (h.w == nil or h.n == nil) then
     return corrupt(id, "a leased job lacks its worker or nonce")
@@ -246,9 +258,15 @@ local function load_job(id)
     return nil, corrupt(id, "key holds a " .. kind .. ", not a hash")
   end
   if #raw == 0 then return nil, refuse("MissingJob", id) end
-  local h = {}
-  for i = 1, #raw, 2 do h[raw[i]] = raw[i + 1] end
-  local bad = check_job(id, h, raw)
+  local h, not_numeric = {}, nil
+  for i = 1, #raw, 2 do
+    local f, v = raw[i], raw[i + 1]
+    h[f] = v
+    if NUMERIC[f] and not SMALL_NUM[v] and not_numeric == nil and not_integer(v) then
+      not_numeric = f
+    end
+  end
+  local bad = check_job(id, h, not_numeric)
   if bad then return nil, bad end
   fill_defaults(id, h)
   RAW[id], CHANGED[id] = raw, nil
@@ -487,12 +505,21 @@ end
 -- available_at below 2^48 ms, sequence below 2^40), then the id. Binary rather than hex keeps a
 -- member with a 16-character id within 32 bytes of memory (Redis compares members as bytes).
 local READY_PREFIX = 11
+-- The 6 bytes of each available_at met in this call (a batch shares one or a few).
+local AT_BYTES = {}
+
 local function ready_member(id, h)
-  local at, sq, floor = tonumber(h.at), tonumber(h.sq), math.floor
-  return string.char(floor(at / 1099511627776) % 256, floor(at / 4294967296) % 256,
-    floor(at / 16777216) % 256, floor(at / 65536) % 256, floor(at / 256) % 256, at % 256,
-    floor(sq / 4294967296) % 256, floor(sq / 16777216) % 256, floor(sq / 65536) % 256,
-    floor(sq / 256) % 256, sq % 256) .. id
+  local floor = math.floor
+  local prefix = AT_BYTES[h.at]
+  if prefix == nil then
+    local at = tonumber(h.at)
+    prefix = string.char(floor(at / 1099511627776) % 256, floor(at / 4294967296) % 256,
+      floor(at / 16777216) % 256, floor(at / 65536) % 256, floor(at / 256) % 256, at % 256)
+    AT_BYTES[h.at] = prefix
+  end
+  local sq = num(h.sq)
+  return prefix .. string.char(floor(sq / 4294967296) % 256, floor(sq / 16777216) % 256,
+    floor(sq / 65536) % 256, floor(sq / 256) % 256, sq % 256) .. id
 end
 
 local function ready_id(member) return string.sub(member, READY_PREFIX + 1) end
@@ -500,7 +527,7 @@ local function ready_id(member) return string.sub(member, READY_PREFIX + 1) end
 local FINISHED = {S = "succeeded", F = "failed", C = "cancelled"}
 
 -- Dependencies not yet succeeded (pd > 0); the usual "0" needs no number parsing.
-local function blocked(h) return h.pd ~= "0" and tonumber(h.pd) > 0 end
+local function blocked(h) return h.pd ~= "0" and num(h.pd) > 0 end
 
 -- member: the job's entry in the ready index, when the caller took it from there (a claim by
 -- queue): nothing else to remove.
@@ -660,7 +687,7 @@ local function release_dependents(list, now)
   for _, item in ipairs(list) do
     local did, dh = item[1], item[2]
     if (dh.st == "W" or dh.st == "R") and blocked(dh) then
-      move(did, dh, now, {pd = fmt(tonumber(dh.pd) - 1)})
+      move(did, dh, now, {pd = fmt(num(dh.pd) - 1)})
     end
   end
 end
@@ -687,7 +714,7 @@ end
 
 -- The seed's retry_or_fail: the changes to apply.
 local function retry_or_fail(h, kind, reason, now, delay)
-  if tonumber(h.a) < tonumber(h.m) then
+  if num(h.a) < num(h.m) then
     return {st = "R", at = fmt(now + delay), ek = kind, em = reason}
   end
   return {st = "F", fin = fmt(now), ek = kind, em = reason}
@@ -716,9 +743,9 @@ end
 
 -- The seed's claim_ready after its checks passed: attempt+1, fence+1, Leased.
 local function lease(id, h, worker, lease_ms, now, nonce, member)
-  local fence = tonumber(h.f) + 1
+  local fence = num(h.f) + 1
   move(id, h, now, {
-    st = "L", a = fmt(tonumber(h.a) + 1), f = fmt(fence), w = worker, x = fmt(now + lease_ms),
+    st = "L", a = fmt(num(h.a) + 1), f = fmt(fence), w = worker, x = fmt(now + lease_ms),
     n = nonce, att = fmt(now),
   }, member)
   return {"Claim", job_reply(id, h), token_reply(id, h)}
@@ -869,7 +896,7 @@ local function do_release(c, delay_arg)
   if delay == nil then return e end
   bad = time_error(c.now + delay, "now + delay") or check_queue(c.h.q)
   if bad then return bad end
-  move(c.id, c.h, c.now, {st = "W", at = fmt(c.now + delay), a = fmt(tonumber(c.h.a) - 1)})
+  move(c.id, c.h, c.now, {st = "W", at = fmt(c.now + delay), a = fmt(num(c.h.a) - 1)})
   return nil
 end
 
@@ -916,7 +943,7 @@ end
 local function run_call(keys, args, main)
   P, EVENTS, ARGS = keys[1], keys[2], args
   KEY_QUEUES, KEY_SEQ = P .. "queues", P .. "seq"
-  KEY_Q, IMPLICIT_INS, RAW, CHANGED, CHECKED = {}, {}, {}, {}, {}
-  EVENT_RUNS, INDEX, INDEX_KEYS, WOKEN = {}, {}, {}, {}
+  KEY_Q, IMPLICIT_INS, RAW, CHANGED, CHECKED, NAMES_OK = {}, {}, {}, {}, {}, {}
+  EVENT_RUNS, INDEX, INDEX_KEYS, WOKEN, AT_BYTES = {}, {}, {}, {}, {}
   return finish(main())
 end

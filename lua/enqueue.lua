@@ -34,24 +34,37 @@
 
 local GROUP = 13
 
-local function seed_checks(a, now)
+-- A batch repeats the same few values (attempts, priority, stage, queue): each is checked once a
+-- call, in the call's memo (m.ints: integer arguments parsed; m.names: stages and queues found
+-- valid). Only successes are kept: a refusal is worded for its argument.
+local function int_memo(m, s, what)
+  local n = m.ints[s]
+  if n ~= nil then return n end
+  local v, e = int_arg(s, what)
+  if v ~= nil then m.ints[s] = v end
+  return v, e
+end
+
+local NO_DEPS = {} -- shared by every job without dependencies: never written to
+
+local function seed_checks(a, now, m)
   if a.id == "" then return invalid("id must not be empty") end
   if a.stage == "" then return invalid("stage must not be empty") end
   if a.input_ref == "" then return invalid("input_ref must not be empty") end
-  local rv, e1 = int_arg(a.input_revision, "input_revision")
+  local rv, e1 = int_memo(m, a.input_revision, "input_revision")
   if rv == nil then return e1 end
   if rv < 0 then return invalid("input_revision must be nonnegative") end
-  local m, e2 = int_arg(a.max_attempts, "max_attempts")
-  if m == nil then return e2 end
-  if m < 1 then return invalid("max_attempts must be positive") end
+  local attempts, e2 = int_memo(m, a.max_attempts, "max_attempts")
+  if attempts == nil then return e2 end
+  if attempts < 1 then return invalid("max_attempts must be positive") end
   local at
   if a.available_at ~= "" then
     local e3
-    at, e3 = int_arg(a.available_at, "available_at")
+    at, e3 = int_memo(m, a.available_at, "available_at")
     if at == nil then return e3 end
     if at < 0 then return invalid("available_at must be nonnegative") end
   else
-    local delay, e4 = int_arg(a.delay == "" and "0" or a.delay, "delay")
+    local delay, e4 = int_memo(m, a.delay == "" and "0" or a.delay, "delay")
     if delay == nil then return e4 end
     if delay < 0 then return invalid("delay must be nonnegative") end
     at = now + delay
@@ -60,20 +73,39 @@ local function seed_checks(a, now)
   return time_error(at, "available_at")
 end
 
-local function limit_checks(a, max_payload, max_deps)
-  local bad = id_error(a.id, "id") or name_error(a.queue, "queue") or stage_error(a.stage)
-    or text_error(a.input_ref, "input_ref")
+local function name_checks(a, m)
+  local bad = id_error(a.id, "id")
+  if bad then return bad end
+  if not m.names[a.queue] then
+    bad = name_error(a.queue, "queue")
+    if bad then return bad end
+    m.names[a.queue] = true
+  end
+  if not m.stages[a.stage] then
+    bad = stage_error(a.stage)
+    if bad then return bad end
+    m.stages[a.stage] = true
+  end
+  return text_error(a.input_ref, "input_ref")
+end
+
+local function limit_checks(a, max_payload, max_deps, m)
+  local bad = name_checks(a, m)
   if bad then return bad end
   if #a.payload > max_payload then
     return invalid("payload is " .. #a.payload .. " bytes, over the limit of " .. max_payload)
   end
-  local pr, e = int_arg(a.priority, "priority")
+  local pr, e = int_memo(m, a.priority, "priority")
   if pr == nil then return e end
   if pr < PRIORITY_MIN or pr > PRIORITY_MAX then
     return invalid("priority must be between " .. PRIORITY_MIN .. " and " .. PRIORITY_MAX)
   end
   if a.odf ~= "block" and a.odf ~= "cancel" then
     return invalid("on_dependency_failure must be 'block' or 'cancel'")
+  end
+  if a.dependencies == "" then
+    a.deps = NO_DEPS
+    return nil
   end
   a.deps = split(a.dependencies)
   if #a.deps > max_deps then
@@ -137,7 +169,7 @@ end
 
 -- Every check of one job, given the ids applied earlier in this call; nil when it may go in.
 local function check_one(a, now, limits, batch)
-  local bad = seed_checks(a, now) or limit_checks(a, limits.payload, limits.deps)
+  local bad = seed_checks(a, now, limits) or limit_checks(a, limits.payload, limits.deps, limits)
   if bad then return bad end
   if batch[a.id] or redis.call("EXISTS", key_job(a.id)) == 1 then
     return refuse("DuplicateJob", a.id)
@@ -148,15 +180,33 @@ local function check_one(a, now, limits, batch)
   return write_keys_error(a, now, limits.checked)
 end
 
-local function write_one(a, now, seq, cid)
+-- The new hash's fields but those holding their default (see DEFAULTS), written out: this runs
+-- for every job of a batch.
+local function new_fields(a, h, now_text)
+  local args = {"s", h.s, "st", "W", "at", h.at, "sq", h.sq}
+  field_args(args, "p", h.p)
+  if h.q ~= "default" then args[#args + 1] = "q"; args[#args + 1] = h.q end
+  if h.ir ~= "inline" then args[#args + 1] = "ir"; args[#args + 1] = h.ir end
+  if h.rv ~= "0" then args[#args + 1] = "rv"; args[#args + 1] = h.rv end
+  if h.dp ~= "" then args[#args + 1] = "dp"; args[#args + 1] = h.dp end
+  if h.pd ~= "0" then args[#args + 1] = "pd"; args[#args + 1] = h.pd end
+  if h.odf ~= "block" then args[#args + 1] = "odf"; args[#args + 1] = h.odf end
+  if h.pr ~= "0" then args[#args + 1] = "pr"; args[#args + 1] = h.pr end
+  if h.m ~= "3" then args[#args + 1] = "m"; args[#args + 1] = h.m end
+  if h.at ~= now_text then args[#args + 1] = "ins"; args[#args + 1] = now_text end
+  if h.ec then args[#args + 1] = "ec"; args[#args + 1] = h.ec end
+  return args
+end
+
+local function write_one(a, now, seq, cid, now_text)
   local h = {
     q = a.queue, s = a.stage, p = a.payload, ir = a.input_ref, rv = a.input_revision,
-    dp = table.concat(a.deps, " "), pd = fmt(a.pending), odf = a.odf, pr = a.priority,
-    sq = fmt(seq), a = "0", m = a.max_attempts, f = "0", st = "W", at = fmt(a.at),
-    ins = fmt(now),
+    dp = a.deps == NO_DEPS and "" or table.concat(a.deps, " "), pd = fmt(a.pending), odf = a.odf,
+    pr = a.priority, sq = fmt(seq), a = "0", m = a.max_attempts, f = "0", st = "W",
+    at = a.at == now and now_text or fmt(a.at), ins = now_text,
   }
   if not a.made then h.ec = cid end
-  create(a.id, h)
+  redis.call("HSET", key_job(a.id), unpack(new_fields(a, h, now_text)))
   place(a.id, h, now)
   emit(a.id, h, "enqueued")
   for _, d in ipairs(a.deps) do
@@ -184,7 +234,7 @@ local function enqueue_all(jobs, now, limits, ids_only, cid)
   local seq = redis.call("INCRBY", KEY_SEQ, #jobs) - #jobs
   local out = {"BatchApplied", fmt(now)}
   for i, a in ipairs(jobs) do
-    out[#out + 1] = job_out(a.id, write_one(a, now, seq + i, cid), ids_only)
+    out[#out + 1] = job_out(a.id, write_one(a, now, seq + i, cid, limits.now_text), ids_only)
   end
   return out, true
 end
@@ -208,7 +258,7 @@ local function each_one(a, now, limits, batch, before, ids_only, cid)
     local bad = check_one(a, now, limits, batch)
     if bad then return bad, bad end
     redis.call("SADD", KEY_QUEUES, a.queue)
-    h = write_one(a, now, redis.call("INCR", KEY_SEQ), cid)
+    h = write_one(a, now, redis.call("INCR", KEY_SEQ), cid, limits.now_text)
   end
   batch[a.id] = true
   return applied("JobApplied", "", job_out(a.id, h, ids_only)), true
@@ -237,7 +287,8 @@ local function main()
   local cid = ARGS[1]
   local now, e = clock(ARGS[2])
   if now == nil then return refuse("BatchRefused", "1", e) end
-  local limits = {payload = tonumber(ARGS[3]), deps = tonumber(ARGS[4]), checked = {}}
+  local limits = {payload = tonumber(ARGS[3]), deps = tonumber(ARGS[4]), checked = {}, ints = {},
+    names = {}, stages = {}, now_text = fmt(now)}
   local n, mode, ids_only = int(ARGS[5]), ARGS[6], ARGS[7] == "ids"
   if n == nil or n < 1 or #ARGS ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each") then
     return refuse("BatchRefused", "1", invalid("malformed enqueue call"))
