@@ -32,8 +32,10 @@ def encode(value: Any) -> bytes:
     return data
 
 
-def decode(data: bytes, what: str) -> Any:
+def decode(data: bytes, what: str, of: str | None = None) -> Any:
+    """``data`` decoded; ``what`` (followed by ``of``, quoted, if given) names it in an error."""
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except (ValueError, msgpack.UnpackException) as exc:
-        raise CorruptDataError(f"{what} is not valid msgpack: {exc}") from None
+        name = what if of is None else f"{what} {of!r}"
+        raise CorruptDataError(f"{name} is not valid msgpack: {exc}") from None

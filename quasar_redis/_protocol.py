@@ -177,6 +177,13 @@ def _fields(reply: Sequence[Any]) -> dict[str, bytes]:
 
 def parse_job(reply: Sequence[Any]) -> t.Job:
     """A job from ``{id, field, value, ...}``."""
+    try:
+        return _fast_job(reply)
+    except Exception:  # anything unusual: the general reading decides (and raises its error)
+        return _general_job(reply)
+
+
+def _general_job(reply: Sequence[Any]) -> t.Job:
     job_id = _s(reply[0])
     f = _fields(reply)
     try:
@@ -207,7 +214,104 @@ def parse_job(reply: Sequence[Any]) -> t.Job:
         raise CorruptJobError(job_id, f"cannot decode field: {exc}") from None
 
 
+# The fast reading of the common reply (every name and text value bytes, as redis-py gives them
+# with decode_responses=False): the same job as _general_job, built without its per-field generic
+# steps. Whatever it does not expect raises, and _general_job reads the reply instead.
+_DEFAULTS_B = {name.encode(): value for name, value in DEFAULTS.items()}
+_CHUNKS_B = {
+    name: [f"{name.decode()}{i}".encode() for i in range(2, BLOB_CHUNKS + 1)]
+    for name in (b"p", b"res")
+}
+_TERMINAL_B = (b"S", b"F", b"C")
+_text_of = bytes.decode
+_job = t.builder(t.Job)
+_token = t.builder(t.LeaseToken)
+_claim = t.builder(t.Claim)
+_leased = t.builder(t.Leased)
+_outcome_applied = t.builder(t.OutcomeApplied)
+_STATE_NAMES_B = {tag.encode(): name for tag, name in t.STATE_NAMES.items()}
+
+
+def _joined(f: dict[bytes, Any], name: bytes) -> bytes:
+    parts = [f.get(name, b"")]
+    for key in _CHUNKS_B[name]:
+        part = f.pop(key, None)
+        if part is None:
+            break
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _fast_state(f: dict[bytes, Any], st: bytes) -> t.JobState:
+    if st == b"W":
+        return t.Waiting(int(f[b"at"]))
+    if st == b"R":
+        return t.RetryWaiting(_s(f.get(b"em", b"")), int(f[b"at"]))
+    if st == b"S":
+        return t.Succeeded(_s(f.get(b"o", b"")), int(f[b"fin"]))
+    if st == b"F":
+        return t.Failed(_s(f.get(b"em", b"")), int(f[b"fin"]))
+    return t.Cancelled(_s(f.get(b"cr", b"")), int(f[b"fin"]))
+
+
+def _fast_job(reply: Sequence[Any]) -> t.Job:
+    if type(reply[1]) is not bytes:
+        raise TypeError("not the common reply")
+    f = _DEFAULTS_B.copy()
+    it = iter(reply)
+    next(it)
+    f.update(zip(it, it, strict=True))
+    if b"p2" in f:
+        f[b"p"] = _joined(f, b"p")
+    if b"res2" in f:
+        f[b"res"] = _joined(f, b"res")
+    st = f[b"st"]
+    fence = int(f[b"f"])
+    state: t.JobState
+    if st == b"L":
+        state = _leased(_text_of(f[b"w"], "utf-8", "replace"), fence, int(f[b"x"]))
+    else:
+        state = _fast_state(f, st)
+    ek = f.get(b"ek")
+    att = f.get(b"att")
+    return _job(
+        _text_of(reply[0], "utf-8", "replace"),
+        _text_of(f[b"q"], "utf-8", "replace"),
+        _text_of(f[b"s"], "utf-8", "replace"),
+        f.get(b"p", b""),
+        _text_of(f[b"ir"], "utf-8", "replace"),
+        int(f[b"rv"]),
+        tuple(_text_of(f[b"dp"], "utf-8", "replace").split()),
+        int(f[b"pr"]),
+        int(f[b"a"]),
+        int(f[b"m"]),
+        fence,
+        state,
+        int(f[b"ins"] if b"ins" in f else f[b"at"]),
+        None if att is None else int(att),
+        _opt_int(f.get(b"fin")) if st in _TERMINAL_B else None,
+        None if ek is None else t.ErrorInfo(_s(ek), _s(f.get(b"em", b""))),
+        f.get(b"res") or None,
+        "cancel" if f[b"odf"] == b"cancel" else "block",
+        int(f[b"pd"]),
+    )
+
+
 def parse_token(reply: Sequence[Any]) -> t.LeaseToken:
+    try:
+        return _token(
+            _text_of(reply[0], "utf-8", "replace"),
+            int(reply[1]),
+            _text_of(reply[2], "utf-8", "replace"),
+            int(reply[3]),
+            int(reply[4]),
+            _text_of(reply[5], "utf-8", "replace"),
+        )
+    except Exception:  # not the common reply: the general reading decides
+        return _general_token(reply)
+
+
+def _general_token(reply: Sequence[Any]) -> t.LeaseToken:
     return t.LeaseToken(
         job_id=_s(reply[0]),
         input_revision=int(reply[1]),
@@ -219,7 +323,7 @@ def parse_token(reply: Sequence[Any]) -> t.LeaseToken:
 
 
 def parse_claim(reply: Sequence[Any]) -> t.Claim:
-    return t.Claim(parse_job(reply[1]), parse_token(reply[2]))
+    return _claim(parse_job(reply[1]), parse_token(reply[2]))
 
 
 def refusal(reply: Sequence[Any]) -> t.JobError:
@@ -261,7 +365,7 @@ def parse_claim_result(reply: Any) -> t.ClaimResult:
 
 def parse_claims_result(reply: Any) -> t.ClaimsResult:
     if _tag(reply) == "ClaimsApplied":
-        return t.ClaimsApplied(tuple(parse_claim(c) for c in reply[2:]))
+        return t.ClaimsApplied(tuple([parse_claim(c) for c in reply[2:]]))
     return t.ClaimRefused(refusal(reply))
 
 
@@ -380,8 +484,26 @@ def _token_args(token: t.LeaseToken, worker_id: str) -> tuple[Arg, ...]:
     )
 
 
+def _token6(token: t.LeaseToken) -> tuple[Arg, ...]:
+    """The six token arguments of a report item (``_token_args`` without the worker id)."""
+    job_id, worker, nonce = token.job_id, token.worker_id, token.nonce
+    rv, fence, expires = token.input_revision, token.fencing_version, token.expires_at
+    if (
+        type(job_id) is str
+        and type(worker) is str
+        and type(nonce) is str
+        and type(rv) is int
+        and type(fence) is int
+        and type(expires) is int
+    ):
+        return (job_id, str(rv), worker, str(fence), str(expires), nonce)
+    return _token_args(token, "")[:6]
+
+
 def _outcome_group(outcome: t.Outcome) -> tuple[Arg, ...] | t.JobRefused:
-    token = _token_args(outcome.token, "")[:6]
+    if type(outcome) is t.Complete and outcome.result is None and type(outcome.output_ref) is str:
+        return ("complete", *_token6(outcome.token), outcome.output_ref, b"", "")
+    token = _token6(outcome.token)
     match outcome:
         case t.Complete(_, result, output_ref):
             try:
@@ -403,6 +525,12 @@ def parse_report(reply: Any) -> list[t.OutcomeResult | QuasarError]:
         raise _refused(reply)
     out: list[t.OutcomeResult | QuasarError] = []
     for item in reply[2:]:
+        if type(item) is list and len(item) == 3 and item[0] == b"OutcomeApplied":
+            job_id, state = item[1], item[2]
+            if type(job_id) is bytes and type(state) is bytes:
+                name = _STATE_NAMES_B.get(state, "?")
+                out.append(_outcome_applied(_text_of(job_id, "utf-8", "replace"), name))
+                continue
         if _tag(item) == "OutcomeApplied":
             out.append(t.OutcomeApplied(_s(item[1]), t.STATE_NAMES.get(_s(item[2]), "?")))
             continue
