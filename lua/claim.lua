@@ -64,7 +64,7 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, dam
       zrem(key_q(queue, "ready"), member)
       dropped = dropped + 1
     elseif (h.st == "W" or h.st == "R") and not blocked(h)
-        and tonumber(h.a) < tonumber(h.m) and tonumber(h.at) <= now then
+        and num(h.a) < num(h.m) and tonumber(h.at) <= now then
       out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. fmt(#rec + 1), member)
       rec[#rec + 1] = id .. " " .. token_record(h)
     else
@@ -72,7 +72,7 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, dam
       -- failover to a server whose clock is behind). Drop the entry; a live job is re-indexed
       -- where it belongs (delayed or blocked), one out of attempts stays visible as waiting.
       zrem(key_q(queue, "ready"), member)
-      if (h.st == "W" or h.st == "R") and tonumber(h.a) < tonumber(h.m) then
+      if (h.st == "W" or h.st == "R") and num(h.a) < num(h.m) then
         unplace(id, h)
         place(id, h, now)
       end
