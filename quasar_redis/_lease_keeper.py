@@ -14,7 +14,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import _types as t
@@ -28,25 +27,32 @@ log = logging.getLogger("quasar_redis.worker")
 Report = Callable[[t.LeaseToken], t.Outcome]
 #: Called with an outcome's result (an OutcomeResult, or the exception that stopped it).
 Done = Callable[[Any], None]
-#: Runs the done callbacks of one batch (a worker hands them to its event loop in one go).
-Dispatch = Callable[[list[tuple[Done, Any]]], None]
+#: Gets the ``(done, result)`` pairs of one batch, ``done`` as given to ``report`` (a worker hands
+#: them to its event loop in one go); the default calls each ``done(result)``.
+Dispatch = Callable[[list[tuple[Any, Any]]], None]
+#: One outcome to send: the lease, what builds the outcome from its newest token, and ``done``.
+Item = tuple["Lease", Report, Any]
 BATCH = 1000
 
 
-@dataclass(eq=False)
 class Lease:
-    """A job this worker holds: its newest token and what to do if the lease is lost."""
+    """A job this worker holds: its newest token and what to do if the lease is lost.
 
-    claim: t.Claim
-    lease_ms: int
-    on_lost: Callable[[t.JobError], None]
-    token: t.LeaseToken = field(init=False)
-    renewed_at: float = field(default=0.0)  # monotonic time of the claim or last heartbeat
-    finishing: bool = False
-    lost: bool = False
+    ``on_lost`` is called, from the keeper's thread, with the lease and the refusal.
+    """
 
-    def __post_init__(self) -> None:
-        self.token = self.claim.token
+    __slots__ = ("claim", "finishing", "lease_ms", "lost", "on_lost", "renewed_at", "token")
+
+    def __init__(
+        self, claim: t.Claim, lease_ms: int, on_lost: Callable[[Lease, t.JobError], None]
+    ) -> None:
+        self.claim = claim
+        self.lease_ms = lease_ms
+        self.on_lost = on_lost
+        self.token: t.LeaseToken = claim.token
+        self.renewed_at = 0.0  # monotonic time of the claim or last heartbeat
+        self.finishing = False  # its outcome is queued or sent: no more heartbeats
+        self.lost = False
 
     @property
     def job_id(self) -> str:
@@ -54,13 +60,6 @@ class Lease:
 
 
 _WAKE = object()  # put on the queue to make the keeper look at its leases again
-
-
-@dataclass(eq=False)
-class _Outcome:
-    lease: Lease
-    build: Report
-    done: Done
 
 
 class LeaseKeeper:
@@ -79,7 +78,7 @@ class LeaseKeeper:
         self.retry_for = retry_for
         self._leases: dict[str, Lease] = {}
         self._lock = threading.Lock()
-        self._outcomes: queue.SimpleQueue[_Outcome | object | None] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[list[Item] | object | None] = queue.SimpleQueue()
         self._next_due = time.monotonic() + 0.5
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="quasar-lease-keeper", daemon=True)
@@ -94,22 +93,39 @@ class LeaseKeeper:
         self._thread.join(timeout)
 
     def hold(self, lease: Lease) -> None:
-        lease.renewed_at = time.monotonic()
-        granted = lease.claim.token.expires_at - (lease.claim.job.attempted_at or 0)
-        if lease.lease_ms != granted:
-            lease.renewed_at = 0.0  # the task's own lease differs from the claim's: renew at once
+        self.hold_many([lease])
+
+    def hold_many(self, leases: list[Lease]) -> None:
+        """Keep ``leases`` renewed from now on (one lock and at most one wake-up for all)."""
+        now = time.monotonic()
+        for lease in leases:
+            lease.renewed_at = now
+            claim = lease.claim
+            if lease.lease_ms != claim.token.expires_at - (claim.job.attempted_at or 0):
+                lease.renewed_at = 0.0  # the task's lease differs from the claim's: renew at once
         with self._lock:
-            self._leases[lease.job_id] = lease
-            sooner = _due(lease) < self._next_due
-            self._next_due = min(self._next_due, _due(lease))
+            due = self._next_due
+            for lease in leases:
+                self._leases[lease.claim.job.id] = lease
+                due = min(due, _due(lease))
+            sooner = due < self._next_due
+            self._next_due = due
         if sooner:
             self._outcomes.put(_WAKE)  # the keeper may be asleep past this lease's first renewal
 
     def report(self, lease: Lease, build: Report, done: Done) -> None:
         """Send the job's outcome with its newest token; ``done`` gets the result."""
+        self.report_many([(lease, build, done)])
+
+    def report_many(self, items: list[Item]) -> None:
+        """``report`` for many outcomes at once; the dispatch gets each ``done`` with its result.
+
+        The list is the keeper's from then on.
+        """
         with self._lock:
-            lease.finishing = True
-        self._outcomes.put(_Outcome(lease, build, done))
+            for lease, _, _ in items:
+                lease.finishing = True
+        self._outcomes.put(items)
 
     def held(self) -> list[Lease]:
         with self._lock:
@@ -133,8 +149,8 @@ class LeaseKeeper:
         """Until the earliest heartbeat is due (kept up to date by hold and each round)."""
         return max(0.0, min(self._next_due - time.monotonic(), 0.5))
 
-    def _take_outcomes(self, wait: float) -> list[_Outcome] | None:
-        batch: list[_Outcome] = []
+    def _take_outcomes(self, wait: float) -> list[Item] | None:
+        batch: list[Item] = []
         try:
             item = self._outcomes.get(timeout=wait) if wait > 0 else self._outcomes.get_nowait()
         except queue.Empty:
@@ -142,27 +158,32 @@ class LeaseKeeper:
         while True:
             if item is None:
                 return None if not batch and self._stop.is_set() else batch
-            if isinstance(item, _Outcome):
-                batch.append(item)
+            if isinstance(item, list):
+                batch.extend(item)
             try:
                 item = self._outcomes.get_nowait()
             except queue.Empty:
                 return batch
 
-    def _send_outcomes(self, batch: list[_Outcome]) -> None:
+    def _send_outcomes(self, batch: list[Item]) -> None:
         """One report call per BATCH outcomes (all in one pipeline)."""
         chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
         calls = [
-            self.client.calls.report(self.worker_id, [o.build(o.lease.token) for o in chunk])
+            self.client.calls.report(
+                self.worker_id, [build(lease.token) for lease, build, _ in chunk]
+            )
             for chunk in chunks
         ]
         results: list[Any] = []
         for chunk, reply in zip(chunks, self._execute(calls), strict=True):
             results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
         with self._lock:
-            for outcome in batch:
-                self._leases.pop(outcome.lease.job_id, None)
-        self.dispatch([(o.done, r) for o, r in zip(batch, results, strict=True)])
+            leases = self._leases
+            for lease, _, _ in batch:
+                job_id = lease.claim.job.id
+                if leases.get(job_id) is lease:  # not a newer lease of the same job
+                    del leases[job_id]
+        self.dispatch([(item[2], r) for item, r in zip(batch, results, strict=True)])
 
     def _heartbeat_due(self) -> None:
         now = time.monotonic()
@@ -198,7 +219,7 @@ class LeaseKeeper:
                 lease.job_id,
                 type(result.error).__name__,
             )
-            lease.on_lost(result.error)
+            lease.on_lost(lease, result.error)
         else:  # Redis unreachable, or a damaged job: try again in a moment
             lease.renewed_at = time.monotonic() - lease.lease_ms / 3000 + 0.2
 
@@ -219,7 +240,7 @@ class LeaseKeeper:
                 return [exc] * len(calls)
 
 
-def _run_all(pairs: list[tuple[Done, Any]]) -> None:
+def _run_all(pairs: list[tuple[Any, Any]]) -> None:
     for done, result in pairs:
         done(result)
 

@@ -72,7 +72,7 @@ class CancelFlag:
         return self._event.wait(timeout)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobContext:
     """What a running task can know about its job (``current_job()``)."""
 
@@ -106,13 +106,49 @@ class Outcome:
     delay_ms: int | None = None  # when the job comes back (a retry or a hand-back), if it does
 
 
-@dataclass(eq=False)
-class _Running:
-    lease: Lease
-    ctx: JobContext
-    started: float
-    task: asyncio.Task[None] | None = None
-    handing_back: bool = False
+def _complete_empty(token: t.LeaseToken) -> t.Outcome:
+    return t.Complete(token, None)
+
+
+_COMPLETED = Outcome("completed", _complete_empty)  # a run that returned None
+
+
+_context = t.builder(JobContext)
+
+
+class _Running(Lease):
+    """A job this worker runs: its lease (kept by the lease keeper) and its run."""
+
+    __slots__ = (
+        "begun",
+        "ctx",
+        "duration",
+        "ended",
+        "handing_back",
+        "outcome",
+        "settled",
+        "started",
+        "task",
+    )
+
+    def __init__(
+        self,
+        claim: t.Claim,
+        lease_ms: int,
+        on_lost: Callable[[Lease, t.JobError], None],
+        ctx: JobContext,
+        started: float,
+    ) -> None:
+        super().__init__(claim, lease_ms, on_lost)
+        self.ctx = ctx
+        self.started = started
+        self.task: asyncio.Task[None] | None = None
+        self.handing_back = False
+        self.begun = False  # its task has started to run it
+        self.ended = False  # ... and is done with it (or was cancelled before it started)
+        self.outcome: Outcome | None = None  # handed to the lease keeper
+        self.duration = 0.0  # from the claim to the outcome
+        self.settled = False  # the outcome's result is back
 
 
 @dataclass
@@ -169,7 +205,8 @@ class Worker:
         self.prune_max_age = prune_max_age
         self.prune_max_count = prune_max_count
         self.stats = WorkerStats()
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, _Running] = {}  # jobs held: running, or reporting their outcome
+        self._reporting = 0  # of those, how many have handed their outcome to the lease keeper
         self._stopping = asyncio.Event()
         self._slot = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -182,6 +219,8 @@ class Worker:
         self._poke = asyncio.Event()
         self._background: set[asyncio.Future[Any]] = set()
         self._unanswered: dict[str, Call[t.ClaimsResult]] = {}
+        self._outbox: list[tuple[Lease, Build, _Running]] = []  # outcomes for the lease keeper
+        self._waking: set[str] = set()  # queues with a wake-up push in flight
 
     # running and stopping -------------------------------------------------------------------------
 
@@ -210,7 +249,7 @@ class Worker:
         loop = self._loop
 
         def dispatch(pairs: list[tuple[Any, Any]]) -> None:
-            loop.call_soon_threadsafe(_deliver, pairs)
+            loop.call_soon_threadsafe(self._deliver, pairs)
 
         self._keeper = LeaseKeeper(self.app.new_client(), self.worker_id, dispatch=dispatch)
         self._keeper.start()
@@ -229,6 +268,7 @@ class Worker:
             await self._drain()
             maintenance.cancel()
             await asyncio.gather(maintenance, return_exceptions=True)
+            self._flush_outbox()
             await asyncio.to_thread(self._keeper.stop)
             self._keeper.client.redis.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -279,13 +319,16 @@ class Worker:
                 running.handing_back = True
                 running.ctx.cancelled.set()
                 running.task.cancel()
+                if not running.begun:  # it will never run: hand it back here
+                    running.ended = True
+                    self._send(running, self._release(0, "handed back"))
 
     # claiming ---------------------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
         backoff = 0.05
         while not self._stopping.is_set():
-            free = self.concurrency - len(self._running)
+            free = self._free()
             if free <= 0:
                 self._slot.clear()
                 await self._slot.wait()
@@ -303,6 +346,13 @@ class Worker:
             if got == 0:
                 await self._idle(next_at)
 
+    def _free(self) -> int:
+        """Free slots: ``concurrency`` minus the jobs running. A job whose run has ended frees its
+        slot once its outcome is handed to the lease keeper, so the next claim overlaps with the
+        report; at most ``concurrency`` such outcomes may wait for their result."""
+        held = len(self._running)
+        return min(self.concurrency - held + self._reporting, 2 * self.concurrency - held)
+
     async def _claim(self, free: int) -> tuple[int, int | None]:
         assert self._client is not None
         got, next_at = 0, None
@@ -319,11 +369,10 @@ class Worker:
                 self._unanswered[queue] = call
                 raise
             if isinstance(result, t.ClaimsApplied):
-                for claim in result.claims:
-                    self._start(claim)
+                self._start_all(result.claims)
                 got += len(result.claims)
                 if len(result.claims) == want:
-                    await self._client.redis.rpush(self._client.keys.wake(queue), "1")
+                    self._wake_others(queue)
             elif isinstance(result.error, t.NothingClaimable) and result.error.next_at:
                 next_at = min(next_at or result.error.next_at, result.error.next_at)
             if got >= free:
@@ -355,6 +404,20 @@ class Worker:
         if pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
             await self._pause(0.1)  # Redis trouble: the claim that follows reports it
 
+    def _wake_others(self, queue: str) -> None:
+        """Push a wake-up token for ``queue`` (another idle worker looks too), without waiting.
+
+        At most one push per queue is in flight: a claim that fills up meanwhile needs no other.
+        """
+        assert self._client is not None
+        if queue in self._waking:
+            return
+        self._waking.add(queue)
+        push = asyncio.ensure_future(self._client.redis.rpush(self._client.keys.wake(queue), "1"))
+        self._background.add(push)
+        push.add_done_callback(_forget(self._background))
+        push.add_done_callback(lambda _: self._waking.discard(queue))
+
     def _poke_in(self, delay_ms: int) -> None:
         """Look for work again after ``delay_ms`` (a job of ours retries then), idle or not."""
         if self._loop is not None:
@@ -366,26 +429,34 @@ class Worker:
 
     # running a job ------------------------------------------------------------------------------
 
-    def _start(self, claim: t.Claim) -> None:
+    def _start_all(self, claims: Sequence[t.Claim]) -> None:
+        """Run the jobs of one claim: each as an asyncio task, its lease held from now on."""
         assert self._keeper is not None and self._loop is not None
-        job = claim.job
-        task = self.app.tasks.get(job.stage)
-        lease_ms = task.lease_ms if task is not None and task.lease_ms else self.lease_ms
-        loop = self._loop
+        loop, tasks, worker_id, now = self._loop, self.app.tasks, self.worker_id, time.monotonic()
+        on_lost, held = self._on_lost, self._running
+        started: list[Lease] = []
+        for claim in claims:
+            job = claim.job
+            task = tasks.get(job.stage)
+            lease_ms = task.lease_ms if task is not None and task.lease_ms else self.lease_ms
+            running = _Running(
+                claim, lease_ms, on_lost, _context(job, worker_id, CancelFlag()), now
+            )
+            held[job.id] = running
+            started.append(running)
+            running.task = loop.create_task(self._execute(running, task))
+        self.stats.claimed += len(started)
+        self._keeper.hold_many(started)
 
-        def on_lost(error: t.JobError) -> None:
-            loop.call_soon_threadsafe(self._lost, job.id, error)
+    def _on_lost(self, lease: Lease, error: t.JobError) -> None:
+        """From the lease keeper's thread: the lease was lost."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._lost, lease.claim.job.id, error)
 
-        lease = Lease(claim, lease_ms, on_lost=on_lost)
-        running = _Running(lease, JobContext(job, self.worker_id), time.monotonic())
-        self._running[job.id] = running
-        self.stats.claimed += 1
-        self._keeper.hold(lease)
-        running.task = asyncio.create_task(self._execute(running, task))
-        running.task.add_done_callback(functools.partial(self._done, job.id))
-
-    def _done(self, job_id: str, _task: asyncio.Task[None]) -> None:
-        self._running.pop(job_id, None)
+    def _finish(self, running: _Running) -> None:
+        job_id = running.ctx.job.id
+        if self._running.get(job_id) is running:
+            del self._running[job_id]
         self._slot.set()
 
     def _lost(self, job_id: str, error: t.JobError) -> None:
@@ -396,20 +467,29 @@ class Worker:
         running.ctx.cancelled.set()
         if running.task is not None:
             running.task.cancel()
+        if not running.begun and not running.ended:  # it will never run
+            running.ended = True
+            self._finish(running)
 
     async def _execute(self, running: _Running, task: Task[Any, Any] | None) -> None:
-        token = _current.set(running.ctx)
+        running.begun = True
         try:
-            outcome = await self._invoke(running, task)
-        except asyncio.CancelledError:
-            if running.lease.lost or not running.handing_back:
+            token = _current.set(running.ctx)
+            try:
+                outcome = await self._invoke(running, task)
+            except asyncio.CancelledError:
+                if running.lost or not running.handing_back:
+                    return
+                outcome = self._release(0, "handed back")
+            finally:
+                _current.reset(token)
+            if running.lost:
                 return
-            outcome = self._release(0, "handed back")
+            self._send(running, outcome)
         finally:
-            _current.reset(token)
-        if running.lease.lost:
-            return
-        await self._report(running, outcome)
+            running.ended = True
+            if running.outcome is None or running.settled:  # nothing to report, or reported
+                self._finish(running)
 
     async def _invoke(self, running: _Running, task: Task[Any, Any] | None) -> Outcome:
         job = running.ctx.job
@@ -421,7 +501,10 @@ class Worker:
             return self._permanent("BadPayload", str(exc))
         try:
             if task.timeout is None:
-                value = await self._call(task, args, kwargs)
+                if task.is_async:
+                    value = await task.fn(*args, **kwargs)
+                else:
+                    value = await self._call(task, args, kwargs)
             else:
                 value = await asyncio.wait_for(self._call(task, args, kwargs), task.timeout)
         except Snooze as snooze:
@@ -450,11 +533,13 @@ class Worker:
     # outcomes -----------------------------------------------------------------------------------
 
     def _success(self, value: Any) -> Outcome:
+        if value is None:
+            return _COMPLETED
         try:
             data = Encoded(encode(value))
         except EncodeError as exc:
             return self._permanent("BadResult", f"the result {exc}")
-        return Outcome("completed", lambda tok: t.Complete(tok, None if value is None else data))
+        return Outcome("completed", lambda tok: t.Complete(tok, data))
 
     def _failure(
         self, task: Task[Any, Any], job: t.Job, exc: BaseException, kind: str, reason: str
@@ -474,25 +559,48 @@ class Worker:
     def _release(self, delay_ms: int, name: str) -> Outcome:
         return Outcome(name, lambda tok: t.Release(tok, delay_ms), delay_ms)
 
-    async def _report(self, running: _Running, outcome: Outcome) -> None:
-        assert self._keeper is not None and self._loop is not None
-        job = running.ctx.job
-        duration = time.monotonic() - running.started
-        try:
-            done: asyncio.Future[Any] = self._loop.create_future()
-            self._keeper.report(running.lease, outcome.build, done.set_result)
-            result = await done
-            if isinstance(result, BaseException):
-                raise result
-        except QuasarError as exc:
+    def _send(self, running: _Running, outcome: Outcome) -> None:
+        """Hand the outcome to the lease keeper: the outcomes of one turn of the loop go as one."""
+        assert self._loop is not None
+        running.outcome = outcome
+        running.duration = time.monotonic() - running.started
+        self._outbox.append((running, outcome.build, running))
+        if len(self._outbox) == 1:
+            self._loop.call_soon(self._flush_outbox)
+        self._reporting += 1
+        self._slot.set()
+
+    def _flush_outbox(self) -> None:
+        if self._outbox and self._keeper is not None:
+            items, self._outbox = self._outbox, []
+            self._keeper.report_many(items)
+
+    def _deliver(self, pairs: list[tuple[Any, Any]]) -> None:
+        """Results of one report batch, on the event loop (one wake-up per batch)."""
+        for running, result in pairs:
+            try:
+                self._reported(running, result)
+            except Exception:  # a bug here must not keep the other results from their jobs
+                log.exception("job %s: handling its outcome's result failed", running.ctx.job.id)
+            running.settled = True
+            self._reporting -= 1
+            if running.ended:
+                self._finish(running)
+
+    def _reported(self, running: _Running, result: Any) -> None:
+        job, outcome = running.ctx.job, running.outcome
+        assert outcome is not None
+        if isinstance(result, BaseException):
             log.error(
                 "job %s stage=%s attempt=%d: outcome %s not reported: %s",
                 job.id,
                 job.stage,
                 job.attempt,
                 outcome.name,
-                exc,
+                result,
             )
+            return
+        if running.lost:  # lost while the outcome was on its way: _lost counted it
             return
         if isinstance(result, t.JobRefused):
             log.warning(
@@ -508,14 +616,15 @@ class Worker:
         if outcome.delay_ms is not None and not self._stopping.is_set():
             self._poke_in(outcome.delay_ms)
         self._count(outcome, result)
-        log.info(
-            "job %s stage=%s attempt=%d outcome=%s duration=%.3fs",
-            job.id,
-            job.stage,
-            job.attempt,
-            self._outcome_name(outcome, result),
-            duration,
-        )
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "job %s stage=%s attempt=%d outcome=%s duration=%.3fs",
+                job.id,
+                job.stage,
+                job.attempt,
+                self._outcome_name(outcome, result),
+                running.duration,
+            )
 
     def _outcome_name(self, outcome: Outcome, result: Any) -> str:
         if outcome.name == "failed" and getattr(result, "state", None) == "RetryWaiting":
@@ -567,13 +676,6 @@ class Worker:
         except Exception as exc:  # a Redis error: the next round tries again
             raise QuasarError(f"TIME failed: {exc}") from exc
         self._offset_ms = seconds * 1000 + micros / 1000 - time.time() * 1000
-
-
-def _deliver(pairs: list[tuple[Any, Any]]) -> None:
-    """Results of one report batch, on the event loop (one wake-up per batch)."""
-    for done, result in pairs:
-        with contextlib.suppress(asyncio.InvalidStateError):  # the awaiting task is gone
-            done(result)
 
 
 def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:

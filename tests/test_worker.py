@@ -539,6 +539,58 @@ def test_stop_without_grace_hands_running_jobs_back(app: App) -> None:
         assert info is not None and info.status is Status.AVAILABLE
 
 
+def test_a_job_handed_back_before_its_task_starts_is_released(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[str] = []
+
+    async def never() -> None:
+        ran.append("ran")
+
+    task = declare(app, never, max_attempts=1)
+    handles = [task.enqueue() for _ in range(2)]
+    worker = worker_of(app, concurrency=2, grace=0)
+    start_all = Worker._start_all
+
+    def start_then_stop(self: Worker, claims: Any) -> None:
+        start_all(self, claims)
+        self.stop(immediate=True)  # on the loop: hands back before any task has started
+
+    monkeypatch.setattr(Worker, "_start_all", start_then_stop)
+    with serving(worker) as served:
+        assert served.thread is not None
+        served.thread.join(30)
+    assert ran == []
+    assert worker.stats.claimed == 2 and worker.stats.handed_back == 2
+    for handle in handles:
+        job = job_of(handle)
+        assert isinstance(job.state, Waiting) and job.attempt == 0, job
+
+
+def test_at_most_concurrency_jobs_run_at_once(app: App) -> None:
+    concurrency = 3
+    now_running: list[int] = [0]
+    most: list[int] = [0]
+    held: list[int] = []
+    worker = worker_of(app, concurrency=concurrency)
+
+    async def busy(i: int) -> int:
+        now_running[0] += 1
+        most[0] = max(most[0], now_running[0])
+        held.append(len(worker._running))  # every job this worker holds (runs or reports)
+        await asyncio.sleep(0.01)
+        now_running[0] -= 1
+        return i
+
+    task = declare(app, busy)
+    handles = app.enqueue_many([task.job(i) for i in range(20)])
+    with serving(worker):
+        assert [h.result(timeout=30) for h in handles] == list(range(20))
+    assert most[0] == concurrency
+    assert max(held) <= 2 * concurrency
+    assert worker.stats.completed == 20
+
+
 # --- idling and waking ---------------------------------------------------------------------------
 
 
