@@ -328,6 +328,7 @@ class Worker:
     async def _claim_loop(self) -> None:
         backoff = 0.05
         while not self._stopping.is_set():
+            _end_if_cancelled()
             free = self._free()
             if free <= 0:
                 self._slot.clear()
@@ -344,6 +345,7 @@ class Worker:
                 continue
             backoff = 0.05
             if got == 0:
+                _end_if_cancelled()
                 await self._idle(next_at)
 
     def _free(self) -> int:
@@ -676,6 +678,19 @@ class Worker:
         except Exception as exc:  # a Redis error: the next round tries again
             raise QuasarError(f"TIME failed: {exc}") from exc
         self._offset_ms = seconds * 1000 + micros / 1000 - time.time() * 1000
+
+
+def _end_if_cancelled() -> None:
+    """Raise CancelledError if the running task was cancelled and the cancellation got lost.
+
+    redis-py awaits asyncio.wait_for, which on Python 3.11 at times swallows a cancellation that
+    arrives as the call completes; the task then runs on with its cancel request pending
+    (``Task.cancelling()``, Python 3.11+), and the claim loop would go on claiming.
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
 
 
 def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
