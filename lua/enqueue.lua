@@ -12,7 +12,9 @@
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id          ARGV[2] now ("" = server clock)
 -- ARGV[3]  max payload bytes ARGV[4] max dependencies per job  ARGV[5] job count N
--- ARGV[6]  mode: "all" | "each"   ARGV[7] reply: "jobs" (every job's fields) | "ids"
+-- ARGV[6]  mode: "all" | "each"   ARGV[7] reply: "jobs" (every job's fields) | "ids" | "slim"
+--   (slim: a job this call creates as its count of dependencies not yet succeeded, as a string:
+--   the client sent the rest; a job a re-sent call finds as every field, as with "jobs")
 -- then N groups of 13: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
 --   delay ("" = 0), on_dependency_failure ("block" | "cancel"), made ("1" when the client made
@@ -216,13 +218,15 @@ local function write_one(a, now, seq, cid, now_text)
   return h
 end
 
-local function job_out(id, h, ids_only)
-  if ids_only then return id end
+-- How a job goes into the reply; fresh: created by this very call (not found by a re-send).
+local function job_out(id, h, reply, fresh)
+  if reply == "ids" then return id end
+  if fresh and reply == "slim" then return h.pd end
   return job_reply(id, h)
 end
 
 -- "all": check every job, then write them all.
-local function enqueue_all(jobs, now, limits, ids_only, cid)
+local function enqueue_all(jobs, now, limits, reply, cid)
   local batch, queues = {}, {}
   for i, a in ipairs(jobs) do
     local bad = check_one(a, now, limits, batch)
@@ -234,7 +238,7 @@ local function enqueue_all(jobs, now, limits, ids_only, cid)
   local seq = redis.call("INCRBY", KEY_SEQ, #jobs) - #jobs
   local out = {"BatchApplied", fmt(now)}
   for i, a in ipairs(jobs) do
-    out[#out + 1] = job_out(a.id, write_one(a, now, seq + i, cid, limits.now_text), ids_only)
+    out[#out + 1] = job_out(a.id, write_one(a, now, seq + i, cid, limits.now_text), reply, true)
   end
   return out, true
 end
@@ -251,34 +255,38 @@ end
 -- "each": check and write job by job; a refusal is that job's answer only. Returns the reply and
 -- what a call record keeps of the job (true: applied; else the refusal, given again as it is to
 -- a re-sent call).
-local function each_one(a, now, limits, batch, before, ids_only, cid)
+local function each_one(a, now, limits, batch, before, reply, cid)
   if type(before) == "table" then return before, before end
-  local h = not batch[a.id] and created_by(a, cid) or nil -- not: a duplicate in this call
-  if h == nil then
+  local h = not batch[a.id] and limits.resent and created_by(a, cid) or nil -- not: a duplicate
+  local fresh = h == nil
+  if fresh then
     local bad = check_one(a, now, limits, batch)
     if bad then return bad, bad end
-    redis.call("SADD", KEY_QUEUES, a.queue)
+    if not limits.listed[a.queue] then
+      redis.call("SADD", KEY_QUEUES, a.queue)
+      limits.listed[a.queue] = true
+    end
     h = write_one(a, now, redis.call("INCR", KEY_SEQ), cid, limits.now_text)
   end
   batch[a.id] = true
-  return applied("JobApplied", "", job_out(a.id, h, ids_only)), true
+  return applied("JobApplied", "", job_out(a.id, h, reply, fresh)), true
 end
 
 -- A call record is written only when some job was refused: the applied ones carry the call id.
-local function enqueue_each(jobs, now, limits, ids_only, before, cid)
+local function enqueue_each(jobs, now, limits, reply, before, cid)
   local batch, kept, out, refused = {}, {}, {"EachResult", fmt(now)}, false
   for i, a in ipairs(jobs) do
-    out[#out + 1], kept[i] = each_one(a, now, limits, batch, before[i], ids_only, cid)
+    out[#out + 1], kept[i] = each_one(a, now, limits, batch, before[i], reply, cid)
     refused = refused or kept[i] ~= true
   end
   return out, refused and encode_items(kept) or nil
 end
 
-local function replay_all(jobs, ids_only)
+local function replay_all(jobs, reply)
   local out = {"BatchApplied", ""}
   for _, a in ipairs(jobs) do
     local h = load_job(a.id)
-    if h then out[#out + 1] = job_out(a.id, h, ids_only) end
+    if h then out[#out + 1] = job_out(a.id, h, reply, false) end
   end
   return out
 end
@@ -288,20 +296,25 @@ local function main()
   local now, e = clock(ARGS[2])
   if now == nil then return refuse("BatchRefused", "1", e) end
   local limits = {payload = tonumber(ARGS[3]), deps = tonumber(ARGS[4]), checked = {}, ints = {},
-    names = {}, stages = {}, now_text = fmt(now)}
-  local n, mode, ids_only = int(ARGS[5]), ARGS[6], ARGS[7] == "ids"
-  if n == nil or n < 1 or #ARGS ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each") then
+    names = {}, stages = {}, now_text = fmt(now), listed = {}}
+  local n, mode, reply = int(ARGS[5]), ARGS[6], ARGS[7]
+  if n == nil or n < 1 or #ARGS ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each")
+      or (reply ~= "jobs" and reply ~= "ids" and reply ~= "slim") then
     return refuse("BatchRefused", "1", invalid("malformed enqueue call"))
   end
   local jobs = {}
   for i = 1, n do jobs[i] = read_group(i) end
   if mode == "each" then
-    local out, kept = enqueue_each(jobs, now, limits, ids_only, decode_items(recorded(cid)), cid)
+    -- A re-sent call: its record (some job was refused), or its first job found (all applied).
+    -- Otherwise no job of this call can exist yet, and none is looked for.
+    local before = decode_items(recorded(cid))
+    limits.resent = #before > 0 or created_by(jobs[1], cid) ~= nil
+    local out, kept = enqueue_each(jobs, now, limits, reply, before, cid)
     if kept then record(cid, kept) end
     return out
   end
-  if created_by(jobs[1], cid) then return replay_all(jobs, ids_only) end
-  local out = enqueue_all(jobs, now, limits, ids_only, cid)
+  if created_by(jobs[1], cid) then return replay_all(jobs, reply) end
+  local out = enqueue_all(jobs, now, limits, reply, cid)
   return out
 end
 

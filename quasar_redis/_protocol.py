@@ -397,6 +397,66 @@ def parse_each_result(reply: Any) -> list[t.JobResult]:
     return [parse_job_result(item) for item in reply[2:]]
 
 
+def _new_job(group: Sequence[Arg], now: int, pending: bytes) -> t.Job:
+    """A job this very call created, from what the client sent (a "slim" reply carries only its
+    count of dependencies not yet succeeded): the Job a "jobs" reply would have given."""
+    job_id, queue, stage, payload, input_ref, revision, deps, priority, attempts = group[:9]
+    available_at, delay, policy = group[9:12]
+    at = now + int(delay or 0) if available_at == "" else int(available_at)
+    return _job(
+        job_id,
+        queue,
+        stage,
+        payload,
+        input_ref,
+        int(revision),
+        tuple(str(deps).split()),
+        int(priority),
+        0,
+        int(attempts),
+        0,
+        t.Waiting(at),
+        now,
+        None,
+        None,
+        None,
+        None,
+        "cancel" if policy == "cancel" else "block",
+        int(pending),
+    )
+
+
+def parse_slim_batch(groups: Sequence[Sequence[Arg]]) -> Callable[[Any], t.BatchResult]:
+    """The parser of a "slim" enqueue of ``groups`` (a re-sent call's jobs come whole)."""
+
+    def parse(reply: Any) -> t.BatchResult:
+        if _tag(reply) != "BatchApplied" or reply[1] == b"":
+            return parse_batch_result(reply)
+        now = int(reply[1])
+        jobs = tuple(_new_job(g, now, pd) for g, pd in zip(groups, reply[2:], strict=True))
+        return t.BatchApplied(jobs, tuple(j.id for j in jobs))
+
+    return parse
+
+
+def parse_slim_each(groups: Sequence[Sequence[Arg]]) -> Callable[[Any], list[t.JobResult]]:
+    """The parser of a "slim" enqueue_each of ``groups``: one JobResult per group."""
+
+    def parse(reply: Any) -> list[t.JobResult]:
+        if _tag(reply) != "EachResult":
+            return parse_each_result(reply)
+        now = int(reply[1])
+        out: list[t.JobResult] = []
+        for group, item in zip(groups, reply[2:], strict=True):
+            if _tag(item) == "JobApplied" and type(item[2]) is bytes:
+                out.append(t.JobApplied(_new_job(group, now, item[2])))
+            else:
+                out.append(parse_job_result(item))
+        return out
+
+    return parse
+
+
 def _single(result: t.BatchResult, job_id: str) -> t.JobResult:
     if isinstance(result, t.BatchApplied):
         if not result.jobs:  # a re-sent enqueue whose job was pruned since
@@ -605,7 +665,7 @@ class Protocol:
         self, jobs: Sequence[NewJob], now: int | None = None, *, ids_only: bool = False
     ) -> Call[t.BatchResult]:
         """Enqueue all of ``jobs`` or none of them."""
-        groups: list[Arg] = []
+        groups: list[tuple[Arg, ...]] = []
         error = self._batch_size_error(jobs)
         early: t.BatchResult | None = None if error is None else t.BatchRefused(0, error)
         for index, job in enumerate(jobs if early is None else ()):
@@ -613,9 +673,11 @@ class Protocol:
             if isinstance(group, t.InvalidJob):
                 early = t.BatchRefused(index, group)
                 break
-            groups.extend(group)
-        head = self._enqueue_head(len(jobs), now, "all", "ids" if ids_only else "jobs")
-        call = self._call("enqueue", (*head, *groups), parse_batch_result)
+            groups.append(group)
+        head = self._enqueue_head(len(jobs), now, "all", "ids" if ids_only else "slim")
+        args = [arg for group in groups for arg in group]
+        parse = parse_batch_result if ids_only else parse_slim_batch(groups)
+        call = self._call("enqueue", (*head, *args), parse)
         return Call(call.script, call.args, call.parse, early)
 
     def enqueue_each(self, jobs: Sequence[NewJob], now: int | None = None) -> Call[list[Any]]:
@@ -626,7 +688,7 @@ class Protocol:
         error = self._batch_size_error(jobs)
         if error is not None:
             return Call(scripts()["enqueue"], (), parse_each_result, [t.JobRefused(error)])
-        groups: list[Arg] = []
+        groups: list[tuple[Arg, ...]] = []
         sent: list[int] = []
         local: dict[int, t.JobResult] = {}
         for index, job in enumerate(jobs):
@@ -634,29 +696,30 @@ class Protocol:
             if isinstance(group, t.InvalidJob):
                 local[index] = t.JobRefused(group)
             else:
-                groups.extend(group)
+                groups.append(group)
                 sent.append(index)
+        parse_slim = parse_slim_each(groups)
 
         def parse(reply: Any) -> list[Any]:
             results: list[Any] = [local.get(i) for i in range(len(jobs))]
-            answers = parse_each_result(reply)
+            answers = parse_slim(reply)
             if len(answers) == 1 and len(sent) > 1:  # the whole call was refused
                 answers = answers * len(sent)
             for i, result in zip(sent, answers, strict=True):
                 results[i] = result
             return results
 
-        head = self._enqueue_head(len(sent), now, "each", "jobs")
+        head = self._enqueue_head(len(sent), now, "each", "slim")
         early = [local[i] for i in range(len(jobs))] if not sent else None
-        return Call(self._scripts["enqueue"], (new_call_id(), *head, *groups), parse, early)
+        args = [arg for group in groups for arg in group]
+        return Call(self._scripts["enqueue"], (new_call_id(), *head, *args), parse, early)
 
     def enqueue(self, job: NewJob, now: int | None = None) -> Call[t.JobResult]:
         batch = self.enqueue_many([job], now)
         job_id = _s(batch.args[7]) if len(batch.args) > 7 else ""
         early = None if batch.early is None else _single(batch.early, job_id)
-        return Call(
-            batch.script, batch.args, lambda r: _single(parse_batch_result(r), job_id), early
-        )
+        parse = batch.parse
+        return Call(batch.script, batch.args, lambda r: _single(parse(r), job_id), early)
 
     # claims and lease-holder calls --------------------------------------------------------------
 

@@ -250,3 +250,39 @@ def test_enqueue_each_applies_every_job_on_its_own(q: Quasar) -> None:
     before = snapshot(q)
     assert q.execute(call) == first  # re-sent: the same answers, nothing more written
     assert snapshot(q) == before
+
+
+def test_the_job_an_enqueue_returns_is_the_job_stored(q: Quasar) -> None:
+    # The reply carries only what the server decided (its clock, the dependencies pending); the
+    # client builds the rest from what it sent: it must equal the job read back.
+    applied(q.enqueue("s", id="dep", now=T0))
+    kinds: list[NewJob] = [
+        NewJob("s"),
+        NewJob(
+            "stage.x",
+            {"k": [1, 2]},
+            id="full",
+            queue="mail",
+            input_ref="s3://b/k",
+            input_revision=7,
+            dependencies=["dep"],
+            priority=-5,
+            max_attempts=9,
+            on_dependency_failure="cancel",
+        ),
+        NewJob("s", b"x" * 300, delay_ms=1500),
+        NewJob("s", None, available_at=T0 + 99),
+    ]
+    for now in (T0, None):
+        got = [applied(q.enqueue_job(j, now=now)) for j in kinds[:1]]
+        many = q.enqueue_many([NewJob("s", i, priority=i) for i in range(3)], now=now)
+        assert isinstance(many, BatchApplied)
+        got += list(many.jobs)
+        got += [applied(r) for r in q.enqueue_each(kinds[2:], now=now)]
+        for job in got:
+            info = q.get_job(job.id)
+            assert info is not None and info.job == job, job.id
+    full = applied(q.enqueue_job(kinds[1], now=T0))
+    assert full.pending_dependencies == 1
+    info = q.get_job("full")
+    assert info is not None and info.job == full
