@@ -175,7 +175,7 @@ class LeaseKeeper:
             for chunk in chunks
         ]
         results: list[Any] = []
-        for chunk, reply in zip(chunks, self._execute(calls), strict=True):
+        for chunk, reply in zip(chunks, self._execute(calls, pipeline=False), strict=True):
             results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
         with self._lock:
             leases = self._leases
@@ -223,12 +223,17 @@ class LeaseKeeper:
         else:  # Redis unreachable, or a damaged job: try again in a moment
             lease.renewed_at = time.monotonic() - lease.lease_ms / 3000 + 0.2
 
-    def _execute(self, calls: list[Call[Any]], give_up_after: float | None = None) -> list[Any]:
-        """Results of ``calls`` (the same calls re-sent while Redis is unreachable)."""
+    def _execute(
+        self, calls: list[Call[Any]], give_up_after: float | None = None, *, pipeline: bool = True
+    ) -> list[Any]:
+        """Results of ``calls`` (the same calls re-sent while Redis is unreachable); one call goes
+        without a pipeline unless ``pipeline``."""
         deadline = time.monotonic() + (self.retry_for if give_up_after is None else give_up_after)
         delay = 0.05
         while True:
             try:
+                if not pipeline and len(calls) == 1:
+                    return [self.client.execute(calls[0])]
                 return self.client.execute_many(calls)
             except RedisUnavailable as exc:
                 if time.monotonic() >= deadline:

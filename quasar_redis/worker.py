@@ -106,8 +106,11 @@ class Outcome:
     delay_ms: int | None = None  # when the job comes back (a retry or a hand-back), if it does
 
 
+_complete = t.builder(t.Complete)
+
+
 def _complete_empty(token: t.LeaseToken) -> t.Outcome:
-    return t.Complete(token, None)
+    return _complete(token, None, "inline")
 
 
 _COMPLETED = Outcome("completed", _complete_empty)  # a run that returned None
@@ -579,11 +582,16 @@ class Worker:
 
     def _deliver(self, pairs: list[tuple[Any, Any]]) -> None:
         """Results of one report batch, on the event loop (one wake-up per batch)."""
+        plain = not log.isEnabledFor(logging.INFO)  # no line per job to log
         for running, result in pairs:
-            try:
-                self._reported(running, result)
-            except Exception:  # a bug here must not keep the other results from their jobs
-                log.exception("job %s: handling its outcome's result failed", running.ctx.job.id)
+            if plain and running.outcome is _COMPLETED and type(result) is t.OutcomeApplied:
+                if not running.lost:  # what _reported does for it, in short
+                    self.stats.completed += 1
+            else:
+                try:
+                    self._reported(running, result)
+                except Exception:  # a bug here must not keep the other results from their jobs
+                    log.exception("job %s: handling its result failed", running.ctx.job.id)
             running.settled = True
             self._reporting -= 1
             if running.ended:
