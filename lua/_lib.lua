@@ -748,7 +748,6 @@ local function lease(id, h, worker, lease_ms, now, nonce, member)
     st = "L", a = fmt(num(h.a) + 1), f = fmt(fence), w = worker, x = fmt(now + lease_ms),
     n = nonce, att = fmt(now),
   }, member)
-  return {"Claim", job_reply(id, h), token_reply(id, h)}
 end
 
 -- Moves due jobs of a queue from delayed to ready, at most `limit`. Returns how many.

@@ -8,8 +8,11 @@
 -- ARGV[5]  lease duration ms   ARGV[6] limit (1..1000)
 --
 -- Replies
---   {"ClaimsApplied", now, {"Claim", job, token}...}   token = {job_id, input_revision, worker,
---                                                       fence, expires_at, nonce}
+--   {"ClaimsApplied", now, job...}    each job as {id, field, value, ...}, the lease among its
+--                                     fields (st "L", w, f, x, n: the token is id, rv, w, f, x, n)
+--   {"ClaimsApplied", "", {"Claim", job, token}...}   a re-sent call: token = {job_id,
+--                                     input_revision, worker, fence, expires_at, nonce} as first
+--                                     handed out (the job as it is now)
 --   {"NothingClaimable", next_at}   next_at: when the next delayed job or lease comes due, or ""
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason} | {"CorruptJob", id, reason}
 -- The nonce of the i-th claim is "<call id>.<i>". A re-sent call (same call id) gets the claims
@@ -65,7 +68,8 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, dam
       dropped = dropped + 1
     elseif (h.st == "W" or h.st == "R") and not blocked(h)
         and num(h.a) < num(h.m) and tonumber(h.at) <= now then
-      out[#out + 1] = lease(id, h, worker, lease_ms, now, cid .. "." .. fmt(#rec + 1), member)
+      lease(id, h, worker, lease_ms, now, cid .. "." .. fmt(#rec + 1), member)
+      out[#out + 1] = job_reply(id, h)
       rec[#rec + 1] = id .. " " .. token_record(h)
     else
       -- Not claimable after all: an entry left behind by hand, or a clock that went back (a

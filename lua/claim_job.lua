@@ -45,7 +45,8 @@ local function main()
   end
   local bad, lease_ms = claim_ready(id, h, worker, ARGS[5], now, available_at)
   if bad then return bad end
-  local claim = lease(id, h, worker, lease_ms, now, cid)
+  lease(id, h, worker, lease_ms, now, cid)
+  local claim = {"Claim", job_reply(id, h), token_reply(id, h)}
   record(cid, token_record(h))
   return applied("ClaimApplied", fmt(now), claim)
 end

@@ -10,9 +10,9 @@
 --   permanent_fail: a reason, k error kind   release: a delay ms
 --
 -- Replies
---   {"Reported", now, result...}   each result {"OutcomeApplied", job_id, state} (state: the
---                                  job's new state tag, S R F W) or a refusal as its own script
---                                  gives it ({"StaleLease"}, {"LeaseExpired", at}, ...)
+--   {"Reported", now, result...}   each result the job's new state tag (S R F W) when applied, or
+--                                  a refusal as its own script gives it ({"StaleLease"},
+--                                  {"LeaseExpired", at}, ...)
 --   {"InvalidJob", reason}         a malformed call (nothing applied)
 -- Replies are slim (no job fields): a worker reporting thousands of outcomes needs to know only
 -- which were applied. A re-sent call (same call id) gets every item's first answer again:
@@ -35,10 +35,10 @@ local function run(i, now, worker, before)
   if type(before) == "table" then return before, before end -- refused the first time: again
   local name, c, err, a, b, k = item(i, now, worker)
   if c == nil then return err, err end
-  if before == true then return applied("OutcomeApplied", c.id, c.h.st), true end
+  if before == true then return c.h.st, true end
   local bad = LEASE_CALLS[name](c, a, b, k)
   if bad then return bad, bad end
-  return applied("OutcomeApplied", c.id, c.h.st), true
+  return c.h.st, true
 end
 
 local function main()

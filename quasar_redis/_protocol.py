@@ -44,7 +44,6 @@ FAULTS = ("CorruptJob", "CorruptKey")
 #: Tags of applied replies (and of the parts inside them).
 APPLIED = (
     "BatchApplied",
-    "OutcomeApplied",
     "Reported",
     "BatchRefused",
     "Claim",
@@ -363,9 +362,31 @@ def parse_claim_result(reply: Any) -> t.ClaimResult:
     return t.ClaimRefused(refusal(reply))
 
 
+def parse_leased(reply: Sequence[Any]) -> t.Claim:
+    """A claim by queue as its first delivery gives it: the leased job alone, whose fields hold
+    the lease (the token is its id, rv, w, f, x and n)."""
+    job = parse_job(reply)
+    state = job.state
+    # The nonce: the last "n" field (a later field overrides an earlier one), near the end.
+    nonce = next((reply[i + 1] for i in range(len(reply) - 2, 0, -2) if reply[i] == b"n"), None)
+    if not isinstance(state, t.Leased) or nonce is None:
+        raise ProtocolError(f"claimed job {job.id!r} is not leased")
+    token = _token(
+        job.id,
+        job.input_revision,
+        state.worker_id,
+        state.fencing_version,
+        state.expires_at,
+        _text_of(nonce, "utf-8", "replace"),
+    )
+    return _claim(job, token)
+
+
 def parse_claims_result(reply: Any) -> t.ClaimsResult:
     if _tag(reply) == "ClaimsApplied":
-        return t.ClaimsApplied(tuple([parse_claim(c) for c in reply[2:]]))
+        if reply[1] == b"":  # a re-sent call: each claim with the token first handed out
+            return t.ClaimsApplied(tuple([parse_claim(c) for c in reply[2:]]))
+        return t.ClaimsApplied(tuple([parse_leased(c) for c in reply[2:]]))
     return t.ClaimRefused(refusal(reply))
 
 
@@ -580,25 +601,25 @@ def _outcome_group(outcome: t.Outcome) -> tuple[Arg, ...] | t.JobRefused:
     raise TypeError(f"not an outcome: {outcome!r}")
 
 
-def parse_report(reply: Any) -> list[t.OutcomeResult | QuasarError]:
-    if _tag(reply) != "Reported":
-        raise _refused(reply)
-    out: list[t.OutcomeResult | QuasarError] = []
-    for item in reply[2:]:
-        if type(item) is list and len(item) == 3 and item[0] == b"OutcomeApplied":
-            job_id, state = item[1], item[2]
-            if type(job_id) is bytes and type(state) is bytes:
-                name = _STATE_NAMES_B.get(state, "?")
-                out.append(_outcome_applied(_text_of(job_id, "utf-8", "replace"), name))
+def parse_report(job_ids: Sequence[str]) -> Callable[[Any], list[t.OutcomeResult | QuasarError]]:
+    """The parser of a report of outcomes for ``job_ids``, in order: an applied outcome comes
+    back as the job's new state tag alone, a refused one as its refusal."""
+
+    def parse(reply: Any) -> list[t.OutcomeResult | QuasarError]:
+        if _tag(reply) != "Reported":
+            raise _refused(reply)
+        out: list[t.OutcomeResult | QuasarError] = []
+        for job_id, item in zip(job_ids, reply[2:], strict=True):
+            if type(item) is bytes:
+                out.append(_outcome_applied(job_id, _STATE_NAMES_B.get(item, "?")))
                 continue
-        if _tag(item) == "OutcomeApplied":
-            out.append(t.OutcomeApplied(_s(item[1]), t.STATE_NAMES.get(_s(item[2]), "?")))
-            continue
-        try:
-            out.append(t.JobRefused(refusal(item)))
-        except QuasarError as exc:  # a damaged job: the other outcomes still count
-            out.append(exc)
-    return out
+            try:
+                out.append(t.JobRefused(refusal(item)))
+            except QuasarError as exc:  # a damaged job: the other outcomes still count
+                out.append(exc)
+        return out
+
+    return parse
 
 
 class Protocol:
@@ -810,7 +831,7 @@ class Protocol:
                 break
             items.extend(group)
         args = (_now(now), _text(worker_id), str(len(outcomes)), *items)
-        call = self._call("report", args, parse_report)
+        call = self._call("report", args, parse_report([o.token.job_id for o in outcomes]))
         return Call(call.script, call.args, call.parse, early)
 
     def release(

@@ -134,13 +134,13 @@ def test_a_report_reply_reads_as_before() -> None:
     reply = [
         b"Reported",
         b"1000",
-        [b"OutcomeApplied", b"a", b"S"],
-        [b"OutcomeApplied", b"b", b"R"],
-        [b"OutcomeApplied", b"c", b"?"],
+        b"S",
+        b"R",
+        b"?",
         [b"StaleLease"],
         [b"LeaseExpired", b"77"],
     ]
-    assert p.parse_report(reply) == [
+    assert p.parse_report(["a", "b", "c", "d", "e"])(reply) == [
         t.OutcomeApplied("a", "Succeeded"),
         t.OutcomeApplied("b", "RetryWaiting"),
         t.OutcomeApplied("c", "?"),
