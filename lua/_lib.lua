@@ -75,7 +75,17 @@ for i = 0, 32 do -- (a function library runs this at load, where no library tabl
   SMALL_NUM[SMALL_TEXT[i]] = i
 end
 
-local function fmt(n) return SMALL_TEXT[n] or string.format("%d", n) end
+-- Other integers formatted in this call (a batch formats the same now, the same expiry, ...).
+local TEXT_OF = {}
+
+local function fmt(n)
+  local text = SMALL_TEXT[n] or TEXT_OF[n]
+  if text == nil then
+    text = string.format("%d", n)
+    TEXT_OF[n] = text
+  end
+  return text
+end
 
 -- The number in a stored integer field (checked when the job was loaded).
 local function num(s) return SMALL_NUM[s] or tonumber(s) end
@@ -468,22 +478,6 @@ local function field_args(args, f, v)
   end
 end
 
-local function save(id, h, fields)
-  local args = {}
-  local changed = CHANGED[id] or {}
-  CHANGED[id] = changed
-  for _, f in ipairs(fields) do
-    changed[f] = h[f]
-    field_args(args, f, h[f])
-    if f == "at" and IMPLICIT_INS[id] then
-      field_args(args, "ins", h.ins) -- available_at moves on: keep inserted_at
-      changed.ins = h.ins
-      IMPLICIT_INS[id] = nil
-    end
-  end
-  redis.call("HSET", key_job(id), unpack(args))
-end
-
 -- A new job's hash: every field but those holding their default.
 local function create(id, h)
   local args = {}
@@ -573,12 +567,28 @@ end
 local function move(id, h, now, changes, member)
   local before = h.st
   unplace(id, h, member)
-  local fields = {}
+  local args, changed = {}, CHANGED[id]
+  if changed == nil then
+    changed = {}
+    CHANGED[id] = changed
+  end
   for f, v in pairs(changes) do
     h[f] = v
-    fields[#fields + 1] = f
+    changed[f] = v
+    if BLOBS[f] then
+      field_args(args, f, v)
+    else
+      args[#args + 1] = f
+      args[#args + 1] = v
+    end
+    if f == "at" and IMPLICIT_INS[id] then
+      args[#args + 1] = "ins" -- available_at moves on: keep inserted_at
+      args[#args + 1] = h.ins
+      changed.ins = h.ins
+      IMPLICIT_INS[id] = nil
+    end
   end
-  save(id, h, fields)
+  redis.call("HSET", key_job(id), unpack(args))
   place(id, h, now)
   if h.st ~= before then emit(id, h, EVENT_OF[h.st]) end
 end
@@ -863,7 +873,9 @@ local function do_complete(c, output_ref, result)
   if bad then return bad end
   local dependents, derr = load_dependents(c.id, c.h)
   if dependents == nil then return derr end
-  move(c.id, c.h, c.now, {st = "S", o = output_ref, res = result, fin = fmt(c.now)})
+  -- An empty result (None) is not stored: the job reads back with no result either way.
+  move(c.id, c.h, c.now, {st = "S", o = output_ref, res = result ~= "" and result or nil,
+    fin = fmt(c.now)})
   release_dependents(dependents, c.now)
   return nil
 end
@@ -943,6 +955,6 @@ local function run_call(keys, args, main)
   P, EVENTS, ARGS = keys[1], keys[2], args
   KEY_QUEUES, KEY_SEQ = P .. "queues", P .. "seq"
   KEY_Q, IMPLICIT_INS, RAW, CHANGED, CHECKED, NAMES_OK = {}, {}, {}, {}, {}, {}
-  EVENT_RUNS, INDEX, INDEX_KEYS, WOKEN, AT_BYTES = {}, {}, {}, {}, {}
+  EVENT_RUNS, INDEX, INDEX_KEYS, WOKEN, AT_BYTES, TEXT_OF = {}, {}, {}, {}, {}, {}
   return finish(main())
 end
