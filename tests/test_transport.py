@@ -12,11 +12,11 @@ import pytest
 import redis
 import redis.asyncio
 
-from quasar_redis import AsyncQuasar, NewJob, Quasar
+from quasar_redis import AsyncQuasar, ClaimRefused, NewJob, Quasar
 from quasar_redis._scripts import library, scripts
 
 from .conftest import REDIS_URL, delete_namespace, real_redis
-from .helpers import applied
+from .helpers import applied, claimed
 
 
 def library_loaded(client: Any) -> bool:
@@ -120,3 +120,23 @@ def test_what_counts_as_a_server_without_functions() -> None:
     assert library_load_error(ResponseError("Library 'quasar_x' already exists")) is False
     assert library_load_error(ResponseError("unknown command `FUNCTION`")) is True
     assert library_load_error(ResponseError("Error compiling function")) is None
+
+
+def test_no_state_of_one_call_reaches_the_next(redis_client: Any, namespace: str) -> None:
+    # A function library keeps its variables between calls: every call must start clean (the
+    # namespace, cached key names, buffered writes, events, wake-ups).
+    other = f"{namespace}-b"
+    a, b = Quasar(redis_client, namespace), Quasar(redis_client, other)
+    try:
+        applied(a.enqueue("s", id="x", queue="mail"))
+        assert isinstance(b.claim("mail", "w", 1000), ClaimRefused)
+        applied(b.enqueue("s", id="y", queue="mail"))
+        assert claimed(a.claim("mail", "w", 1000)).job.id == "x"
+        assert claimed(b.claim("mail", "w", 1000)).job.id == "y"
+        for q, job_id in ((a, "x"), (b, "y")):
+            keys = {k.decode() for k in redis_client.scan_iter(match=f"quasar:{{{q.namespace}}}:*")}
+            assert f"quasar:{{{q.namespace}}}:job:{job_id}" in keys
+            entries = redis_client.xrange(q.keys.events)
+            assert {f[b"job"] for _, f in entries} == {job_id.encode()}
+    finally:
+        delete_namespace(redis_client, other)
