@@ -50,6 +50,7 @@ class QuasarSystem(System):
     notes: ClassVar[list[str]] = [
         "bulk: enqueue_many, 1,000 jobs a call (its limit)",
         "the task is an async function (run on the worker's event loop)",
+        "its calls go to its Redis function library (FCALL), loaded once",
     ]
 
     def __init__(self, url: str) -> None:
