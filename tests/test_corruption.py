@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quasar_redis import CorruptJobError, CorruptKeyError, NewJob, Quasar
+from quasar_redis import Complete, CorruptJobError, CorruptKeyError, NewJob, Quasar, Succeeded
 
 from .helpers import T0, applied, claimed, snapshot
 
@@ -104,3 +104,23 @@ def test_a_damaged_job_does_not_stop_a_claim_of_the_others(q: Quasar) -> None:
     assert q.redis.hget(q.keys.job("bad"), "st") == b"W"
     with pytest.raises(CorruptJobError, match="field 'a'"):
         q.claim("default", "w", 100, now=T0)  # only the damaged one is left
+
+
+def test_a_completion_checks_the_keys_it_writes_and_only_those(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", now=T0))
+    token = claimed(q.claim_job("j", "w", 1000, now=T0)).token
+    q.redis.set(q.keys.queue("default", "succeeded"), "oops")
+    before = snapshot(q)
+    with pytest.raises(CorruptKeyError, match=r"succeeded.*holds a string, expected a zset"):
+        q.complete(token, "w", now=T0 + 1)
+    assert snapshot(q) == before
+    report = q.report_many("w", [Complete(token)], now=T0 + 1)
+    assert isinstance(report[0], CorruptKeyError)
+
+    def without_records(keys: dict[str, object]) -> dict[str, object]:
+        return {k: v for k, v in keys.items() if ":call:" not in k}  # a report keeps its record
+
+    assert without_records(snapshot(q)) == without_records(before)
+    q.redis.delete(q.keys.queue("default", "succeeded"))
+    q.redis.set(q.keys.queue("default", "delayed"), "oops")  # not a key a completion writes
+    assert applied(q.complete(token, "w", now=T0 + 1)).state == Succeeded("inline", T0 + 1)
