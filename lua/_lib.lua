@@ -316,6 +316,28 @@ local function check_queue(queue)
   return bad
 end
 
+-- Refusal when a key a call is about to write has another type, for the calls that check only
+-- the keys they write: the queue's sorted sets listed in `writes` (a constant list), its wake
+-- list when writes.wake, the namespace's queue set and sequence when writes.namespace, and the
+-- events. Once a call per queue and list (CHECKED keeps both); a queue that passed check_queue
+-- needs nothing more.
+local function writes_error(queue, writes)
+  local done = CHECKED[writes]
+  if done == nil then
+    done = {}
+    CHECKED[writes] = done
+  end
+  if CHECKED[queue] or done[queue] then return nil end
+  local keys = {}
+  for i, what in ipairs(writes) do keys[i] = key_q(queue, what) end
+  local bad = check_types(keys, "zset")
+    or (writes.wake and check_types({key_q(queue, "wake")}, "list"))
+    or (writes.namespace and (check_types({KEY_QUEUES}, "set") or check_types({KEY_SEQ}, "string")))
+    or (EVENTS and check_types({EVENTS}, "stream")) or nil
+  if bad == nil then done[queue] = true end
+  return bad
+end
+
 -- Events and wake-ups ------------------------------------------------------------------------
 
 local EVENT_OF = {W = "released", R = "retrying", L = "active", S = "completed", F = "failed",
@@ -476,15 +498,6 @@ local function field_args(args, f, v)
     args[#args + 1] = f
     args[#args + 1] = v
   end
-end
-
--- A new job's hash: every field but those holding their default.
-local function create(id, h)
-  local args = {}
-  for f, v in pairs(h) do
-    if DEFAULTS[f] ~= v and not (f == "ins" and v == h.at) then field_args(args, f, v) end
-  end
-  redis.call("HSET", key_job(id), unpack(args))
 end
 
 -- Indexes ------------------------------------------------------------------------------------
@@ -865,24 +878,14 @@ end
 -- Each takes a context from open_lease (c.id, c.h, c.t, c.worker, c.now), checks in the seed's
 -- order, and returns a refusal, or nil once the job has moved.
 
--- Queues whose completion keys this call has checked.
-local COMPLETIONS_OK = {}
-
--- The keys a completion writes, and only those (the lease index, the succeeded index, the events),
--- once a call per queue: a single completion makes 3 TYPE calls, not the queue's 12.
-local function completion_keys_error(q)
-  if CHECKED[q] or COMPLETIONS_OK[q] then return nil end
-  local bad = check_types({key_q(q, "leased"), key_q(q, "succeeded")}, "zset")
-    or (EVENTS and check_types({EVENTS}, "stream")) or nil
-  if bad == nil then COMPLETIONS_OK[q] = true end
-  return bad
-end
+-- What a completion writes: 3 TYPE calls, not the queue's 12 (see writes_error).
+local COMPLETION_WRITES = {"leased", "succeeded"}
 
 local function do_complete(c, output_ref, result)
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
   if output_ref == "" then return invalid("output_ref must not be empty") end
-  bad = text_error(output_ref, "output_ref") or completion_keys_error(c.h.q)
+  bad = text_error(output_ref, "output_ref") or writes_error(c.h.q, COMPLETION_WRITES)
   if bad then return bad end
   local dependents, derr = load_dependents(c.id, c.h)
   if dependents == nil then return derr end
@@ -969,6 +972,5 @@ local function run_call(keys, args, main)
   KEY_QUEUES, KEY_SEQ = P .. "queues", P .. "seq"
   KEY_Q, IMPLICIT_INS, RAW, CHANGED, CHECKED, NAMES_OK = {}, {}, {}, {}, {}, {}
   EVENT_RUNS, INDEX, INDEX_KEYS, WOKEN, AT_BYTES, TEXT_OF = {}, {}, {}, {}, {}, {}
-  COMPLETIONS_OK = {}
   return finish(main())
 end

@@ -22,7 +22,7 @@ local function claim_ready(id, h, worker, lease_arg, now, available_at)
   if tonumber(h.a) >= tonumber(h.m) then return refuse("AttemptLimitReached") end
   -- pd counts dependencies not yet succeeded; at 0 they all did (Succeeded is final, though a
   -- succeeded dependency may since have been pruned), so only a blocked job reads them.
-  local deps_bad = tonumber(h.pd) > 0 and dependency_error(h) or nil
+  local deps_bad = blocked(h) and dependency_error(h) or nil
   local bad = text_error(worker, "worker_id") or deps_bad or check_queue(h.q)
   if bad then return bad end
   return nil, lease_ms

@@ -12,17 +12,18 @@
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id          ARGV[2] now ("" = server clock)
 -- ARGV[3]  max payload bytes ARGV[4] max dependencies per job  ARGV[5] job count N
--- ARGV[6]  mode: "all" | "each"   ARGV[7] reply: "jobs" (every job's fields) | "ids" | "slim"
+-- ARGV[6]  mode: "all" | "each"   ARGV[7] reply: "slim" | "ids"
 --   (slim: a job this call creates as its count of dependencies not yet succeeded, as a string:
---   the client sent the rest; a job a re-sent call finds as every field, as with "jobs")
+--   the client sent the rest; a job a re-sent call finds as every field)
 -- then N groups of 13: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
 --   delay ("" = 0), on_dependency_failure ("block" | "cancel"), made ("1" when the client made
 --   the id at random for this call, else "").
 --
 -- Replies
---   all:  {"BatchApplied", now, job...}        each job as {id, field, value, ...}, or as its
---                                              id alone with reply "ids"
+--   all:  {"BatchApplied", now, job...}        each job as above (slim) or as its id alone
+--                                              (ids); a re-sent call: now "" and each job as
+--                                              {id, field, value, ...}
 --         {"BatchRefused", index, {refusal...}} index is 1-based within the batch
 --   each: {"EachResult", now, item...}          item: {"JobApplied", "", job} (job as above) or
 --                                              a refusal
@@ -37,8 +38,9 @@
 local GROUP = 13
 
 -- A batch repeats the same few values (attempts, priority, stage, queue): each is checked once a
--- call, in the call's memo (m.ints: integer arguments parsed; m.names: stages and queues found
--- valid). Only successes are kept: a refusal is worded for its argument.
+-- call, in the call's memo (m.ints: integer arguments parsed; m.stages: stages found valid; queue
+-- names found valid go to the library's NAMES_OK, as a loaded job's queue does). Only successes
+-- are kept: a refusal is worded for its argument.
 local function int_memo(m, s, what)
   local n = m.ints[s]
   if n ~= nil then return n end
@@ -78,10 +80,10 @@ end
 local function name_checks(a, m)
   local bad = id_error(a.id, "id")
   if bad then return bad end
-  if not m.names[a.queue] then
+  if not NAMES_OK[a.queue] then
     bad = name_error(a.queue, "queue")
     if bad then return bad end
-    m.names[a.queue] = true
+    NAMES_OK[a.queue] = true
   end
   if not m.stages[a.stage] then
     bad = stage_error(a.stage)
@@ -152,22 +154,12 @@ local function read_group(i)
   }
 end
 
--- The types of the keys a job's write touches, and only those (a TYPE call each, once a call).
-local function write_keys_error(a, now, checked)
-  local index = a.pending > 0 and "blocked" or (a.at <= now and "ready" or "delayed")
-  local seen = checked[a.queue]
-  if seen == nil then
-    seen = {}
-    checked[a.queue] = seen
-  end
-  if seen[index] then return nil end
-  local bad = check_types({key_q(a.queue, index)}, "zset")
-    or (index == "ready" and check_types({key_q(a.queue, "wake")}, "list"))
-    or check_types({KEY_QUEUES}, "set") or (EVENTS and check_types({EVENTS}, "stream"))
-    or check_types({KEY_SEQ}, "string") or nil
-  if bad == nil then seen[index] = true end
-  return bad
-end
+-- What a new job's write touches, by the index it goes to (see writes_error): 5 TYPE calls.
+local WRITES = {
+  ready = {"ready", wake = true, namespace = true},
+  delayed = {"delayed", namespace = true},
+  blocked = {"blocked", namespace = true},
+}
 
 -- Every check of one job, given the ids applied earlier in this call; nil when it may go in.
 local function check_one(a, now, limits, batch)
@@ -179,7 +171,8 @@ local function check_one(a, now, limits, batch)
   local pending, err = dependency_checks(a, batch)
   if pending == nil then return err end
   a.pending = pending
-  return write_keys_error(a, now, limits.checked)
+  local index = pending > 0 and "blocked" or (a.at <= now and "ready" or "delayed")
+  return writes_error(a.queue, WRITES[index])
 end
 
 -- The new hash's fields but those holding their default (see DEFAULTS), written out: this runs
@@ -221,7 +214,7 @@ end
 -- How a job goes into the reply; fresh: created by this very call (not found by a re-send).
 local function job_out(id, h, reply, fresh)
   if reply == "ids" then return id end
-  if fresh and reply == "slim" then return h.pd end
+  if fresh then return h.pd end
   return job_reply(id, h)
 end
 
@@ -295,11 +288,11 @@ local function main()
   local cid = ARGS[1]
   local now, e = clock(ARGS[2])
   if now == nil then return refuse("BatchRefused", "1", e) end
-  local limits = {payload = tonumber(ARGS[3]), deps = tonumber(ARGS[4]), checked = {}, ints = {},
-    names = {}, stages = {}, now_text = fmt(now), listed = {}}
+  local limits = {payload = tonumber(ARGS[3]), deps = tonumber(ARGS[4]), ints = {},
+    stages = {}, now_text = fmt(now), listed = {}}
   local n, mode, reply = int(ARGS[5]), ARGS[6], ARGS[7]
   if n == nil or n < 1 or #ARGS ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each")
-      or (reply ~= "jobs" and reply ~= "ids" and reply ~= "slim") then
+      or (reply ~= "ids" and reply ~= "slim") then
     return refuse("BatchRefused", "1", invalid("malformed enqueue call"))
   end
   local jobs = {}

@@ -9,7 +9,7 @@
 --   {"MissingJob", id} | {"CorruptJob", id, reason} | {"InvalidJob", reason}
 
 local function waiting_on(h)
-  if h.st ~= "W" or tonumber(h.pd) == 0 then return "" end
+  if h.st ~= "W" or not blocked(h) then return "" end
   for _, dep in ipairs(split(h.dp or "")) do
     local d = load_job(dep)
     if d == nil or d.st ~= "S" then return dep end

@@ -19,7 +19,7 @@ local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
 local function still_needed(id, h)
   for _, did in ipairs(dependents_of(id, h)) do
     local d = load_job(did)
-    if d and d.st == "W" and tonumber(d.pd) > 0 then return true end
+    if d and d.st == "W" and blocked(d) then return true end
   end
   return false
 end
