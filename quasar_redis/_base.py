@@ -90,17 +90,28 @@ class Recovery:
         return self.load_library or self.use_scripts or bool(self.scripts)
 
 
+def missing(exc: BaseException) -> str | None:
+    """What a failed call lacked: "library", "functions" (unusable here) or "script"; None when
+    the error is a real one."""
+    if isinstance(exc, rex.ResponseError) and str(exc).lower() == "function not found":
+        return "library"
+    if functions_unusable(exc):
+        return "functions"
+    if is_noscript(exc):
+        return "script"
+    return None
+
+
 def recovery(failures: Sequence[tuple[BaseException, Call[Any]]]) -> Recovery:
     """Decide how to recover from the errors of calls sent once (see ``ClientBase``)."""
     out = Recovery()
-    seen: set[str] = set()
     for exc, call in failures:
-        if isinstance(exc, rex.ResponseError) and str(exc).lower() == "function not found":
+        kind = missing(exc)
+        if kind == "library":
             out.load_library = True
-        elif functions_unusable(exc):
+        elif kind == "functions":
             out.use_scripts = True
-        elif is_noscript(exc) and call.script.sha not in seen:
-            seen.add(call.script.sha)
+        elif kind == "script" and call.script not in out.scripts:
             out.scripts.append(call.script)
     return out
 
@@ -204,9 +215,9 @@ def resend(
     todo: Sequence[Call[Any] | None], got: Sequence[Any]
 ) -> tuple[Recovery, list[Call[Any] | None]]:
     """What the failed calls need, and the calls to send again once it is done."""
-    failed = failures(todo, got)
+    failed = [(i, exc, call) for i, exc, call in failures(todo, got) if missing(exc)]
     plan = recovery([(exc, call) for _, exc, call in failed])
-    again = {i for i, exc, call in failed if recovery([(exc, call)])}
+    again = {i for i, _, _ in failed}
     return plan, [c if i in again else None for i, c in enumerate(todo)]
 
 
