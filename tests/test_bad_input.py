@@ -17,6 +17,7 @@ from quasar_redis import (
     NewJob,
     Quasar,
 )
+from quasar_redis._protocol import Call
 
 from .helpers import T0, applied, claimed, snapshot
 
@@ -156,4 +157,21 @@ def test_times_beyond_the_ready_index_are_refused(q: Quasar) -> None:
     assert "now + delay must be before" in refused_reason(
         q.release(token, "w", delay_ms=far, now=T0)
     )
+    assert snapshot(q) == before
+
+
+@pytest.mark.parametrize(
+    ("position", "value"),
+    [(4, "2"), (5, "some"), (6, "jobs"), (6, "")],  # job count, mode, reply kind
+    ids=["count", "mode", "reply", "no-reply"],
+)
+def test_a_malformed_enqueue_call_is_refused_whole(q: Quasar, position: int, value: str) -> None:
+    # Arguments no client of ours sends (another version, a hand-made call): refused, nothing
+    # written. Position 0 is the call id, then now, limits, count, mode, reply.
+    good = q.calls.enqueue_many([NewJob("s", id="j")], T0)
+    args = list(good.args)
+    args[position] = value
+    before = snapshot(q)
+    result = q.execute(Call(good.script, tuple(args), good.parse))
+    assert result == BatchRefused(0, InvalidJob("malformed enqueue call"))
     assert snapshot(q) == before
