@@ -34,7 +34,7 @@
 -- again (the same tag, the same lease token; the job as it is now), changing nothing. Refusals
 -- write nothing, so a re-sent refused call is simply evaluated again.
 
--- The call's namespace prefix, event stream and arguments: set by run() at the start of each call.
+-- The call's namespace prefix, event stream and arguments: set by run_call() as each call starts.
 local P, EVENTS, KEY_QUEUES, KEY_SEQ, ARGS
 local MAXINT = 1125899906842624 -- 2^50: every integer field and argument stays exact in a double
 local ID_MAX = 256
@@ -365,7 +365,6 @@ local function flush_events()
     redis.call("XADD", EVENTS, "MAXLEN", "~", EVENTS_MAXLEN, "*", "job", table.concat(run.jobs, " "),
       "ev", run.ev, "q", run.q, "a", table.concat(run.attempts, " "))
   end
-  EVENT_RUNS = {}
 end
 
 -- Sorted-set writes are buffered: per key, the last write of each member (its score, or false
