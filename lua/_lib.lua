@@ -219,22 +219,14 @@ local function not_integer(v)
   return n > 16 or (n == 16 and string.byte(v) ~= 45) or not string.find(v, "^%-?%d+$")
 end
 
--- Written out rather than a loop over DEFAULTS: this runs for every job a script loads.
-local function fill_defaults(id, h)
-  if h.rv == nil then h.rv = "0" end
-  if h.a == nil then h.a = "0" end
-  if h.f == nil then h.f = "0" end
-  if h.pd == nil then h.pd = "0" end
-  if h.dp == nil then h.dp = "" end
-  if h.ir == nil then h.ir = "inline" end
-  if h.odf == nil then h.odf = "block" end
-  if h.pr == nil then h.pr = "0" end
-  if h.m == nil then h.m = "3" end
-  if h.q == nil then h.q = "default" end
-  if h.ins == nil and h.at ~= nil then
-    h.ins = h.at
-    IMPLICIT_INS[id] = true
-  end
+-- A new job table, its defaults in place and room made for the fields a job usually has: a table
+-- constructor sizes the table once for all its fields (nil ones too), where adding the fields one
+-- by one would grow it five times, each time rehashing what it holds. This runs for every job a
+-- script loads. DEFAULTS says the same; a stored field overwrites its default.
+local function new_job_table()
+  return {rv = "0", a = "0", f = "0", pd = "0", dp = "", ir = "inline", odf = "block", pr = "0",
+    m = "3", q = "default", s = nil, st = nil, at = nil, sq = nil, p = nil, ins = nil, w = nil,
+    x = nil, n = nil, att = nil, fin = nil, o = nil}
 end
 
 -- Queue names found valid in this call (a batch names the same few again and again).
@@ -268,7 +260,7 @@ local function load_job(id)
     return nil, corrupt(id, "key holds a " .. kind .. ", not a hash")
   end
   if #raw == 0 then return nil, refuse("MissingJob", id) end
-  local h, not_numeric = {}, nil
+  local h, not_numeric = new_job_table(), nil
   for i = 1, #raw, 2 do
     local f, v = raw[i], raw[i + 1]
     h[f] = v
@@ -278,7 +270,10 @@ local function load_job(id)
   end
   local bad = check_job(id, h, not_numeric)
   if bad then return nil, bad end
-  fill_defaults(id, h)
+  if h.ins == nil and h.at ~= nil then
+    h.ins = h.at
+    IMPLICIT_INS[id] = true
+  end
   RAW[id], CHANGED[id] = raw, nil
   return h
 end

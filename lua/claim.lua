@@ -8,8 +8,12 @@
 -- ARGV[5]  lease duration ms   ARGV[6] limit (1..1000)
 --
 -- Replies
---   {"ClaimsApplied", now, job...}    each job as {id, field, value, ...}, the lease among its
---                                     fields (st "L", w, f, x, n: the token is id, rv, w, f, x, n)
+--   {"ClaimsApplied", now, id, fields, id, fields, ...}   each leased job as its id and its
+--                                     fields as they were before the lease ({field, value, ...},
+--                                     as HGETALL gives them): the client applies the lease, which
+--                                     is fully known to it (st "L", a + 1, f + 1, w = worker,
+--                                     x = now + lease duration, n = "<call id>.<i>" for the i-th
+--                                     job, att = now); the token is id, rv, w, f, x, n
 --   {"ClaimsApplied", "", {"Claim", job, token}...}   a re-sent call: token = {job_id,
 --                                     input_revision, worker, fence, expires_at, nonce} as first
 --                                     handed out (the job as it is now)
@@ -68,8 +72,10 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, dam
       dropped = dropped + 1
     elseif (h.st == "W" or h.st == "R") and not blocked(h)
         and num(h.a) < num(h.m) and tonumber(h.at) <= now then
+      local raw = RAW[id] -- the fields as loaded, before the lease (see the replies above)
       lease(id, h, worker, lease_ms, now, cid .. "." .. fmt(#rec + 1), member)
-      out[#out + 1] = job_reply(id, h)
+      out[#out + 1] = id
+      out[#out + 1] = raw
       rec[#rec + 1] = id .. " " .. token_record(h)
     else
       -- Not claimable after all: an entry left behind by hand, or a clock that went back (a

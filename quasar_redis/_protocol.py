@@ -67,6 +67,10 @@ def _s(value: Any) -> str:
     return str(value)
 
 
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
 def _i(value: Any) -> int:
     return int(value)
 
@@ -260,6 +264,10 @@ def _fast_job(reply: Sequence[Any]) -> t.Job:
     it = iter(reply)
     next(it)
     f.update(zip(it, it, strict=True))
+    return _fast_job_of(reply[0], f)
+
+
+def _fast_job_of(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
     if b"p2" in f:
         f[b"p"] = _joined(f, b"p")
     if b"res2" in f:
@@ -274,7 +282,7 @@ def _fast_job(reply: Sequence[Any]) -> t.Job:
     ek = f.get(b"ek")
     att = f.get(b"att")
     return _job(
-        _text_of(reply[0], "utf-8", "replace"),
+        _text_of(job_id, "utf-8", "replace"),
         _text_of(f[b"q"], "utf-8", "replace"),
         _text_of(f[b"s"], "utf-8", "replace"),
         f.get(b"p", b""),
@@ -382,11 +390,49 @@ def parse_leased(reply: Sequence[Any]) -> t.Claim:
     return _claim(job, token)
 
 
-def parse_claims_result(reply: Any) -> t.ClaimsResult:
+def parse_claimed(
+    job_id: Any, before: Sequence[Any], now: Any, worker: str, lease_ms: int, nonce: str
+) -> t.Claim:
+    """A job a claim's first delivery leased, from its fields as they were before the lease (the
+    script's reply): the lease applied here exactly as the script applied it (st L, attempt + 1,
+    fence + 1, the worker, expires_at = now + lease_ms, the nonce, attempted_at = now)."""
+    try:
+        if type(job_id) is not bytes or (before and type(before[0]) is not bytes):
+            raise TypeError("not the common reply")
+        f = _DEFAULTS_B.copy()
+        it = iter(before)
+        f.update(zip(it, it, strict=True))
+        fence, expires = int(f[b"f"]) + 1, int(now) + lease_ms
+        f[b"st"], f[b"a"], f[b"f"] = b"L", b"%d" % (int(f[b"a"]) + 1), b"%d" % fence
+        f[b"w"], f[b"x"], f[b"att"] = worker.encode(), b"%d" % expires, now
+        job = _fast_job_of(job_id, f)
+        return _claim(job, _token(job.id, job.input_revision, worker, fence, expires, nonce))
+    except Exception:  # anything unusual: the general reading decides (and raises its error)
+        fields = dict(zip(map(_s, before[::2]), before[1::2], strict=True))
+        attempt, fence = int(fields.get("a", b"0")) + 1, int(fields.get("f", b"0")) + 1
+        lease = [b"st", b"L", b"a", b"%d" % attempt, b"f", b"%d" % fence, b"w", _b(worker)]
+        lease += [b"x", b"%d" % (int(now) + lease_ms), b"n", _b(nonce), b"att", _b(now)]
+        return parse_leased([job_id, *before, *lease])
+
+
+def parse_claims_result(
+    reply: Any, call_id: str = "", worker: str = "", lease_ms: int = 0
+) -> t.ClaimsResult:
+    """A claim's reply; a first delivery's needs the call's id, worker id and lease duration."""
     if _tag(reply) == "ClaimsApplied":
         if reply[1] == b"":  # a re-sent call: each claim with the token first handed out
             return t.ClaimsApplied(tuple([parse_claim(c) for c in reply[2:]]))
-        return t.ClaimsApplied(tuple([parse_leased(c) for c in reply[2:]]))
+        now, items = reply[1], reply[2:]
+        return t.ClaimsApplied(
+            tuple(
+                [
+                    parse_claimed(
+                        items[i], items[i + 1], now, worker, lease_ms, f"{call_id}.{i // 2 + 1}"
+                    )
+                    for i in range(0, len(items), 2)
+                ]
+            )
+        )
     return t.ClaimRefused(refusal(reply))
 
 
@@ -747,20 +793,26 @@ class Protocol:
     def claim(
         self, queue: str, worker_id: str, lease_ms: int, limit: int, now: int | None = None
     ) -> Call[t.ClaimsResult]:
+        call_id = new_call_id()
         args = (
+            call_id,
             _now(now),
             _text(queue),
             _text(worker_id),
             _int(lease_ms),
             _int(limit),
         )
-        return self._call("claim", args, parse_claims_result)
+        return Call(
+            self._scripts["claim"],
+            args,
+            lambda reply: parse_claims_result(reply, call_id, worker_id, lease_ms),
+        )
 
     def claim_one(
         self, queue: str, worker_id: str, lease_ms: int, now: int | None = None
     ) -> Call[t.ClaimResult]:
         many = self.claim(queue, worker_id, lease_ms, 1, now)
-        return Call(many.script, many.args, lambda r: _first(parse_claims_result(r)))
+        return Call(many.script, many.args, lambda r: _first(many.parse(r)))
 
     def claim_job(
         self, job_id: str, worker_id: str, lease_ms: int, now: int | None = None

@@ -9,6 +9,7 @@ from quasar_redis import (
     Failed,
     IncompleteDependency,
     InvalidJob,
+    JobApplied,
     Leased,
     LeaseHeld,
     MissingDependency,
@@ -193,3 +194,65 @@ def test_claim_drops_index_entries_left_behind_and_reads_on(q: Quasar) -> None:
     assert isinstance(result, ClaimsApplied)
     assert [c.job.id for c in result.claims] == ["j0", "j1"]
     assert q.redis.zcard(ready) == 1
+
+
+def test_the_jobs_and_tokens_a_claim_returns_are_the_ones_stored(q: Quasar) -> None:
+    # A claim's first delivery replies each job's fields as they were before the lease; the client
+    # applies the lease itself: the job and the token must equal what Redis now holds.
+    applied(q.enqueue("s", id="dep", now=T0))
+    dep = claimed(q.claim("default", "wd", 1_000, now=T0))
+    assert isinstance(q.complete(dep.token, "wd", now=T0), JobApplied)
+    applied(q.enqueue("s", {"k": [1, 2]}, id="plain", now=T0))
+    applied(q.enqueue("s", b"x" * 300, id="chunked", priority=1, now=T0))  # payload in chunks
+    applied(
+        q.enqueue(
+            "stage.x",
+            None,
+            id="full",
+            queue="mail",
+            input_ref="s3://b/k",
+            input_revision=7,
+            dependencies=["dep"],
+            priority=-5,
+            max_attempts=9,
+            on_dependency_failure="cancel",
+            now=T0,
+        )
+    )
+    applied(q.enqueue("s", id="again", priority=2, now=T0))
+    first = claimed(q.claim("default", "w0", 1_000, now=T0))
+    assert first.job.id == "plain"  # priority 0, enqueued first
+    # Failed with a retry: attempt 2, fence 2 on its next claim, at moved (ins kept).
+    assert isinstance(q.fail(first.token, "w0", "boom", retry_delay_ms=5, now=T0 + 1), JobApplied)
+    applied(q.enqueue("s", id="expired", priority=3, now=T0))
+    # Leased by id, its lease runs out before the claim below, which expires and re-leases it.
+    claimed(q.claim_job("expired", "w9", 10, now=T0))
+    got = []
+    for queue, worker in (("default", "wörker-1"), ("mail", "w2")):
+        many = q.claim_many(queue, worker, 30_000, 10, now=T0 + 100)
+        assert isinstance(many, ClaimsApplied)
+        got += list(many.claims)
+    assert {c.job.id for c in got} == {"plain", "chunked", "full", "again", "expired"}
+    for claim in got:
+        info = q.get_job(claim.job.id)
+        assert info is not None and info.job == claim.job, claim.job.id
+        h = raw_job(q, claim.job.id)
+        token = claim.token
+        assert (token.job_id, token.input_revision) == (claim.job.id, claim.job.input_revision)
+        assert token.worker_id.encode() == h["w"]
+        assert (str(token.fencing_version).encode(), str(token.expires_at).encode()) == (
+            h["f"],
+            h["x"],
+        )
+        assert token.nonce.encode() == h["n"]
+        assert claim.job.attempt == (2 if claim.job.id in ("plain", "expired") else 1)
+    # Each token is the one Redis holds: it completes its job.
+    for claim in got:
+        done = q.complete(claim.token, claim.token.worker_id, now=T0 + 200)
+        assert isinstance(done, JobApplied), (claim.job.id, done)
+    # Server clock: one more job, claimed with now=None, then read back the same way.
+    applied(q.enqueue("s", {"x": 1}, id="live"))
+    one = claimed(q.claim("default", "w3", 30_000))
+    info = q.get_job("live")
+    assert one.job.id == "live" and info is not None and info.job == one.job
+    assert one.token.nonce.encode() == raw_job(q, "live")["n"]

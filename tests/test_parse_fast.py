@@ -157,3 +157,42 @@ def test_an_outcome_of_any_kind_is_sent_as_before() -> None:
     assert p._outcome_group(t.Complete(odd)) == ("complete", b"j", *head[1:], "inline", b"", "")
     assert p._outcome_group(t.Complete(token, 5)) == ("complete", *head, "inline", b"\x05", "")
     assert p._outcome_group(t.Release(token, 9)) == ("release", *head, "9", "", "")
+
+
+BEFORE_LEASE = {
+    "waiting": [b"s", b"send", b"st", b"W", b"at", b"1000", b"sq", b"4", *CHUNKED],
+    "retrying, defaults stored": [
+        *BASE,
+        b"st",
+        b"R",
+        b"a",
+        b"2",
+        b"f",
+        b"2",
+        b"rv",
+        b"3",
+        b"em",
+        b"x",
+        b"ek",
+        b"E",
+    ],
+    "later fields win": [b"s", b"t", b"st", b"W", b"at", b"1", b"at", b"2", b"f", b"1", b"f", b"4"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_LEASE))
+@pytest.mark.parametrize("worker", ["w1", "wörker"])
+def test_a_claimed_job_is_the_job_with_its_lease_applied(name: str, worker: str) -> None:
+    # A claim's first delivery replies a job's fields before the lease; the client applies the
+    # lease as the script does (claim.lua): the same Claim as the job read back with the lease.
+    before = BEFORE_LEASE[name]
+    f = dict(zip(before[::2], before[1::2], strict=True))
+    attempt, fence = int(f.get(b"a", b"0")) + 1, int(f.get(b"f", b"0")) + 1
+    after = [b"job-1", *before, b"st", b"L", b"a", str(attempt).encode(), b"f"]
+    after += [str(fence).encode(), b"w", worker.encode(), b"x", b"6000", b"n", b"cid.2"]
+    after += [b"att", b"1000"]
+    want = p.parse_leased(after)
+    assert p.parse_claimed(b"job-1", before, b"1000", worker, 5000, "cid.2") == want
+    # The general reading (anything unusual: here text names) gives the same.
+    texts = [x.decode() if i % 2 == 0 else x for i, x in enumerate(before)]
+    assert p.parse_claimed("job-1", texts, b"1000", worker, 5000, "cid.2") == want
