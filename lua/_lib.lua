@@ -45,7 +45,9 @@ local PRIORITY_MIN = -1000000
 local PRIORITY_MAX = 1000000
 
 local CALL_TTL_MS = 60000
-local EVENTS_MAXLEN = 10000
+-- Numbers given to redis.call go as text: Redis formats a Lua number with snprintf("%.17g").
+local CALL_TTL_TEXT = "60000"
+local EVENTS_MAXLEN = "10000"
 local WAKE_MAX = 16
 
 local function key_job(id) return P .. "job:" .. id end
@@ -99,7 +101,7 @@ local function recorded(cid)
 end
 
 local function record(cid, value)
-  redis.call("SET", key_call(cid), value, "PX", CALL_TTL_MS, "NX")
+  redis.call("SET", key_call(cid), value, "PX", CALL_TTL_TEXT, "NX")
 end
 
 local function refuse(tag, ...) return {tag, ...} end
@@ -203,8 +205,10 @@ local NUMERIC = {rv = true, pd = true, pr = true, sq = true, a = true, m = true,
 local STATE_NEEDS = {W = "at", R = "at", L = "x", S = "fin", F = "fin", C = "fin"}
 -- Jobs whose inserted_at is not stored because it equals their first available_at.
 local IMPLICIT_INS = {}
--- Per job loaded: the raw HGETALL reply, and the fields written since (see job_reply).
+-- Per job loaded: the raw HGETALL reply, and the changes tables moved into it since, in order (see
+-- job_reply).
 local RAW, CHANGED = {}, {}
+local NONE = {} -- an empty list, never written to
 local CHUNK = 64
 local BLOB_CHUNKS = 16
 local BLOBS = {p = true, res = true}
@@ -412,6 +416,19 @@ local function zread(...)
   return redis.call(...)
 end
 
+-- zread of a key whose type the call has not checked: a key of another type is a refusal
+-- (nil, CorruptKey), as check_types words it, never a script error.
+local function zread_typed(cmd, k, ...)
+  flush_index()
+  local reply = redis.pcall(cmd, k, ...)
+  if reply.err then
+    local kind = redis.call("TYPE", k)["ok"]
+    if kind == "zset" or kind == "none" then error(reply.err) end
+    return nil, refuse("CorruptKey", k, "holds a " .. kind .. ", expected a zset")
+  end
+  return reply
+end
+
 -- Queues that got claimable jobs during this script, and how many: idle workers block on the
 -- queue's wake list; finish() pushes at most WAKE_MAX tokens per queue once the script is done.
 local WOKEN = {}
@@ -469,10 +486,14 @@ local function job_reply(id, h)
     end
     return out
   end
+  local n = #raw + 1
   for i = 1, #raw do out[i + 1] = raw[i] end
-  for f, v in pairs(CHANGED[id] or {}) do
-    out[#out + 1] = f
-    out[#out + 1] = v
+  for _, changes in ipairs(CHANGED[id] or NONE) do
+    for f, v in pairs(changes) do
+      out[n + 1] = f
+      out[n + 2] = v
+      n = n + 2
+    end
   end
   return out
 end
@@ -574,26 +595,33 @@ end
 local function move(id, h, now, changes, member)
   local before = h.st
   unplace(id, h, member)
-  local args, changed = {}, CHANGED[id]
-  if changed == nil then
-    changed = {}
-    CHANGED[id] = changed
-  end
+  -- HSET's arguments: room for the usual number of fields made at once (see new_job_table).
+  local args, n = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}, 0
   for f, v in pairs(changes) do
     h[f] = v
-    changed[f] = v
     if BLOBS[f] then
       field_args(args, f, v)
+      n = #args
     else
-      args[#args + 1] = f
-      args[#args + 1] = v
+      args[n + 1] = f
+      args[n + 2] = v
+      n = n + 2
     end
-    if f == "at" and IMPLICIT_INS[id] then
-      args[#args + 1] = "ins" -- available_at moves on: keep inserted_at
-      args[#args + 1] = h.ins
-      changed.ins = h.ins
-      IMPLICIT_INS[id] = nil
-    end
+  end
+  if changes.at and IMPLICIT_INS[id] then -- available_at moves on: keep inserted_at
+    args[n + 1] = "ins"
+    args[n + 2] = h.ins
+    IMPLICIT_INS[id] = nil
+    changes = {changes, {ins = h.ins}}
+  else
+    changes = {changes}
+  end
+  -- What job_reply adds to the fields loaded: the changes tables themselves, in order.
+  local changed = CHANGED[id]
+  if changed == nil then
+    CHANGED[id] = changes
+  else
+    for _, c in ipairs(changes) do changed[#changed + 1] = c end
   end
   redis.call("HSET", key_job(id), unpack(args))
   place(id, h, now)
@@ -767,9 +795,18 @@ local function lease(id, h, worker, lease_ms, now, nonce, member)
   }, member)
 end
 
--- Moves due jobs of a queue from delayed to ready, at most `limit`. Returns how many.
+local PROMOTE_WRITES = {"delayed", "ready", wake = true}
+
+-- Moves due jobs of a queue from delayed to ready, at most `limit`. Returns how many, and the
+-- refusal that stopped it before any write (a key of the wrong type).
 local function promote_queue(queue, now, limit)
-  local ids = zread("ZRANGEBYSCORE", key_q(queue, "delayed"), "-inf", fmt(now), "LIMIT", 0, limit)
+  local ids, bad = zread_typed("ZRANGEBYSCORE", key_q(queue, "delayed"), "-inf", fmt(now),
+    "LIMIT", "0", fmt(limit))
+  if ids == nil then return 0, bad end
+  if ids[1] ~= nil then
+    bad = writes_error(queue, PROMOTE_WRITES)
+    if bad then return 0, bad end
+  end
   local moved = 0
   for _, id in ipairs(ids) do
     local h = load_job(id)
@@ -790,10 +827,18 @@ local function expire_job(id, h, now)
   return move_or_fail(id, h, now, retry_or_fail(h, "LeaseExpired", "worker lease expired", now, 0))
 end
 
--- Expires the leases of a queue that ran out, at most `limit`. Returns the ids it moved.
+-- Expires the leases of a queue that ran out, at most `limit`. Returns the ids it moved, and the
+-- refusal that stopped it before any write (a key of the wrong type: an expiry may write any key
+-- of the queue, so all are checked when a lease has run out).
 -- A damaged job hash in the lease index is left where it is and reported, not touched.
 local function expire_queue(queue, now, limit, out, damaged)
-  local ids = zread("ZRANGEBYSCORE", key_q(queue, "leased"), "-inf", fmt(now), "LIMIT", 0, limit)
+  local ids, bad = zread_typed("ZRANGEBYSCORE", key_q(queue, "leased"), "-inf", fmt(now),
+    "LIMIT", "0", fmt(limit))
+  if ids == nil then return out, bad end
+  if ids[1] ~= nil then
+    bad = check_queue(queue)
+    if bad then return out, bad end
+  end
   for _, id in ipairs(ids) do
     local h, err = load_job(id)
     if h == nil then

@@ -39,8 +39,8 @@ end
 
 local function next_due(queue)
   local best = nil
-  for _, what in ipairs({"delayed", "leased"}) do
-    local first = zread("ZRANGE", key_q(queue, what), 0, 0, "WITHSCORES")
+  for _, what in ipairs({"delayed", "leased"}) do -- (both read, so type-checked, by the opening)
+    local first = zread("ZRANGE", key_q(queue, what), "0", "0", "WITHSCORES")
     if first[2] then
       local at = tonumber(first[2])
       if best == nil or at < best then best = at end
@@ -49,44 +49,60 @@ local function next_due(queue)
   return best and fmt(best) or ""
 end
 
+-- The keys a lease writes, type-checked once a call per queue (see writes_error): a job from
+-- the ready index goes to the leased one; a retrying job also leaves the retrying index.
+local LEASE_WRITES = {"ready", "leased"}
+local RETRY_LEASE_WRITES = {"ready", "leased", "retrying"}
+
 -- Leases up to `limit` jobs from the head of the ready index into out / rec; returns how many
--- index entries it dropped (left behind by hand). A damaged job is skipped and left as it is
--- (damaged[1] keeps the first refusal): the jobs around it are still claimed.
-local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged)
+-- index entries it dropped (left behind by hand). A damaged job, or one whose move would write a
+-- key of the wrong type, is skipped and left as it is (damaged keeps the refusals, skipped the
+-- ids): the jobs around it are still claimed.
+local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped)
   local dropped = 0
-  local members = zread("ZRANGE", key_q(queue, "ready"), 0, limit - 1 + #damaged)
-  local seen = {}
-  for _, d in ipairs(damaged) do seen[d[2]] = true end
+  local members = zread("ZRANGE", key_q(queue, "ready"), "0", fmt(limit - 1 + #damaged))
   for _, member in ipairs(members) do
     if #rec >= limit then break end
     local id = ready_id(member)
     local h, err = nil, nil
-    if not seen[id] then h, err = load_job(id) end
-    if seen[id] then
+    if not skipped[id] then h, err = load_job(id) end
+    local bad = nil
+    if skipped[id] then
       h = nil -- damaged, seen on an earlier pass
     elseif h == nil and err[1] ~= "MissingJob" then
-      damaged[#damaged + 1] = err
-      dropped = dropped + 1 -- not dropped, but skipped: read on past it
+      bad = err
     elseif h == nil then
       zrem(key_q(queue, "ready"), member)
       dropped = dropped + 1
     elseif (h.st == "W" or h.st == "R") and not blocked(h)
         and num(h.a) < num(h.m) and tonumber(h.at) <= now then
-      local raw = RAW[id] -- the fields as loaded, before the lease (see the replies above)
-      lease(id, h, worker, lease_ms, now, cid .. "." .. fmt(#rec + 1), member)
-      out[#out + 1] = id
-      out[#out + 1] = raw
-      rec[#rec + 1] = id .. " " .. token_record(h)
+      bad = writes_error(h.q, h.st == "R" and RETRY_LEASE_WRITES or LEASE_WRITES)
+      if bad == nil then
+        local raw = RAW[id] -- the fields as loaded, before the lease (see the replies above)
+        lease(id, h, worker, lease_ms, now, cid .. "." .. fmt(#rec + 1), member)
+        out[#out + 1] = id
+        out[#out + 1] = raw
+        rec[#rec + 1] = id .. " " .. token_record(h)
+      end
     else
       -- Not claimable after all: an entry left behind by hand, or a clock that went back (a
       -- failover to a server whose clock is behind). Drop the entry; a live job is re-indexed
       -- where it belongs (delayed or blocked), one out of attempts stays visible as waiting.
-      zrem(key_q(queue, "ready"), member)
-      if (h.st == "W" or h.st == "R") and num(h.a) < num(h.m) then
-        unplace(id, h)
-        place(id, h, now)
+      -- Rare, and it may write any index of the job's queue: all of them are checked.
+      bad = check_queue(h.q)
+      if bad == nil then
+        zrem(key_q(queue, "ready"), member)
+        if (h.st == "W" or h.st == "R") and num(h.a) < num(h.m) then
+          unplace(id, h)
+          place(id, h, now)
+        end
+        dropped = dropped + 1
       end
-      dropped = dropped + 1
+    end
+    if bad then
+      damaged[#damaged + 1] = bad
+      skipped[id] = true
+      dropped = dropped + 1 -- not dropped, but skipped: read on past it
     end
   end
   return dropped
@@ -95,9 +111,9 @@ end
 -- Claims up to `limit` jobs; a damaged job among them is refused (CorruptJob) only when it
 -- kept the call from claiming anything.
 local function take(cid, queue, worker, lease_ms, now, limit)
-  local out, rec, damaged = {"ClaimsApplied", fmt(now)}, {}, {}
+  local out, rec, damaged, skipped = {"ClaimsApplied", fmt(now)}, {}, {}, {}
   for _ = 1, 3 do
-    local dropped = take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged)
+    local dropped = take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped)
     if dropped == 0 or #rec >= limit then break end
   end
   if #rec == 0 and damaged[1] then return damaged[1] end
@@ -120,10 +136,16 @@ local function main()
   end
   local again = recorded(cid)
   if again then return replay(again, worker) end
-  bad = check_queue(queue)
+  -- The keys every claim reads or writes (ready, leased; the events) are checked first; the
+  -- others only when a step is about to write them (due delayed jobs, run-out leases, a retrying
+  -- or misplaced job), before that step writes anything (a job whose own move would hit a bad key
+  -- is skipped as a damaged one is). Reads of the others refuse a key of the wrong type.
+  bad = writes_error(queue, LEASE_WRITES)
   if bad then return bad end
-  promote_queue(queue, now, MAINTENANCE)
-  expire_queue(queue, now, MAINTENANCE, {}, {})
+  local _, bad2 = promote_queue(queue, now, MAINTENANCE)
+  if bad2 then return bad2 end
+  _, bad2 = expire_queue(queue, now, MAINTENANCE, {}, {})
+  if bad2 then return bad2 end
   local out, rec = take(cid, queue, worker, lease_ms, now, limit)
   if rec == nil then return out end
   if #rec == 0 then return refuse("NothingClaimable", next_due(queue)) end

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from quasar_redis import Complete, CorruptJobError, CorruptKeyError, NewJob, Quasar, Succeeded
+from quasar_redis import (
+    ClaimsApplied,
+    Complete,
+    CorruptJobError,
+    CorruptKeyError,
+    NewJob,
+    Quasar,
+    Succeeded,
+)
 
 from .helpers import T0, applied, claimed, snapshot
 
@@ -124,3 +132,54 @@ def test_a_completion_checks_the_keys_it_writes_and_only_those(q: Quasar) -> Non
     q.redis.delete(q.keys.queue("default", "succeeded"))
     q.redis.set(q.keys.queue("default", "delayed"), "oops")  # not a key a completion writes
     assert applied(q.complete(token, "w", now=T0 + 1)).state == Succeeded("inline", T0 + 1)
+
+
+def test_a_claim_checks_the_keys_it_reads_and_writes_before_writing(q: Quasar) -> None:
+    def spoil(what: str) -> None:
+        q.redis.delete(q.keys.queue("default", what))
+        q.redis.set(q.keys.queue("default", what), "oops")
+
+    def heal(what: str) -> None:
+        q.redis.delete(q.keys.queue("default", what))
+
+    def claimed_ids(now: int) -> list[str]:
+        result = q.claim_many("default", "w", 100, 10, now=now)
+        assert isinstance(result, ClaimsApplied), result
+        return [c.job.id for c in result.claims]
+
+    def refused(what: str, now: int) -> None:
+        before = snapshot(q)
+        with pytest.raises(CorruptKeyError, match=rf"{what}.*holds a string, expected a zset"):
+            q.claim_many("default", "w", 100, 10, now=now)
+        assert snapshot(q) == before
+
+    applied(q.enqueue("s", id="j", now=T0))
+    # Read by every claim: the ready, delayed and leased indexes.
+    for what in ("ready", "delayed", "leased"):
+        spoil(what)
+        refused(what, T0)
+        heal(what)
+    q.redis.delete(q.keys.queue("default", "ready"))  # (healing ready dropped j's entry)
+    q.redis.delete(q.keys.job("j"))
+    # Keys a claim does not write do not stop it: a finished job's index, the blocked one.
+    applied(q.enqueue("s", id="a", now=T0))
+    for what in ("succeeded", "failed", "cancelled", "blocked", "retrying"):
+        spoil(what)
+    assert claimed_ids(T0) == ["a"]
+    # ... until the claim is about to write one: a run-out lease may go anywhere, so every key
+    # of the queue is checked (the first bad one is named).
+    refused("retrying", T0 + 100)
+    for what in ("succeeded", "failed", "cancelled", "blocked", "retrying"):
+        heal(what)
+    # A retrying job leaves the retrying index: it is skipped (a waiting one is still claimed),
+    # and the claim refuses when nothing else was claimable.
+    expired = q.sweep_expired(now=T0 + 100)
+    assert expired.expired == ("a",)
+    spoil("retrying")
+    applied(q.enqueue("s", id="b", priority=5, now=T0))
+    assert claimed_ids(T0 + 200) == ["b"]
+    assert q.redis.hget(q.keys.job("a"), "st") == b"R"
+    refused("retrying", T0 + 200)
+    heal("retrying")
+    q.redis.zadd(q.keys.queue("default", "retrying"), {"a": T0 + 100})
+    assert claimed_ids(T0 + 200) == ["a"]
