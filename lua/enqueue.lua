@@ -154,6 +154,17 @@ local function read_group(i)
   }
 end
 
+-- True when no job of the call exists yet, asked with one EXISTS for them all (rather than one a
+-- job): then no job needs its own duplicate check (a job the call itself created is in `batch`).
+local function none_exist(jobs)
+  local keys, found = {}, 0
+  for i, a in ipairs(jobs) do keys[i] = key_job(a.id) end
+  for i = 1, #keys, 1000 do
+    found = found + redis.call("EXISTS", unpack(keys, i, math.min(#keys, i + 999)))
+  end
+  return found == 0
+end
+
 -- What a new job's write touches, by the index it goes to (see writes_error): 5 TYPE calls.
 local WRITES = {
   ready = {"ready", wake = true, namespace = true},
@@ -165,7 +176,7 @@ local WRITES = {
 local function check_one(a, now, limits, batch)
   local bad = seed_checks(a, now, limits) or limit_checks(a, limits.payload, limits.deps, limits)
   if bad then return bad end
-  if batch[a.id] or redis.call("EXISTS", key_job(a.id)) == 1 then
+  if batch[a.id] or (not limits.none_exist and redis.call("EXISTS", key_job(a.id)) == 1) then
     return refuse("DuplicateJob", a.id)
   end
   local pending, err = dependency_checks(a, batch)
@@ -297,6 +308,7 @@ local function main()
   end
   local jobs = {}
   for i = 1, n do jobs[i] = read_group(i) end
+  limits.none_exist = none_exist(jobs)
   if mode == "each" then
     -- A re-sent call: its record (some job was refused), or its first job found (all applied).
     -- Otherwise no job of this call can exist yet, and none is looked for.
