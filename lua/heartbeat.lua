@@ -14,6 +14,9 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the same new token again, with the job as it is now.
 
+-- A heartbeat writes the lease index only (the state does not change: no event).
+local HEARTBEAT_WRITES = {"leased"}
+
 local function main()
   local c, err = open_lease()
   if c == nil then return err end
@@ -24,7 +27,7 @@ local function main()
   if bad then return bad end
   local lease_ms, e = duration_arg(ARGS[10], "lease_duration", 1)
   if lease_ms == nil then return e end
-  bad = check_queue(c.h.q)
+  bad = writes_error(c.h.q, HEARTBEAT_WRITES)
   if bad then return bad end
   move(c.id, c.h, c.now, {x = fmt(c.now + lease_ms)})
   record(c.cid, token_record(c.h))

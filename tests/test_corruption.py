@@ -183,3 +183,17 @@ def test_a_claim_checks_the_keys_it_reads_and_writes_before_writing(q: Quasar) -
     heal("retrying")
     q.redis.zadd(q.keys.queue("default", "retrying"), {"a": T0 + 100})
     assert claimed_ids(T0 + 200) == ["a"]
+
+
+def test_a_heartbeat_checks_the_lease_index_only(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", now=T0))
+    token = claimed(q.claim_job("j", "w", 1000, now=T0)).token
+    q.redis.set(q.keys.queue("default", "succeeded"), "oops")  # not a key a heartbeat writes
+    token = claimed(q.heartbeat(token, "w", 5000, now=T0 + 1)).token
+    assert token.expires_at == T0 + 5001
+    q.redis.delete(q.keys.queue("default", "leased"))
+    q.redis.set(q.keys.queue("default", "leased"), "oops")
+    before = snapshot(q)
+    with pytest.raises(CorruptKeyError, match=r"leased.*holds a string, expected a zset"):
+        q.heartbeat(token, "w", 5000, now=T0 + 2)
+    assert snapshot(q) == before
