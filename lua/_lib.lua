@@ -49,6 +49,7 @@ local CALL_TTL_MS = 60000
 local CALL_TTL_TEXT = "60000"
 local EVENTS_MAXLEN = "10000"
 local WAKE_MAX = 16
+local WAKE_KEEP = "-16" -- (LTRIM's start: the last WAKE_MAX tokens)
 
 local function key_job(id) return P .. "job:" .. id end
 local function key_dependents(id) return P .. "dependents:" .. id end
@@ -394,6 +395,7 @@ local function flush_args(cmd, k, args)
 end
 
 local function flush_index()
+  if INDEX_KEYS[1] == nil then return end -- nothing buffered (no new tables either)
   for _, k in ipairs(INDEX_KEYS) do
     local removed, added = {}, {}
     for member, score in pairs(INDEX[k]) do
@@ -440,14 +442,16 @@ end
 local function finish(reply)
   flush_index()
   flush_events()
+  if next(WOKEN) == nil then return reply end
   for queue, n in pairs(WOKEN) do
     local tokens = {}
     for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
     local k = key_q(queue, "wake")
     if redis.call("RPUSH", k, unpack(tokens)) > WAKE_MAX then
-      redis.call("LTRIM", k, -WAKE_MAX, -1)
+      redis.call("LTRIM", k, WAKE_KEEP, "-1")
     end
   end
+  WOKEN = {}
   return reply
 end
 
@@ -669,6 +673,7 @@ end
 -- Loads every job in ids; on the first missing or damaged one returns nil and a refusal.
 -- Missing dependents are skipped (they were pruned), so nil never means "missing" here.
 local function load_all(ids)
+  if ids[1] == nil then return NONE end -- (no table made for the usual job with no dependents)
   local out = {}
   for _, id in ipairs(ids) do
     local h, err = load_job(id)
@@ -684,7 +689,7 @@ end
 -- The closure of jobs a cancellation of `root` reaches (dependents of cancelled jobs can never
 -- run). Returns a list of {id, h, reason} in cascade order, or nil and a refusal; checks all first.
 local function dependents_of(id, h)
-  if not h.hd then return {} end
+  if not h.hd then return NONE end
   return redis.call("SMEMBERS", key_dependents(id))
 end
 
@@ -1010,6 +1015,9 @@ local function run_call(keys, args, main)
   P, EVENTS, ARGS = keys[1], keys[2], args
   KEY_QUEUES, KEY_SEQ = P .. "queues", P .. "seq"
   KEY_Q, IMPLICIT_INS, RAW, CHANGED, CHECKED, NAMES_OK = {}, {}, {}, {}, {}, {}
-  EVENT_RUNS, INDEX, INDEX_KEYS, WOKEN, AT_BYTES, TEXT_OF = {}, {}, {}, {}, {}, {}
+  EVENT_RUNS, AT_BYTES, TEXT_OF = {}, {}, {}
+  -- Left empty by the last call unless it stopped half-way (a script error): then made anew.
+  if INDEX_KEYS[1] ~= nil then INDEX, INDEX_KEYS = {}, {} end
+  if next(WOKEN) ~= nil then WOKEN = {} end
   return finish(main())
 end
