@@ -11,7 +11,9 @@
 --   turns large numbers into floats).
 --   Replies are arrays whose first element is a readable tag; refusals come from refuse(), applied
 --   replies from applied(). Python decodes both through one vocabulary (quasar_redis/_protocol.py).
---   A script checks everything before its first write: Redis has no rollback.
+--   A script checks everything before its first write: Redis has no rollback. Calls made of many
+--   transitions (a claim of many jobs, a report, an enqueue in "each" mode) check each one before
+--   its own first write: a refused one is skipped whole, never half-written.
 --
 -- Job hash fields (a hash at P.."job:"..id; the id is the key suffix):
 --   q queue, s stage, p payload (msgpack bytes), ir input_ref, rv input_revision,
