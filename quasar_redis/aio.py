@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import hiredis
+import redis.asyncio
 import redis.exceptions as rex
 
 from . import _types as t
@@ -39,6 +42,7 @@ class AsyncQuasar(ClientBase):
         self._pending: list[tuple[NewJob, asyncio.Future[t.JobResult]]] = []
         self._flush_scheduled = False
         self._flushes: set[asyncio.Task[None]] = set()
+        self._packed = _packed_sender(self.redis)
 
     # plumbing -------------------------------------------------------------------------------------
 
@@ -62,6 +66,8 @@ class AsyncQuasar(ClientBase):
     async def _send(self, call: Call[Any]) -> Any:
         for attempt in range(SENDS):
             try:
+                if self._packed is not None:
+                    return await self._packed(super()._command(call))
                 return await self.redis.execute_command(*self._command(call))
             except rex.ResponseError as exc:
                 plan = recovery([(exc, call)])
@@ -366,3 +372,41 @@ class AsyncQuasar(ClientBase):
     ) -> list[t.Job]:
         """A page of ``queue``'s jobs in ``status`` (or ``"blocked"``), oldest first."""
         return await self.execute(self.calls.list_jobs(queue, status, offset, limit, now))
+
+
+def _packed_sender(client: Any) -> Any:
+    """A sender of one command packed by hiredis (C), for a plain ``redis.asyncio.Redis``.
+
+    redis-py's asyncio connection packs a command in Python, joining a growing buffer for every
+    argument: about 16 µs a job for the 13 arguments a coalesced enqueue sends per job (hiredis
+    packs the same in a fifth of that). This sends the packed bytes on a connection of the
+    client's pool with the client's own retry policy, as ``execute_command`` does; a cluster
+    client or a single-connection client keeps ``execute_command``.
+    """
+    if type(client) is not redis.asyncio.Redis:
+        return None
+    if getattr(client, "single_connection_client", True) or client.connection is not None:
+        return None
+    pool: Any = client.connection_pool
+    params = inspect.signature(pool.get_connection).parameters
+    takes_name = (
+        "command_name" in params and params["command_name"].default is params["command_name"].empty
+    )  # redis-py before 5.3 needs the command's name
+
+    async def send(command: tuple[Any, ...]) -> Any:
+        packed = hiredis.pack_command(command)
+        conn = await (pool.get_connection(command[0]) if takes_name else pool.get_connection())
+
+        async def once() -> Any:
+            await conn.send_packed_command(packed)
+            return await conn.read_response()
+
+        async def fail(_: Exception) -> None:
+            await conn.disconnect()
+
+        try:
+            return await conn.retry.call_with_retry(once, fail)
+        finally:
+            await pool.release(conn)
+
+    return send

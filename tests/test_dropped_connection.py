@@ -436,8 +436,9 @@ async def async_lost(rig: Rig, q: AsyncRecording, action: Callable[[], Awaitable
     return Lost(first, second, between, snapshot(rig.direct))
 
 
-async def async_claim_and_complete(rig: Rig) -> tuple[Lost[Any], Lost[Any]]:
-    client = redis.asyncio.Redis(
+def async_client(rig: Rig) -> redis.asyncio.Redis:
+    """An asyncio client through the proxy, retrying as the sync one does."""
+    return redis.asyncio.Redis(
         host=HOST,
         port=rig.proxy.port,
         db=int(rig.direct.redis.connection_pool.connection_kwargs.get("db", 0)),
@@ -445,6 +446,10 @@ async def async_claim_and_complete(rig: Rig) -> tuple[Lost[Any], Lost[Any]]:
         retry_on_error=RETRY_ON,
         socket_timeout=10,
     )
+
+
+async def async_claim_and_complete(rig: Rig) -> tuple[Lost[Any], Lost[Any]]:
+    client = async_client(rig)
     try:
         q = AsyncRecording(client, rig.q.namespace, rig.q.functions)
         claim = await async_lost(rig, q, lambda: q.claim("default", "w", LEASE))
@@ -466,3 +471,30 @@ def test_async_client_resent_claim_and_complete(rig: Rig) -> None:
     assert info is not None
     assert info.job.state == complete_lost.first.job.state
     assert info.job.result == "done"
+
+
+async def async_coalesced_enqueue(rig: Rig) -> Lost[Any]:
+    client = async_client(rig)
+    try:
+        q = AsyncRecording(client, rig.q.namespace, rig.q.functions)
+        # A plain asyncio client: commands go packed by hiredis on the pool's connections, with
+        # the client's retry policy (what is under test here, with the reply lost).
+        assert q._packed is not None
+
+        async def three() -> list[Any]:
+            return list(
+                await asyncio.gather(*[q.enqueue("s", {"n": i}, id=f"c{i}") for i in range(3)])
+            )
+
+        return await async_lost(rig, q, three)  # (the three go as one call)
+    finally:
+        await client.aclose()
+
+
+def test_async_coalesced_enqueue_resent_by_the_client_retry(rig: Rig) -> None:
+    lost = asyncio.run(async_coalesced_enqueue(rig))
+    same_reply_nothing_more(lost)
+    assert all(isinstance(r, JobApplied) for r in lost.second)
+    for i in range(3):
+        info = rig.direct.get_job(f"c{i}")
+        assert info is not None and info.job.payload == {"n": i}

@@ -140,3 +140,34 @@ def test_no_state_of_one_call_reaches_the_next(redis_client: Any, namespace: str
             assert {f[b"job"] for _, f in entries} == {job_id.encode()}
     finally:
         delete_namespace(redis_client, other)
+
+
+def test_asyncio_calls_go_packed_by_hiredis_on_a_plain_client_only() -> None:
+    # A plain asyncio client: calls are packed by hiredis and sent on the pool's connections
+    # (redis-py's asyncio packer joins a growing buffer per argument). Others keep
+    # execute_command: a single-connection client, fakeredis (and a cluster client).
+    import fakeredis
+
+    direct = real_redis()
+    namespace = f"t-{uuid.uuid4().hex[:12]}"
+    assert AsyncQuasar(fakeredis.FakeAsyncRedis(), "t")._packed is None
+
+    async def both_ways() -> None:
+        plain = redis.asyncio.Redis.from_url(REDIS_URL)
+        single = redis.asyncio.Redis.from_url(REDIS_URL, single_connection_client=True)
+        try:
+            for client, packed in ((plain, True), (single, False)):
+                q = AsyncQuasar(client, namespace)
+                assert (q._packed is not None) is packed
+                job = applied(await q.enqueue("s", {"k": 1}))
+                got = claimed(await q.claim("default", "w", 1000))
+                assert got.job.id == job.id and got.job.payload == {"k": 1}
+        finally:
+            await plain.aclose()
+            await single.aclose()
+
+    try:
+        asyncio.run(both_ways())
+    finally:
+        delete_namespace(direct, namespace)
+        direct.close()
