@@ -239,7 +239,7 @@ local function enqueue_all(jobs, now, limits, reply, cid)
     queues[a.queue] = true
   end
   for q in pairs(queues) do redis.call("SADD", KEY_QUEUES, q) end
-  local seq = redis.call("INCRBY", KEY_SEQ, #jobs) - #jobs
+  local seq = redis.call("INCRBY", KEY_SEQ, fmt(#jobs)) - #jobs
   local out = {"BatchApplied", fmt(now)}
   for i, a in ipairs(jobs) do
     out[#out + 1] = job_out(a.id, write_one(a, now, seq + i, cid, limits.now_text), reply, true)
@@ -259,7 +259,19 @@ end
 -- "each": check and write job by job; a refusal is that job's answer only. Returns the reply and
 -- what a call record keeps of the job (true: applied; else the refusal, given again as it is to
 -- a re-sent call).
-local function each_one(a, now, limits, batch, before, reply, cid)
+-- The sequence number of the next job written in "each" mode: the first one takes a number for
+-- itself and every job after it (one INCRBY a call, not one INCR a job; a later job refused
+-- leaves a gap, which orders nothing differently).
+local function next_seq(limits, left)
+  if limits.seq == nil or limits.seq > limits.seq_last then
+    limits.seq_last = redis.call("INCRBY", KEY_SEQ, fmt(left))
+    limits.seq = limits.seq_last - left + 1
+  end
+  limits.seq = limits.seq + 1
+  return limits.seq - 1
+end
+
+local function each_one(a, now, limits, batch, before, reply, cid, left)
   if type(before) == "table" then return before, before end
   local h = not batch[a.id] and limits.resent and created_by(a, cid) or nil -- not: a duplicate
   local fresh = h == nil
@@ -270,7 +282,7 @@ local function each_one(a, now, limits, batch, before, reply, cid)
       redis.call("SADD", KEY_QUEUES, a.queue)
       limits.listed[a.queue] = true
     end
-    h = write_one(a, now, redis.call("INCR", KEY_SEQ), cid, limits.now_text)
+    h = write_one(a, now, next_seq(limits, left), cid, limits.now_text)
   end
   batch[a.id] = true
   return applied("JobApplied", "", job_out(a.id, h, reply, fresh)), true
@@ -280,7 +292,7 @@ end
 local function enqueue_each(jobs, now, limits, reply, before, cid)
   local batch, kept, out, refused = {}, {}, {"EachResult", fmt(now)}, false
   for i, a in ipairs(jobs) do
-    out[#out + 1], kept[i] = each_one(a, now, limits, batch, before[i], reply, cid)
+    out[#out + 1], kept[i] = each_one(a, now, limits, batch, before[i], reply, cid, #jobs - i + 1)
     refused = refused or kept[i] ~= true
   end
   return out, refused and encode_items(kept) or nil
