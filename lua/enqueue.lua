@@ -325,12 +325,13 @@ local function main()
     -- A re-sent call: its record (some job was refused), or its first job found (all applied).
     -- Otherwise no job of this call can exist yet, and none is looked for.
     local before = decode_items(recorded(cid))
-    limits.resent = #before > 0 or created_by(jobs[1], cid) ~= nil
+    limits.resent = #before > 0 or (not limits.none_exist and created_by(jobs[1], cid) ~= nil)
     local out, kept = enqueue_each(jobs, now, limits, reply, before, cid)
     if kept then record(cid, kept) end
     return out
   end
-  if created_by(jobs[1], cid) then return replay_all(jobs, reply) end
+  -- (none_exist: not even the first job, so this is no re-sent call; nothing more to read)
+  if not limits.none_exist and created_by(jobs[1], cid) then return replay_all(jobs, reply) end
   local out = enqueue_all(jobs, now, limits, reply, cid)
   return out
 end
