@@ -350,6 +350,11 @@ class Worker:
             if got == 0:
                 _end_if_cancelled()
                 await self._idle(next_at)
+            elif got < free:
+                # The queues ran dry: let the jobs just claimed start before the next claim (most
+                # likely an empty one) goes out. A full claim sends the next one first instead,
+                # so that Redis works on it while these jobs run.
+                await asyncio.sleep(0)
 
     def _free(self) -> int:
         """Free slots: ``concurrency`` minus the jobs running. A job whose run has ended frees its
