@@ -637,6 +637,40 @@ def test_a_job_on_an_idle_queue_starts_at_once(app: App, claims: Counter[str]) -
     assert claims["claim"] <= 4, claims
 
 
+def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A claim that came back with fewer jobs than it asked for (the queue ran dry) lets its jobs
+    # start before the next claim (most likely an empty one) is sent: latency at light load.
+    events: list[str] = []
+    execute, idle = AsyncQuasar.execute, Worker._idle
+
+    async def recorded(self: AsyncQuasar, call: Any) -> Any:
+        if call.script.name == "claim":
+            events.append("claim")
+        return await execute(self, call)
+
+    async def idling(self: Worker, next_at: int | None) -> None:
+        events.append("idle")
+        await idle(self, next_at)
+
+    monkeypatch.setattr(AsyncQuasar, "execute", recorded)
+    monkeypatch.setattr(Worker, "_idle", idling)
+
+    async def hello() -> str:
+        events.append("start")
+        return "hi"
+
+    task = declare(app, hello)
+    with serving(worker_of(app, idle_wait=15.0, maintenance_interval=60.0)):
+        wait_for(lambda: "idle" in events, 10, "the worker to find the queue empty")
+        handle = task.enqueue()
+        assert handle.result(timeout=10) == "hi"
+        wait_for(lambda: events.count("idle") >= 2, 10, "the worker to idle again")
+    woken = events.index("idle") + 1
+    assert events[woken : woken + 4] == ["claim", "start", "claim", "idle"], events
+
+
 # --- bugs ----------------------------------------------------------------------------------------
 
 
