@@ -614,20 +614,18 @@ local function move(id, h, now, changes, member)
       n = n + 2
     end
   end
+  -- What job_reply adds to the fields loaded: the changes tables themselves, in order.
+  local changed = CHANGED[id]
+  if changed == nil then
+    changed = {}
+    CHANGED[id] = changed
+  end
+  changed[#changed + 1] = changes
   if changes.at and IMPLICIT_INS[id] then -- available_at moves on: keep inserted_at
     args[n + 1] = "ins"
     args[n + 2] = h.ins
     IMPLICIT_INS[id] = nil
-    changes = {changes, {ins = h.ins}}
-  else
-    changes = {changes}
-  end
-  -- What job_reply adds to the fields loaded: the changes tables themselves, in order.
-  local changed = CHANGED[id]
-  if changed == nil then
-    CHANGED[id] = changes
-  else
-    for _, c in ipairs(changes) do changed[#changed + 1] = c end
+    changed[#changed + 1] = {ins = h.ins}
   end
   redis.call("HSET", key_job(id), unpack(args))
   place(id, h, now)

@@ -64,11 +64,9 @@ local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, dam
   for _, member in ipairs(members) do
     if #rec >= limit then break end
     local id = ready_id(member)
-    local h, err = nil, nil
+    local h, err, bad = nil, nil, nil
     if not skipped[id] then h, err = load_job(id) end
-    local bad = nil
-    if skipped[id] then
-      h = nil -- damaged, seen on an earlier pass
+    if skipped[id] then -- damaged, seen on an earlier pass: read on past it
     elseif h == nil and err[1] ~= "MissingJob" then
       bad = err
     elseif h == nil then

@@ -260,15 +260,12 @@ end
 -- what a call record keeps of the job (true: applied; else the refusal, given again as it is to
 -- a re-sent call).
 -- The sequence number of the next job written in "each" mode: the first one takes a number for
--- itself and every job after it (one INCRBY a call, not one INCR a job; a later job refused
--- leaves a gap, which orders nothing differently).
+-- itself and every job after it (`left` of them: one INCRBY a call, not one INCR a job; a later
+-- job refused leaves a gap, which orders nothing differently).
 local function next_seq(limits, left)
-  if limits.seq == nil or limits.seq > limits.seq_last then
-    limits.seq_last = redis.call("INCRBY", KEY_SEQ, fmt(left))
-    limits.seq = limits.seq_last - left + 1
-  end
+  if limits.seq == nil then limits.seq = redis.call("INCRBY", KEY_SEQ, fmt(left)) - left end
   limits.seq = limits.seq + 1
-  return limits.seq - 1
+  return limits.seq
 end
 
 local function each_one(a, now, limits, batch, before, reply, cid, left)

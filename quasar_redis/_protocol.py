@@ -415,9 +415,7 @@ def parse_claimed(
         return parse_leased([job_id, *before, *lease])
 
 
-def parse_claims_result(
-    reply: Any, call_id: str = "", worker: str = "", lease_ms: int = 0
-) -> t.ClaimsResult:
+def parse_claims_result(reply: Any, call_id: str, worker: str, lease_ms: int) -> t.ClaimsResult:
     """A claim's reply; a first delivery's needs the call's id, worker id and lease duration."""
     if _tag(reply) == "ClaimsApplied":
         if reply[1] == b"":  # a re-sent call: each claim with the token first handed out

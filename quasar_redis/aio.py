@@ -385,7 +385,7 @@ def _packed_sender(client: Any) -> Any:
     """
     if type(client) is not redis.asyncio.Redis:
         return None
-    if getattr(client, "single_connection_client", True) or client.connection is not None:
+    if client.single_connection_client:
         return None
     pool: Any = client.connection_pool
     params = inspect.signature(pool.get_connection).parameters
