@@ -11,11 +11,26 @@ from quasar_redis import (
     Job,
     JobApplied,
     JobResult,
+    NewJob,
     Quasar,
 )
 from quasar_redis._keys import QUEUE_SETS
 
 T0 = 1_000_000  # a fixed "now" for tests that control time
+
+# A job with every option away from its default (it depends on a job "dep", which must exist).
+FULL_JOB = NewJob(
+    "stage.x",
+    {"k": [1, 2]},
+    id="full",
+    queue="mail",
+    input_ref="s3://b/k",
+    input_revision=7,
+    dependencies=["dep"],
+    priority=-5,
+    max_attempts=9,
+    on_dependency_failure="cancel",
+)
 
 
 def applied(result: JobResult) -> Job:

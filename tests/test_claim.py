@@ -22,7 +22,7 @@ from quasar_redis import (
     TerminalJob,
 )
 
-from .helpers import T0, applied, claimed, raw_job, snapshot, where
+from .helpers import FULL_JOB, T0, applied, claimed, raw_job, snapshot, where
 
 
 def test_claim_leases_the_job_with_attempt_fence_and_token(q: Quasar) -> None:
@@ -204,21 +204,7 @@ def test_the_jobs_and_tokens_a_claim_returns_are_the_ones_stored(q: Quasar) -> N
     assert isinstance(q.complete(dep.token, "wd", now=T0), JobApplied)
     applied(q.enqueue("s", {"k": [1, 2]}, id="plain", now=T0))
     applied(q.enqueue("s", b"x" * 300, id="chunked", priority=1, now=T0))  # payload in chunks
-    applied(
-        q.enqueue(
-            "stage.x",
-            None,
-            id="full",
-            queue="mail",
-            input_ref="s3://b/k",
-            input_revision=7,
-            dependencies=["dep"],
-            priority=-5,
-            max_attempts=9,
-            on_dependency_failure="cancel",
-            now=T0,
-        )
-    )
+    applied(q.enqueue_job(FULL_JOB, now=T0))  # another queue, every option set
     applied(q.enqueue("s", id="again", priority=2, now=T0))
     first = claimed(q.claim("default", "w0", 1_000, now=T0))
     assert first.job.id == "plain"  # priority 0, enqueued first

@@ -183,6 +183,18 @@ def test_a_claim_checks_the_keys_it_reads_and_writes_before_writing(q: Quasar) -
     heal("retrying")
     q.redis.zadd(q.keys.queue("default", "retrying"), {"a": T0 + 100})
     assert claimed_ids(T0 + 200) == ["a"]
+    # A due delayed job is promoted first, which pushes a wake-up token: the wake list is checked
+    # before the promotion writes anything.
+    applied(q.enqueue("s", id="later", delay_ms=50, now=T0 + 200))
+    wake = q.keys.wake("default")
+    q.redis.delete(wake)
+    q.redis.hset(wake, "x", "1")
+    before = snapshot(q)
+    with pytest.raises(CorruptKeyError, match=r"wake.*holds a hash, expected a list"):
+        q.claim_many("default", "w", 100, 10, now=T0 + 300)
+    assert snapshot(q) == before
+    q.redis.delete(wake)
+    assert "later" in claimed_ids(T0 + 300)  # (with the leases run out since)
 
 
 def test_a_heartbeat_checks_the_lease_index_only(q: Quasar) -> None:

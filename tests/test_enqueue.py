@@ -18,7 +18,7 @@ from quasar_redis import (
     Waiting,
 )
 
-from .helpers import T0, applied, claimed, raw_job, snapshot, where
+from .helpers import FULL_JOB, T0, applied, claimed, raw_job, snapshot, where
 
 
 def test_enqueue_applies_waiting_with_attempt_and_fence_zero(q: Quasar) -> None:
@@ -258,18 +258,7 @@ def test_the_job_an_enqueue_returns_is_the_job_stored(q: Quasar) -> None:
     applied(q.enqueue("s", id="dep", now=T0))
     kinds: list[NewJob] = [
         NewJob("s"),
-        NewJob(
-            "stage.x",
-            {"k": [1, 2]},
-            id="full",
-            queue="mail",
-            input_ref="s3://b/k",
-            input_revision=7,
-            dependencies=["dep"],
-            priority=-5,
-            max_attempts=9,
-            on_dependency_failure="cancel",
-        ),
+        FULL_JOB,
         NewJob("s", b"x" * 300, delay_ms=1500),
         NewJob("s", None, available_at=T0 + 99),
     ]
