@@ -990,6 +990,174 @@ local function lease_call(name, a, b, k)
   return job_applied(c, fmt(c.now))
 end
 
+-- Reports: many lease holders' outcomes in one call (report.lua, report_claim.lua) ------------
+-- ARGS[base] holds the item count N (1..1000), then N groups of REPORT_GROUP arguments: call name,
+-- token (job_id, input_revision, worker_id, fence, expires_at, nonce), a, b, k (see report.lua).
+
+local REPORT_GROUP = 10
+
+-- The item count, or nil and a refusal; the groups must end the arguments, and name known calls.
+local function report_count(base)
+  local n = int(ARGS[base])
+  if n == nil or n < 1 or n > 1000 or #ARGS ~= base + n * REPORT_GROUP then
+    return nil, invalid("malformed report call")
+  end
+  for i = 1, n do
+    local name = ARGS[base + (i - 1) * REPORT_GROUP + 1]
+    if LEASE_CALLS[name] == nil then return nil, invalid("unknown call '" .. name .. "'") end
+  end
+  return n
+end
+
+-- One item: its reply, and what the call record keeps of it (true: applied; else the refusal).
+-- before: what the record of a re-sent call kept of it (nil on a first delivery).
+local function report_item(base, i, now, worker, before)
+  if type(before) == "table" then return before, before end -- refused the first time: again
+  local b = base + (i - 1) * REPORT_GROUP
+  local t = {ARGS[b + 2], ARGS[b + 3], ARGS[b + 4], ARGS[b + 5], ARGS[b + 6], ARGS[b + 7]}
+  local h, err = load_job(t[1])
+  if h == nil then return err, err end
+  if before == true then return h.st, true end
+  local bad = LEASE_CALLS[ARGS[b + 1]]({now = now, id = t[1], h = h, t = t, worker = worker},
+    ARGS[b + 8], ARGS[b + 9], ARGS[b + 10])
+  if bad then return bad, bad end
+  return h.st, true
+end
+
+-- Applies the n items (appending their replies to out); returns the call record's encoding.
+local function report_items(base, n, now, worker, before, out)
+  local kept = {}
+  for i = 1, n do
+    out[#out + 1], kept[i] = report_item(base, i, now, worker, before[i])
+  end
+  return encode_items(kept)
+end
+
+-- Claims by queue (claim.lua, report_claim.lua) ------------------------------------------------
+
+local MAINTENANCE = 100
+
+-- The checks of a claim's arguments (queue, worker, lease duration, limit at ARGS[base..]):
+-- lease_ms and limit, or nil and a refusal.
+local function claim_args(base)
+  local queue, worker = ARGS[base], ARGS[base + 1]
+  if worker == "" then return nil, invalid("worker_id must not be empty") end
+  local lease_ms, e = duration_arg(ARGS[base + 2], "lease_duration", 1)
+  if lease_ms == nil then return nil, e end
+  local bad = name_error(queue, "queue") or text_error(worker, "worker_id")
+  if bad then return nil, bad end
+  local limit = int(ARGS[base + 3])
+  if limit == nil or limit < 1 or limit > 1000 then
+    return nil, invalid("limit must be between 1 and 1000")
+  end
+  return lease_ms, limit
+end
+
+-- A re-sent claim's reply from its record: "id fence expires_at nonce" for each claim, in order.
+local function claims_replayed(rec, worker)
+  local out, f = {"ClaimsApplied", ""}, split(rec)
+  for i = 1, #f, 4 do
+    local id = f[i]
+    local h = load_job(id)
+    if h then
+      out[#out + 1] = {"Claim", job_reply(id, h), {id, h.rv, worker, f[i + 1], f[i + 2], f[i + 3]}}
+    end
+  end
+  return out
+end
+
+local function next_due(queue)
+  local best = nil
+  for _, what in ipairs({"delayed", "leased"}) do -- (both read, so type-checked, by the opening)
+    local first = zread("ZRANGE", key_q(queue, what), "0", "0", "WITHSCORES")
+    if first[2] then
+      local at = tonumber(first[2])
+      if best == nil or at < best then best = at end
+    end
+  end
+  return best and fmt(best) or ""
+end
+
+-- The keys a lease writes, type-checked once a call per queue (see writes_error): a job from
+-- the ready index goes to the leased one; a retrying job also leaves the retrying index.
+local LEASE_WRITES = {"ready", "leased"}
+local RETRY_LEASE_WRITES = {"ready", "leased", "retrying"}
+
+-- Leases up to `limit` jobs from the head of the ready index into out / rec; returns how many
+-- index entries it dropped (left behind by hand). A damaged job, or one whose move would write a
+-- key of the wrong type, is skipped and left as it is (damaged keeps the refusals, skipped the
+-- ids): the jobs around it are still claimed.
+local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped)
+  local dropped = 0
+  local members = zread("ZRANGE", key_q(queue, "ready"), "0", fmt(limit - 1 + #damaged))
+  for _, member in ipairs(members) do
+    if #rec >= limit then break end
+    local id = ready_id(member)
+    local h, err, bad = nil, nil, nil
+    if not skipped[id] then h, err = load_job(id) end
+    if skipped[id] then -- damaged, seen on an earlier pass: read on past it
+    elseif h == nil and err[1] ~= "MissingJob" then
+      bad = err
+    elseif h == nil then
+      zrem(key_q(queue, "ready"), member)
+      dropped = dropped + 1
+    elseif (h.st == "W" or h.st == "R") and not blocked(h)
+        and num(h.a) < num(h.m) and tonumber(h.at) <= now then
+      bad = writes_error(h.q, h.st == "R" and RETRY_LEASE_WRITES or LEASE_WRITES)
+      if bad == nil then
+        local raw = RAW[id] -- the fields as loaded, before the lease (see claim.lua's replies)
+        lease(id, h, worker, lease_ms, now, cid .. "." .. fmt(#rec + 1), member)
+        out[#out + 1] = id
+        out[#out + 1] = raw
+        rec[#rec + 1] = id .. " " .. token_record(h)
+      end
+    else
+      -- Not claimable after all: an entry left behind by hand, or a clock that went back (a
+      -- failover to a server whose clock is behind). Drop the entry; a live job is re-indexed
+      -- where it belongs (delayed or blocked), one out of attempts stays visible as waiting.
+      -- Rare, and it may write any index of the job's queue: all of them are checked.
+      bad = check_queue(h.q)
+      if bad == nil then
+        zrem(key_q(queue, "ready"), member)
+        if (h.st == "W" or h.st == "R") and num(h.a) < num(h.m) then
+          unplace(id, h)
+          place(id, h, now)
+        end
+        dropped = dropped + 1
+      end
+    end
+    if bad then
+      damaged[#damaged + 1] = bad
+      skipped[id] = true
+      dropped = dropped + 1 -- not dropped, but skipped: read on past it
+    end
+  end
+  return dropped
+end
+
+-- A claim of up to `limit` jobs of `queue`: its reply, and its call record (nil when it leased
+-- nothing, or was refused: nothing to record). A damaged job among them is refused (CorruptJob)
+-- only when it kept the call from claiming anything.
+-- The keys every claim reads or writes (ready, leased; the events) are checked first; the others
+-- only when a step is about to write them (due delayed jobs, run-out leases, a retrying or
+-- misplaced job), before that step writes anything (a job whose own move would hit a bad key is
+-- skipped as a damaged one is). Reads of the others refuse a key of the wrong type.
+local function claim_queue(cid, now, queue, worker, lease_ms, limit)
+  local bad = writes_error(queue, LEASE_WRITES)
+  if bad then return bad end
+  local _, bad2 = promote_queue(queue, now, MAINTENANCE)
+  if bad2 then return bad2 end
+  _, bad2 = expire_queue(queue, now, MAINTENANCE, {}, {})
+  if bad2 then return bad2 end
+  local out, rec, damaged, skipped = {"ClaimsApplied", fmt(now)}, {}, {}, {}
+  for _ = 1, 3 do
+    local dropped = take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped)
+    if dropped == 0 or #rec >= limit then break end
+  end
+  if #rec == 0 then return damaged[1] or refuse("NothingClaimable", next_due(queue)) end
+  return out, table.concat(rec, " ")
+end
+
 -- The common opening of expire / cancel / operator_retry: ARGV[1] call id, ARGV[2] now,
 -- ARGV[3] job id, ARGV[4] the fence the caller observed ("" = the current one, cancel and
 -- operator_retry only). Returns a context table, or nil and a refusal (FenceChanged included).

@@ -22,132 +22,16 @@
 -- The nonce of the i-th claim is "<call id>.<i>". A re-sent call (same call id) gets the claims
 -- the first delivery made, with the same tokens, and leases nothing more.
 
-local MAINTENANCE = 100
-
--- The call record holds "id fence expires_at nonce" for each claim, in order.
-local function replay(rec, worker)
-  local out, f = {"ClaimsApplied", ""}, split(rec)
-  for i = 1, #f, 4 do
-    local id = f[i]
-    local h = load_job(id)
-    if h then
-      out[#out + 1] = {"Claim", job_reply(id, h), {id, h.rv, worker, f[i + 1], f[i + 2], f[i + 3]}}
-    end
-  end
-  return out
-end
-
-local function next_due(queue)
-  local best = nil
-  for _, what in ipairs({"delayed", "leased"}) do -- (both read, so type-checked, by the opening)
-    local first = zread("ZRANGE", key_q(queue, what), "0", "0", "WITHSCORES")
-    if first[2] then
-      local at = tonumber(first[2])
-      if best == nil or at < best then best = at end
-    end
-  end
-  return best and fmt(best) or ""
-end
-
--- The keys a lease writes, type-checked once a call per queue (see writes_error): a job from
--- the ready index goes to the leased one; a retrying job also leaves the retrying index.
-local LEASE_WRITES = {"ready", "leased"}
-local RETRY_LEASE_WRITES = {"ready", "leased", "retrying"}
-
--- Leases up to `limit` jobs from the head of the ready index into out / rec; returns how many
--- index entries it dropped (left behind by hand). A damaged job, or one whose move would write a
--- key of the wrong type, is skipped and left as it is (damaged keeps the refusals, skipped the
--- ids): the jobs around it are still claimed.
-local function take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped)
-  local dropped = 0
-  local members = zread("ZRANGE", key_q(queue, "ready"), "0", fmt(limit - 1 + #damaged))
-  for _, member in ipairs(members) do
-    if #rec >= limit then break end
-    local id = ready_id(member)
-    local h, err, bad = nil, nil, nil
-    if not skipped[id] then h, err = load_job(id) end
-    if skipped[id] then -- damaged, seen on an earlier pass: read on past it
-    elseif h == nil and err[1] ~= "MissingJob" then
-      bad = err
-    elseif h == nil then
-      zrem(key_q(queue, "ready"), member)
-      dropped = dropped + 1
-    elseif (h.st == "W" or h.st == "R") and not blocked(h)
-        and num(h.a) < num(h.m) and tonumber(h.at) <= now then
-      bad = writes_error(h.q, h.st == "R" and RETRY_LEASE_WRITES or LEASE_WRITES)
-      if bad == nil then
-        local raw = RAW[id] -- the fields as loaded, before the lease (see the replies above)
-        lease(id, h, worker, lease_ms, now, cid .. "." .. fmt(#rec + 1), member)
-        out[#out + 1] = id
-        out[#out + 1] = raw
-        rec[#rec + 1] = id .. " " .. token_record(h)
-      end
-    else
-      -- Not claimable after all: an entry left behind by hand, or a clock that went back (a
-      -- failover to a server whose clock is behind). Drop the entry; a live job is re-indexed
-      -- where it belongs (delayed or blocked), one out of attempts stays visible as waiting.
-      -- Rare, and it may write any index of the job's queue: all of them are checked.
-      bad = check_queue(h.q)
-      if bad == nil then
-        zrem(key_q(queue, "ready"), member)
-        if (h.st == "W" or h.st == "R") and num(h.a) < num(h.m) then
-          unplace(id, h)
-          place(id, h, now)
-        end
-        dropped = dropped + 1
-      end
-    end
-    if bad then
-      damaged[#damaged + 1] = bad
-      skipped[id] = true
-      dropped = dropped + 1 -- not dropped, but skipped: read on past it
-    end
-  end
-  return dropped
-end
-
--- Claims up to `limit` jobs; a damaged job among them is refused (CorruptJob) only when it
--- kept the call from claiming anything.
-local function take(cid, queue, worker, lease_ms, now, limit)
-  local out, rec, damaged, skipped = {"ClaimsApplied", fmt(now)}, {}, {}, {}
-  for _ = 1, 3 do
-    local dropped = take_some(cid, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped)
-    if dropped == 0 or #rec >= limit then break end
-  end
-  if #rec == 0 and damaged[1] then return damaged[1] end
-  return out, rec
-end
-
 local function main()
   local cid = ARGS[1]
   local now, e = clock(ARGS[2])
   if now == nil then return e end
-  local queue, worker = ARGS[3], ARGS[4]
-  if worker == "" then return invalid("worker_id must not be empty") end
-  local lease_ms, e2 = duration_arg(ARGS[5], "lease_duration", 1)
-  if lease_ms == nil then return e2 end
-  local bad = name_error(queue, "queue") or text_error(worker, "worker_id")
-  if bad then return bad end
-  local limit = int(ARGS[6])
-  if limit == nil or limit < 1 or limit > 1000 then
-    return invalid("limit must be between 1 and 1000")
-  end
+  local lease_ms, limit = claim_args(3)
+  if lease_ms == nil then return limit end
   local again = recorded(cid)
-  if again then return replay(again, worker) end
-  -- The keys every claim reads or writes (ready, leased; the events) are checked first; the
-  -- others only when a step is about to write them (due delayed jobs, run-out leases, a retrying
-  -- or misplaced job), before that step writes anything (a job whose own move would hit a bad key
-  -- is skipped as a damaged one is). Reads of the others refuse a key of the wrong type.
-  bad = writes_error(queue, LEASE_WRITES)
-  if bad then return bad end
-  local _, bad2 = promote_queue(queue, now, MAINTENANCE)
-  if bad2 then return bad2 end
-  _, bad2 = expire_queue(queue, now, MAINTENANCE, {}, {})
-  if bad2 then return bad2 end
-  local out, rec = take(cid, queue, worker, lease_ms, now, limit)
-  if rec == nil then return out end
-  if #rec == 0 then return refuse("NothingClaimable", next_due(queue)) end
-  record(cid, table.concat(rec, " "))
+  if again then return claims_replayed(again, ARGS[4]) end
+  local out, rec = claim_queue(cid, now, ARGS[3], ARGS[4], lease_ms, limit)
+  if rec then record(cid, rec) end
   return out
 end
 

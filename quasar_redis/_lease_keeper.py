@@ -1,10 +1,11 @@
 """The lease keeper: one thread that makes every call a lease holder makes.
 
-Heartbeats, completions, failures and hand-backs of one worker all go through this thread, one
-batch (one pipeline, one round trip) at a time. That serialises them per job, so a completion
-always carries the newest token (a heartbeat renews the token, and the old one is then stale),
-and it keeps heartbeats going while the event loop is busy: a job that blocks the loop, or a
-CPU-bound one, cannot starve them.
+Heartbeats of one worker go through this thread, one batch (one pipeline, one round trip) at a
+time, so they keep going while the event loop is busy: a job that blocks the loop, or a CPU-bound
+one, cannot starve them. Outcomes (completions, failures, hand-backs) go through it too, or ride
+the worker's next claim (``carry``): either way an outcome is sent only while no heartbeat of its
+lease is in flight and none starts after, so it always carries the newest token (a heartbeat
+renews the token, and the old one is then stale).
 """
 
 from __future__ import annotations
@@ -41,7 +42,16 @@ class Lease:
     ``on_lost`` is called, from the keeper's thread, with the lease and the refusal.
     """
 
-    __slots__ = ("claim", "finishing", "lease_ms", "lost", "on_lost", "renewed_at", "token")
+    __slots__ = (
+        "beating",
+        "claim",
+        "finishing",
+        "lease_ms",
+        "lost",
+        "on_lost",
+        "renewed_at",
+        "token",
+    )
 
     def __init__(
         self, claim: t.Claim, lease_ms: int, on_lost: Callable[[Lease, t.JobError], None]
@@ -52,6 +62,7 @@ class Lease:
         self.token: t.LeaseToken = claim.token
         self.renewed_at = 0.0  # monotonic time of the claim or last heartbeat
         self.finishing = False  # its outcome is queued or sent: no more heartbeats
+        self.beating = False  # a heartbeat of it is in flight (its token may change)
         self.lost = False
 
     @property
@@ -127,6 +138,38 @@ class LeaseKeeper:
                 lease.finishing = True
         self._outcomes.put(items)
 
+    def carry(self, items: list[Item]) -> tuple[list[Item], list[t.Outcome]]:
+        """The outcomes of ``items`` the caller may send itself now (in its own call, such as a
+        claim), built from their newest tokens: those whose lease has no heartbeat in flight.
+        No heartbeat of them starts after; the rest go out through the keeper (``report_many``).
+
+        The caller sends them, then hands the results to ``forget`` and to their ``done``.
+        """
+        taken: list[Item] = []
+        outcomes: list[t.Outcome] = []
+        left: list[Item] = []
+        with self._lock:
+            for item in items:
+                lease = item[0]
+                if lease.beating:
+                    left.append(item)
+                else:
+                    lease.finishing = True
+                    taken.append(item)
+                    outcomes.append(item[1](lease.token))
+        if left:
+            self.report_many(left)
+        return taken, outcomes
+
+    def forget(self, items: list[Item]) -> None:
+        """Stop keeping the leases of ``items``, whose outcomes were sent (``carry``)."""
+        with self._lock:
+            leases = self._leases
+            for lease, _, _ in items:
+                job_id = lease.claim.job.id
+                if leases.get(job_id) is lease:  # not a newer lease of the same job
+                    del leases[job_id]
+
     def held(self) -> list[Lease]:
         with self._lock:
             return list(self._leases.values())
@@ -177,20 +220,19 @@ class LeaseKeeper:
         results: list[Any] = []
         for chunk, reply in zip(chunks, self._execute(calls, pipeline=False), strict=True):
             results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
-        with self._lock:
-            leases = self._leases
-            for lease, _, _ in batch:
-                job_id = lease.claim.job.id
-                if leases.get(job_id) is lease:  # not a newer lease of the same job
-                    del leases[job_id]
+        self.forget(batch)
         self.dispatch([(item[2], r) for item, r in zip(batch, results, strict=True)])
 
     def _heartbeat_due(self) -> None:
         now = time.monotonic()
         if now < self._next_due:
             return
-        live = [lease for lease in self.held() if not lease.finishing and not lease.lost]
-        due = [lease for lease in live if now >= _due(lease)]
+        with self._lock:  # (an outcome taken by carry() is finishing: never beaten after)
+            live = [lease for lease in self._leases.values() if not lease.finishing]
+            live = [lease for lease in live if not lease.lost]
+            due = [lease for lease in live if now >= _due(lease)]
+            for lease in due:
+                lease.beating = True
         later = [_due(lease) for lease in live if _due(lease) > now]
         self._next_due = min(later, default=now + 0.5)
         if not due:
@@ -199,11 +241,16 @@ class LeaseKeeper:
             self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms)
             for lease in due
         ]
-        results = self._execute(calls, give_up_after=0.0)
-        for lease, result in zip(due, results, strict=True):
-            self._after_heartbeat(lease, result, now)
-            if not lease.lost:
-                self._next_due = min(self._next_due, _due(lease))
+        try:
+            results = self._execute(calls, give_up_after=0.0)
+            for lease, result in zip(due, results, strict=True):
+                self._after_heartbeat(lease, result, now)
+                if not lease.lost:
+                    self._next_due = min(self._next_due, _due(lease))
+        finally:  # only now, the new tokens in place, may carry() take these leases' outcomes
+            with self._lock:
+                for lease in due:
+                    lease.beating = False
 
     def _after_heartbeat(self, lease: Lease, result: Any, sent_at: float) -> None:
         if isinstance(result, t.ClaimApplied):

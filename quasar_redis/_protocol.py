@@ -45,6 +45,7 @@ FAULTS = ("CorruptJob", "CorruptKey")
 APPLIED = (
     "BatchApplied",
     "Reported",
+    "ReportClaimed",
     "BatchRefused",
     "Claim",
     "ClaimApplied",
@@ -666,6 +667,25 @@ def parse_report(job_ids: Sequence[str]) -> Callable[[Any], list[t.OutcomeResult
     return parse
 
 
+def parse_report_claimed(
+    job_ids: Sequence[str], call_id: str, worker: str, lease_ms: int
+) -> Callable[[Any], t.ReportedAndClaimed]:
+    """The parser of a report_claim call: the report's results and the claim's."""
+    outcomes = parse_report(job_ids)
+
+    def parse(reply: Any) -> t.ReportedAndClaimed:
+        if _tag(reply) != "ReportClaimed":
+            raise _refused(reply)
+        claim: t.ClaimsResult | Exception
+        try:
+            claim = parse_claims_result(reply[3], call_id, worker, lease_ms)
+        except QuasarError as exc:  # damaged data on the claim's side: the outcomes still count
+            claim = exc
+        return t.ReportedAndClaimed(tuple(outcomes([b"Reported", reply[1], *reply[2]])), claim)
+
+    return parse
+
+
 class Protocol:
     """Builds the ``Call`` of every operation for one namespace."""
 
@@ -883,6 +903,38 @@ class Protocol:
         args = (_now(now), _text(worker_id), str(len(outcomes)), *items)
         call = self._call("report", args, parse_report([o.token.job_id for o in outcomes]))
         return Call(call.script, call.args, call.parse, early)
+
+    def report_claim(
+        self,
+        worker_id: str,
+        outcomes: Sequence[t.Outcome],
+        queue: str,
+        lease_ms: int,
+        limit: int,
+        now: int | None = None,
+    ) -> Call[t.ReportedAndClaimed]:
+        """Outcomes (as ``report``), then a claim of up to ``limit`` jobs of ``queue``: one call."""
+        report = self.report(worker_id, outcomes, now)
+        if report.early is not None:  # nothing is sent: the claim is refused with the outcomes
+            first = report.early[0]
+            reason = first.error if isinstance(first, t.JobRefused) else t.InvalidJob(str(first))
+            early = t.ReportedAndClaimed(tuple(report.early), t.ClaimRefused(reason))
+            return Call(self._scripts["report_claim"], (), lambda _: early, early)
+        call_id = report.args[0]
+        assert isinstance(call_id, str)
+        args = (
+            call_id,
+            report.args[1],
+            _text(queue),
+            _text(worker_id),
+            _int(lease_ms),
+            _int(limit),
+            *report.args[3:],
+        )
+        parse = parse_report_claimed(
+            [o.token.job_id for o in outcomes], call_id, worker_id, lease_ms
+        )
+        return Call(self._scripts["report_claim"], args, parse)
 
     def release(
         self, token: t.LeaseToken, worker_id: str, delay_ms: int, now: int | None = None

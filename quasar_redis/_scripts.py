@@ -39,6 +39,7 @@ NAMES = (
     "heartbeat",
     "release",
     "report",
+    "report_claim",
     "expire",
     "sweep",
     "promote",

@@ -474,3 +474,15 @@ class OutcomeApplied:
 
 
 OutcomeResult: TypeAlias = OutcomeApplied | JobRefused
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedAndClaimed:
+    """``report_and_claim``: each outcome's result, in order, and the claim's.
+
+    An outcome of a damaged job, or a claim refused for damaged data, comes as the exception
+    (``CorruptJobError``, ``CorruptKeyError``) in place of its result: the other part still counts.
+    """
+
+    outcomes: tuple[OutcomeResult | Exception, ...]
+    claim: ClaimsResult | Exception

@@ -302,6 +302,21 @@ class AsyncQuasar(ClientBase):
         """
         return await self.execute(self.calls.report(worker_id, outcomes, now))
 
+    async def report_and_claim(
+        self,
+        worker_id: str,
+        outcomes: Sequence[t.Outcome],
+        queue: str,
+        lease_ms: int,
+        limit: int,
+        *,
+        now: int | None = None,
+    ) -> t.ReportedAndClaimed:
+        """``report_many(outcomes)``, then ``claim_many(queue, ...)``, in one call (a worker's
+        round trip): each part is applied or refused on its own, as its own call would be."""
+        call = self.calls.report_claim(worker_id, outcomes, queue, lease_ms, limit, now)
+        return await self.execute(call)
+
     # operators and maintenance --------------------------------------------------------------------
 
     async def expire(

@@ -241,6 +241,21 @@ class Quasar(ClientBase):
         """
         return self.execute(self.calls.report(worker_id, outcomes, now))
 
+    def report_and_claim(
+        self,
+        worker_id: str,
+        outcomes: Sequence[t.Outcome],
+        queue: str,
+        lease_ms: int,
+        limit: int,
+        *,
+        now: int | None = None,
+    ) -> t.ReportedAndClaimed:
+        """``report_many(outcomes)``, then ``claim_many(queue, ...)``, in one call (a worker's
+        round trip): each part is applied or refused on its own, as its own call would be."""
+        call = self.calls.report_claim(worker_id, outcomes, queue, lease_ms, limit, now)
+        return self.execute(call)
+
     # operators and maintenance --------------------------------------------------------------------
 
     def expire(self, job_id: str, expected_fence: int, *, now: int | None = None) -> t.JobResult:

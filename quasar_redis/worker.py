@@ -7,6 +7,11 @@ renewal is refused (the job was cancelled, expired or taken over) the running ta
 never reported. An idle worker blocks on the queues' wake lists until work arrives or the next
 scheduled job is due. Maintenance (promote, sweep, prune) runs inside every worker; any number
 of them may run it at once.
+
+Outcomes ride the next claim: one ``report_claim`` call reports the jobs that ended and claims
+as many new ones (one round trip a batch). When no claim is about to go out (the worker is idle,
+backing off, full or stopping), or a heartbeat of the job is in flight, the lease keeper reports
+the outcome instead.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from redis.exceptions import RedisError
 from . import _types as t
 from ._codec import Encoded, EncodeError, encode
 from ._keys import check_name
-from ._lease_keeper import Lease, LeaseKeeper
+from ._lease_keeper import Item, Lease, LeaseKeeper
 from ._protocol import Call
 from .aio import AsyncQuasar
 from .app import App, Task, args_of
@@ -43,6 +48,11 @@ from .retry import PermanentFailure, Snooze
 log = logging.getLogger("quasar_redis.worker")
 
 REASON_MAX = 8000
+# The most outcomes a claim carries. A small batch costs mostly its round trip and its call's
+# fixed cost, which one call for both saves; a larger one goes through the lease keeper on its own
+# connection, so that Redis reports it while the worker starts the jobs of the claim sent beside
+# it (measured: carried, +25-30% jobs/s at concurrency 10; at 200, carrying lost that overlap).
+CARRY_MAX = 64
 Build = Callable[[t.LeaseToken], t.Outcome]
 
 
@@ -221,8 +231,10 @@ class Worker:
         self._stop_requested = False
         self._poke = asyncio.Event()
         self._background: set[asyncio.Future[Any]] = set()
-        self._unanswered: dict[str, Call[t.ClaimsResult]] = {}
-        self._outbox: list[tuple[Lease, Build, _Running]] = []  # outcomes for the lease keeper
+        # A call whose reply was lost, per queue, and the outcomes it carries: sent again as is.
+        self._unanswered: dict[str, tuple[Call[Any], list[Item]]] = {}
+        self._outbox: list[Item] = []  # outcomes for the next claim, or for the lease keeper
+        self._carrying = False  # the claim loop will send a claim soon (and take the outbox)
         self._waking: set[str] = set()  # queues with a wake-up push in flight
 
     # running and stopping -------------------------------------------------------------------------
@@ -265,9 +277,12 @@ class Worker:
             self.concurrency,
         )
         try:
+            self._carrying = True
             await self._claim_loop()
         finally:
             self._stopping.set()  # ends maintenance even if a cancellation gets swallowed
+            self._stop_carrying()
+            self._report_unanswered()
             await self._drain()
             maintenance.cancel()
             await asyncio.gather(maintenance, return_exceptions=True)
@@ -334,6 +349,9 @@ class Worker:
             _end_if_cancelled()
             free = self._free()
             if free <= 0:
+                # Full (as many outcomes on their way as jobs running): no claim goes out, so
+                # what ended meanwhile goes through the lease keeper.
+                self._flush_outbox()
                 self._slot.clear()
                 await self._slot.wait()
                 continue
@@ -343,13 +361,17 @@ class Worker:
                 log.warning(
                     "worker %s: claim failed (%s); retrying in %.2fs", self.worker_id, exc, backoff
                 )
+                self._stop_carrying()
                 await self._pause(backoff)
+                self._carrying = True
                 backoff = min(backoff * 2, 5.0) * random.uniform(0.8, 1.2)
                 continue
             backoff = 0.05
             if got == 0:
                 _end_if_cancelled()
+                self._stop_carrying()
                 await self._idle(next_at)
+                self._carrying = True
             elif got < free:
                 # The queues ran dry: let the jobs just claimed start before the next claim (most
                 # likely an empty one) goes out. A full claim sends the next one first instead,
@@ -358,8 +380,9 @@ class Worker:
 
     def _free(self) -> int:
         """Free slots: ``concurrency`` minus the jobs running. A job whose run has ended frees its
-        slot once its outcome is handed to the lease keeper, so the next claim overlaps with the
-        report; at most ``concurrency`` such outcomes may wait for their result."""
+        slot as soon as its outcome is queued, so the next claim carries it (or overlaps with the
+        lease keeper's report of it); at most ``concurrency`` such outcomes may wait for their
+        result."""
         held = len(self._running)
         return min(self.concurrency - held + self._reporting, 2 * self.concurrency - held)
 
@@ -368,16 +391,25 @@ class Worker:
         got, next_at = 0, None
         for queue in self.queues:
             want = min(free - got, 1000)
-            # A claim whose reply was lost (Redis went away) is sent again with its call id: the
-            # jobs it leased come back instead of waiting out their lease.
-            call = self._unanswered.pop(queue, None) or self._client.calls.claim(
-                queue, self.worker_id, self.lease_ms, want
-            )
+            # A call whose reply was lost (Redis went away) is sent again with its call id: the
+            # jobs it leased come back instead of waiting out their lease, and its outcomes get
+            # their first answers.
+            unanswered = self._unanswered.pop(queue, None)
+            call, carried = unanswered or self._next_call(queue, want)
             try:
-                result = await self._client.execute(call)
-            except RedisUnavailable:
-                self._unanswered[queue] = call
+                reply = await self._client.execute(call)
+            except (RedisUnavailable, asyncio.CancelledError):  # it may have been applied
+                self._unanswered[queue] = (call, carried)
                 raise
+            except BaseException as exc:
+                self._settle(carried, [exc] * len(carried))
+                raise
+            result = reply
+            if isinstance(reply, t.ReportedAndClaimed):
+                self._settle(carried, reply.outcomes)
+                if isinstance(reply.claim, Exception):
+                    raise reply.claim
+                result = reply.claim
             if isinstance(result, t.ClaimsApplied):
                 self._start_all(result.claims)
                 got += len(result.claims)
@@ -388,6 +420,40 @@ class Worker:
             if got >= free:
                 break
         return got, next_at
+
+    def _next_call(self, queue: str, want: int) -> tuple[Call[Any], list[Item]]:
+        """A claim of ``want`` jobs of ``queue``, carrying the outcomes waiting to be reported."""
+        assert self._client is not None and self._keeper is not None
+        calls, carried = self._client.calls, list[Item]()
+        if len(self._outbox) > CARRY_MAX:
+            self._flush_outbox()
+        elif self._outbox:
+            items, self._outbox = self._outbox, []
+            carried, outcomes = self._keeper.carry(items)
+            if outcomes:
+                call = calls.report_claim(self.worker_id, outcomes, queue, self.lease_ms, want)
+                return call, carried
+        return calls.claim(queue, self.worker_id, self.lease_ms, want), carried
+
+    def _settle(self, carried: list[Item], results: Sequence[Any]) -> None:
+        """The results of outcomes a claim carried: to their jobs, as the lease keeper's are."""
+        if carried:
+            assert self._keeper is not None
+            self._keeper.forget(carried)
+            self._deliver([(item[2], r) for item, r in zip(carried, results, strict=True)])
+
+    def _stop_carrying(self) -> None:
+        """No claim goes out for now: outcomes go to the lease keeper until carrying resumes."""
+        self._carrying = False
+        self._flush_outbox()
+
+    def _report_unanswered(self) -> None:
+        """On the way out: the outcomes of calls whose reply was lost go to the lease keeper (as
+        a new report: one applied the first time is refused as stale, which changes nothing)."""
+        for _, carried in self._unanswered.values():
+            self._outbox.extend(carried)
+        self._unanswered.clear()
+        self._flush_outbox()
 
     async def _idle(self, next_at: int | None) -> None:
         """Block on the wake lists until work arrives, the next job is due, or a stop."""
@@ -570,12 +636,13 @@ class Worker:
         return Outcome(name, lambda tok: t.Release(tok, delay_ms), delay_ms)
 
     def _send(self, running: _Running, outcome: Outcome) -> None:
-        """Hand the outcome to the lease keeper: the outcomes of one turn of the loop go as one."""
+        """Queue the outcome for the next claim, or for the lease keeper when no claim is about
+        to go out: the outcomes of one turn of the loop go as one."""
         assert self._loop is not None
         running.outcome = outcome
         running.duration = time.monotonic() - running.started
         self._outbox.append((running, outcome.build, running))
-        if len(self._outbox) == 1:
+        if not self._carrying and len(self._outbox) == 1:  # no claim to carry it: the keeper
             self._loop.call_soon(self._flush_outbox)
         self._reporting += 1
         self._slot.set()

@@ -30,12 +30,15 @@ from quasar_redis import (
     ClaimApplied,
     ClaimRefused,
     ClaimsApplied,
+    Complete,
     Failed,
     JobApplied,
     JobRefused,
     LeaseHeld,
     NewJob,
+    OutcomeApplied,
     Quasar,
+    ReportedAndClaimed,
     RetryWaiting,
     StaleLease,
     Succeeded,
@@ -230,6 +233,24 @@ def test_resent_claim_many_returns_the_same_jobs(rig: Rig) -> None:
         info = rig.direct.get_job(f"j{i}")
         assert info is not None
         assert (info.job.attempt, info.job.fencing_version) == (1, 1)
+
+
+def test_resent_report_and_claim_gets_its_first_answers(rig: Rig) -> None:
+    rig.direct.enqueue_many([NewJob("s", id=f"j{i}") for i in range(5)])
+    held = rig.direct.claim_many("default", "w", LEASE, 2)
+    assert isinstance(held, ClaimsApplied)
+    outcomes = [Complete(c.token, {"n": i}) for i, c in enumerate(held.claims)]
+    lost = rig.lost(lambda: rig.q.report_and_claim("w", outcomes, "default", LEASE, 2))
+    assert isinstance(lost.first, ReportedAndClaimed)
+    assert lost.first.outcomes == (
+        OutcomeApplied("j0", "Succeeded"),
+        OutcomeApplied("j1", "Succeeded"),
+    )
+    assert isinstance(lost.first.claim, ClaimsApplied)
+    assert [c.job.id for c in lost.first.claim.claims] == ["j2", "j3"]
+    same_reply_nothing_more(lost)
+    counts = rig.direct.counts("default")
+    assert (counts.completed, counts.executing, counts.available) == (2, 2, 1)
 
 
 def test_resent_claim_job_returns_the_same_claim(rig: Rig) -> None:

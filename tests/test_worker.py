@@ -594,6 +594,9 @@ def test_at_most_concurrency_jobs_run_at_once(app: App) -> None:
 # --- idling and waking ---------------------------------------------------------------------------
 
 
+CLAIMS = ("claim", "report_claim")  # a claim, alone or carrying outcomes
+
+
 @pytest.fixture
 def claims(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Counts the claim and other script calls of every asyncio client (the worker's)."""
@@ -602,7 +605,7 @@ def claims(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
     async def counted_execute(self: AsyncQuasar, call: Any) -> Any:
         counts["script"] += 1
-        if call.script.name == "claim":
+        if call.script.name in CLAIMS:
             counts["claim"] += 1
         return await execute(self, call)
 
@@ -646,7 +649,7 @@ def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
     execute, idle = AsyncQuasar.execute, Worker._idle
 
     async def recorded(self: AsyncQuasar, call: Any) -> Any:
-        if call.script.name == "claim":
+        if call.script.name in CLAIMS:
             events.append("claim")
         return await execute(self, call)
 
@@ -671,44 +674,110 @@ def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
     assert events[woken : woken + 4] == ["claim", "start", "claim", "idle"], events
 
 
+def test_outcomes_ride_the_next_claim_and_each_is_reported_once(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    carried: list[str] = []  # job ids whose outcome went with a claim
+    by_keeper: list[str] = []  # ... and those the lease keeper reported
+    execute = AsyncQuasar.execute
+
+    async def recorded(self: AsyncQuasar, call: Any) -> Any:
+        result = await execute(self, call)
+        if call.script.name == "report_claim":
+            count = int(call.args[6])
+            carried.extend(str(call.args[8 + 10 * i]) for i in range(count))
+        return result
+
+    keeper_client = app.new_client()
+    execute_many, execute_one = keeper_client.execute_many, keeper_client.execute
+
+    def reports(calls: Any) -> None:
+        for call in calls:
+            if call.script.name == "report":
+                count = int(call.args[3])
+                by_keeper.extend(str(call.args[5 + 10 * i]) for i in range(count))
+
+    def many(calls: Any) -> list[Any]:
+        reports(calls)
+        return execute_many(calls)
+
+    def one(call: Any) -> Any:
+        reports([call])
+        return execute_one(call)
+
+    monkeypatch.setattr(AsyncQuasar, "execute", recorded)
+    monkeypatch.setattr(keeper_client, "execute_many", many)
+    monkeypatch.setattr(keeper_client, "execute", one)
+    monkeypatch.setattr(app, "new_client", lambda: keeper_client)
+
+    async def quick(n: int) -> int:
+        return n
+
+    task = declare(app, quick)
+    handles = app.enqueue_many([task.job(i) for i in range(24)])  # before the worker starts
+    try:
+        with serving(worker_of(app, concurrency=4)) as served:
+            assert [h.result(timeout=30) for h in handles] == list(range(24))
+    finally:
+        keeper_client.redis.close()
+    assert sorted(carried + by_keeper) == sorted(h.id for h in handles), (carried, by_keeper)
+    # The worker is full (4 of 24) when its first jobs end: the claims that follow carry them.
+    assert len(carried) >= 4, (carried, by_keeper)
+    assert served.worker.stats.completed == 24
+
+
 # --- bugs ----------------------------------------------------------------------------------------
 
 
-def test_a_completion_that_races_a_heartbeat_is_accepted(
-    app: App, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The job finishes while its heartbeat is in flight: its completion must still count."""
-    in_flight = threading.Event()
+def race_a_heartbeat(
+    app: App, monkeypatch: pytest.MonkeyPatch, worker: Worker, *, renewed_first: bool
+) -> tuple[bool, Any]:
+    """Runs one job that returns while a heartbeat of it is in flight: held before it is sent, or
+    (``renewed_first``) after Redis renewed the lease but before the keeper took the new token.
+    Whether the race took place, and the job's result (or the exception that stood for it)."""
+    gate = threading.Event()
 
     async def racing() -> str:
-        await asyncio.to_thread(in_flight.wait, 10)
+        await asyncio.to_thread(gate.wait, 10)
         return "done"
 
-    worker = worker_of(app, lease_ms=600)
     keeper_client = app.new_client()
     execute_many = keeper_client.execute_many
 
-    def hold_heartbeat(calls: Any) -> list[Any]:
-        if any(call.script.name == "heartbeat" for call in calls) and not in_flight.is_set():
-            in_flight.set()  # the job returns now and reports; the heartbeat goes out after
+    def racing_heartbeat(calls: Any) -> list[Any]:
+        beat = any(call.script.name == "heartbeat" for call in calls) and not gate.is_set()
+        results = execute_many(calls) if renewed_first or not beat else []
+        if beat:
+            gate.set()  # the job returns now: its outcome is queued, or carried by a claim
             keeper = worker._keeper
             assert keeper is not None
-            wait_for(lambda: any(x.finishing for x in keeper.held()), 10, "the report")
-        return execute_many(calls)
+            wait_for(lambda: any(x.finishing for x in keeper.held()), 10, "the outcome")
+            if not renewed_first:
+                results = execute_many(calls)
+        return results
 
-    monkeypatch.setattr(keeper_client, "execute_many", hold_heartbeat)
+    monkeypatch.setattr(keeper_client, "execute_many", racing_heartbeat)
     monkeypatch.setattr(app, "new_client", lambda: keeper_client)
     task = declare(app, racing, lease_ms=600, max_attempts=1)
     try:
         with serving(worker):
             handle = task.enqueue()
             try:
-                value = handle.result(timeout=15)
+                value: Any = handle.result(timeout=15)
             except (JobFailedError, TimeoutError) as exc:
                 value = exc
     finally:
         keeper_client.redis.close()
-    assert in_flight.is_set(), "no heartbeat went through execute_many: update this test"
+    return gate.is_set(), value
+
+
+def test_a_completion_that_races_a_heartbeat_is_accepted(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job finishes while its heartbeat is in flight: its completion must still count."""
+    worker = worker_of(app, lease_ms=600)
+    raced, value = race_a_heartbeat(app, monkeypatch, worker, renewed_first=False)
+    assert raced, "no heartbeat went through execute_many: update this test"
     assert value == "done", (
         f"BUG (_lease_keeper.LeaseKeeper._after_heartbeat): got {value!r}. A heartbeat that is "
         "in flight when the job reports keeps its new token away from the report "
@@ -716,6 +785,17 @@ def test_a_completion_that_races_a_heartbeat_is_accepted(
         "refused StaleLease, and the finished job runs again after its lease (or fails, on its "
         "last attempt)"
     )
+
+
+def test_an_outcome_is_not_carried_by_a_claim_while_its_heartbeat_is_in_flight(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job ends while Redis has renewed its lease but the keeper has not yet taken the new
+    token: the claim that goes out next must not carry the outcome with the old token."""
+    worker = worker_of(app, lease_ms=600, concurrency=1)  # full: the next claim carries outcomes
+    raced, value = race_a_heartbeat(app, monkeypatch, worker, renewed_first=True)
+    assert raced, "no heartbeat went through execute_many: update this test"
+    assert value == "done", f"the outcome went out with the superseded token: {value!r}"
 
 
 def renewed(handle: JobHandle, claimed_ms: int) -> tuple[Leased, int] | None:

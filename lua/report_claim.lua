@@ -1,0 +1,55 @@
+-- report_claim: a worker's outcomes and its next claim in one call: report.lua's items, then
+-- claim.lua's claim (the outcomes first, so that a job whose last dependency completes here can
+-- be claimed by this very call). Each part is applied or refused on its own, exactly as its own
+-- script would: a refused outcome does not stop the claim, and a claim that finds nothing (or
+-- is refused) does not undo the outcomes.
+--
+-- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
+-- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue   ARGV[4] worker id
+-- ARGV[5]  lease duration ms   ARGV[6] claim limit (1..1000)
+-- ARGV[7]  item count N (1..1000), then N groups of 10 as in report.lua
+--
+-- Replies
+--   {"ReportClaimed", now, {result...}, claim}   the results as report.lua gives them, and the
+--                                  claim's reply as claim.lua gives it (ClaimsApplied with each
+--                                  job's fields before the lease, NothingClaimable, a refusal)
+--   {"InvalidJob", reason}         a malformed call (nothing applied)
+-- Re-sent calls: the call record is "<n>:<claim record><items>" when the claim leased jobs (n the
+-- length of the claim's record, as claim.lua keeps it) or "-<items>" when it did not (the
+-- outcomes as report.lua keeps them). A re-sent call gets every outcome's first answer again and
+-- the claims first handed out; a claim that leased nothing the first time is made anew.
+
+local function main()
+  local cid = ARGS[1]
+  local now, e = clock(ARGS[2])
+  if now == nil then return e end
+  local queue, worker = ARGS[3], ARGS[4]
+  local lease_ms, limit = claim_args(3)
+  if lease_ms == nil then return limit end
+  local n, bad = report_count(7)
+  if n == nil then return bad end
+  local again, claimed, items = recorded(cid), nil, nil
+  if again and string.sub(again, 1, 1) == "-" then
+    items = string.sub(again, 2)
+  elseif again then
+    local colon = string.find(again, ":", 1, true)
+    local len = colon and tonumber(string.sub(again, 1, colon - 1))
+    if len then
+      claimed = string.sub(again, colon + 1, colon + len)
+      items = string.sub(again, colon + len + 1)
+    end
+  end
+  local results = {}
+  local kept = report_items(7, n, now, worker, decode_items(items), results)
+  if claimed then return {"ReportClaimed", fmt(now), results, claims_replayed(claimed, worker)} end
+  local claim, rec = claim_queue(cid, now, queue, worker, lease_ms, limit)
+  local value = rec and (#rec .. ":" .. rec .. kept) or ("-" .. kept)
+  if again == nil then
+    record(cid, value)
+  elseif rec then -- a re-sent call whose claim leased nothing the first time, and now did
+    redis.call("SET", key_call(cid), value, "PX", CALL_TTL_TEXT)
+  end
+  return {"ReportClaimed", fmt(now), results, claim}
+end
+
+return run_call(KEYS, ARGV, main)
