@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -134,6 +135,14 @@ def map_error(exc: BaseException) -> BaseException:
     if isinstance(exc, rex.ResponseError):
         return ProtocolError(f"script error: {exc}")
     return exc
+
+
+def needs_command_name(pool: Any) -> bool:
+    """Whether ``pool.get_connection`` needs the command's name (redis-py before 5.3)."""
+    params = inspect.signature(pool.get_connection).parameters
+    return (
+        "command_name" in params and params["command_name"].default is params["command_name"].empty
+    )
 
 
 class ClientBase:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -18,6 +17,7 @@ from ._base import (
     Recovery,
     map_error,
     merged,
+    needs_command_name,
     parse_all,
     recovery,
     resend,
@@ -403,10 +403,7 @@ def _packed_sender(client: Any) -> Any:
     if client.single_connection_client:
         return None
     pool: Any = client.connection_pool
-    params = inspect.signature(pool.get_connection).parameters
-    takes_name = (
-        "command_name" in params and params["command_name"].default is params["command_name"].empty
-    )  # redis-py before 5.3 needs the command's name
+    takes_name = needs_command_name(pool)
 
     async def send(command: tuple[Any, ...]) -> Any:
         packed = hiredis.pack_command(command)

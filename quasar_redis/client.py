@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import hiredis
+import redis
 import redis.exceptions as rex
 
 from . import _types as t
@@ -14,6 +16,7 @@ from ._base import (
     Recovery,
     map_error,
     merged,
+    needs_command_name,
     parse_all,
     recovery,
     resend,
@@ -32,6 +35,10 @@ class Quasar(ClientBase):
     exceptions (``QuasarError``) mean a broken connection, damaged data or a programmer error.
     """
 
+    def __init__(self, redis: Any, namespace: str = "default", **options: Any) -> None:
+        super().__init__(redis, namespace, **options)
+        self._packed = _packed_sender(self.redis)
+
     # plumbing -------------------------------------------------------------------------------------
 
     def execute(self, call: Call[T]) -> T:
@@ -48,6 +55,8 @@ class Quasar(ClientBase):
     def _send(self, call: Call[Any]) -> Any:
         for attempt in range(SENDS):
             try:
+                if self._packed is not None:
+                    return self._packed(self._command(call))
                 return self.redis.execute_command(*self._command(call))
             except rex.ResponseError as exc:
                 plan = recovery([(exc, call)])
@@ -324,3 +333,40 @@ class Quasar(ClientBase):
     ) -> list[t.Job]:
         """A page of ``queue``'s jobs in ``status`` (or ``"blocked"``), oldest first."""
         return self.execute(self.calls.list_jobs(queue, status, offset, limit, now))
+
+
+def _packed_sender(client: Any) -> Callable[[tuple[Any, ...]], Any] | None:
+    """A sender of one command packed by hiredis (C), for a plain ``redis.Redis``.
+
+    redis-py's ``execute_command`` costs far more than the round trip's own system calls (its
+    argument handling, packing in Python, per-command bookkeeping): on a 2-core machine about
+    110 µs of client CPU for a PING against 20 µs for the socket calls. This sends the packed
+    bytes on a connection of the client's pool under the client's own retry policy, as
+    ``execute_command`` does (a connection that asks to reconnect is reconnected after); a cluster
+    client, a single-connection client and fakeredis keep ``execute_command``.
+    """
+    if type(client) is not redis.Redis or client.connection is not None:
+        return None
+    pool: Any = client.connection_pool
+    takes_name = needs_command_name(pool)
+
+    def send(command: tuple[Any, ...]) -> Any:
+        packed = hiredis.pack_command(command)
+        conn = pool.get_connection(command[0]) if takes_name else pool.get_connection()
+
+        def once() -> Any:
+            conn.send_packed_command([packed])  # (bytes as they are: a list of buffers)
+            return conn.read_response()
+
+        try:
+            return conn.retry.call_with_retry(once, lambda _: conn.disconnect())
+        finally:
+            try:
+                reconnect = getattr(conn, "should_reconnect", None)
+                if reconnect is not None and reconnect():  # (redis-py 7+: a server maintenance)
+                    conn.disconnect()
+                    conn.connect()
+            finally:
+                pool.release(conn)
+
+    return send

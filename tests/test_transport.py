@@ -171,3 +171,30 @@ def test_asyncio_calls_go_packed_by_hiredis_on_a_plain_client_only() -> None:
     finally:
         delete_namespace(direct, namespace)
         direct.close()
+
+
+def test_sync_calls_go_packed_by_hiredis_on_a_plain_client_only() -> None:
+    # The same for the blocking client: a plain redis.Redis sends calls packed by hiredis on its
+    # pool's connections; a single-connection client and fakeredis keep execute_command.
+    import fakeredis
+
+    assert Quasar(fakeredis.FakeRedis(), "t")._packed is None
+    namespace = f"t-{uuid.uuid4().hex[:12]}"
+    plain = redis.Redis.from_url(REDIS_URL)
+    single = redis.Redis.from_url(REDIS_URL, single_connection_client=True)
+    try:
+        for client, packed in ((plain, True), (single, False)):
+            q = Quasar(client, namespace)
+            assert (q._packed is not None) is packed
+            job = applied(q.enqueue("s", {"k": 1}))
+            got = claimed(q.claim("default", "w", 1000))
+            assert got.job.id == job.id and got.job.payload == {"k": 1}
+        # A missing library (an error reply on the packed path) is loaded, and the call sent again.
+        q = Quasar(plain, namespace)
+        plain.function_delete(library().name)  # the next call loads it again, through the path
+        applied(q.enqueue("s", id="after-flush"))
+        assert library_loaded(plain)
+    finally:
+        delete_namespace(plain, namespace)
+        plain.close()
+        single.close()
