@@ -53,6 +53,7 @@ from quasar_redis import (
     current_job,
 )
 from quasar_redis.app import payload_of
+from quasar_redis.errors import RedisUnavailable
 
 from .conftest import REDIS_URL, delete_namespace, real_redis
 
@@ -724,6 +725,35 @@ def test_outcomes_ride_the_next_claim_and_each_is_reported_once(
     # The worker is full (4 of 24) when its first jobs end: the claims that follow carry them.
     assert len(carried) >= 4, (carried, by_keeper)
     assert served.worker.stats.completed == 24
+
+
+def test_outcomes_of_a_claim_whose_reply_was_lost_are_reported_at_stop(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redis goes away just as a claim carrying an outcome is sent: the worker keeps the call to
+    # send again (same call id), and when it stops first the outcome goes to the lease keeper.
+    execute = AsyncQuasar.execute
+    refused: list[str] = []
+
+    async def unreachable(self: AsyncQuasar, call: Any) -> Any:
+        if call.script.name == "report_claim":
+            refused.append(call.args[0])
+            raise RedisUnavailable("Redis went away (simulated)")
+        return await execute(self, call)
+
+    monkeypatch.setattr(AsyncQuasar, "execute", unreachable)
+
+    async def quick(n: int) -> int:
+        return n
+
+    task = declare(app, quick)
+    first, second = app.enqueue_many([task.job(1), task.job(2)])
+    with serving(worker_of(app, concurrency=1)):
+        wait_for(lambda: len(refused) >= 2, 10, "the carrying claim to be sent again")
+    assert len(set(refused)) == 1, "the claim was not sent again with its call id"
+    assert first.result(timeout=10) == 1  # reported by the lease keeper at stop
+    info = second.info()
+    assert info is not None and isinstance(info.job.state, Waiting)  # never claimed
 
 
 # --- bugs ----------------------------------------------------------------------------------------
