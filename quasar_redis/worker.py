@@ -51,7 +51,8 @@ REASON_MAX = 8000
 # The most outcomes a claim carries. A small batch costs mostly its round trip and its call's
 # fixed cost, which one call for both saves; a larger one goes through the lease keeper on its own
 # connection, so that Redis reports it while the worker starts the jobs of the claim sent beside
-# it (measured: carried, +25-30% jobs/s at concurrency 10; at 200, carrying lost that overlap).
+# it (measured on 2 cores: carried, +8-30% jobs/s at concurrency 10; at 200, carrying all of them
+# lost that overlap, -10%).
 CARRY_MAX = 64
 Build = Callable[[t.LeaseToken], t.Outcome]
 
