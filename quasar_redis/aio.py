@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import hiredis
@@ -316,6 +317,58 @@ class AsyncQuasar(ClientBase):
         round trip): each part is applied or refused on its own, as its own call would be."""
         call = self.calls.report_claim(worker_id, outcomes, queue, lease_ms, limit, now)
         return await self.execute(call)
+
+    @property
+    def _waits_with_calls(self) -> bool:
+        """Whether ``_wake_then`` can send a wait and a call in one write (a plain client)."""
+        return self._packed is not None
+
+    async def _wake_then(
+        self, keys: Sequence[str], timeout: float, call: Call[T], blocked: Callable[[int], None]
+    ) -> tuple[bool, T | BaseException]:
+        """``BLPOP`` on ``keys`` (up to ``timeout`` seconds), then ``call``, in one write on a
+        connection of their own: Redis runs the call the moment the wait ends (a client's later
+        commands wait for its blocking one), so a worker woken by a new job has its claim in the
+        same round trip. ``blocked`` gets the connection's client id as the wait starts: ``CLIENT
+        UNBLOCK <id>`` ends the wait early, and the call still runs. Whether a token was popped,
+        and the call's result (or the error it met). Only where ``_waits_with_calls``.
+
+        A wait that is cancelled drops its connection: Redis forgets a blocked client that is
+        gone, but a call it ran before that is answered to nobody (send it again: same call id).
+        """
+        assert self._packed is not None
+        await self._check_policy()
+        pool: Any = self.redis.connection_pool
+        conn = await (
+            pool.get_connection("BLPOP") if needs_command_name(pool) else pool.get_connection()
+        )
+        wait: Any = ("BLPOP", *keys, str(timeout))
+        commands: list[Any] = [("CLIENT", "ID"), wait, super()._command(call)]
+        clean = False
+        try:
+            await conn.send_packed_command(b"".join(map(hiredis.pack_command, commands)))
+            with contextlib.suppress(rex.ResponseError):  # CLIENT refused (an ACL): no early end
+                blocked(int(await conn.read_response()))
+            socket_timeout = conn.socket_timeout
+            popped = await conn.read_response(
+                timeout=None if socket_timeout is None else timeout + socket_timeout
+            )
+            reply: Any
+            try:
+                reply = await conn.read_response()
+            except rex.ResponseError as exc:  # (the library missing: the next call loads it)
+                reply = exc
+            clean = True
+        finally:
+            if not clean:
+                await conn.disconnect(nowait=True)
+            await pool.release(conn)
+        if isinstance(reply, Exception):
+            return popped is not None, map_error(reply)
+        try:
+            return popped is not None, call.parse(reply)
+        except QuasarError as exc:
+            return popped is not None, exc
 
     # operators and maintenance --------------------------------------------------------------------
 

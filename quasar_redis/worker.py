@@ -457,29 +457,63 @@ class Worker:
         self._flush_outbox()
 
     async def _idle(self, next_at: int | None) -> None:
-        """Block on the wake lists until work arrives, the next job is due, or a stop."""
+        """Block on the wake lists until work arrives, the next job is due, or a stop.
+
+        On a plain asyncio client the wait carries the next claim of the first queue: Redis runs
+        it the moment the wait ends, so a job enqueued to an idle worker is claimed in the round
+        trip that wakes it (``AsyncQuasar._wake_then``). A stop or a poke ends the wait early with
+        ``CLIENT UNBLOCK`` (the claim still runs, and its jobs start or are handed back).
+        """
         assert self._client is not None
         timeout = self.idle_wait
         if next_at is not None:
             local_ms = time.time() * 1000 + self._offset_ms
             timeout = min(timeout, max(0.001, (next_at - local_ms) / 1000))
         keys = [self._client.keys.wake(q) for q in self.queues]
-        pop = asyncio.ensure_future(self._client.redis.blpop(keys, timeout=max(timeout, 0.001)))
+        free, queue = self._free(), self.queues[0]
+        claim: Call[t.ClaimsResult] | None = None
+        waiting: list[int] = []  # the waiting connection's client id, once it waits
+        if free > 0 and self._client._waits_with_calls:
+            claim = self._client.calls.claim(queue, self.worker_id, self.lease_ms, min(free, 1000))
+            wait: Any = self._client._wake_then(keys, max(timeout, 0.001), claim, waiting.append)
+        else:
+            wait = self._client.redis.blpop(keys, timeout=max(timeout, 0.001))
+        pop = asyncio.ensure_future(wait)
         stop = asyncio.ensure_future(self._stopping.wait())
         poke = asyncio.ensure_future(self._poke.wait())
         try:
             await asyncio.wait({pop, stop, poke}, return_when=asyncio.FIRST_COMPLETED)
+            if not pop.done() and waiting:  # end the wait: the claim runs, its reply comes back
+                with contextlib.suppress(RedisError, OSError, QuasarError):
+                    await self._client.redis.execute_command("CLIENT", "UNBLOCK", waiting[0])
+                    await asyncio.wait({pop}, timeout=5.0)
         finally:
             self._poke.clear()
             for fut in (pop, stop, poke):
                 if not fut.done():
                     fut.cancel()
+            # Decided once, here: a wait cut short may still finish later (redis-py can swallow
+            # a cancellation), and its claim must then be taken from the re-sent call only.
+            answered = pop.done() and not pop.cancelled() and pop.exception() is None
+            if claim is not None and not answered:
+                self._unanswered[queue] = (claim, [])  # it may have run: sent again, same id
             # Not awaited: redis-py may sit out a cancelled BLPOP until its timeout.
             self._background.add(pop)
             pop.add_done_callback(_forget(self._background))
             await asyncio.gather(stop, poke, return_exceptions=True)
-        if pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
+        if answered and claim is not None:
+            await self._woken(queue, min(free, 1000), pop.result()[1])
+        elif pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
             await self._pause(0.1)  # Redis trouble: the claim that follows reports it
+
+    async def _woken(self, queue: str, want: int, result: Any) -> None:
+        """The claim that went with the wait: its jobs start (before the next claim goes out).
+        A refusal or an error is left to the claim that follows, which meets it again."""
+        if isinstance(result, t.ClaimsApplied) and result.claims:
+            self._start_all(result.claims)
+            if len(result.claims) == want:
+                self._wake_others(queue)
+            await asyncio.sleep(0)
 
     def _wake_others(self, queue: str) -> None:
         """Push a wake-up token for ``queue`` (another idle worker looks too), without waiting.

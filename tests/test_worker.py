@@ -641,24 +641,66 @@ def test_a_job_on_an_idle_queue_starts_at_once(app: App, claims: Counter[str]) -
     assert claims["claim"] <= 4, claims
 
 
+def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
+    app: App, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a plain asyncio client (the real server here) the idle wait carries the next claim:
+    # Redis runs it as the wait ends, so the woken worker needs no claim round trip of its own.
+    claimed_by_wait: list[str] = []
+    wake_then, idle = AsyncQuasar._wake_then, Worker._idle
+    idling = threading.Event()
+
+    async def watched(self: AsyncQuasar, *args: Any) -> Any:
+        woke, result = await wake_then(self, *args)
+        claimed_by_wait.extend(c.job.id for c in getattr(result, "claims", ()))
+        return woke, result
+
+    async def waits(self: Worker, next_at: int | None) -> None:
+        idling.set()
+        await idle(self, next_at)
+
+    monkeypatch.setattr(AsyncQuasar, "_wake_then", watched)
+    monkeypatch.setattr(Worker, "_idle", waits)
+
+    async def hello() -> str:
+        return "hi"
+
+    task = declare(app, hello)
+    worker = worker_of(app, idle_wait=15.0, maintenance_interval=60.0)
+    with serving(worker):
+        assert idling.wait(10), "the worker did not find the queue empty"
+        handle = task.enqueue()
+        assert handle.result(timeout=10) == "hi"
+    if backend == "redis":
+        assert claimed_by_wait == [handle.id]
+    else:  # fakeredis: the wait alone, then a claim
+        assert claimed_by_wait == []
+
+
 def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A claim that came back with fewer jobs than it asked for (the queue ran dry) lets its jobs
     # start before the next claim (most likely an empty one) is sent: latency at light load.
     events: list[str] = []
-    execute, idle = AsyncQuasar.execute, Worker._idle
+    execute, idle, wake_then = AsyncQuasar.execute, Worker._idle, AsyncQuasar._wake_then
 
     async def recorded(self: AsyncQuasar, call: Any) -> Any:
         if call.script.name in CLAIMS:
             events.append("claim")
         return await execute(self, call)
 
+    async def claimed_on_waking(self: AsyncQuasar, *args: Any) -> Any:
+        result = await wake_then(self, *args)
+        events.append("claim")  # (the claim that went with the wait: its reply is back)
+        return result
+
     async def idling(self: Worker, next_at: int | None) -> None:
         events.append("idle")
         await idle(self, next_at)
 
     monkeypatch.setattr(AsyncQuasar, "execute", recorded)
+    monkeypatch.setattr(AsyncQuasar, "_wake_then", claimed_on_waking)
     monkeypatch.setattr(Worker, "_idle", idling)
 
     async def hello() -> str:
