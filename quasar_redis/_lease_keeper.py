@@ -1,4 +1,4 @@
-"""The lease keeper: one thread that makes every call a lease holder makes.
+"""The lease keeper: one thread that renews a worker's leases and reports what no claim carries.
 
 Heartbeats of one worker go through this thread, one batch (one pipeline, one round trip) at a
 time, so they keep going while the event loop is busy: a job that blocks the loop, or a CPU-bound
