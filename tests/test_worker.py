@@ -650,9 +650,12 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
     wake_then, idle = AsyncQuasar._wake_then, Worker._idle
     idling = threading.Event()
 
+    ended: list[bool] = []  # each wait that came back (woken, or not: a timeout, an unblock)
+
     async def watched(self: AsyncQuasar, *args: Any) -> Any:
         woke, result = await wake_then(self, *args)
         claimed_by_wait.extend(c.job.id for c in getattr(result, "claims", ()))
+        ended.append(woke)
         return woke, result
 
     async def waits(self: Worker, next_at: int | None) -> None:
@@ -673,6 +676,9 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
         assert handle.result(timeout=10) == "hi"
     if backend == "redis":
         assert claimed_by_wait == [handle.id]
+        # Woken by the job, then (idle again, for up to 15 s) ended by the stop's CLIENT UNBLOCK:
+        # the wait comes back with its claim's answer rather than being cut off.
+        assert ended == [True, False], ended
     else:  # fakeredis: the wait alone, then a claim
         assert claimed_by_wait == []
 
