@@ -785,10 +785,10 @@ local function token_record(h)
   return h.f .. " " .. h.x .. " " .. h.n
 end
 
--- A claim reply rebuilt from a call record: the token the first delivery handed out.
-local function replayed_claim(id, h, worker, rec)
-  local f = split(rec)
-  return {"Claim", job_reply(id, h), {id, h.rv, worker, f[1], f[2], f[3]}}
+-- A claim reply rebuilt from a call record: the token the first delivery handed out (its fence,
+-- expires_at and nonce as the record keeps them).
+local function replayed_claim(id, h, worker, fence, expires_at, nonce)
+  return {"Claim", job_reply(id, h), {id, h.rv, worker, fence, expires_at, nonce}}
 end
 
 -- The seed's claim_ready after its checks passed: attempt+1, fence+1, Leased.
@@ -1059,9 +1059,7 @@ local function claims_replayed(rec, worker)
   for i = 1, #f, 4 do
     local id = f[i]
     local h = load_job(id)
-    if h then
-      out[#out + 1] = {"Claim", job_reply(id, h), {id, h.rv, worker, f[i + 1], f[i + 2], f[i + 3]}}
-    end
+    if h then out[#out + 1] = replayed_claim(id, h, worker, f[i + 1], f[i + 2], f[i + 3]) end
   end
   return out
 end

@@ -36,7 +36,9 @@ local function main()
   local h, err = load_job(id)
   if h == nil then return err end
   local again = recorded(cid)
-  if again then return applied("ClaimApplied", "", replayed_claim(id, h, worker, again)) end
+  if again then
+    return applied("ClaimApplied", "", replayed_claim(id, h, worker, unpack(split(again))))
+  end
   if TERMINAL[h.st] then return refuse("TerminalJob") end
   local available_at = tonumber(h.at)
   if h.st == "L" then

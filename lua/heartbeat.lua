@@ -21,7 +21,7 @@ local function main()
   local c, err = open_lease()
   if c == nil then return err end
   if c.record then
-    return applied("ClaimApplied", "", replayed_claim(c.id, c.h, c.worker, c.record))
+    return applied("ClaimApplied", "", replayed_claim(c.id, c.h, c.worker, unpack(split(c.record))))
   end
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end

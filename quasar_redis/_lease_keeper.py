@@ -228,8 +228,7 @@ class LeaseKeeper:
         if now < self._next_due:
             return
         with self._lock:  # (an outcome taken by carry() is finishing: never beaten after)
-            live = [lease for lease in self._leases.values() if not lease.finishing]
-            live = [lease for lease in live if not lease.lost]
+            live = [x for x in self._leases.values() if not x.finishing and not x.lost]
             due = [lease for lease in live if now >= _due(lease)]
             for lease in due:
                 lease.beating = True

@@ -646,23 +646,30 @@ def _outcome_group(outcome: t.Outcome) -> tuple[Arg, ...] | t.JobRefused:
     raise TypeError(f"not an outcome: {outcome!r}")
 
 
-def parse_report(job_ids: Sequence[str]) -> Callable[[Any], list[t.OutcomeResult | QuasarError]]:
-    """The parser of a report of outcomes for ``job_ids``, in order: an applied outcome comes
+def _report_results(
+    job_ids: Sequence[str], items: Sequence[Any]
+) -> list[t.OutcomeResult | QuasarError]:
+    """The results of a report's outcomes for ``job_ids``, in order: an applied outcome comes
     back as the job's new state tag alone, a refused one as its refusal."""
+    out: list[t.OutcomeResult | QuasarError] = []
+    for job_id, item in zip(job_ids, items, strict=True):
+        if type(item) is bytes:
+            out.append(_outcome_applied(job_id, _STATE_NAMES_B.get(item, "?")))
+            continue
+        try:
+            out.append(t.JobRefused(refusal(item)))
+        except QuasarError as exc:  # a damaged job: the other outcomes still count
+            out.append(exc)
+    return out
+
+
+def parse_report(job_ids: Sequence[str]) -> Callable[[Any], list[t.OutcomeResult | QuasarError]]:
+    """The parser of a report of outcomes for ``job_ids`` (``_report_results``)."""
 
     def parse(reply: Any) -> list[t.OutcomeResult | QuasarError]:
         if _tag(reply) != "Reported":
             raise _refused(reply)
-        out: list[t.OutcomeResult | QuasarError] = []
-        for job_id, item in zip(job_ids, reply[2:], strict=True):
-            if type(item) is bytes:
-                out.append(_outcome_applied(job_id, _STATE_NAMES_B.get(item, "?")))
-                continue
-            try:
-                out.append(t.JobRefused(refusal(item)))
-            except QuasarError as exc:  # a damaged job: the other outcomes still count
-                out.append(exc)
-        return out
+        return _report_results(job_ids, reply[2:])
 
     return parse
 
@@ -671,7 +678,6 @@ def parse_report_claimed(
     job_ids: Sequence[str], call_id: str, worker: str, lease_ms: int
 ) -> Callable[[Any], t.ReportedAndClaimed]:
     """The parser of a report_claim call: the report's results and the claim's."""
-    outcomes = parse_report(job_ids)
 
     def parse(reply: Any) -> t.ReportedAndClaimed:
         if _tag(reply) != "ReportClaimed":
@@ -681,7 +687,7 @@ def parse_report_claimed(
             claim = parse_claims_result(reply[3], call_id, worker, lease_ms)
         except QuasarError as exc:  # damaged data on the claim's side: the outcomes still count
             claim = exc
-        return t.ReportedAndClaimed(tuple(outcomes([b"Reported", reply[1], *reply[2]])), claim)
+        return t.ReportedAndClaimed(tuple(_report_results(job_ids, reply[2])), claim)
 
     return parse
 
@@ -885,22 +891,28 @@ class Protocol:
         args = (_now(now), *_token_args(token, worker_id), _int(lease_ms))
         return self._call("heartbeat", args, parse_claim_result)
 
+    def _report_items(
+        self, outcomes: Sequence[t.Outcome]
+    ) -> tuple[list[Arg], list[t.OutcomeResult | QuasarError] | None]:
+        """A report's item count and groups, or the refusal of every outcome Python cannot send
+        (none, too many, a result msgpack cannot encode)."""
+        if not outcomes or len(outcomes) > self.limits.max_batch:
+            reason = f"a report holds 1 to {self.limits.max_batch} outcomes"
+            return [], [t.JobRefused(t.InvalidJob(reason))] * max(1, len(outcomes))
+        items: list[Arg] = [str(len(outcomes))]
+        for outcome in outcomes:
+            group = _outcome_group(outcome)
+            if isinstance(group, t.JobRefused):  # a result msgpack cannot encode
+                return [], [group] * len(outcomes)
+            items.extend(group)
+        return items, None
+
     def report(
         self, worker_id: str, outcomes: Sequence[t.Outcome], now: int | None = None
     ) -> Call[list[t.OutcomeResult | QuasarError]]:
         """Many lease holders' outcomes in one call; each applied or refused on its own."""
-        items: list[Arg] = []
-        early: list[t.OutcomeResult | QuasarError] | None = None
-        if not outcomes or len(outcomes) > self.limits.max_batch:
-            reason = f"a report holds 1 to {self.limits.max_batch} outcomes"
-            early = [t.JobRefused(t.InvalidJob(reason))] * max(1, len(outcomes))
-        for outcome in outcomes if early is None else ():
-            group = _outcome_group(outcome)
-            if isinstance(group, t.JobRefused):  # a result msgpack cannot encode
-                early = [group] * len(outcomes)
-                break
-            items.extend(group)
-        args = (_now(now), _text(worker_id), str(len(outcomes)), *items)
+        items, early = self._report_items(outcomes)
+        args = (_now(now), _text(worker_id), *items)
         call = self._call("report", args, parse_report([o.token.job_id for o in outcomes]))
         return Call(call.script, call.args, call.parse, early)
 
@@ -914,27 +926,25 @@ class Protocol:
         now: int | None = None,
     ) -> Call[t.ReportedAndClaimed]:
         """Outcomes (as ``report``), then a claim of up to ``limit`` jobs of ``queue``: one call."""
-        report = self.report(worker_id, outcomes, now)
-        if report.early is not None:  # nothing is sent: the claim is refused with the outcomes
-            first = report.early[0]
-            reason = first.error if isinstance(first, t.JobRefused) else t.InvalidJob(str(first))
-            early = t.ReportedAndClaimed(tuple(report.early), t.ClaimRefused(reason))
-            return Call(self._scripts["report_claim"], (), lambda _: early, early)
-        call_id = report.args[0]
-        assert isinstance(call_id, str)
+        script = self._scripts["report_claim"]
+        items, refused = self._report_items(outcomes)
+        if refused is not None:  # nothing is sent: the claim is refused with the outcomes
+            first = refused[0]
+            assert isinstance(first, t.JobRefused)
+            early = t.ReportedAndClaimed(tuple(refused), t.ClaimRefused(first.error))
+            return Call(script, (), lambda _: early, early)
+        call_id = new_call_id()
         args = (
             call_id,
-            report.args[1],
+            _now(now),
             _text(queue),
             _text(worker_id),
             _int(lease_ms),
             _int(limit),
-            *report.args[3:],
+            *items,
         )
-        parse = parse_report_claimed(
-            [o.token.job_id for o in outcomes], call_id, worker_id, lease_ms
-        )
-        return Call(self._scripts["report_claim"], args, parse)
+        job_ids = [o.token.job_id for o in outcomes]
+        return Call(script, args, parse_report_claimed(job_ids, call_id, worker_id, lease_ms))
 
     def release(
         self, token: t.LeaseToken, worker_id: str, delay_ms: int, now: int | None = None

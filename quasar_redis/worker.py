@@ -412,10 +412,7 @@ class Worker:
                     raise reply.claim
                 result = reply.claim
             if isinstance(result, t.ClaimsApplied):
-                self._start_all(result.claims)
-                got += len(result.claims)
-                if len(result.claims) == want:
-                    self._wake_others(queue)
+                got += self._start_claimed(queue, want, result.claims)
             elif isinstance(result.error, t.NothingClaimable) and result.error.next_at:
                 next_at = min(next_at or result.error.next_at, result.error.next_at)
             if got >= free:
@@ -509,11 +506,16 @@ class Worker:
     async def _woken(self, queue: str, want: int, result: Any) -> None:
         """The claim that went with the wait: its jobs start (before the next claim goes out).
         A refusal or an error is left to the claim that follows, which meets it again."""
-        if isinstance(result, t.ClaimsApplied) and result.claims:
-            self._start_all(result.claims)
-            if len(result.claims) == want:
-                self._wake_others(queue)
+        if isinstance(result, t.ClaimsApplied) and self._start_claimed(queue, want, result.claims):
             await asyncio.sleep(0)
+
+    def _start_claimed(self, queue: str, want: int, claims: Sequence[t.Claim]) -> int:
+        """Starts the jobs a claim of ``want`` leased; a full claim wakes another idle worker."""
+        if claims:
+            self._start_all(claims)
+            if len(claims) == want:
+                self._wake_others(queue)
+        return len(claims)
 
     def _wake_others(self, queue: str) -> None:
         """Push a wake-up token for ``queue`` (another idle worker looks too), without waiting.
