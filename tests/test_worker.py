@@ -651,9 +651,16 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
     idling = threading.Event()
 
     ended: list[bool] = []  # each wait that came back (woken, or not: a timeout, an unblock)
+    waiting: list[int] = []  # the client id of each wait, once Redis holds it
 
-    async def watched(self: AsyncQuasar, *args: Any) -> Any:
-        woke, result = await wake_then(self, *args)
+    async def watched(
+        self: AsyncQuasar, keys: Any, timeout: float, claim: Any, on_wait: Any
+    ) -> Any:
+        def held(client_id: int) -> None:
+            waiting.append(client_id)
+            on_wait(client_id)
+
+        woke, result = await wake_then(self, keys, timeout, claim, held)
         claimed_by_wait.extend(c.job.id for c in getattr(result, "claims", ()))
         ended.append(woke)
         return woke, result
@@ -674,6 +681,8 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
         assert idling.wait(10), "the worker did not find the queue empty"
         handle = task.enqueue()
         assert handle.result(timeout=10) == "hi"
+        if backend == "redis":  # stop only once the worker waits again (else nothing to unblock)
+            wait_for(lambda: len(waiting) >= 2, 10, "the worker to wait again")
     if backend == "redis":
         assert claimed_by_wait == [handle.id]
         # Woken by the job, then (idle again, for up to 15 s) ended by the stop's CLIENT UNBLOCK:
