@@ -30,6 +30,34 @@ from .errors import QuasarError
 T = TypeVar("T")
 
 
+# A coalesced batch this large or larger is sent as two calls when no other call is in flight.
+SPLIT_MIN = 16
+
+Pending = tuple[NewJob, "asyncio.Future[t.JobResult]"]
+
+
+def _halves(batch: list[Pending]) -> tuple[list[Pending], ...]:
+    """A coalesced batch as two calls, when its halves cannot tell the difference: each job is
+    checked and applied on its own (mode "each"), so only a job naming another of the batch (a
+    dependency on it, or the same id) depends on the order Redis runs the two in; then, or when
+    the batch is small, the batch whole. (Jobs enqueued concurrently have no order between them:
+    the halves' sequence numbers may come in either order.)"""
+    if len(batch) < SPLIT_MIN:
+        return (batch,)
+    named = [job.id for job, _ in batch if job.id is not None]
+    if named:
+        ids = set(named)
+        if len(ids) < len(named):
+            return (batch,)
+        for job, _ in batch:
+            for dep in job.dependencies:
+                dep_id = dep.id if isinstance(dep, t.Job) else dep
+                if isinstance(dep_id, str) and dep_id in ids:
+                    return (batch,)
+    half = (len(batch) + 1) // 2
+    return batch[:half], batch[half:]
+
+
 class AsyncQuasar(ClientBase):
     """Every transition and inspection of one namespace, as coroutines (same API as ``Quasar``).
 
@@ -40,7 +68,7 @@ class AsyncQuasar(ClientBase):
     def __init__(self, redis: Any, namespace: str = "default", **options: Any) -> None:
         self.coalesce: bool = options.pop("coalesce", True)
         super().__init__(redis, namespace, **options)
-        self._pending: list[tuple[NewJob, asyncio.Future[t.JobResult]]] = []
+        self._pending: list[Pending] = []
         self._flush_scheduled = False
         self._flushes: set[asyncio.Task[None]] = set()
         self._packed = _packed_sender(self.redis)
@@ -129,11 +157,15 @@ class AsyncQuasar(ClientBase):
         self._flush_scheduled = bool(self._pending)
         if self._pending:
             asyncio.get_running_loop().call_soon(self._start_flush)
-        task = asyncio.ensure_future(self._flush(batch))
-        self._flushes.add(task)
-        task.add_done_callback(self._flushes.discard)
+        # Nothing in flight: two calls, so that Redis runs the second while this process reads
+        # the first's reply and its callers make the next batch (one call at a time, the two
+        # took turns: on 2 cores, about twice the jobs a second with two).
+        for part in _halves(batch) if not self._flushes else (batch,):
+            task = asyncio.ensure_future(self._flush(part))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
 
-    async def _flush(self, batch: list[tuple[NewJob, asyncio.Future[t.JobResult]]]) -> None:
+    async def _flush(self, batch: list[Pending]) -> None:
         try:
             results = await self.execute(self.calls.enqueue_each([job for job, _ in batch]))
         except BaseException as exc:  # every caller of the batch gets the exception

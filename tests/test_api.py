@@ -174,47 +174,165 @@ def test_async_client_runs_the_same_flow(redis_client: Any, backend: str, namesp
     asyncio.run(flow())
 
 
-def test_async_enqueues_made_together_are_coalesced(
-    redis_client: Any, backend: str, namespace: str
-) -> None:
-    import asyncio
-
+def _async_client(redis_client: Any, backend: str) -> Any:
     import fakeredis
     import redis.asyncio
 
     from .conftest import REDIS_URL
 
-    async def flow() -> None:
-        if backend == "fake":
-            server = redis_client.connection_pool.connection_kwargs["server"]
-            client: Any = fakeredis.FakeAsyncRedis(server=server)
-        else:
-            client = redis.asyncio.Redis.from_url(REDIS_URL)
+    if backend == "fake":
+        server = redis_client.connection_pool.connection_kwargs["server"]
+        return fakeredis.FakeAsyncRedis(server=server)
+    return redis.asyncio.Redis.from_url(REDIS_URL)
+
+
+def _run_async(redis_client: Any, backend: str, namespace: str, flow: Any) -> None:
+    """Runs ``flow(aq, sent)`` on an asyncio client of the backend's server; ``sent`` lists the
+    number of jobs of each enqueue call it sends."""
+    import asyncio
+
+    async def run() -> None:
+        client = _async_client(redis_client, backend)
         aq = AsyncQuasar(client, namespace)
-        sent: list[int] = []
-        execute = aq.execute
-
-        async def counting(call: Any) -> Any:
-            sent.append(len(call.args))
-            return await execute(call)
-
-        aq.execute = counting  # type: ignore[method-assign]
         try:
-            results = await asyncio.gather(
-                *(aq.enqueue("s", {"i": i}, id=f"j{i}") for i in range(50)),
-                aq.enqueue("s", id="j0"),
-                aq.enqueue("", id="bad"),
-            )
-            assert len(sent) == 1  # one script call for 52 enqueues
-            assert all(isinstance(r, JobApplied) for r in results[:50])
-            assert results[50] == JobRefused(DuplicateJob("j0"))
-            assert results[51] == JobRefused(InvalidJob("stage must not be empty"))
-            counts = await aq.counts("default")
-            assert counts.available == 50
+            await flow(aq, _jobs_per_call(aq))
         finally:
             await client.aclose()
 
-    asyncio.run(flow())
+    asyncio.run(run())
+
+
+def _jobs_per_call(aq: AsyncQuasar) -> list[int]:
+    """Records the number of jobs of each enqueue call ``aq`` sends (13 arguments a job)."""
+    sent: list[int] = []
+    execute = aq.execute
+
+    async def counting(call: Any) -> Any:
+        sent.append((len(call.args) - 7) // 13)
+        return await execute(call)
+
+    aq.execute = counting  # type: ignore[method-assign]
+    return sent
+
+
+def test_async_enqueues_made_together_are_coalesced(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    import asyncio
+
+    async def flow(aq: AsyncQuasar, sent: list[int]) -> None:
+        results = await asyncio.gather(
+            *(aq.enqueue("s", {"i": i}, id=f"j{i}") for i in range(50)),
+            aq.enqueue("s", id="j0"),
+            aq.enqueue("", id="bad"),
+        )
+        assert sent == [52]  # one script call for 52 enqueues (an id twice: not split)
+        assert all(isinstance(r, JobApplied) for r in results[:50])
+        assert results[50] == JobRefused(DuplicateJob("j0"))
+        assert results[51] == JobRefused(InvalidJob("stage must not be empty"))
+        counts = await aq.counts("default")
+        assert counts.available == 50
+
+    _run_async(redis_client, backend, namespace, flow)
+
+
+def test_a_large_coalesced_batch_goes_as_two_calls_when_nothing_is_in_flight(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    # Two calls in flight let Redis run one while this process reads the other's reply. Each
+    # caller still gets its own job; a second batch made while they are in flight goes whole.
+    import asyncio
+
+    async def flow(aq: AsyncQuasar, sent: list[int]) -> None:
+        first = [aq.enqueue("s", {"i": i}) for i in range(40)]
+        results = await asyncio.gather(*first, *(aq.enqueue("t", i) for i in range(20)))
+        assert sent == [30, 30]
+        jobs = [r.job for r in results if isinstance(r, JobApplied)]
+        assert [j.payload for j in jobs[:40]] == [{"i": i} for i in range(40)]
+        assert [j.payload for j in jobs[40:]] == list(range(20))
+        assert len({j.id for j in jobs}) == 60
+
+        sent.clear()
+
+        async def later() -> list[Any]:
+            await asyncio.sleep(0)  # the next turn: the two calls above are in flight
+            return await asyncio.gather(*(aq.enqueue("u", i) for i in range(20)))
+
+        split, whole = await asyncio.gather(
+            asyncio.gather(*(aq.enqueue("t", i) for i in range(20))), later()
+        )
+        assert sent == [10, 10, 20]
+        assert all(isinstance(r, JobApplied) for r in [*split, *whole])
+        assert (await aq.counts("default")).available == 100
+
+    _run_async(redis_client, backend, namespace, flow)
+
+
+def test_a_coalesced_batch_whose_jobs_name_each_other_goes_whole(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    # A job depending on another job of the same batch needs that job applied first: one call,
+    # in order. So does an id given twice (the first caller gets the job, the second a refusal).
+    import asyncio
+
+    async def flow(aq: AsyncQuasar, sent: list[int]) -> None:
+        parent = [aq.enqueue("s", id="parent")]
+        rest = [aq.enqueue("s", i) for i in range(30)]
+        child = [aq.enqueue("s", id="child", dependencies=["parent"])]
+        results = await asyncio.gather(*parent, *rest, *child)
+        assert sent == [32]
+        assert all(isinstance(r, JobApplied) for r in results)
+        assert isinstance(results[-1], JobApplied)
+        assert results[-1].job.pending_dependencies == 1
+        info = await aq.get_job("child")  # (had the halves gone apart, MissingDependency)
+        assert info is not None and info.job.pending_dependencies == 1
+
+    _run_async(redis_client, backend, namespace, flow)
+
+
+def test_halves_split_only_batches_whose_jobs_are_independent() -> None:
+    from quasar_redis._protocol import NewJob
+    from quasar_redis.aio import SPLIT_MIN, _halves
+
+    def batch(*jobs: NewJob) -> list[Any]:
+        return [(job, None) for job in jobs]
+
+    plain = batch(*(NewJob("s") for _ in range(SPLIT_MIN)))
+    assert [len(p) for p in _halves(plain)] == [SPLIT_MIN // 2, SPLIT_MIN // 2]
+    assert _halves(plain[:-1]) == (plain[:-1],)  # too small to be worth two calls
+    odd = batch(*(NewJob("s") for _ in range(SPLIT_MIN + 1)))
+    assert [len(p) for p in _halves(odd)] == [SPLIT_MIN // 2 + 1, SPLIT_MIN // 2]
+    named = batch(*(NewJob("s", id=f"n{i}") for i in range(SPLIT_MIN)))
+    assert len(_halves(named)) == 2  # ids of their own, naming nothing of the batch
+    twice = batch(*named_jobs(SPLIT_MIN - 1), NewJob("s", id="n0"))
+    assert _halves(twice) == (twice,)
+    job = JobApplied  # (any value of another type: a dependency the enqueue itself refuses)
+    odd_dep = batch(*named_jobs(SPLIT_MIN - 1), NewJob("s", dependencies=[job]))  # type: ignore[list-item]
+    assert len(_halves(odd_dep)) == 2
+    on_id = batch(*named_jobs(SPLIT_MIN - 1), NewJob("s", dependencies=["x", "n3"]))
+    assert _halves(on_id) == (on_id,)
+    outside = batch(*named_jobs(SPLIT_MIN - 1), NewJob("s", dependencies=["elsewhere"]))
+    assert len(_halves(outside)) == 2
+
+
+def named_jobs(n: int) -> list[Any]:
+    from quasar_redis._protocol import NewJob
+
+    return [NewJob("s", id=f"n{i}") for i in range(n)]
+
+
+def test_halves_see_a_dependency_given_as_a_job(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    from quasar_redis._protocol import NewJob
+    from quasar_redis.aio import SPLIT_MIN, _halves
+
+    q = Quasar(redis_client, namespace)
+    made = q.enqueue("s", id="n2", now=T0)
+    assert isinstance(made, JobApplied)
+    jobs = [(job, None) for job in named_jobs(SPLIT_MIN - 1)]
+    batch: list[Any] = [*jobs, (NewJob("s", dependencies=[made.job]), None)]
+    assert _halves(batch) == (batch,)
 
 
 def test_scripts_carry_only_the_library_parts_they_use() -> None:
