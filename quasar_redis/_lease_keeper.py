@@ -200,7 +200,10 @@ class LeaseKeeper:
             return batch
         while True:
             if item is None:
-                return None if not batch and self._stop.is_set() else batch
+                if batch:  # send these first; the stop is seen on the next round
+                    self._outcomes.put(None)
+                    return batch
+                return None if self._stop.is_set() else batch
             if isinstance(item, list):
                 batch.extend(item)
             try:

@@ -30,6 +30,8 @@ from quasar_redis import (
     App,
     AsyncQuasar,
     CancelApplied,
+    ClaimApplied,
+    Complete,
     Connector,
     Exponential,
     Failed,
@@ -44,6 +46,7 @@ from quasar_redis import (
     Leased,
     Never,
     PermanentFailure,
+    Quasar,
     Snooze,
     Status,
     Succeeded,
@@ -590,6 +593,28 @@ def test_at_most_concurrency_jobs_run_at_once(app: App) -> None:
     assert most[0] == concurrency
     assert max(held) <= 2 * concurrency
     assert worker.stats.completed == 20
+
+
+def test_the_lease_keeper_stops_when_its_stop_comes_with_the_last_outcomes(q: Quasar) -> None:
+    # The stop and outcomes taken in one go: the outcomes are sent, and the stop still ends the
+    # thread (it used to be swallowed: the thread ran on, and a worker's stop waited 10 s).
+    from quasar_redis._lease_keeper import Lease, LeaseKeeper
+
+    q.enqueue("s", id="j")
+    claimed = q.claim("default", "w", 30_000)
+    assert isinstance(claimed, ClaimApplied)
+    results: list[Any] = []
+    keeper = LeaseKeeper(q, "w", dispatch=lambda pairs: results.extend(r for _, r in pairs))
+    lease = Lease(claimed.claim, 30_000, lambda *_: None)
+    keeper.hold(lease)
+    keeper.report_many([(lease, Complete, "j")])
+    keeper._stop.set()
+    keeper._outcomes.put(None)  # what stop() puts, here before the thread takes anything
+    keeper.start()
+    keeper._thread.join(5)
+    assert not keeper._thread.is_alive()
+    assert [type(r).__name__ for r in results] == ["OutcomeApplied"]
+    assert isinstance(q.get_job("j").job.state, Succeeded)  # type: ignore[union-attr]
 
 
 # --- idling and waking ---------------------------------------------------------------------------
