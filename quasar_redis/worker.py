@@ -28,6 +28,7 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ REASON_MAX = 8000
 # it (measured on 2 cores: carried, +8-30% jobs/s at concurrency 10; at 200, carrying all of them
 # lost that overlap, -10%).
 CARRY_MAX = 64
+CUT_SHORT_KEPT = 64
 Build = Callable[[t.LeaseToken], t.Outcome]
 
 
@@ -161,7 +163,9 @@ class _Running(Lease):
         self.begun = False  # its task has started to run it
         self.ended = False  # ... and is done with it (or was cancelled before it started)
         self.outcome: Outcome | None = None  # handed to the lease keeper
-        self.duration = 0.0  # from the claim to the outcome
+        self.duration = (
+            0.0  # from the start of its run (its claim, unless prefetched) to the outcome
+        )
         self.settled = False  # the outcome's result is back
 
 
@@ -198,6 +202,7 @@ class Worker:
         queues: Sequence[str] = ("default",),
         concurrency: int = 10,
         *,
+        prefetch: int = 0,
         worker_id: str | None = None,
         lease_ms: int = 30_000,
         grace: float = 30.0,
@@ -208,9 +213,12 @@ class Worker:
     ) -> None:
         if concurrency < 1 or lease_ms < 1 or not queues:
             raise ValueError("concurrency and lease_ms must be positive, and queues not empty")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be a nonnegative integer: got {prefetch!r}")
         self.app = app
         self.queues = [check_name(q, "queue") for q in queues]
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.worker_id = worker_id or default_worker_id()
         self.lease_ms = lease_ms
         self.grace = grace
@@ -219,7 +227,16 @@ class Worker:
         self.prune_max_age = prune_max_age
         self.prune_max_count = prune_max_count
         self.stats = WorkerStats()
-        self._running: dict[str, _Running] = {}  # jobs held: running, or reporting their outcome
+        # Jobs held: waiting for a slot (prefetched), running, or reporting their outcome.
+        self._running: dict[str, _Running] = {}
+        self._queued: deque[_Running] = deque()  # prefetched, in claim order (ended ones skipped)
+        self._live = 0  # jobs whose task was made and whose run has not ended: <= concurrency
+        # Claim loops: two with prefetch, so that one's call is in flight while the other's jobs
+        # start (one loop and Redis take turns). Slots asked for by claims in flight (and by the
+        # claim an idle wait carries), and how many claim calls are in flight.
+        self._lanes = 2 if prefetch else 1
+        self._asked = 0
+        self._in_flight = 0
         self._reporting = 0  # of those, how many have handed their outcome to the lease keeper
         self._stopping = asyncio.Event()
         self._slot = asyncio.Event()
@@ -232,10 +249,14 @@ class Worker:
         self._stop_requested = False
         self._poke = asyncio.Event()
         self._background: set[asyncio.Future[Any]] = set()
-        # A call whose reply was lost, per queue, and the outcomes it carries: sent again as is.
-        self._unanswered: dict[str, tuple[Call[Any], list[Item]]] = {}
+        # A call whose reply was lost, per claim loop and queue, and the outcomes it carries:
+        # sent again as is.
+        self._unanswered: dict[tuple[int, str], tuple[Call[Any], list[Item]]] = {}
         self._outbox: list[Item] = []  # outcomes for the next claim, or for the lease keeper
-        self._carrying = False  # the claim loop will send a claim soon (and take the outbox)
+        self._carrying = 0  # claim loops that will send a claim soon (and take the outbox)
+        # Call ids of claims sent with a wait cut short, and the jobs each has started (from the
+        # late answer or the re-sent call, whichever came first): the newest CUT_SHORT_KEPT.
+        self._cut_short: dict[str, set[str]] = {}
         self._waking: set[str] = set()  # queues with a wake-up push in flight
 
     # running and stopping -------------------------------------------------------------------------
@@ -278,11 +299,11 @@ class Worker:
             self.concurrency,
         )
         try:
-            self._carrying = True
-            await self._claim_loop()
+            await self._claim_loops()
         finally:
             self._stopping.set()  # ends maintenance even if a cancellation gets swallowed
-            self._stop_carrying()
+            self._carrying = 0
+            self._flush_outbox()
             self._report_unanswered()
             await self._drain()
             maintenance.cancel()
@@ -310,6 +331,7 @@ class Worker:
     def _stop_now(self) -> None:
         self._stopping.set()
         self._slot.set()
+        self._hand_back_queued()  # (the grace is for jobs that run)
         if self.grace <= 0:
             self._hand_back_all()
 
@@ -324,6 +346,7 @@ class Worker:
         self.stop(immediate=self._signals > 1)
 
     async def _drain(self) -> None:
+        self._hand_back_queued()
         tasks = [r.task for r in self._running.values() if r.task is not None]
         if tasks and self.grace > 0:
             await asyncio.wait(tasks, timeout=self.grace)
@@ -333,46 +356,78 @@ class Worker:
             await asyncio.wait(left, timeout=10.0)
 
     def _hand_back_all(self) -> None:
+        self._hand_back_queued()
         for running in list(self._running.values()):
             if running.task is not None and not running.task.done() and not running.handing_back:
                 running.handing_back = True
                 running.ctx.cancelled.set()
                 running.task.cancel()
                 if not running.begun:  # it will never run: hand it back here
-                    running.ended = True
+                    self._never_runs(running)
                     self._send(running, self._release(0, "handed back"))
+
+    def _hand_back_queued(self) -> None:
+        """Prefetched jobs that have not started go back to their queue (at a stop)."""
+        while self._queued:
+            running = self._queued.popleft()
+            if not running.ended and not running.handing_back:
+                running.handing_back = True
+                running.ended = True
+                self._send(running, self._release(0, "handed back"))
 
     # claiming ---------------------------------------------------------------------------------
 
-    async def _claim_loop(self) -> None:
+    async def _claim_loops(self) -> None:
+        """The claim loop, or two of them side by side (with prefetch); the first that fails
+        ends the others."""
+        self._carrying = self._lanes
+        if self._lanes == 1:
+            await self._claim_loop(0)
+            return
+        loops = [asyncio.ensure_future(self._claim_loop(lane)) for lane in range(self._lanes)]
+        try:
+            await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for loop in loops:
+                loop.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+        for loop in loops:
+            if not loop.cancelled() and loop.exception() is not None:
+                raise loop.exception()  # type: ignore[misc]
+
+    async def _claim_loop(self, lane: int) -> None:
         backoff = 0.05
         while not self._stopping.is_set():
             _end_if_cancelled()
             free = self._free()
-            if free <= 0:
-                # Full (as many outcomes on their way as jobs running): no claim goes out, so
-                # what ended meanwhile goes through the lease keeper.
-                self._flush_outbox()
+            if free <= 0 and not any(key[0] == lane for key in self._unanswered):
+                # Full (as many outcomes on their way as jobs running, or the other loop's claim
+                # asked for the rest): unless a claim is in flight (its loop takes the outcomes
+                # when it is back), what ended meanwhile goes through the lease keeper.
+                if not self._in_flight:
+                    self._flush_outbox()
                 self._slot.clear()
                 await self._slot.wait()
                 continue
             try:
-                got, next_at = await self._claim(free)
+                got, next_at = await self._claim(lane, free)
             except (QuasarError, RedisError, OSError) as exc:  # never die on Redis: back off
                 log.warning(
                     "worker %s: claim failed (%s); retrying in %.2fs", self.worker_id, exc, backoff
                 )
                 self._stop_carrying()
                 await self._pause(backoff)
-                self._carrying = True
+                self._carrying += 1
                 backoff = min(backoff * 2, 5.0) * random.uniform(0.8, 1.2)
                 continue
             backoff = 0.05
             if got == 0:
                 _end_if_cancelled()
                 self._stop_carrying()
-                await self._idle(next_at)
-                self._carrying = True
+                try:
+                    await self._idle(lane, next_at)
+                finally:
+                    self._carrying += 1
             elif got < free:
                 # The queues ran dry: let the jobs just claimed start before the next claim (most
                 # likely an empty one) goes out. A full claim sends the next one first instead,
@@ -380,44 +435,60 @@ class Worker:
                 await asyncio.sleep(0)
 
     def _free(self) -> int:
-        """Free slots: ``concurrency`` minus the jobs running. A job whose run has ended frees its
-        slot as soon as its outcome is queued, so the next claim carries it (or overlaps with the
-        lease keeper's report of it); at most ``concurrency`` such outcomes may wait for their
-        result."""
-        held = len(self._running)
-        return min(self.concurrency - held + self._reporting, 2 * self.concurrency - held)
+        """Free slots: ``concurrency`` plus ``prefetch``, minus the jobs running or waiting to
+        run, minus those claims in flight asked for. A job whose run has ended frees its slot as
+        soon as its outcome is queued, so the next claim carries it (or overlaps with the lease
+        keeper's report of it); at most ``concurrency + prefetch`` such outcomes may wait for
+        their result."""
+        held, ahead = len(self._running), self.concurrency + self.prefetch
+        return min(ahead - held + self._reporting, 2 * ahead - held) - self._asked
 
-    async def _claim(self, free: int) -> tuple[int, int | None]:
+    async def _claim(self, lane: int, free: int) -> tuple[int, int | None]:
         assert self._client is not None
         got, next_at = 0, None
         for queue in self.queues:
             want = min(free - got, 1000)
-            # A call whose reply was lost (Redis went away) is sent again with its call id: the
-            # jobs it leased come back instead of waiting out their lease, and its outcomes get
-            # their first answers.
-            unanswered = self._unanswered.pop(queue, None)
+            # A call whose reply was lost (Redis went away, a wait cut short) is sent again with
+            # its call id, free slots or not: the jobs it leased come back (to wait for a slot)
+            # instead of waiting out their lease, and its outcomes get their first answers.
+            unanswered = self._unanswered.pop((lane, queue), None)
+            if unanswered is None and want <= 0:
+                continue
             call, carried = unanswered or self._next_call(queue, want)
+            want = max(want, 0)
+            self._asked += want
+            self._in_flight += 1
             try:
                 reply = await self._client.execute(call)
             except (RedisUnavailable, asyncio.CancelledError):  # it may have been applied
-                self._unanswered[queue] = (call, carried)
+                self._unanswered[(lane, queue)] = (call, carried)
                 raise
             except BaseException as exc:
                 self._settle(carried, [exc] * len(carried))
                 raise
-            result = reply
-            if isinstance(reply, t.ReportedAndClaimed):
-                self._settle(carried, reply.outcomes)
-                if isinstance(reply.claim, Exception):
-                    raise reply.claim
-                result = reply.claim
+            finally:
+                self._asked -= want
+                self._in_flight -= 1
+            result = self._claim_part(reply, carried)
             if isinstance(result, t.ClaimsApplied):
-                got += self._start_claimed(queue, want, result.claims)
+                claims: Sequence[t.Claim] = result.claims
+                if unanswered is not None:  # a re-sent call: its jobs may have started already
+                    claims = self._not_started(str(call.args[0]), claims)
+                got += self._start_claimed(queue, want, claims)
             elif isinstance(result.error, t.NothingClaimable) and result.error.next_at:
                 next_at = min(next_at or result.error.next_at, result.error.next_at)
             if got >= free:
                 break
         return got, next_at
+
+    def _claim_part(self, reply: Any, carried: list[Item]) -> t.ClaimsResult:
+        """The claim's result of a claim's reply; the outcomes it carried get theirs."""
+        if not isinstance(reply, t.ReportedAndClaimed):
+            return reply  # type: ignore[no-any-return]
+        self._settle(carried, reply.outcomes)
+        if isinstance(reply.claim, Exception):
+            raise reply.claim
+        return reply.claim
 
     def _next_call(self, queue: str, want: int) -> tuple[Call[Any], list[Item]]:
         """A claim of ``want`` jobs of ``queue``, carrying the outcomes waiting to be reported."""
@@ -441,8 +512,9 @@ class Worker:
             self._deliver([(item[2], r) for item, r in zip(carried, results, strict=True)])
 
     def _stop_carrying(self) -> None:
-        """No claim goes out for now: outcomes go to the lease keeper until carrying resumes."""
-        self._carrying = False
+        """This loop sends no claim for now: outcomes go to the lease keeper unless another
+        loop carries them."""
+        self._carrying -= 1
         self._flush_outbox()
 
     def _report_unanswered(self) -> None:
@@ -453,7 +525,7 @@ class Worker:
         self._unanswered.clear()
         self._flush_outbox()
 
-    async def _idle(self, next_at: int | None) -> None:
+    async def _idle(self, lane: int, next_at: int | None) -> None:
         """Block on the wake lists until work arrives, the next job is due, or a stop.
 
         On a plain asyncio client the wait carries the next claim of the first queue: Redis runs
@@ -470,11 +542,14 @@ class Worker:
         free, queue = self._free(), self.queues[0]
         claim: Call[t.ClaimsResult] | None = None
         waiting: list[int] = []  # the waiting connection's client id, once it waits
+        asked = 0
         if free > 0 and self._client._waits_with_calls:
-            claim = self._client.calls.claim(queue, self.worker_id, self.lease_ms, min(free, 1000))
+            asked = min(free, 1000)
+            claim = self._client.calls.claim(queue, self.worker_id, self.lease_ms, asked)
             wait: Any = self._client._wake_then(keys, max(timeout, 0.001), claim, waiting.append)
         else:
             wait = self._client.redis.blpop(keys, timeout=max(timeout, 0.001))
+        self._asked += asked
         pop = asyncio.ensure_future(wait)
         stop = asyncio.ensure_future(self._stopping.wait())
         poke = asyncio.ensure_future(self._poke.wait())
@@ -485,23 +560,50 @@ class Worker:
                     await self._client.redis.execute_command("CLIENT", "UNBLOCK", waiting[0])
                     await asyncio.wait({pop}, timeout=5.0)
         finally:
+            self._asked -= asked
             self._poke.clear()
             for fut in (pop, stop, poke):
                 if not fut.done():
                     fut.cancel()
-            # Decided once, here: a wait cut short may still finish later (redis-py can swallow
-            # a cancellation), and its claim must then be taken from the re-sent call only.
+            # Decided once, here. A wait cut short is sent again (its claim may have run); it may
+            # also still finish (redis-py can swallow a cancellation), and its claim may then
+            # run after the re-sent one, which found nothing (so left no record to replay): the
+            # jobs of either answer start, each once (see _cut_short).
             answered = pop.done() and not pop.cancelled() and pop.exception() is None
             if claim is not None and not answered:
-                self._unanswered[queue] = (claim, [])  # it may have run: sent again, same id
+                self._unanswered[(lane, queue)] = (claim, [])
+                self._cut_short[str(claim.args[0])] = set()
+                while len(self._cut_short) > CUT_SHORT_KEPT:
+                    del self._cut_short[next(iter(self._cut_short))]
+                pop.add_done_callback(functools.partial(self._late, queue, str(claim.args[0])))
             # Not awaited: redis-py may sit out a cancelled BLPOP until its timeout.
             self._background.add(pop)
             pop.add_done_callback(_forget(self._background))
             await asyncio.gather(stop, poke, return_exceptions=True)
         if answered and claim is not None:
-            await self._woken(queue, min(free, 1000), pop.result()[1])
+            await self._woken(queue, asked, pop.result()[1])
         elif pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
             await self._pause(0.1)  # Redis trouble: the claim that follows reports it
+
+    def _late(self, queue: str, call_id: str, pop: asyncio.Future[Any]) -> None:
+        """A wait cut short finished after all: the jobs its claim leased start, but those the
+        re-sent claim (same call id, replayed) started already. At a stop they are left to wait
+        out their lease."""
+        if pop.cancelled() or pop.exception() is not None or self._stopping.is_set():
+            return
+        result = pop.result()[1]
+        if isinstance(result, t.ClaimsApplied):
+            self._start_claimed(queue, 0, self._not_started(call_id, result.claims))
+
+    def _not_started(self, call_id: str, claims: Sequence[t.Claim]) -> Sequence[t.Claim]:
+        """Of a cut-short call's claims (its late answer, or its re-sent call's), those the other
+        answer has not started; without a record of the call, all of them."""
+        started = self._cut_short.get(call_id)
+        if started is None:
+            return claims
+        fresh = [c for c in claims if c.job.id not in started]
+        started.update(c.job.id for c in fresh)
+        return fresh
 
     async def _woken(self, queue: str, want: int, result: Any) -> None:
         """The claim that went with the wait: its jobs start (before the next claim goes out).
@@ -543,10 +645,11 @@ class Worker:
     # running a job ------------------------------------------------------------------------------
 
     def _start_all(self, claims: Sequence[t.Claim]) -> None:
-        """Run the jobs of one claim: each as an asyncio task, its lease held from now on."""
+        """Run the jobs of one claim, each as an asyncio task while fewer than ``concurrency``
+        run (the others, prefetched, wait for a slot in claim order); every lease held from now."""
         assert self._keeper is not None and self._loop is not None
         loop, tasks, worker_id, now = self._loop, self.app.tasks, self.worker_id, time.monotonic()
-        on_lost, held = self._on_lost, self._running
+        on_lost, held, queued = self._on_lost, self._running, self._queued
         started: list[Lease] = []
         for claim in claims:
             job = claim.job
@@ -557,9 +660,33 @@ class Worker:
             )
             held[job.id] = running
             started.append(running)
-            running.task = loop.create_task(self._execute(running, task))
+            if self._live < self.concurrency and not queued:
+                self._live += 1
+                running.task = loop.create_task(self._execute(running, task))
+            else:
+                queued.append(running)
         self.stats.claimed += len(started)
         self._keeper.hold_many(started)
+
+    def _run_next(self) -> None:
+        """Start prefetched jobs while slots are free (never once the worker is stopping)."""
+        assert self._loop is not None
+        queued, tasks = self._queued, self.app.tasks
+        while queued and self._live < self.concurrency and not self._stopping.is_set():
+            running = queued.popleft()
+            if running.ended:  # lost while it waited
+                continue
+            self._live += 1
+            running.started = time.monotonic()  # (its timeout and duration count from here)
+            task = tasks.get(running.ctx.job.stage)
+            running.task = self._loop.create_task(self._execute(running, task))
+
+    def _never_runs(self, running: _Running) -> None:
+        """A job whose task was made but will never begin (cancelled first): its slot frees."""
+        running.ended = True
+        if running.task is not None:
+            self._live -= 1
+            self._run_next()
 
     def _on_lost(self, lease: Lease, error: t.JobError) -> None:
         """From the lease keeper's thread: the lease was lost."""
@@ -580,8 +707,8 @@ class Worker:
         running.ctx.cancelled.set()
         if running.task is not None:
             running.task.cancel()
-        if not running.begun and not running.ended:  # it will never run
-            running.ended = True
+        if not running.begun and not running.ended:  # it will never run (or was prefetched)
+            self._never_runs(running)
             self._finish(running)
 
     async def _execute(self, running: _Running, task: Task[Any, Any] | None) -> None:
@@ -601,6 +728,9 @@ class Worker:
             self._send(running, outcome)
         finally:
             running.ended = True
+            self._live -= 1
+            if self._queued:
+                self._run_next()
             if running.outcome is None or running.settled:  # nothing to report, or reported
                 self._finish(running)
 

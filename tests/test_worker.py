@@ -571,28 +571,132 @@ def test_a_job_handed_back_before_its_task_starts_is_released(
         assert isinstance(job.state, Waiting) and job.attempt == 0, job
 
 
-def test_at_most_concurrency_jobs_run_at_once(app: App) -> None:
+# --- prefetch ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_prefetch_must_be_a_nonnegative_integer(app: App, bad: Any) -> None:
+    with pytest.raises(ValueError, match="prefetch must be a nonnegative integer"):
+        Worker(app, prefetch=bad)
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_at_most_concurrency_jobs_run_at_once_and_prefetched_ones_wait(
+    app: App, prefetch: int
+) -> None:
     concurrency = 3
     now_running: list[int] = [0]
     most: list[int] = [0]
-    held: list[int] = []
-    worker = worker_of(app, concurrency=concurrency)
+    held: list[int] = []  # every job the worker holds (running, waiting, or reporting)
+    unreported: list[int] = []  # of those, the ones running or waiting for a slot
+    waiting: list[int] = []
+    worker = worker_of(app, concurrency=concurrency, prefetch=prefetch)
 
     async def busy(i: int) -> int:
         now_running[0] += 1
         most[0] = max(most[0], now_running[0])
-        held.append(len(worker._running))  # every job this worker holds (runs or reports)
+        held.append(len(worker._running))
+        unreported.append(len(worker._running) - worker._reporting)
+        waiting.append(len(worker._queued))
         await asyncio.sleep(0.01)
         now_running[0] -= 1
         return i
 
     task = declare(app, busy)
-    handles = app.enqueue_many([task.job(i) for i in range(20)])
+    handles = app.enqueue_many([task.job(i) for i in range(40)])
     with serving(worker):
-        assert [h.result(timeout=30) for h in handles] == list(range(20))
+        assert [h.result(timeout=30) for h in handles] == list(range(40))
     assert most[0] == concurrency
-    assert max(held) <= 2 * concurrency
-    assert worker.stats.completed == 20
+    assert max(unreported) == concurrency + prefetch  # the first claim: 3 ran, the rest waited
+    assert max(waiting) == prefetch
+    assert max(held) <= 2 * (concurrency + prefetch)
+    assert worker.stats.completed == 40 and worker.stats.claimed == 40
+
+
+def test_prefetched_jobs_are_handed_back_at_a_stop_and_never_run(app: App) -> None:
+    release = threading.Event()
+    ran: list[int] = []
+
+    async def blocker() -> str:
+        await asyncio.to_thread(release.wait, 10)
+        return "done"
+
+    async def later(i: int) -> None:
+        ran.append(i)
+
+    first = declare(app, blocker).enqueue()
+    task = declare(app, later)
+    rest = [task.enqueue(i) for i in range(2)]
+    worker = worker_of(app, concurrency=1, prefetch=2, grace=30)
+    with serving(worker):
+        wait_for(lambda: len(worker._queued) == 2, 10, "two jobs prefetched")
+        worker.stop()  # the running job has its grace; the prefetched go back at once
+        wait_for(lambda: worker.stats.handed_back == 2, 10, "the prefetched jobs handed back")
+        release.set()
+    assert first.result(timeout=10) == "done"
+    assert ran == []
+    for handle in rest:
+        job = job_of(handle)
+        assert isinstance(job.state, Waiting) and job.attempt == 0, job
+    assert worker.stats.completed == 1 and worker.stats.claimed == 3
+
+
+def test_a_prefetched_job_whose_lease_is_lost_never_runs(app: App) -> None:
+    release = threading.Event()
+    ran: list[str] = []
+
+    async def blocker() -> None:
+        await asyncio.to_thread(release.wait, 10)
+
+    async def later() -> None:
+        ran.append("later")
+
+    first = declare(app, blocker).enqueue()
+    second = declare(app, later).enqueue()
+    worker = worker_of(app, concurrency=1, prefetch=1, lease_ms=600)
+    with serving(worker):
+        wait_for(lambda: len(worker._queued) == 1, 10, "a job prefetched")
+        assert isinstance(second.cancel(), CancelApplied)
+        wait_for(lambda: worker.stats.lost == 1, 10, "the next heartbeat to find it cancelled")
+        release.set()
+        assert first.result(timeout=10) is None
+        wait_for(lambda: not worker._running, 10, "the worker to hold nothing")
+    assert ran == []
+    with pytest.raises(JobCancelledError):
+        second.result(timeout=5)
+
+
+def test_with_prefetch_two_claims_are_in_flight_at_once(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two claim loops: one's call is in flight while the other's jobs start, so that Redis and
+    # the worker do not take turns.
+    in_flight: list[int] = [0]
+    most: list[int] = [0]
+    execute = AsyncQuasar.execute
+
+    async def counted(self: AsyncQuasar, call: Any) -> Any:
+        if call.script.name not in CLAIMS:
+            return await execute(self, call)
+        in_flight[0] += 1
+        most[0] = max(most[0], in_flight[0])
+        try:
+            return await execute(self, call)
+        finally:
+            in_flight[0] -= 1
+
+    monkeypatch.setattr(AsyncQuasar, "execute", counted)
+
+    async def noop(i: int) -> int:
+        return i
+
+    task = declare(app, noop)
+    handles = app.enqueue_many([task.job(i) for i in range(200)])
+    worker = worker_of(app, concurrency=5, prefetch=5)
+    with serving(worker):
+        assert [h.result(timeout=30) for h in handles] == list(range(200))
+    assert most[0] == 2
+    assert worker.stats.completed == 200 and worker.stats.claimed == 200
 
 
 def test_the_lease_keeper_stops_when_its_stop_comes_with_the_last_outcomes(q: Quasar) -> None:
@@ -690,9 +794,9 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
         ended.append(woke)
         return woke, result
 
-    async def waits(self: Worker, next_at: int | None) -> None:
+    async def waits(self: Worker, lane: int, next_at: int | None) -> None:
         idling.set()
-        await idle(self, next_at)
+        await idle(self, lane, next_at)
 
     monkeypatch.setattr(AsyncQuasar, "_wake_then", watched)
     monkeypatch.setattr(Worker, "_idle", waits)
@@ -717,6 +821,62 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
         assert claimed_by_wait == []
 
 
+def test_a_cut_short_wait_whose_claim_runs_after_its_resend_starts_its_jobs(
+    namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wait cut short (a poke before Redis held it) whose cancellation redis-py swallows: the
+    # claim is re-sent first and finds nothing (a refusal leaves no record to replay); the
+    # wait's own claim then runs, with the same call id, and leases a job. That job must start,
+    # not wait out its lease (the four-worker test saw it: the job's next attempt, a lease
+    # later). (Real Redis: only a plain asyncio client sends a claim with its wait.)
+    real_redis().close()
+    app = App(REDIS_URL, namespace=namespace)
+    wake_then = AsyncQuasar._wake_then
+    swallowed, second_wait, go = threading.Event(), threading.Event(), threading.Event()
+    waits: list[str] = []
+
+    async def cut_short_then_late(
+        self: AsyncQuasar, keys: Any, timeout: float, call: Any, blocked: Any
+    ) -> Any:
+        waits.append(str(call.args[0]))
+        if len(waits) == 2:  # the wait after the re-sent claim: it claims nothing itself
+            second_wait.set()
+            await asyncio.sleep(timeout)
+            return False, await self.execute(self.calls.counts("default"))
+        if len(waits) > 2:
+            return await wake_then(self, keys, timeout, call, blocked)
+        try:
+            await asyncio.sleep(30)  # waiting, its client id not known yet
+        except asyncio.CancelledError:
+            swallowed.set()  # as redis-py's wait_for can: the wait goes on
+        while not go.is_set():
+            await asyncio.sleep(0.01)
+        return False, await self.execute(call)  # the claim runs now, after the re-sent one
+
+    monkeypatch.setattr(AsyncQuasar, "_wake_then", cut_short_then_late)
+
+    async def hello() -> str:
+        return "hi"
+
+    task = declare(app, hello)
+    worker = worker_of(app, idle_wait=15.0, maintenance_interval=60.0)
+    try:
+        with serving(worker):
+            wait_for(lambda: waits, 10, "the worker to wait")
+            loop = worker._loop
+            assert loop is not None
+            loop.call_soon_threadsafe(worker._poke.set)
+            assert swallowed.wait(10) and second_wait.wait(10)
+            assert len(waits) == 2  # the re-sent claim found nothing: the worker waits again
+            handle = task.enqueue()
+            go.set()
+            assert handle.result(timeout=10) == "hi"  # not after its lease (30 s)
+            assert job_of(handle).attempt == 1
+    finally:
+        delete_namespace(app.client.redis, namespace)
+        app.client.redis.close()
+
+
 def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -735,9 +895,9 @@ def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
         events.append("claim")  # (the claim that went with the wait: its reply is back)
         return result
 
-    async def idling(self: Worker, next_at: int | None) -> None:
+    async def idling(self: Worker, lane: int, next_at: int | None) -> None:
         events.append("idle")
-        await idle(self, next_at)
+        await idle(self, lane, next_at)
 
     monkeypatch.setattr(AsyncQuasar, "execute", recorded)
     monkeypatch.setattr(AsyncQuasar, "_wake_then", claimed_on_waking)

@@ -139,7 +139,13 @@ class Fleet:
         return read_log(self.log_path)
 
     def start(
-        self, name: str, *, lease_ms: int, concurrency: int = 4, grace: float = 5.0
+        self,
+        name: str,
+        *,
+        lease_ms: int,
+        concurrency: int = 4,
+        grace: float = 5.0,
+        prefetch: int = 0,
     ) -> WorkerProcess:
         env = {
             **os.environ,
@@ -151,6 +157,7 @@ class Fleet:
         args = [sys.executable, "-m", "quasar_redis", "worker", APP_PATH]
         args += ["--lease-ms", str(lease_ms), "--concurrency", str(concurrency)]
         args += ["--grace", str(grace), "--worker-id", f"{name}-{self.namespace}"]
+        args += ["--prefetch", str(prefetch)]
         stderr_path = self.folder / f"{name}.stderr"
         with stderr_path.open("wb") as err:
             proc = subprocess.Popen(
@@ -548,11 +555,18 @@ def counts_now(q: Quasar) -> dict[str, int]:
     return {n: getattr(c, n) for n in (*names, "retryable", "executing")}
 
 
-def test_four_workers_run_10000_jobs_as_their_policies_say(fleet: Fleet, q: Quasar) -> None:
+@pytest.mark.parametrize("prefetch", [0, 16])
+def test_four_workers_run_10000_jobs_as_their_policies_say(
+    fleet: Fleet, q: Quasar, prefetch: int
+) -> None:
+    # With prefetch too: jobs waiting for a slot, two claims in flight per worker.
     plans = make_plans(10_000, seed=3)
     expected = expected_counts(plans)
     assert min(expected[k] for k in ("completed", "discarded", "cancelled", "blocked")) > 0
-    workers = [fleet.start(f"M{i}", lease_ms=wt.LONG_LEASE_MS, concurrency=16) for i in range(4)]
+    workers = [
+        fleet.start(f"M{i}", lease_ms=wt.LONG_LEASE_MS, concurrency=16, prefetch=prefetch)
+        for i in range(4)
+    ]
     for worker in workers:
         fleet.started(worker)
     started = time.monotonic()
