@@ -163,9 +163,7 @@ class _Running(Lease):
         self.begun = False  # its task has started to run it
         self.ended = False  # ... and is done with it (or was cancelled before it started)
         self.outcome: Outcome | None = None  # handed to the lease keeper
-        self.duration = (
-            0.0  # from the start of its run (its claim, unless prefetched) to the outcome
-        )
+        self.duration = 0.0  # from its start (its claim, unless prefetched) to the outcome
         self.settled = False  # the outcome's result is back
 
 
