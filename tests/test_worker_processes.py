@@ -661,14 +661,15 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
         server.kill()
 
 
+@pytest.mark.parametrize("prefetch", [0, 16])
 def test_redis_restart_under_load_loses_no_acknowledged_job(
-    own_redis: RedisServer, tmp_path: Path, namespace: str
+    own_redis: RedisServer, tmp_path: Path, namespace: str, prefetch: int
 ) -> None:
     own_redis.start()
     fleet = Fleet(tmp_path, own_redis.url, namespace)
     q = Quasar(redis.Redis.from_url(own_redis.url, socket_timeout=5), namespace)
     try:
-        run_through_restart(own_redis, fleet, q)
+        run_through_restart(own_redis, fleet, q, prefetch)
     finally:
         fleet.close()
         q.redis.close()
@@ -683,11 +684,11 @@ def finished(q: Quasar, count: int) -> bool:
     return c.completed + c.discarded + c.cancelled >= count
 
 
-def run_through_restart(server: RedisServer, fleet: Fleet, q: Quasar) -> None:
+def run_through_restart(server: RedisServer, fleet: Fleet, q: Quasar, prefetch: int) -> None:
     gate = fleet.folder / "gate"
 
     def start(name: str) -> WorkerProcess:
-        return fleet.start(f"R{name}", lease_ms=wt.LONG_LEASE_MS, concurrency=16)
+        return fleet.start(f"R{name}", lease_ms=wt.LONG_LEASE_MS, concurrency=16, prefetch=prefetch)
 
     survivors = [start("1"), start("2")]
     # Jobs that hold their lease across the restart: the kill is under load, whatever the speed.
