@@ -253,3 +253,12 @@ def test_events_follow_prints_new_events_until_interrupted(
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"), [("-1", "-1 is not in the range x>=0"), ("x", "'x' is not a valid integer")]
+)
+def test_worker_refuses_a_bad_prefetch(bad: str, said: str) -> None:
+    result = CliRunner().invoke(main, ["worker", "tests.worker_tasks:app", "--prefetch", bad])
+    assert result.exit_code == 2
+    assert "--prefetch" in result.output and said in result.output, result.output
