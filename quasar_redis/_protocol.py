@@ -102,6 +102,12 @@ class Call(Generic[T]):
     early: T | None = None
 
 
+def dependency_id(dep: Any) -> Any:
+    """The id a dependency names: a job id as given, or a ``Job``'s id (anything else as is, for
+    the caller to refuse)."""
+    return dep.id if isinstance(dep, t.Job) else dep
+
+
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """What to enqueue. ``available_at`` (absolute ms) wins over ``delay_ms`` (from server now)."""
@@ -712,7 +718,7 @@ class Protocol:
             return t.InvalidJob(f"payload {exc}")
         deps: list[str] = []
         for dep in job.dependencies:
-            dep_id = dep.id if isinstance(dep, t.Job) else dep
+            dep_id = dependency_id(dep)
             if not isinstance(dep_id, str) or not dep_id or any(c.isspace() for c in dep_id):
                 return t.InvalidJob(f"dependency {dep_id!r} is not a job id")
             deps.append(dep_id)
@@ -814,18 +820,18 @@ class Protocol:
 
     # claims and lease-holder calls --------------------------------------------------------------
 
+    @staticmethod
+    def _claim_args(
+        call_id: str, queue: str, worker_id: str, lease_ms: int, limit: int, now: int | None
+    ) -> tuple[Arg, ...]:
+        """The arguments a claim by queue starts with (claim, report_claim)."""
+        return (call_id, _now(now), _text(queue), _text(worker_id), _int(lease_ms), _int(limit))
+
     def claim(
         self, queue: str, worker_id: str, lease_ms: int, limit: int, now: int | None = None
     ) -> Call[t.ClaimsResult]:
         call_id = new_call_id()
-        args = (
-            call_id,
-            _now(now),
-            _text(queue),
-            _text(worker_id),
-            _int(lease_ms),
-            _int(limit),
-        )
+        args = self._claim_args(call_id, queue, worker_id, lease_ms, limit, now)
         return Call(
             self._scripts["claim"],
             args,
@@ -934,15 +940,7 @@ class Protocol:
             early = t.ReportedAndClaimed(tuple(refused), t.ClaimRefused(first.error))
             return Call(script, (), lambda _: early, early)
         call_id = new_call_id()
-        args = (
-            call_id,
-            _now(now),
-            _text(queue),
-            _text(worker_id),
-            _int(lease_ms),
-            _int(limit),
-            *items,
-        )
+        args = (*self._claim_args(call_id, queue, worker_id, lease_ms, limit, now), *items)
         job_ids = [o.token.job_id for o in outcomes]
         return Call(script, args, parse_report_claimed(job_ids, call_id, worker_id, lease_ms))
 

@@ -24,7 +24,7 @@ from ._base import (
     resend,
     warn_policy,
 )
-from ._protocol import Call, NewJob
+from ._protocol import Call, NewJob, dependency_id
 from .errors import QuasarError
 
 T = TypeVar("T")
@@ -51,7 +51,7 @@ def _halves(batch: list[Pending]) -> tuple[list[Pending], ...]:
             return (batch,)
         for job, _ in batch:
             for dep in job.dependencies:
-                dep_id = dep.id if isinstance(dep, t.Job) else dep
+                dep_id = dependency_id(dep)
                 if isinstance(dep_id, str) and dep_id in ids:
                     return (batch,)
     half = (len(batch) + 1) // 2
@@ -72,6 +72,8 @@ class AsyncQuasar(ClientBase):
         self._flush_scheduled = False
         self._flushes: set[asyncio.Task[None]] = set()
         self._packed = _packed_sender(self.redis)
+        # (redis-py before 5.3 wants a command's name to lend a connection)
+        self._named = self._packed is not None and needs_command_name(self.redis.connection_pool)
 
     # plumbing -------------------------------------------------------------------------------------
 
@@ -371,9 +373,7 @@ class AsyncQuasar(ClientBase):
         assert self._packed is not None
         await self._check_policy()
         pool: Any = self.redis.connection_pool
-        conn = await (
-            pool.get_connection("BLPOP") if needs_command_name(pool) else pool.get_connection()
-        )
+        conn = await (pool.get_connection("BLPOP") if self._named else pool.get_connection())
         wait: Any = ("BLPOP", *keys, str(timeout))
         commands: list[Any] = [("CLIENT", "ID"), wait, super()._command(call)]
         clean = False
