@@ -361,17 +361,19 @@ class Worker:
                 running.ctx.cancelled.set()
                 running.task.cancel()
                 if not running.begun:  # it will never run: hand it back here
-                    self._never_runs(running)
-                    self._send(running, self._release(0, "handed back"))
+                    self._hand_back_unstarted(running)
 
     def _hand_back_queued(self) -> None:
-        """Prefetched jobs that have not started go back to their queue (at a stop)."""
+        """Jobs waiting for a slot (prefetched) go back to their queue (at a stop)."""
         while self._queued:
             running = self._queued.popleft()
             if not running.ended and not running.handing_back:
-                running.handing_back = True
-                running.ended = True
-                self._send(running, self._release(0, "handed back"))
+                self._hand_back_unstarted(running)
+
+    def _hand_back_unstarted(self, running: _Running) -> None:
+        running.handing_back = True
+        self._never_runs(running)
+        self._send(running, self._release(0, "handed back"))
 
     # claiming ---------------------------------------------------------------------------------
 
@@ -643,10 +645,11 @@ class Worker:
     # running a job ------------------------------------------------------------------------------
 
     def _start_all(self, claims: Sequence[t.Claim]) -> None:
-        """Run the jobs of one claim, each as an asyncio task while fewer than ``concurrency``
-        run (the others, prefetched, wait for a slot in claim order); every lease held from now."""
-        assert self._keeper is not None and self._loop is not None
-        loop, tasks, worker_id, now = self._loop, self.app.tasks, self.worker_id, time.monotonic()
+        """Hold the leases of one claim's jobs from now on and run them, each as an asyncio
+        task while fewer than ``concurrency`` run (the rest, prefetched, wait for a slot in claim
+        order; at a stop, none starts: they are handed back)."""
+        assert self._keeper is not None
+        tasks, worker_id, now = self.app.tasks, self.worker_id, time.monotonic()
         on_lost, held, queued = self._on_lost, self._running, self._queued
         started: list[Lease] = []
         for claim in claims:
@@ -658,26 +661,24 @@ class Worker:
             )
             held[job.id] = running
             started.append(running)
-            if self._live < self.concurrency and not queued:
-                self._live += 1
-                running.task = loop.create_task(self._execute(running, task))
-            else:
-                queued.append(running)
+            queued.append(running)
         self.stats.claimed += len(started)
         self._keeper.hold_many(started)
+        self._run_next()
 
     def _run_next(self) -> None:
-        """Start prefetched jobs while slots are free (never once the worker is stopping)."""
+        """Start waiting jobs while slots are free (never once the worker is stopping)."""
         assert self._loop is not None
-        queued, tasks = self._queued, self.app.tasks
+        loop, queued, tasks = self._loop, self._queued, self.app.tasks
         while queued and self._live < self.concurrency and not self._stopping.is_set():
             running = queued.popleft()
             if running.ended:  # lost while it waited
                 continue
             self._live += 1
             running.started = time.monotonic()  # (its timeout and duration count from here)
-            task = tasks.get(running.ctx.job.stage)
-            running.task = self._loop.create_task(self._execute(running, task))
+            running.task = loop.create_task(
+                self._execute(running, tasks.get(running.ctx.job.stage))
+            )
 
     def _never_runs(self, running: _Running) -> None:
         """A job whose task was made but will never begin (cancelled first): its slot frees."""

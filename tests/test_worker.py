@@ -580,6 +580,36 @@ def test_prefetch_must_be_a_nonnegative_integer(app: App, bad: Any) -> None:
         Worker(app, prefetch=bad)
 
 
+def test_jobs_a_claim_brings_back_during_a_stop_are_handed_back_without_starting(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A claim whose reply comes once the stop is in force (the idle wait's, ended by the stop):
+    # its jobs go back to the queue; the grace period is for jobs already running.
+    ran: list[str] = []
+
+    async def never() -> None:
+        ran.append("ran")
+
+    task = declare(app, never, max_attempts=1)
+    handles = [task.enqueue() for _ in range(2)]
+    worker = worker_of(app, concurrency=2, grace=30)
+    start_all = Worker._start_all
+
+    def stop_then_start(self: Worker, claims: Any) -> None:
+        self.stop()  # on the loop: in force before the claim's jobs are started
+        start_all(self, claims)
+
+    monkeypatch.setattr(Worker, "_start_all", stop_then_start)
+    with serving(worker) as served:
+        assert served.thread is not None
+        served.thread.join(30)
+    assert ran == []
+    assert worker.stats.claimed == 2 and worker.stats.handed_back == 2
+    for handle in handles:
+        job = job_of(handle)
+        assert isinstance(job.state, Waiting) and job.attempt == 0, job
+
+
 @pytest.mark.parametrize("prefetch", [0, 4])
 def test_at_most_concurrency_jobs_run_at_once_and_prefetched_ones_wait(
     app: App, prefetch: int
