@@ -19,7 +19,7 @@ import sys
 import threading
 import uuid
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 import click
 import redis
@@ -138,16 +138,29 @@ def load_app(path: str) -> App:
     return app
 
 
+def prefetch_option(
+    ctx: click.Context, param: click.Parameter, value: str
+) -> int | Literal["auto"]:
+    """``--prefetch``: ``auto`` or a nonnegative integer."""
+    if value == "auto":
+        return "auto"
+    if not value.strip().isdigit():  # (no sign, no point)
+        raise click.BadParameter(f"{value!r} is neither 'auto' nor a nonnegative integer")
+    return int(value)
+
+
 @main.command()
 @click.argument("app_path", metavar="MODULE:APP")
 @click.option("--queue", "-q", "queues", multiple=True, help="Queue to work (repeatable).")
 @click.option("--concurrency", "-c", default=10, show_default=True, type=click.IntRange(1))
 @click.option(
     "--prefetch",
-    default=0,
+    default="auto",
     show_default=True,
-    type=click.IntRange(0),
-    help="Jobs claimed ahead of free slots: more throughput for short jobs (see docs/workers.md).",
+    metavar="auto|N",
+    callback=prefetch_option,
+    help="Jobs claimed ahead of free slots; 'auto': as many as should start within 10 ms by "
+    "recent run times, at most --concurrency (see docs/workers.md).",
 )
 @click.option("--lease-ms", default=30_000, show_default=True, type=click.IntRange(1))
 @click.option(
@@ -159,7 +172,7 @@ def worker(
     app_path: str,
     queues: tuple[str, ...],
     concurrency: int,
-    prefetch: int,
+    prefetch: int | Literal["auto"],
     lease_ms: int,
     grace: float,
     worker_id: str | None,

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from redis.exceptions import RedisError
 
@@ -56,6 +56,11 @@ REASON_MAX = 8000
 # lost that overlap, -10%).
 CARRY_MAX = 64
 CUT_SHORT_KEPT = 64
+# prefetch="auto": hold as many jobs beyond the running ones as can be expected to start within
+# PREFETCH_WAIT_S (at most ``concurrency``), judged by the moving average of recent run times
+# (each new one weighs RUN_AVG_WEIGHT); none before the first job has run.
+PREFETCH_WAIT_S = 0.01
+RUN_AVG_WEIGHT = 0.1
 Build = Callable[[t.LeaseToken], t.Outcome]
 
 
@@ -200,7 +205,7 @@ class Worker:
         queues: Sequence[str] = ("default",),
         concurrency: int = 10,
         *,
-        prefetch: int = 0,
+        prefetch: int | Literal["auto"] = "auto",
         worker_id: str | None = None,
         lease_ms: int = 30_000,
         grace: float = 30.0,
@@ -211,12 +216,18 @@ class Worker:
     ) -> None:
         if concurrency < 1 or lease_ms < 1 or not queues:
             raise ValueError("concurrency and lease_ms must be positive, and queues not empty")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be a nonnegative integer: got {prefetch!r}")
+        if prefetch != "auto" and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise ValueError(f"prefetch must be a nonnegative integer or 'auto': got {prefetch!r}")
         self.app = app
         self.queues = [check_name(q, "queue") for q in queues]
         self.concurrency = concurrency
         self.prefetch = prefetch
+        # Jobs it may hold beyond ``concurrency`` now (prefetch="auto": from recent run times).
+        self._auto = prefetch == "auto"
+        self._extra = 0 if isinstance(prefetch, str) else prefetch
+        self._run_avg: float | None = None  # seconds, moving average (prefetch="auto")
         self.worker_id = worker_id or default_worker_id()
         self.lease_ms = lease_ms
         self.grace = grace
@@ -291,10 +302,11 @@ class Worker:
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="quasar-task")
         maintenance = asyncio.create_task(self._maintenance())
         log.info(
-            "worker %s started: queues %s, concurrency %d",
+            "worker %s started: queues %s, concurrency %d, prefetch %s",
             self.worker_id,
             ",".join(self.queues),
             self.concurrency,
+            self.prefetch,
         )
         try:
             await self._claim_loops()
@@ -440,7 +452,7 @@ class Worker:
         soon as its outcome is queued, so the next claim carries it (or overlaps with the lease
         keeper's report of it); at most ``concurrency + prefetch`` such outcomes may wait for
         their result."""
-        held, ahead = len(self._running), self.concurrency + self.prefetch
+        held, ahead = len(self._running), self.concurrency + self._extra
         return min(ahead - held + self._reporting, 2 * ahead - held) - self._asked
 
     async def _claim(self, lane: int, free: int) -> tuple[int, int | None]:
@@ -807,11 +819,24 @@ class Worker:
         assert self._loop is not None
         running.outcome = outcome
         running.duration = time.monotonic() - running.started
+        if self._auto and running.begun:
+            self._learn(running.duration)
         self._outbox.append((running, outcome.build, running))
         if not self._carrying and len(self._outbox) == 1:  # no claim to carry it: the keeper
             self._loop.call_soon(self._flush_outbox)
         self._reporting += 1
         self._slot.set()
+
+    def _learn(self, seconds: float) -> None:
+        """prefetch="auto": a job ran for ``seconds``. The k-th job waiting for a slot starts
+        after about k / concurrency run times, so hold as many as start within PREFETCH_WAIT_S:
+        ``concurrency`` for jobs of 10 ms or less, none once they take ``concurrency`` times
+        that."""
+        avg = self._run_avg
+        avg = seconds if avg is None else avg + (seconds - avg) * RUN_AVG_WEIGHT
+        self._run_avg = avg
+        c = self.concurrency
+        self._extra = c if avg <= 0 else min(c, int(PREFETCH_WAIT_S * c / avg))
 
     def _flush_outbox(self) -> None:
         if self._outbox and self._keeper is not None:

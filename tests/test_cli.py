@@ -256,7 +256,13 @@ def test_events_follow_prints_new_events_until_interrupted(
 
 
 @pytest.mark.parametrize(
-    ("bad", "said"), [("-1", "-1 is not in the range x>=0"), ("x", "'x' is not a valid integer")]
+    ("bad", "said"),
+    [
+        ("-1", "'-1' is neither 'auto' nor a nonnegative integer"),
+        ("x", "'x' is neither 'auto' nor a nonnegative integer"),
+        ("1.5", "'1.5' is neither 'auto' nor a nonnegative integer"),
+        ("AUTO", "'AUTO' is neither 'auto' nor a nonnegative integer"),
+    ],
 )
 def test_worker_refuses_a_bad_prefetch(bad: str, said: str) -> None:
     result = CliRunner().invoke(main, ["worker", "tests.worker_tasks:app", "--prefetch", bad])

@@ -574,10 +574,63 @@ def test_a_job_handed_back_before_its_task_starts_is_released(
 # --- prefetch ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
-def test_prefetch_must_be_a_nonnegative_integer(app: App, bad: Any) -> None:
-    with pytest.raises(ValueError, match="prefetch must be a nonnegative integer"):
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2", "AUTO", None])
+def test_prefetch_must_be_a_nonnegative_integer_or_auto(app: App, bad: Any) -> None:
+    with pytest.raises(ValueError, match="prefetch must be a nonnegative integer or 'auto'"):
         Worker(app, prefetch=bad)
+
+
+def test_auto_prefetch_holds_as_many_jobs_as_start_within_its_wait(app: App) -> None:
+    # prefetch="auto" (the default): beyond its running jobs, the worker holds as many as
+    # concurrency / average run time start within PREFETCH_WAIT_S (10 ms), at most concurrency.
+    worker = Worker(app, concurrency=10)
+    assert worker.prefetch == "auto" and worker._lanes == 2
+    assert worker._extra == 0  # nothing has run yet: no prefetch
+    worker._learn(0.0001)
+    assert worker._extra == 10  # short jobs: up to concurrency
+    for seconds, extra in ((0.025, 4), (0.06, 1), (0.15, 0), (5.0, 0)):
+        worker._run_avg = None
+        worker._learn(seconds)
+        assert worker._extra == extra, (seconds, worker._extra)
+    worker._run_avg = 0.0001
+    worker._learn(1.0)  # one long job among short ones: a moving average, weight 0.1
+    assert worker._run_avg == pytest.approx(0.10009) and worker._extra == 0
+    for _ in range(30):
+        worker._learn(0.0001)
+    assert worker._extra == 10
+    assert Worker(app, concurrency=10, prefetch=3)._extra == 3  # fixed: never changes
+    assert Worker(app, concurrency=10, prefetch=0)._lanes == 1
+
+
+@pytest.mark.parametrize(("run_s", "prefetched"), [(0.0, True), (0.05, False)])
+def test_auto_prefetch_claims_ahead_for_short_jobs_only(
+    app: App, run_s: float, prefetched: bool
+) -> None:
+    concurrency = 3
+    waiting: list[int] = []
+    now_running: list[int] = [0]
+    most: list[int] = [0]
+    worker = worker_of(app, concurrency=concurrency)  # prefetch="auto"
+
+    async def job(i: int) -> int:
+        now_running[0] += 1
+        most[0] = max(most[0], now_running[0])
+        waiting.append(len(worker._queued))
+        await asyncio.sleep(run_s)
+        now_running[0] -= 1
+        return i
+
+    task = declare(app, job)
+    n = 60 if prefetched else 8
+    handles = app.enqueue_many([task.job(i) for i in range(n)])
+    with serving(worker):
+        assert [h.result(timeout=30) for h in handles] == list(range(n))
+    assert most[0] <= concurrency
+    if prefetched:  # no-op jobs: up to concurrency more held, waiting for a slot
+        assert 0 < max(waiting) <= concurrency and worker._extra == concurrency
+    else:  # 50 ms jobs: 3 / 0.05 s start within 10 ms is 0.6, so none is held ahead
+        assert max(waiting) == 0 and worker._extra == 0
+    assert worker.stats.completed == n
 
 
 def test_jobs_a_claim_brings_back_during_a_stop_are_handed_back_without_starting(
@@ -1020,7 +1073,7 @@ def test_outcomes_of_a_claim_whose_reply_was_lost_are_reported_at_stop(
 
     task = declare(app, quick)
     first, second = app.enqueue_many([task.job(1), task.job(2)])
-    with serving(worker_of(app, concurrency=1)):
+    with serving(worker_of(app, concurrency=1, prefetch=0)):  # one claim loop
         wait_for(lambda: len(refused) >= 2, 10, "the carrying claim to be sent again")
     assert len(set(refused)) == 1, "the claim was not sent again with its call id"
     assert first.result(timeout=10) == 1  # reported by the lease keeper at stop

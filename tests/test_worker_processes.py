@@ -145,7 +145,7 @@ class Fleet:
         lease_ms: int,
         concurrency: int = 4,
         grace: float = 5.0,
-        prefetch: int = 0,
+        prefetch: int | str = "auto",
     ) -> WorkerProcess:
         env = {
             **os.environ,
@@ -555,11 +555,12 @@ def counts_now(q: Quasar) -> dict[str, int]:
     return {n: getattr(c, n) for n in (*names, "retryable", "executing")}
 
 
-@pytest.mark.parametrize("prefetch", [0, 16])
+@pytest.mark.parametrize("prefetch", [0, "auto"])
 def test_four_workers_run_10000_jobs_as_their_policies_say(
-    fleet: Fleet, q: Quasar, prefetch: int
+    fleet: Fleet, q: Quasar, prefetch: int | str
 ) -> None:
-    # With prefetch too: jobs waiting for a slot, two claims in flight per worker.
+    # Without prefetch, and with the default ("auto": with these short jobs, up to 16 waiting
+    # for a slot, two claims in flight per worker).
     plans = make_plans(10_000, seed=3)
     expected = expected_counts(plans)
     assert min(expected[k] for k in ("completed", "discarded", "cancelled", "blocked")) > 0
@@ -661,9 +662,9 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
         server.kill()
 
 
-@pytest.mark.parametrize("prefetch", [0, 16])
+@pytest.mark.parametrize("prefetch", [0, "auto"])
 def test_redis_restart_under_load_loses_no_acknowledged_job(
-    own_redis: RedisServer, tmp_path: Path, namespace: str, prefetch: int
+    own_redis: RedisServer, tmp_path: Path, namespace: str, prefetch: int | str
 ) -> None:
     own_redis.start()
     fleet = Fleet(tmp_path, own_redis.url, namespace)
@@ -684,7 +685,7 @@ def finished(q: Quasar, count: int) -> bool:
     return c.completed + c.discarded + c.cancelled >= count
 
 
-def run_through_restart(server: RedisServer, fleet: Fleet, q: Quasar, prefetch: int) -> None:
+def run_through_restart(server: RedisServer, fleet: Fleet, q: Quasar, prefetch: int | str) -> None:
     gate = fleet.folder / "gate"
 
     def start(name: str) -> WorkerProcess:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import redis
 import redis.asyncio
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 NAMESPACE = "bench"
 STAGE = "noop"
 CONCURRENCY = {"default": 10, "tuned": 50}
-PREFETCH = {"default": 0, "tuned": 50}  # (short jobs: claimed ahead, two claims in flight)
+PREFETCH: dict[str, int | Literal["auto"]] = {"default": "auto", "tuned": 50}
 FILL_CHUNK = 1000
 
 
@@ -45,7 +45,7 @@ class QuasarSystem(System):
     async_api = True
     bulk_api = True
     variants: ClassVar[dict[str, str]] = {
-        "default": f"Worker, concurrency {CONCURRENCY['default']} (the default)",
+        "default": f"Worker, concurrency {CONCURRENCY['default']}, prefetch auto (the defaults)",
         "tuned": f"Worker, concurrency {CONCURRENCY['tuned']}, prefetch {PREFETCH['tuned']}",
     }
     notes: ClassVar[list[str]] = [
