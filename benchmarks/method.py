@@ -114,7 +114,7 @@ through `logging`, which has no handler here.
 - **Memory per waiting job**: `used_memory` after the one-at-a-time enqueue minus before, divided
   by the jobs. It counts everything a system keeps per enqueued job: for quasar the job hash, its
   index entry, the call record kept for re-sent calls (it expires) and an entry of the event
-  stream (capped at 10,000 entries).
+  stream (it keeps about the last 10,000 job changes).
 - **Redis CPU**: the change of `used_cpu_sys + used_cpu_user` (INFO) divided by the jobs: over
   the one-at-a-time enqueue, and over a process figure from the worker's start to its end (so it
   includes the worker's start-up, polling and maintenance). The time spent inside commands

@@ -4,7 +4,7 @@
 --   KEYS[1]  the namespace key prefix, e.g. "quasar:{orders}:". Every key a script touches is
 --            KEYS[1] .. suffix, so every key keeps the namespace hash tag (one cluster slot).
 --   KEYS[2]  optional: the namespace's event stream (KEYS[1] .. "events"). When given, every state
---            change appends {job, ev, q, a} to it (capped near EVENTS_MAXLEN entries).
+--            change appends {job, ev, q, a} to it (capped near EVENTS_MAX job changes).
 --   ARGV[1]  call id: random, made by the client per call; a re-sent call carries the same one.
 --   ARGV[2]  "now" in integer milliseconds, or "" for the Redis server clock (the default).
 --   Integers travel as decimal strings and are formatted back with "%d" (never tostring, which
@@ -49,7 +49,9 @@ local PRIORITY_MAX = 1000000
 local CALL_TTL_MS = 60000
 -- Numbers given to redis.call go as text: Redis formats a Lua number with snprintf("%.17g").
 local CALL_TTL_TEXT = "60000"
-local EVENTS_MAXLEN = "10000"
+-- The stream keeps about EVENTS_MAX job changes: an entry lists a run of them (up to a whole
+-- batch), so each XADD trims to EVENTS_MAX / (the changes in its own entry) entries, at least 1.
+local EVENTS_MAX = 10000
 local WAKE_MAX = 16
 local WAKE_KEEP = "-16" -- (LTRIM's start: the last WAKE_MAX tokens)
 
@@ -364,7 +366,8 @@ end
 
 local function flush_events()
   for _, run in ipairs(EVENT_RUNS) do
-    redis.call("XADD", EVENTS, "MAXLEN", "~", EVENTS_MAXLEN, "*", "job", table.concat(run.jobs, " "),
+    local entries = fmt(math.max(1, math.floor(EVENTS_MAX / #run.jobs)))
+    redis.call("XADD", EVENTS, "MAXLEN", "~", entries, "*", "job", table.concat(run.jobs, " "),
       "ev", run.ev, "q", run.q, "a", table.concat(run.attempts, " "))
   end
 end

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from quasar_redis import (
+    BatchApplied,
     InvalidJob,
     JobRefused,
     LeaseExpired,
@@ -91,6 +92,21 @@ def test_a_run_of_the_same_event_in_one_call_is_one_entry(q: Quasar) -> None:
         "job=a event=active queue=mail attempt=1",
         "job=b event=active queue=mail attempt=1",
     ]
+
+
+def test_the_stream_keeps_about_ten_thousand_job_changes_not_entries(q: Quasar) -> None:
+    # An entry lists a whole batch's changes, so a cap of 10,000 entries would hold ten million
+    # of them (some 200 MB): each append trims to 10,000 / (the changes in its entry) entries.
+    for batch in range(15):
+        jobs = [NewJob("s", id=f"b{batch}-{i}") for i in range(1000)]
+        assert type(q.enqueue_many(jobs, now=T0)) is BatchApplied
+    entries = q.redis.xrange(q.keys.events)
+    held = [job for _, fields in entries for job in fields[b"job"].decode().split(" ")]
+    assert len(held) <= 11_000 and len(entries) <= 11, (len(held), len(entries))
+    assert held[-1] == "b14-999"  # the newest are kept
+    for i in range(3):  # single changes: one entry each, many of them kept
+        applied(q.enqueue("s", id=f"one{i}", now=T0))
+    assert len(q.redis.xrange(q.keys.events)) >= 3
 
 
 def test_events_can_be_turned_off(redis_client: Any, namespace: str) -> None:
