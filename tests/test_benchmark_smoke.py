@@ -75,3 +75,38 @@ def test_quick_benchmark_produces_every_figure(tmp_path: Path) -> None:
     absent += [n for n in CEILING_FIGURES if not positive(results["ceiling"]["figures"], n)]
     assert absent == [], f"figures missing or not positive: {absent}"
     assert "| **quasar** |" in done.stdout  # the markdown tables were printed
+
+
+FLOOR_ROWS = (
+    "single: quasar enqueue",
+    "single: bare HSET + ZADD script",
+    "single: the ceiling's script",
+    "bulk: quasar enqueue_many",
+    "bulk: bare script",
+    "processing: quasar claim + report",
+    "processing: bare claim + complete",
+    "memory: quasar enqueue_many",
+    "memory: bare hash + ready entry",
+    "memory: bare, no st/sq/q (listpack <= 160 B)",
+)
+
+
+def test_floors_produce_every_row() -> None:
+    # benchmarks/floors.py: quasar's calls beside bare scripts over the same layout (own server).
+    if shutil.which("redis-server") is None:
+        if REQUIRE:
+            pytest.fail("QUASAR_REQUIRE_REDIS=1 but redis-server not on PATH")
+        pytest.skip("redis-server not on PATH")
+    argv = [sys.executable, str(ROOT / "benchmarks" / "floors.py"), "--jobs", "1200", "--runs", "1"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = {
+        line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+        for line in done.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| what")
+    }
+    assert sorted(rows) == sorted(FLOOR_ROWS), done.stdout
+    for name, (rate, cost) in rows.items():
+        assert float(rate.split()[0].replace(",", "")) > 0, (name, rate)
+        if not name.startswith("memory"):
+            assert float(cost.split()[0].replace(",", "")) > 0, (name, cost)

@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""What a hash per job costs at its barest, beside quasar_redis's own calls, on one Redis.
+
+    python benchmarks/floors.py [--jobs 20000] [--runs 3]
+
+Run it with the project's Python (it imports quasar_redis and redis-py). It starts its own
+``redis-server`` on a free loopback port, as ``run.py`` does, and stops it at the end.
+
+Issue 4 sets targets that a hash per job and sorted-set indexes may not reach whatever the code
+around them does. This measures, in the same run, quasar's calls and *bare* scripts over the same
+layout (the same job hash fields, the same ``ready`` members) that do only the writes, with none
+of the contract's checks, call records or events:
+
+- **single enqueue**: ``Quasar.enqueue`` one job a call, against a script doing the job's
+  ``HSET`` and ``ZADD`` one call a job, and the benchmark's ceiling (one ``HSET`` of the payload
+  and one ``ZADD``);
+- **bulk enqueue**: ``enqueue_many`` of 1,000 jobs a call, against one script call per 1,000
+  doing each job's ``HSET`` and ``ZADD``;
+- **processing**: ``claim_many`` of 500 and ``report_many`` of their 500 completions, against a
+  bare claim (``ZRANGE``, each job's ``HGETALL`` and lease ``HSET``, one ``ZREM`` and one
+  ``ZADD``) and a bare completion (``HMGET`` of state and nonce, ``HSET``, one ``ZREM`` and one
+  ``ZADD``);
+- **memory per waiting job** (``used_memory`` delta / jobs): quasar's ``enqueue_many``, the same
+  hash and ``ready`` entry written bare, and a hash without its ``st``, ``sq`` and ``q`` fields
+  (its listpack within the 160-byte allocation).
+
+Redis's time is ``INFO commandstats``' microseconds for the script commands, per job; the median
+of ``--runs`` runs is printed, with min-max, as one markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402 - after the path is set
+
+from benchmarks import probe  # noqa: E402
+from benchmarks.harness import MINIMAL_SCRIPT  # noqa: E402
+from benchmarks.run import RedisServer  # noqa: E402
+from quasar_redis import NewJob, Quasar  # noqa: E402
+from quasar_redis import _types as t  # noqa: E402
+from quasar_redis._codec import encode  # noqa: E402
+from quasar_redis.app import payload_of  # noqa: E402
+
+QUEUE = "bench"
+ROOT_KEY = "quasar:{floor}:"
+AT = "1796076590723"  # an available_at of 2026, as the bare scripts write it
+
+# The job as enqueue writes it for the benchmark's job: stage, queue, state, available_at, enqueue
+# sequence, the payload in chunks of 64 bytes, and its ready entry (an 11-byte prefix, then the
+# id). ARGV: id, payload, member prefix, sequence per job, then available_at.
+BARE_ENQUEUE = """
+for i = 1, #ARGV - 1, 4 do
+  local id, p = ARGV[i], ARGV[i + 1]
+  redis.call('HSET', KEYS[1] .. id, 's', 'noop', 'q', 'bench', 'st', 'W', 'at', ARGV[#ARGV],
+    'sq', ARGV[i + 3], 'p', string.sub(p, 1, 64), 'p2', string.sub(p, 65))
+  redis.call('ZADD', KEYS[2], 0, ARGV[i + 2] .. id)
+end
+return 1
+"""
+
+# As BARE_ENQUEUE, less st, sq and q: the hash that would fit the 160-byte allocation.
+SLIM_ENQUEUE = """
+for i = 1, #ARGV - 1, 4 do
+  local id, p = ARGV[i], ARGV[i + 1]
+  redis.call('HSET', KEYS[1] .. id, 's', 'noop', 'at', ARGV[#ARGV],
+    'p', string.sub(p, 1, 64), 'p2', string.sub(p, 65))
+  redis.call('ZADD', KEYS[2], 0, ARGV[i + 2] .. id)
+end
+return 1
+"""
+
+# Lease up to ARGV[1] jobs: ids (11-byte member prefix cut off) and each job's fields.
+BARE_CLAIM = """
+local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #members == 0 then return {} end
+local out, ids, add = {}, {}, {}
+for i, m in ipairs(members) do
+  local id = string.sub(m, 12)
+  local k = KEYS[3] .. id
+  out[#out + 1] = id
+  out[#out + 1] = redis.call('HGETALL', k)
+  redis.call('HSET', k, 'st', 'L', 'a', 1, 'f', 1, 'w', ARGV[2], 'x', ARGV[3],
+    'n', ARGV[4] .. i, 'att', ARGV[3])
+  add[#add + 1] = ARGV[3]
+  add[#add + 1] = id
+end
+redis.call('ZREM', KEYS[1], unpack(members))
+redis.call('ZADD', KEYS[2], unpack(add))
+return out
+"""
+
+# Complete jobs (ARGV: id, nonce pairs) still leased with that nonce.
+BARE_COMPLETE = """
+local done, add = {}, {}
+for i = 1, #ARGV - 1, 2 do
+  local k = KEYS[3] .. ARGV[i]
+  local h = redis.call('HMGET', k, 'st', 'n')
+  if h[1] == 'L' and h[2] == ARGV[i + 1] then
+    redis.call('HSET', k, 'st', 'S', 'fin', ARGV[#ARGV])
+    done[#done + 1] = ARGV[i]
+    add[#add + 1] = ARGV[#ARGV]
+    add[#add + 1] = ARGV[i]
+  end
+end
+if #done > 0 then
+  redis.call('ZREM', KEYS[1], unpack(done))
+  redis.call('ZADD', KEYS[2], unpack(add))
+end
+return #done
+"""
+
+
+class Floors:
+    def __init__(self, r: redis.Redis, jobs: int) -> None:
+        self.r = r
+        self.jobs = jobs
+        self.quasar = Quasar(r, "floor")
+        self.datas = [probe.make(i) for i in range(jobs)]
+        self.scripts = {
+            name: r.register_script(text)
+            for name, text in (
+                ("enqueue", BARE_ENQUEUE),
+                ("slim", SLIM_ENQUEUE),
+                ("claim", BARE_CLAIM),
+                ("complete", BARE_COMPLETE),
+                ("ceiling", MINIMAL_SCRIPT),
+            )
+        }
+
+    # helpers ------------------------------------------------------------------------------------
+
+    def fresh(self) -> None:
+        """An empty server (our own), its scripts and quasar's function library loaded."""
+        self.r.flushall()
+        for script in self.scripts.values():
+            self.r.script_load(script.script)
+        self.quasar.enqueue("noop", None, queue="warm")  # (loads the library if missing)
+        self.r.flushall()  # (neither scripts nor function libraries go with it)
+        self.r.config_resetstat()
+
+    def redis_us(self) -> float:
+        """Microseconds Redis spent in script and function calls since the last reset."""
+        stats = self.r.info("commandstats")
+        return float(
+            sum(v["usec"] for k, v in stats.items() if k.split("_", 1)[1] in SCRIPT_COMMANDS)
+        )
+
+    def job(self, i: int) -> NewJob:
+        return NewJob("noop", payload_of([self.datas[i]], {}), queue=QUEUE)
+
+    def bare_args(self, lo: int, hi: int) -> list[object]:
+        args: list[object] = []
+        for i in range(lo, hi):
+            payload = encode(payload_of([self.datas[i]], {}))
+            args += [os.urandom(8).hex(), payload, os.urandom(11), i + 1]
+        return [*args, AT]
+
+    def keys(self) -> list[str]:
+        return [ROOT_KEY + "job:", ROOT_KEY + "q:bench:ready", ROOT_KEY + "q:bench:leased"]
+
+    def timed(self, fn: Callable[[], int]) -> tuple[float, float]:
+        """(jobs/s, Redis µs a job) of ``fn``, which returns how many jobs it handled."""
+        self.r.config_resetstat()
+        start = time.perf_counter()
+        n = fn()
+        seconds = time.perf_counter() - start
+        return n / seconds, self.redis_us() / n
+
+    # the figures --------------------------------------------------------------------------------
+
+    def single(self) -> dict[str, tuple[float, float]]:
+        n = min(self.jobs, 3000)
+        out = {}
+        self.fresh()
+
+        def quasar() -> int:
+            for i in range(n):
+                self.quasar.enqueue("noop", payload_of([self.datas[i]], {}), queue=QUEUE)
+            return n
+
+        out["single: quasar enqueue"] = self.timed(quasar)
+        self.fresh()
+        script = self.scripts["enqueue"]
+        k = self.keys()
+
+        def bare() -> int:
+            for i in range(n):
+                script(keys=k[:2], args=self.bare_args(i, i + 1))
+            return n
+
+        out["single: bare HSET + ZADD script"] = self.timed(bare)
+        self.fresh()
+        ceiling, payload = self.scripts["ceiling"], "x" * probe.PAYLOAD_BYTES
+
+        def minimal() -> int:
+            for i in range(n):
+                ceiling(keys=[f"job:{i}", "ready"], args=[payload, i])
+            return n
+
+        out["single: the ceiling's script"] = self.timed(minimal)
+        return out
+
+    def bulk(self) -> dict[str, tuple[float, float]]:
+        out = {}
+        self.fresh()
+
+        def quasar() -> int:
+            for lo in range(0, self.jobs, 1000):
+                hi = min(self.jobs, lo + 1000)
+                result = self.quasar.enqueue_many([self.job(i) for i in range(lo, hi)])
+                assert isinstance(result, t.BatchApplied), result
+            return self.jobs
+
+        out["bulk: quasar enqueue_many"] = self.timed(quasar)
+        self.fresh()
+        script, k = self.scripts["enqueue"], self.keys()
+
+        def bare() -> int:
+            for lo in range(0, self.jobs, 1000):
+                script(keys=k[:2], args=self.bare_args(lo, min(self.jobs, lo + 1000)))
+            return self.jobs
+
+        out["bulk: bare script"] = self.timed(bare)
+        return out
+
+    def processing(self) -> dict[str, tuple[float, float]]:
+        out = {}
+        self.fresh()
+        for lo in range(0, self.jobs, 1000):
+            self.quasar.enqueue_many([self.job(i) for i in range(lo, min(self.jobs, lo + 1000))])
+
+        def quasar() -> int:
+            done = 0
+            while True:
+                claimed = self.quasar.claim_many(QUEUE, "w1", 60_000, 500)
+                if not isinstance(claimed, t.ClaimsApplied):
+                    return done
+                outcomes = [t.Complete(c.token) for c in claimed.claims]
+                results = self.quasar.report_many("w1", outcomes)
+                done += sum(isinstance(x, t.OutcomeApplied) for x in results)
+
+        out["processing: quasar claim + report"] = self.timed(quasar)
+        self.fresh()
+        bare_enqueue, k = self.scripts["enqueue"], self.keys()
+        for lo in range(0, self.jobs, 1000):
+            bare_enqueue(keys=k[:2], args=self.bare_args(lo, min(self.jobs, lo + 1000)))
+        claim, complete = self.scripts["claim"], self.scripts["complete"]
+        done_key = ROOT_KEY + "q:bench:succeeded"
+
+        def bare() -> int:
+            done, call = 0, 0
+            while True:
+                call += 1
+                got = claim(keys=[k[1], k[2], k[0]], args=[500, "w1", AT, f"c{call}."])
+                if not got:
+                    return done
+                args: list[object] = []
+                for i, job_id in enumerate(got[0::2], 1):
+                    args += [job_id, f"c{call}.{i}"]
+                done += complete(keys=[k[2], done_key, k[0]], args=[*args, AT])
+
+        out["processing: bare claim + complete"] = self.timed(bare)
+        return out
+
+    def memory(self) -> dict[str, tuple[float, float]]:
+        out = {}
+        for name, fill in (
+            ("memory: quasar enqueue_many", self.fill_quasar),
+            ("memory: bare hash + ready entry", lambda: self.fill_bare("enqueue")),
+            ("memory: bare, no st/sq/q (listpack <= 160 B)", lambda: self.fill_bare("slim")),
+        ):
+            self.fresh()
+            before = int(self.r.info("memory")["used_memory"])
+            fill()
+            after = int(self.r.info("memory")["used_memory"])
+            out[name] = ((after - before) / self.jobs, 0.0)
+        return out
+
+    def fill_quasar(self) -> None:
+        for lo in range(0, self.jobs, 1000):
+            self.quasar.enqueue_many([self.job(i) for i in range(lo, min(self.jobs, lo + 1000))])
+
+    def fill_bare(self, which: str) -> None:
+        script, k = self.scripts[which], self.keys()
+        for lo in range(0, self.jobs, 1000):
+            script(keys=k[:2], args=self.bare_args(lo, min(self.jobs, lo + 1000)))
+
+
+SCRIPT_COMMANDS = {"evalsha", "eval", "fcall", "fcall_ro"}
+
+
+def spread(values: list[float]) -> str:
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:,.1f}"
+    return f"{med:,.1f} ({min(values):,.1f}-{max(values):,.1f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    runs: dict[str, list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        server = RedisServer(Path(folder))
+        try:
+            r = redis.Redis.from_url(server.url)
+            floors = Floors(r, args.jobs)
+            for run in range(args.runs):
+                print(f"run {run + 1} of {args.runs}", file=sys.stderr)
+                for part in (floors.single, floors.bulk, floors.processing, floors.memory):
+                    for name, figures in part().items():
+                        runs.setdefault(name, []).append(figures)
+            r.close()
+        finally:
+            server.stop()
+    print(f"{args.jobs} jobs, {args.runs} runs, {server.version}\n")
+    print("| what | jobs/s (or bytes a job) | Redis µs a job |")
+    print("|---|---|---|")
+    for name, figures in runs.items():
+        rate = spread([f[0] for f in figures])
+        cost = "" if name.startswith("memory") else spread([f[1] for f in figures])
+        print(f"| {name} | {rate} | {cost} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
