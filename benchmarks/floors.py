@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a hash per job costs at its barest, beside quasar_redis's own calls, on one Redis.
 
-    python benchmarks/floors.py [--jobs 20000] [--runs 3]
+    python benchmarks/floors.py [--jobs 20000] [--memory-jobs N] [--runs 3]
 
 Run it with the project's Python (it imports quasar_redis and redis-py). It starts its own
 ``redis-server`` on a free loopback port, as ``run.py`` does, and stops it at the end.
@@ -20,9 +20,11 @@ of the contract's checks, call records or events:
   bare claim (``ZRANGE``, each job's ``HGETALL`` and lease ``HSET``, one ``ZREM`` and one
   ``ZADD``) and a bare completion (``HMGET`` of state and nonce, ``HSET``, one ``ZREM`` and one
   ``ZADD``);
-- **memory per waiting job** (``used_memory`` delta / jobs): quasar's ``enqueue_many``, the same
-  hash and ``ready`` entry written bare, and a hash without its ``st``, ``sq`` and ``q`` fields
-  (its listpack within the 160-byte allocation).
+- **memory per waiting job** (``used_memory`` delta / jobs, over ``--memory-jobs`` jobs, by
+  default ``--jobs``): quasar's ``enqueue_many``, the same hash and ``ready`` entry written bare,
+  and a hash without its ``st``, ``sq`` and ``q`` fields (its listpack within the 160-byte
+  allocation). The hash tables' growth weighs on it: at 20,000 jobs about 20 bytes a job more
+  than at 1,000,000.
 
 Redis's time is ``INFO commandstats``' microseconds for the script commands, per job; the median
 of ``--runs`` runs is printed, with min-max, as one markdown table.
@@ -123,11 +125,12 @@ return #done
 
 
 class Floors:
-    def __init__(self, r: redis.Redis, jobs: int) -> None:
+    def __init__(self, r: redis.Redis, jobs: int, memory_jobs: int | None = None) -> None:
         self.r = r
         self.jobs = jobs
+        self.memory_jobs = memory_jobs or jobs
         self.quasar = Quasar(r, "floor")
-        self.datas = [probe.make(i) for i in range(jobs)]
+        self.datas = [probe.make(i) for i in range(max(jobs, self.memory_jobs))]
         self.scripts = {
             name: r.register_script(text)
             for name, text in (
@@ -238,8 +241,7 @@ class Floors:
     def processing(self) -> dict[str, tuple[float, float]]:
         out = {}
         self.fresh()
-        for lo in range(0, self.jobs, 1000):
-            self.quasar.enqueue_many([self.job(i) for i in range(lo, min(self.jobs, lo + 1000))])
+        self.fill_quasar(self.jobs)
 
         def quasar() -> int:
             done = 0
@@ -253,9 +255,8 @@ class Floors:
 
         out["processing: quasar claim + report"] = self.timed(quasar)
         self.fresh()
-        bare_enqueue, k = self.scripts["enqueue"], self.keys()
-        for lo in range(0, self.jobs, 1000):
-            bare_enqueue(keys=k[:2], args=self.bare_args(lo, min(self.jobs, lo + 1000)))
+        self.fill_bare("enqueue", self.jobs)
+        k = self.keys()
         claim, complete = self.scripts["claim"], self.scripts["complete"]
         done_key = ROOT_KEY + "q:bench:succeeded"
 
@@ -275,27 +276,27 @@ class Floors:
         return out
 
     def memory(self) -> dict[str, tuple[float, float]]:
-        out = {}
+        out, n = {}, self.memory_jobs
         for name, fill in (
-            ("memory: quasar enqueue_many", self.fill_quasar),
-            ("memory: bare hash + ready entry", lambda: self.fill_bare("enqueue")),
-            ("memory: bare, no st/sq/q (listpack <= 160 B)", lambda: self.fill_bare("slim")),
+            ("memory: quasar enqueue_many", lambda: self.fill_quasar(n)),
+            ("memory: bare hash + ready entry", lambda: self.fill_bare("enqueue", n)),
+            ("memory: bare, no st/sq/q (listpack <= 160 B)", lambda: self.fill_bare("slim", n)),
         ):
             self.fresh()
             before = int(self.r.info("memory")["used_memory"])
             fill()
             after = int(self.r.info("memory")["used_memory"])
-            out[name] = ((after - before) / self.jobs, 0.0)
+            out[name] = ((after - before) / n, 0.0)
         return out
 
-    def fill_quasar(self) -> None:
-        for lo in range(0, self.jobs, 1000):
-            self.quasar.enqueue_many([self.job(i) for i in range(lo, min(self.jobs, lo + 1000))])
+    def fill_quasar(self, n: int) -> None:
+        for lo in range(0, n, 1000):
+            self.quasar.enqueue_many([self.job(i) for i in range(lo, min(n, lo + 1000))])
 
-    def fill_bare(self, which: str) -> None:
+    def fill_bare(self, which: str, n: int) -> None:
         script, k = self.scripts[which], self.keys()
-        for lo in range(0, self.jobs, 1000):
-            script(keys=k[:2], args=self.bare_args(lo, min(self.jobs, lo + 1000)))
+        for lo in range(0, n, 1000):
+            script(keys=k[:2], args=self.bare_args(lo, min(n, lo + 1000)))
 
 
 SCRIPT_COMMANDS = {"evalsha", "eval", "fcall", "fcall_ro"}
@@ -311,6 +312,7 @@ def spread(values: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--memory-jobs", type=int, default=None, help="default: --jobs")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     runs: dict[str, list[tuple[float, float]]] = {}
@@ -318,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         server = RedisServer(Path(folder))
         try:
             r = redis.Redis.from_url(server.url)
-            floors = Floors(r, args.jobs)
+            floors = Floors(r, args.jobs, args.memory_jobs)
             for run in range(args.runs):
                 print(f"run {run + 1} of {args.runs}", file=sys.stderr)
                 for part in (floors.single, floors.bulk, floors.processing, floors.memory):
@@ -327,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             r.close()
         finally:
             server.stop()
-    print(f"{args.jobs} jobs, {args.runs} runs, {server.version}\n")
+    memory = args.memory_jobs or args.jobs
+    print(f"{args.jobs} jobs (memory: {memory}), {args.runs} runs, {server.version}\n")
     print("| what | jobs/s (or bytes a job) | Redis µs a job |")
     print("|---|---|---|")
     for name, figures in runs.items():
