@@ -61,6 +61,9 @@ CUT_SHORT_KEPT = 64
 # (each new one weighs RUN_AVG_WEIGHT); none before the first job has run.
 PREFETCH_WAIT_S = 0.01
 RUN_AVG_WEIGHT = 0.1
+# ... and when a job has waited for a slot this long all the same (long jobs came after short
+# ones, and every slot is taken), the waiting jobs go back to their queue for an idle worker.
+PREFETCH_STALE_S = 1.0
 Build = Callable[[t.LeaseToken], t.Outcome]
 
 
@@ -833,10 +836,32 @@ class Worker:
         ``concurrency`` for jobs of 10 ms or less, none once they take ``concurrency`` times
         that."""
         avg = self._run_avg
-        avg = seconds if avg is None else avg + (seconds - avg) * RUN_AVG_WEIGHT
+        self._set_run_avg(seconds if avg is None else avg + (seconds - avg) * RUN_AVG_WEIGHT)
+
+    def _set_run_avg(self, avg: float) -> None:
         self._run_avg = avg
         c = self.concurrency
         self._extra = c if avg <= 0 else min(c, int(PREFETCH_WAIT_S * c / avg))
+
+    def _give_back_stale(self) -> None:
+        """prefetch="auto", from the maintenance loop: when a job has waited for a slot longer
+        than PREFETCH_STALE_S (the jobs running now are long ones, the average learnt from short
+        ones), the waiting jobs go back to their queue, and the average is raised to the longest
+        run going on, which ends prefetch until short runs bring it down again."""
+        if not self._auto:
+            return
+        now = time.monotonic()
+        oldest = next((r for r in self._queued if not r.ended and not r.handing_back), None)
+        if oldest is None or now - oldest.started < PREFETCH_STALE_S:
+            return
+        runs = (now - r.started for r in self._running.values() if r.begun and not r.ended)
+        self._set_run_avg(max(self._run_avg or 0.0, *runs, PREFETCH_STALE_S))
+        log.info(
+            "worker %s: jobs waited %.1fs for a slot: handed back, prefetch paused",
+            self.worker_id,
+            now - oldest.started,
+        )
+        self._hand_back_queued()
 
     def _flush_outbox(self) -> None:
         if self._outbox and self._keeper is not None:
@@ -922,6 +947,7 @@ class Worker:
     async def _maintenance(self) -> None:
         rounds = 0
         while not self._stopping.is_set():
+            self._give_back_stale()
             try:
                 await self._sync_clock()
                 await self._maintain(prune=rounds % 10 == 0)

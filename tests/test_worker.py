@@ -55,6 +55,7 @@ from quasar_redis import (
     Worker,
     current_job,
 )
+from quasar_redis import worker as worker_module
 from quasar_redis.app import payload_of
 from quasar_redis.errors import RedisUnavailable
 
@@ -631,6 +632,41 @@ def test_auto_prefetch_claims_ahead_for_short_jobs_only(
     else:  # 50 ms jobs: 3 / 0.05 s start within 10 ms is 0.6, so none is held ahead
         assert max(waiting) == 0 and worker._extra == 0
     assert worker.stats.completed == n
+
+
+def test_auto_prefetch_hands_back_jobs_that_wait_behind_long_ones(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Short jobs first (prefetch "auto" holds one ahead at concurrency 1), then two long ones: the
+    # one claimed ahead would wait out the other's whole run. Once it has waited 0.3 s
+    # (PREFETCH_STALE_S, shortened here) it goes back to the queue for another worker, unattempted,
+    # and prefetch stops.
+    monkeypatch.setattr(worker_module, "PREFETCH_STALE_S", 0.3)
+    gate = threading.Event()
+    started: list[int] = []
+
+    async def quick() -> None:
+        return None
+
+    async def long(i: int) -> int:
+        started.append(i)
+        await asyncio.to_thread(gate.wait, 20)
+        return i
+
+    quick_task, long_task = declare(app, quick), declare(app, long)
+    worker = worker_of(app, concurrency=1)
+    with serving(worker):
+        for handle in [quick_task.enqueue() for _ in range(5)]:
+            handle.result(timeout=10)
+        wait_for(lambda: worker._extra == 1, 10, "one job held ahead")
+        handles = app.enqueue_many([long_task.job(i) for i in range(2)])
+        wait_for(lambda: worker.stats.handed_back == 1, 10, "the waiting job handed back")
+        assert len(started) == 1 and worker._extra == 0
+        waiting = [job_of(h) for h in handles if isinstance(job_of(h).state, Waiting)]
+        assert len(waiting) == 1 and waiting[0].attempt == 0, waiting  # no attempt used
+        gate.set()
+        assert sorted(h.result(timeout=10) for h in handles) == [0, 1]
+    assert sorted(started) == [0, 1]  # each ran once
 
 
 def test_jobs_a_claim_brings_back_during_a_stop_are_handed_back_without_starting(
