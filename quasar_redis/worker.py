@@ -450,11 +450,11 @@ class Worker:
                 await asyncio.sleep(0)
 
     def _free(self) -> int:
-        """Free slots: ``concurrency`` plus ``prefetch``, minus the jobs running or waiting to
-        run, minus those claims in flight asked for. A job whose run has ended frees its slot as
-        soon as its outcome is queued, so the next claim carries it (or overlaps with the lease
-        keeper's report of it); at most ``concurrency + prefetch`` such outcomes may wait for
-        their result."""
+        """Free slots: ``concurrency`` plus the jobs it may hold ahead (``prefetch``, or what
+        recent run times allow under "auto"), minus the jobs running or waiting to run, minus
+        those claims in flight asked for. A job whose run has ended frees its slot as soon as its
+        outcome is queued, so the next claim carries it (or overlaps with the lease keeper's
+        report of it); at most as many such outcomes as slots may wait for their result."""
         held, ahead = len(self._running), self.concurrency + self._extra
         return min(ahead - held + self._reporting, 2 * ahead - held) - self._asked
 
