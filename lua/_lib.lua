@@ -221,6 +221,10 @@ local TERMINAL = {S = true, F = true, C = true}
 
 local function corrupt(id, reason) return refuse("CorruptJob", id, reason) end
 
+-- Strings this call found to be integers (made at the first job loaded): the times in a batch's
+-- jobs are mostly the same few, and a pattern match costs more than a table lookup.
+local INT_OK
+
 -- Decimal digits only (what fmt writes), at most 15 of them (so within MAXINT), without number
 -- parsing: tonumber is strtod, the dearest part of a check run on every field of every job.
 local function not_integer(v)
@@ -269,12 +273,16 @@ local function load_job(id)
     return nil, corrupt(id, "key holds a " .. kind .. ", not a hash")
   end
   if #raw == 0 then return nil, refuse("MissingJob", id) end
-  local h, not_numeric = new_job_table(), nil
+  local h, not_numeric, ok = new_job_table(), nil, INT_OK
+  if ok == nil then
+    ok = {}
+    INT_OK = ok
+  end
   for i = 1, #raw, 2 do
     local f, v = raw[i], raw[i + 1]
     h[f] = v
-    if NUMERIC[f] and not SMALL_NUM[v] and not_numeric == nil and not_integer(v) then
-      not_numeric = f
+    if NUMERIC[f] and not SMALL_NUM[v] and not ok[v] and not_numeric == nil then
+      if not_integer(v) then not_numeric = f else ok[v] = true end
     end
   end
   local bad = check_job(id, h, not_numeric)
@@ -1184,7 +1192,7 @@ local function run_call(keys, args, main)
   P, EVENTS, ARGS = keys[1], keys[2], args
   KEY_QUEUES, KEY_SEQ = P .. "queues", P .. "seq"
   KEY_Q, IMPLICIT_INS, RAW, CHANGED, CHECKED, NAMES_OK = {}, {}, {}, {}, {}, {}
-  EVENT_RUNS, AT_BYTES, TEXT_OF = {}, {}, {}
+  EVENT_RUNS, AT_BYTES, TEXT_OF, INT_OK = {}, {}, {}, nil
   -- Left empty by the last call unless it stopped half-way (a script error): then made anew.
   if INDEX_KEYS[1] ~= nil then INDEX, INDEX_KEYS = {}, {} end
   if next(WOKEN) ~= nil then WOKEN = {} end
