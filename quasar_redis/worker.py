@@ -833,8 +833,8 @@ class Worker:
     def _learn(self, seconds: float) -> None:
         """prefetch="auto": a job ran for ``seconds``. The k-th job waiting for a slot starts
         after about k / concurrency run times, so hold as many as start within PREFETCH_WAIT_S:
-        ``concurrency`` for jobs of 10 ms or less, none once they take ``concurrency`` times
-        that."""
+        ``concurrency`` for jobs of 10 ms or less, none once they take longer than
+        ``concurrency`` times that."""
         avg = self._run_avg
         self._set_run_avg(seconds if avg is None else avg + (seconds - avg) * RUN_AVG_WEIGHT)
 
