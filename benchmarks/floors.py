@@ -45,10 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import redis  # noqa: E402 - after the path is set
-
-from benchmarks import probe  # noqa: E402
-from benchmarks.harness import MINIMAL_SCRIPT  # noqa: E402
+from benchmarks import probe, report  # noqa: E402 - after the path is set
+from benchmarks.harness import MINIMAL_SCRIPT, Server  # noqa: E402
 from benchmarks.run import RedisServer  # noqa: E402
 from quasar_redis import NewJob, Quasar  # noqa: E402
 from quasar_redis import _types as t  # noqa: E402
@@ -125,8 +123,9 @@ return #done
 
 
 class Floors:
-    def __init__(self, r: redis.Redis, jobs: int, memory_jobs: int | None = None) -> None:
-        self.r = r
+    def __init__(self, server: Server, jobs: int, memory_jobs: int | None = None) -> None:
+        self.server = server
+        self.r = r = server.redis
         self.jobs = jobs
         self.memory_jobs = memory_jobs or jobs
         self.quasar = Quasar(r, "floor")
@@ -146,19 +145,11 @@ class Floors:
 
     def fresh(self) -> None:
         """An empty server (our own), its scripts and quasar's function library loaded."""
-        self.r.flushall()
+        self.server.flush()
         for script in self.scripts.values():
             self.r.script_load(script.script)
         self.quasar.enqueue("noop", None, queue="warm")  # (loads the library if missing)
-        self.r.flushall()  # (neither scripts nor function libraries go with it)
-        self.r.config_resetstat()
-
-    def redis_us(self) -> float:
-        """Microseconds Redis spent in script and function calls since the last reset."""
-        stats = self.r.info("commandstats")
-        return float(
-            sum(v["usec"] for k, v in stats.items() if k.split("_", 1)[1] in SCRIPT_COMMANDS)
-        )
+        self.server.flush()  # (neither scripts nor function libraries go with it)
 
     def job(self, i: int) -> NewJob:
         return NewJob("noop", payload_of([self.datas[i]], {}), queue=QUEUE)
@@ -175,11 +166,11 @@ class Floors:
 
     def timed(self, fn: Callable[[], int]) -> tuple[float, float]:
         """(jobs/s, Redis µs a job) of ``fn``, which returns how many jobs it handled."""
-        self.r.config_resetstat()
+        before = self.server.snapshot()
         start = time.perf_counter()
         n = fn()
         seconds = time.perf_counter() - start
-        return n / seconds, self.redis_us() / n
+        return n / seconds, (self.server.snapshot().script_usec - before.script_usec) / n
 
     # the figures --------------------------------------------------------------------------------
 
@@ -283,10 +274,9 @@ class Floors:
             ("memory: bare, no st/sq/q (listpack <= 160 B)", lambda: self.fill_bare("slim", n)),
         ):
             self.fresh()
-            before = int(self.r.info("memory")["used_memory"])
+            before = self.server.snapshot().used_memory
             fill()
-            after = int(self.r.info("memory")["used_memory"])
-            out[name] = ((after - before) / n, 0.0)
+            out[name] = ((self.server.snapshot().used_memory - before) / n, 0.0)
         return out
 
     def fill_quasar(self, n: int) -> None:
@@ -299,14 +289,10 @@ class Floors:
             script(keys=k[:2], args=self.bare_args(lo, min(n, lo + 1000)))
 
 
-SCRIPT_COMMANDS = {"evalsha", "eval", "fcall", "fcall_ro"}
-
-
-def spread(values: list[float]) -> str:
-    med = statistics.median(values)
-    if len(values) == 1:
-        return f"{med:,.1f}"
-    return f"{med:,.1f} ({min(values):,.1f}-{max(values):,.1f})"
+def cell(values: list[float]) -> str:
+    """The median with its min-max, as the benchmark's tables give them."""
+    stat = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    return report.cell({**stat, "runs": values})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,24 +305,26 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         server = RedisServer(Path(folder))
         try:
-            r = redis.Redis.from_url(server.url)
-            floors = Floors(r, args.jobs, args.memory_jobs)
+            floors = Floors(Server(server.url, server.run_id), args.jobs, args.memory_jobs)
             for run in range(args.runs):
                 print(f"run {run + 1} of {args.runs}", file=sys.stderr)
                 for part in (floors.single, floors.bulk, floors.processing, floors.memory):
                     for name, figures in part().items():
                         runs.setdefault(name, []).append(figures)
-            r.close()
+            floors.r.close()
         finally:
             server.stop()
     memory = args.memory_jobs or args.jobs
     print(f"{args.jobs} jobs (memory: {memory}), {args.runs} runs, {server.version}\n")
-    print("| what | jobs/s (or bytes a job) | Redis µs a job |")
-    print("|---|---|---|")
-    for name, figures in runs.items():
-        rate = spread([f[0] for f in figures])
-        cost = "" if name.startswith("memory") else spread([f[1] for f in figures])
-        print(f"| {name} | {rate} | {cost} |")
+    rows = [
+        [
+            name,
+            cell([f[0] for f in figures]),
+            "" if name.startswith("memory") else cell([f[1] for f in figures]),
+        ]
+        for name, figures in runs.items()
+    ]
+    print(report.table(["what", "jobs/s (or bytes a job)", "Redis µs a job"], rows))
     return 0
 
 
