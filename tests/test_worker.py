@@ -544,9 +544,12 @@ def test_stop_without_grace_hands_running_jobs_back(app: App) -> None:
         assert info is not None and info.status is Status.AVAILABLE
 
 
-def test_a_job_handed_back_before_its_task_starts_is_released(
-    app: App, monkeypatch: pytest.MonkeyPatch
+def stop_as_the_first_claim_starts(
+    app: App, monkeypatch: pytest.MonkeyPatch, *, stop_first: bool, grace: float
 ) -> None:
+    """Two jobs of a task that must never run; the worker stops as it starts its first claim's
+    jobs: just before (``stop_first``, the stop in force when they come) or just after, at once
+    (before any task has begun). Both go back to the queue, no attempt used, neither ran."""
     ran: list[str] = []
 
     async def never() -> None:
@@ -554,14 +557,17 @@ def test_a_job_handed_back_before_its_task_starts_is_released(
 
     task = declare(app, never, max_attempts=1)
     handles = [task.enqueue() for _ in range(2)]
-    worker = worker_of(app, concurrency=2, grace=0)
+    worker = worker_of(app, concurrency=2, grace=grace)
     start_all = Worker._start_all
 
-    def start_then_stop(self: Worker, claims: Any) -> None:
+    def start_and_stop(self: Worker, claims: Any) -> None:
+        if stop_first:
+            self.stop()  # on the loop: in force before the claim's jobs are started
         start_all(self, claims)
-        self.stop(immediate=True)  # on the loop: hands back before any task has started
+        if not stop_first:
+            self.stop(immediate=True)  # on the loop: hands back before any task has started
 
-    monkeypatch.setattr(Worker, "_start_all", start_then_stop)
+    monkeypatch.setattr(Worker, "_start_all", start_and_stop)
     with serving(worker) as served:
         assert served.thread is not None
         served.thread.join(30)
@@ -570,6 +576,12 @@ def test_a_job_handed_back_before_its_task_starts_is_released(
     for handle in handles:
         job = job_of(handle)
         assert isinstance(job.state, Waiting) and job.attempt == 0, job
+
+
+def test_a_job_handed_back_before_its_task_starts_is_released(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stop_as_the_first_claim_starts(app, monkeypatch, stop_first=False, grace=0)
 
 
 # --- prefetch ------------------------------------------------------------------------------------
@@ -674,29 +686,7 @@ def test_jobs_a_claim_brings_back_during_a_stop_are_handed_back_without_starting
 ) -> None:
     # A claim whose reply comes once the stop is in force (the idle wait's, ended by the stop):
     # its jobs go back to the queue; the grace period is for jobs already running.
-    ran: list[str] = []
-
-    async def never() -> None:
-        ran.append("ran")
-
-    task = declare(app, never, max_attempts=1)
-    handles = [task.enqueue() for _ in range(2)]
-    worker = worker_of(app, concurrency=2, grace=30)
-    start_all = Worker._start_all
-
-    def stop_then_start(self: Worker, claims: Any) -> None:
-        self.stop()  # on the loop: in force before the claim's jobs are started
-        start_all(self, claims)
-
-    monkeypatch.setattr(Worker, "_start_all", stop_then_start)
-    with serving(worker) as served:
-        assert served.thread is not None
-        served.thread.join(30)
-    assert ran == []
-    assert worker.stats.claimed == 2 and worker.stats.handed_back == 2
-    for handle in handles:
-        job = job_of(handle)
-        assert isinstance(job.state, Waiting) and job.attempt == 0, job
+    stop_as_the_first_claim_starts(app, monkeypatch, stop_first=True, grace=30)
 
 
 @pytest.mark.parametrize("prefetch", [0, 4])
