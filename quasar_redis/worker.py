@@ -379,7 +379,8 @@ class Worker:
                     self._hand_back_unstarted(running)
 
     def _hand_back_queued(self) -> None:
-        """Jobs waiting for a slot (prefetched) go back to their queue (at a stop)."""
+        """Jobs waiting for a slot (prefetched) go back to their queue: at a stop, or when they
+        waited too long (``_give_back_stale``)."""
         while self._queued:
             running = self._queued.popleft()
             if not running.ended and not running.handing_back:
