@@ -352,20 +352,27 @@ class AsyncQuasar(ClientBase):
         call = self.calls.report_claim(worker_id, outcomes, queue, lease_ms, limit, now)
         return await self.execute(call)
 
+    # the worker's waits ------------------------------------------------------------------------
+
     @property
-    def _waits_with_calls(self) -> bool:
-        """Whether ``_wake_then`` can send a wait and a call in one write (a plain client)."""
+    def can_wait_and_claim(self) -> bool:
+        """Whether ``wait_and_claim`` can send a wait and a call in one write (a plain client)."""
         return self._packed is not None
 
-    async def _wake_then(
-        self, keys: Sequence[str], timeout: float, call: Call[T], blocked: Callable[[int], None]
+    async def wait_and_claim(
+        self,
+        queues: Sequence[str],
+        timeout: float,
+        call: Call[T],
+        on_blocked: Callable[[int], None],
     ) -> tuple[bool, T | BaseException]:
-        """``BLPOP`` on ``keys`` (up to ``timeout`` seconds), then ``call``, in one write on a
-        connection of their own: Redis runs the call the moment the wait ends (a client's later
-        commands wait for its blocking one), so a worker woken by a new job has its claim in the
-        same round trip. ``blocked`` gets the connection's client id as the wait starts: ``CLIENT
-        UNBLOCK <id>`` ends the wait early, and the call still runs. Whether a token was popped,
-        and the call's result (or the error it met). Only where ``_waits_with_calls``.
+        """Wait for a wake-up token of ``queues`` (up to ``timeout`` seconds), then ``call``, in
+        one write on a connection of their own: Redis runs the call the moment the wait ends (a
+        client's later commands wait for its blocking one), so a worker woken by a new job has
+        its claim in the same round trip. ``on_blocked`` gets the connection's client id as the
+        wait starts: ``unblock(id)`` ends the wait early, and the call still runs. Whether a token
+        was popped, and the call's result (or the error it met). Only where
+        ``can_wait_and_claim``.
 
         A wait that is cancelled drops its connection: Redis forgets a blocked client that is
         gone, but a call it ran before that is answered to nobody (send it again: same call id).
@@ -374,13 +381,13 @@ class AsyncQuasar(ClientBase):
         await self._check_policy()
         pool: Any = self.redis.connection_pool
         conn = await (pool.get_connection("BLPOP") if self._named else pool.get_connection())
-        wait: Any = ("BLPOP", *keys, str(timeout))
+        wait: Any = ("BLPOP", *(self.keys.wake(q) for q in queues), str(timeout))
         commands: list[Any] = [("CLIENT", "ID"), wait, super()._command(call)]
         clean = False
         try:
             await conn.send_packed_command(b"".join(map(hiredis.pack_command, commands)))
             with contextlib.suppress(rex.ResponseError):  # CLIENT refused (an ACL): no early end
-                blocked(int(await conn.read_response()))
+                on_blocked(int(await conn.read_response()))
             socket_timeout = conn.socket_timeout
             popped = await conn.read_response(
                 timeout=None if socket_timeout is None else timeout + socket_timeout
@@ -401,6 +408,24 @@ class AsyncQuasar(ClientBase):
             return popped is not None, call.parse(reply)
         except QuasarError as exc:
             return popped is not None, exc
+
+    async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a wake-up token of ``queues``; whether one came."""
+        keys = [self.keys.wake(q) for q in queues]
+        return await self.redis.blpop(keys, timeout=timeout) is not None
+
+    async def wake(self, queue: str) -> None:
+        """Push a wake-up token for ``queue``: one idle worker of it looks for work."""
+        await self.redis.rpush(self.keys.wake(queue), "1")
+
+    async def unblock(self, client_id: int) -> None:
+        """End the wait of the connection ``client_id`` (``CLIENT UNBLOCK``) early."""
+        await self.redis.execute_command("CLIENT", "UNBLOCK", client_id)
+
+    async def server_time_ms(self) -> float:
+        """The Redis server's clock, in milliseconds since the epoch."""
+        seconds, micros = await self.redis.time()
+        return float(seconds * 1000 + micros / 1000)
 
     # operators and maintenance --------------------------------------------------------------------
 

@@ -546,25 +546,26 @@ class Worker:
 
         On a plain asyncio client the wait carries the next claim of the first queue: Redis runs
         it the moment the wait ends, so a job enqueued to an idle worker is claimed in the round
-        trip that wakes it (``AsyncQuasar._wake_then``). A stop or a poke ends the wait early with
-        ``CLIENT UNBLOCK`` (the claim still runs, and its jobs start or are handed back).
+        trip that wakes it (``AsyncQuasar.wait_and_claim``). A stop or a poke ends the wait early
+        (``AsyncQuasar.unblock``: the claim still runs, and its jobs start or are handed back).
         """
         assert self._client is not None
         timeout = self.idle_wait
         if next_at is not None:
             local_ms = time.time() * 1000 + self._offset_ms
             timeout = min(timeout, max(0.001, (next_at - local_ms) / 1000))
-        keys = [self._client.keys.wake(q) for q in self.queues]
         free, queue = self._free(), self.queues[0]
         claim: Call[t.ClaimsResult] | None = None
         waiting: list[int] = []  # the waiting connection's client id, once it waits
         asked = 0
-        if free > 0 and self._client._waits_with_calls:
+        if free > 0 and self._client.can_wait_and_claim:
             asked = min(free, 1000)
             claim = self._client.calls.claim(queue, self.worker_id, self.lease_ms, asked)
-            wait: Any = self._client._wake_then(keys, max(timeout, 0.001), claim, waiting.append)
+            wait: Any = self._client.wait_and_claim(
+                self.queues, max(timeout, 0.001), claim, waiting.append
+            )
         else:
-            wait = self._client.redis.blpop(keys, timeout=max(timeout, 0.001))
+            wait = self._client.wait_for_work(self.queues, max(timeout, 0.001))
         self._asked += asked
         pop = asyncio.ensure_future(wait)
         stop = asyncio.ensure_future(self._stopping.wait())
@@ -573,7 +574,7 @@ class Worker:
             await asyncio.wait({pop, stop, poke}, return_when=asyncio.FIRST_COMPLETED)
             if not pop.done() and waiting:  # end the wait: the claim runs, its reply comes back
                 with contextlib.suppress(RedisError, OSError, QuasarError):
-                    await self._client.redis.execute_command("CLIENT", "UNBLOCK", waiting[0])
+                    await self._client.unblock(waiting[0])
                     await asyncio.wait({pop}, timeout=5.0)
         finally:
             self._asked -= asked
@@ -644,7 +645,7 @@ class Worker:
         if queue in self._waking:
             return
         self._waking.add(queue)
-        push = asyncio.ensure_future(self._client.redis.rpush(self._client.keys.wake(queue), "1"))
+        push = asyncio.ensure_future(self._client.wake(queue))
         self._background.add(push)
         push.add_done_callback(_forget(self._background))
         push.add_done_callback(lambda _: self._waking.discard(queue))
@@ -972,10 +973,10 @@ class Worker:
     async def _sync_clock(self) -> None:
         assert self._client is not None
         try:
-            seconds, micros = await self._client.redis.time()
+            server_ms = await self._client.server_time_ms()
         except Exception as exc:  # a Redis error: the next round tries again
             raise QuasarError(f"TIME failed: {exc}") from exc
-        self._offset_ms = seconds * 1000 + micros / 1000 - time.time() * 1000
+        self._offset_ms = server_ms - time.time() * 1000
 
 
 def _end_if_cancelled() -> None:

@@ -885,20 +885,20 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
     # On a plain asyncio client (the real server here) the idle wait carries the next claim:
     # Redis runs it as the wait ends, so the woken worker needs no claim round trip of its own.
     claimed_by_wait: list[str] = []
-    wake_then, idle = AsyncQuasar._wake_then, Worker._idle
+    wake_then, idle = AsyncQuasar.wait_and_claim, Worker._idle
     idling = threading.Event()
 
     ended: list[bool] = []  # each wait that came back (woken, or not: a timeout, an unblock)
     waiting: list[int] = []  # the client id of each wait, once Redis holds it
 
     async def watched(
-        self: AsyncQuasar, keys: Any, timeout: float, claim: Any, on_wait: Any
+        self: AsyncQuasar, queues: Any, timeout: float, claim: Any, on_wait: Any
     ) -> Any:
         def held(client_id: int) -> None:
             waiting.append(client_id)
             on_wait(client_id)
 
-        woke, result = await wake_then(self, keys, timeout, claim, held)
+        woke, result = await wake_then(self, queues, timeout, claim, held)
         claimed_by_wait.extend(c.job.id for c in getattr(result, "claims", ()))
         ended.append(woke)
         return woke, result
@@ -907,7 +907,7 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
         idling.set()
         await idle(self, lane, next_at)
 
-    monkeypatch.setattr(AsyncQuasar, "_wake_then", watched)
+    monkeypatch.setattr(AsyncQuasar, "wait_and_claim", watched)
     monkeypatch.setattr(Worker, "_idle", waits)
 
     async def hello() -> str:
@@ -940,12 +940,12 @@ def test_a_cut_short_wait_whose_claim_runs_after_its_resend_starts_its_jobs(
     # later). (Real Redis: only a plain asyncio client sends a claim with its wait.)
     real_redis().close()
     app = App(REDIS_URL, namespace=namespace)
-    wake_then = AsyncQuasar._wake_then
+    wake_then = AsyncQuasar.wait_and_claim
     swallowed, second_wait, go = threading.Event(), threading.Event(), threading.Event()
     waits: list[str] = []
 
     async def cut_short_then_late(
-        self: AsyncQuasar, keys: Any, timeout: float, call: Any, blocked: Any
+        self: AsyncQuasar, queues: Any, timeout: float, call: Any, blocked: Any
     ) -> Any:
         waits.append(str(call.args[0]))
         if len(waits) == 2:  # the wait after the re-sent claim: it claims nothing itself
@@ -953,7 +953,7 @@ def test_a_cut_short_wait_whose_claim_runs_after_its_resend_starts_its_jobs(
             await asyncio.sleep(timeout)
             return False, await self.execute(self.calls.counts("default"))
         if len(waits) > 2:
-            return await wake_then(self, keys, timeout, call, blocked)
+            return await wake_then(self, queues, timeout, call, blocked)
         try:
             await asyncio.sleep(30)  # waiting, its client id not known yet
         except asyncio.CancelledError:
@@ -962,7 +962,7 @@ def test_a_cut_short_wait_whose_claim_runs_after_its_resend_starts_its_jobs(
             await asyncio.sleep(0.01)
         return False, await self.execute(call)  # the claim runs now, after the re-sent one
 
-    monkeypatch.setattr(AsyncQuasar, "_wake_then", cut_short_then_late)
+    monkeypatch.setattr(AsyncQuasar, "wait_and_claim", cut_short_then_late)
 
     async def hello() -> str:
         return "hi"
@@ -992,7 +992,7 @@ def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
     # A claim that came back with fewer jobs than it asked for (the queue ran dry) lets its jobs
     # start before the next claim (most likely an empty one) is sent: latency at light load.
     events: list[str] = []
-    execute, idle, wake_then = AsyncQuasar.execute, Worker._idle, AsyncQuasar._wake_then
+    execute, idle, wake_then = AsyncQuasar.execute, Worker._idle, AsyncQuasar.wait_and_claim
 
     async def recorded(self: AsyncQuasar, call: Any) -> Any:
         if call.script.name in CLAIMS:
@@ -1009,7 +1009,7 @@ def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
         await idle(self, lane, next_at)
 
     monkeypatch.setattr(AsyncQuasar, "execute", recorded)
-    monkeypatch.setattr(AsyncQuasar, "_wake_then", claimed_on_waking)
+    monkeypatch.setattr(AsyncQuasar, "wait_and_claim", claimed_on_waking)
     monkeypatch.setattr(Worker, "_idle", idling)
 
     async def hello() -> str:
