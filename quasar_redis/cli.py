@@ -25,6 +25,7 @@ import click
 import redis
 from rich.console import Console
 
+from . import __version__
 from . import demo as demo_module
 from ._keys import KeySpace
 from .app import App
@@ -40,7 +41,7 @@ EVENTS_BLOCK_MS = 5_000
 
 
 @click.group()
-@click.version_option(package_name="quasar_redis")
+@click.version_option(__version__)
 def main() -> None:
     """quasar_redis: a distributed job queue on Redis."""
 
