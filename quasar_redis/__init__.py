@@ -83,7 +83,7 @@ from .errors import (
 from .retry import Exponential, Fixed, Never, PermanentFailure, RetryPolicy, Snooze
 from .worker import CancelFlag, JobContext, Worker, WorkerStats, current_job
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the only place the version is written: pyproject.toml reads it here
 
 __all__ = [
     "ACTIVE_STATUSES",

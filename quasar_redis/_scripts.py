@@ -1,7 +1,8 @@
 """The Lua scripts: found, assembled (``_lib.lua`` prepended) and hashed once per process.
 
-In a wheel the scripts live in ``quasar_redis/lua/``; in a source checkout (editable install) in
-the top-level ``lua/`` folder. The same sources are served two ways:
+In a wheel the scripts are the package resource ``quasar_redis/lua/`` (read through
+``importlib.resources``); in a source checkout (editable install) they are the top-level ``lua/``
+folder. The same sources are served two ways:
 
 - as one Redis Functions library (Redis 7+, Valkey): ``_lib.lua`` and every script, loaded once
   with ``FUNCTION LOAD`` and called with ``FCALL``. Redis runs a library's definitions once, at
@@ -23,11 +24,20 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from dataclasses import dataclass, field
 from functools import cache
+from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 NAMES = (
     "enqueue",
@@ -69,13 +79,15 @@ class Library:
 ENDING = "return run_call(KEYS, ARGV, main)"
 
 
-def lua_dir() -> Path:
-    """The folder holding the ``.lua`` files, in a wheel or in a source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "lua", here.parent / "lua"):
+def lua_dir() -> Traversable:
+    """The folder holding the ``.lua`` files: the package's ``lua`` resource (a wheel), else the
+    top-level ``lua/`` of the source checkout this module runs from (an editable install)."""
+    packaged = resources.files(__package__) / "lua"
+    checkout = Path(__file__).resolve().parent.parent / "lua"
+    for candidate in (packaged, checkout):
         if (candidate / "_lib.lua").is_file():
             return candidate
-    raise ConfigurationError(f"the Lua scripts are missing (looked in {here / 'lua'})")
+    raise ConfigurationError(f"the Lua scripts are missing (looked in {packaged} and {checkout})")
 
 
 _DEFINES = re.compile(r"^local\s+(?:function\s+(\w+)|([\w ,]+?)\s*(?:=|$))", re.MULTILINE)

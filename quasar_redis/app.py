@@ -2,7 +2,7 @@
 
 ::
 
-    app = App("redis://localhost:6379/0", namespace="shop")
+    app = App("redis://localhost:6379/0", namespace="shop")  # or QUASAR_REDIS_URL / REDIS_URL
 
     @app.task(queue="emails", max_attempts=5, retry=Exponential(base=2))
     def send_receipt(order_id: int) -> str:
@@ -12,20 +12,22 @@
     handle.result(timeout=30)
 
 Arguments and results are msgpack; anything msgpack cannot encode is refused at enqueue time.
+``App("memory://")`` runs on an embedded in-memory server that no other process sees.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-import fakeredis
 import redis
 import redis.asyncio
 
@@ -34,33 +36,79 @@ from ._keys import check_name
 from ._protocol import Limits, NewJob
 from .aio import AsyncQuasar
 from .client import Quasar
-from .errors import JobCancelledError, JobFailedError, JobRefusedError, QuasarError
+from .errors import (
+    ConfigurationError,
+    JobCancelledError,
+    JobFailedError,
+    JobRefusedError,
+    QuasarError,
+)
 from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
+
+if TYPE_CHECKING:
+    from ._memory import MemoryServer
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
+MEMORY_URL = "memory://"
+URL_VARIABLES = ("QUASAR_REDIS_URL", "REDIS_URL")
+
+
+def redis_url(url: str | None = None) -> str:
+    """``url``, else the first of ``QUASAR_REDIS_URL`` and ``REDIS_URL`` set in the environment.
+
+    Neither: ConfigurationError, so that a producer that forgets its URL fails at once instead
+    of enqueuing into a server no worker sees.
+    """
+    if url is not None:
+        return url
+    for variable in URL_VARIABLES:
+        if os.environ.get(variable):
+            return os.environ[variable]
+    raise ConfigurationError(
+        "no Redis URL: pass one (App('redis://127.0.0.1:6379/0')) or set QUASAR_REDIS_URL "
+        f"(or REDIS_URL); App({MEMORY_URL!r}) asks for an embedded in-memory server, which no "
+        "other process sees"
+    )
+
+
+def _memory_server() -> MemoryServer:
+    # Imported here, not above: fakeredis and lupa load only when memory:// is asked for.
+    module = importlib.import_module(f"{__package__}._memory")
+    server: MemoryServer = module.MemoryServer()
+    return server
+
+
 class Connector:
-    """Makes sync and asyncio clients of one Redis server, or of one embedded fakeredis."""
+    """Makes sync and asyncio clients of one Redis server, or of one embedded server.
+
+    ``url``: a Redis URL (``redis://``, ``rediss://``, ``unix://``), or ``memory://`` for an
+    embedded in-memory server private to this connector; ``None``: the URL in the environment
+    (``QUASAR_REDIS_URL``, then ``REDIS_URL``), else ConfigurationError.
+    """
 
     def __init__(self, url: str | None = None) -> None:
-        self.url = url
-        self._server = fakeredis.FakeServer() if url is None else None
+        self.url = redis_url(url)
+        self._server = _memory_server() if self.url == MEMORY_URL else None
 
     @property
     def embedded(self) -> bool:
+        """Whether the clients are of an embedded server (``memory://``)."""
         return self._server is not None
 
     def sync(self) -> Any:
+        """A new sync client, on a connection pool of its own."""
         if self._server is not None:
-            return fakeredis.FakeRedis(server=self._server)
-        return redis.Redis.from_url(self.url or "")
+            return self._server.sync()
+        return redis.Redis.from_url(self.url)
 
     def asyncio(self) -> Any:
+        """A new asyncio client, on a connection pool of its own."""
         if self._server is not None:
-            return fakeredis.FakeAsyncRedis(server=self._server)
-        return redis.asyncio.Redis.from_url(self.url or "")
+            return self._server.asyncio()
+        return redis.asyncio.Redis.from_url(self.url)
 
 
 def payload_of(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -245,7 +293,13 @@ def _dep_id(dep: str | JobHandle | t.Job) -> str:
 
 
 class App:
-    """Tasks and clients of one namespace. ``url=None`` runs on an embedded fakeredis."""
+    """Tasks and clients of one namespace of one Redis.
+
+    ``url=None`` takes ``QUASAR_REDIS_URL``, then ``REDIS_URL``, from the environment, and
+    refuses (ConfigurationError) without either; ``"memory://"`` runs on an embedded in-memory
+    server (see ``Connector``). ``with App(...) as app:`` (or ``async with``) closes the clients
+    the app opened.
+    """
 
     def __init__(
         self,
@@ -297,6 +351,20 @@ class App:
         if self._client is not None:
             self._client.redis.close()
             self._client = None
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Close the running event loop's asyncio client, then the sync client."""
+        await self.aclose()
+        self.close()
 
     @overload
     def task(

@@ -6,8 +6,8 @@
 - ``quasar worker MODULE:APP``: run a worker for an application's tasks.
 - ``quasar events``: print (and follow) a namespace's event stream.
 
-Without ``--redis-url`` (or ``REDIS_URL``) ``demo`` and ``example`` run on an embedded fakeredis
-server.
+``--redis-url`` defaults to ``QUASAR_REDIS_URL``, then ``REDIS_URL``; without either ``demo`` and
+``example`` run on an embedded in-memory server (``memory://``, fakeredis).
 """
 
 from __future__ import annotations
@@ -25,14 +25,22 @@ import click
 import redis
 from rich.console import Console
 
+from . import __version__
 from . import demo as demo_module
 from ._keys import KeySpace
-from .app import App
+from .app import MEMORY_URL, URL_VARIABLES, App
 from .errors import QuasarError
-from .example import Example, embedded_quasar, real_quasar
+from .example import Example, open_quasar, where
 from .worker import Worker
 
-REDIS_URL_HELP = "Redis to run on (also REDIS_URL); default: an embedded fakeredis server."
+# demo and example: --redis-url, else QUASAR_REDIS_URL, else REDIS_URL, else memory://
+redis_url_or_memory = click.option(
+    "--redis-url",
+    envvar=list(URL_VARIABLES),
+    default=MEMORY_URL,
+    help="Redis to run on (also QUASAR_REDIS_URL, REDIS_URL); default: memory://, an embedded "
+    "fakeredis server.",
+)
 EVENTS_BLOCK_MS = 5_000
 
 
@@ -40,13 +48,13 @@ EVENTS_BLOCK_MS = 5_000
 
 
 @click.group()
-@click.version_option(package_name="quasar_redis")
+@click.version_option(__version__)
 def main() -> None:
     """quasar_redis: a distributed job queue on Redis."""
 
 
 @main.command()
-@click.option("--redis-url", envvar="REDIS_URL", default=None, help=REDIS_URL_HELP)
+@redis_url_or_memory
 @click.option(
     "--jobs",
     "-n",
@@ -87,7 +95,7 @@ def main() -> None:
     help="INFO shows one line per job outcome.",
 )
 def demo(
-    redis_url: str | None,
+    redis_url: str,
     jobs: int,
     workers: int,
     concurrency: int,
@@ -102,16 +110,14 @@ def demo(
 
 
 @main.command()
-@click.option("--redis-url", envvar="REDIS_URL", default=None, help=REDIS_URL_HELP)
+@redis_url_or_memory
 @click.option("--namespace", default=None, help="Namespace to use (default: example-<random>).")
-def example(redis_url: str | None, namespace: str | None) -> None:
+def example(redis_url: str, namespace: str | None) -> None:
     """Run the quick start: enqueue, claim, complete, fail, retry; print each typed result."""
     namespace = namespace or f"example-{uuid.uuid4().hex[:8]}"
-    where = redis_url or "an embedded fakeredis server"
-    click.echo(f"quasar example: namespace {namespace!r} on {where}")
-    opened = real_quasar(redis_url, namespace) if redis_url else embedded_quasar(namespace)
+    click.echo(f"quasar example: namespace {namespace!r} on {where(redis_url)}")
     try:
-        with opened as q:
+        with open_quasar(redis_url, namespace) as q:
             Example(q).run()
     except QuasarError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
@@ -246,7 +252,9 @@ def follow_stream(client: Any, stream: str, last: Any) -> None:
 
 
 @main.command()
-@click.option("--redis-url", envvar="REDIS_URL", default=None, help="Redis (also REDIS_URL).")
+@click.option(
+    "--redis-url", envvar=list(URL_VARIABLES), help="Redis (also QUASAR_REDIS_URL, REDIS_URL)."
+)
 @click.option("--namespace", required=True, help="The namespace whose events to print.")
 @click.option(
     "--follow/--no-follow",
@@ -264,9 +272,10 @@ def follow_stream(client: Any, stream: str, last: Any) -> None:
 )
 def events(redis_url: str | None, namespace: str, follow: bool, count: int) -> None:
     """Print a namespace's event stream: one line per state change (like tail [-f])."""
-    if not redis_url:
+    if not redis_url or redis_url == MEMORY_URL:
         raise click.UsageError(
-            "quasar events needs --redis-url (or REDIS_URL): an embedded server is empty"
+            "quasar events needs --redis-url (or QUASAR_REDIS_URL, REDIS_URL): "
+            "an embedded server is empty"
         )
     try:
         stream = KeySpace(namespace).events

@@ -38,9 +38,9 @@ from rich.table import Table
 
 from . import _types as t
 from ._protocol import NewJob
-from .app import App, Task
+from .app import MEMORY_URL, App, Task
 from .errors import QuasarError
-from .example import delete_namespace, holds_keys
+from .example import delete_namespace, holds_keys, where
 from .retry import Exponential, PermanentFailure, Snooze
 from .worker import Worker, WorkerStats, current_job
 
@@ -469,10 +469,11 @@ def _ms(value: int | None) -> str:
 
 
 @contextmanager
-def open_app(url: str | None, namespace: str, console: Console) -> Iterator[App]:
-    """The demo's App: embedded, or on ``url`` in an empty namespace that is deleted after."""
-    if url is None:
-        yield App(namespace=namespace)
+def open_app(url: str, namespace: str, console: Console) -> Iterator[App]:
+    """The demo's App: embedded (``memory://``), or on ``url`` in an empty namespace that is
+    deleted after."""
+    if url == MEMORY_URL:
+        yield App(url, namespace=namespace)
         return
     client = redis.Redis.from_url(url, socket_timeout=10)
     try:
@@ -526,12 +527,12 @@ async def _main(app: App, cfg: DemoConfig, console: Console) -> tuple[Outcome, l
         await app.aclient().redis.aclose()
 
 
-def run(url: str | None, namespace: str, cfg: DemoConfig, console: Console) -> Outcome:
+def run(url: str, namespace: str, cfg: DemoConfig, console: Console) -> Outcome:
     """Run the demo and print its summary; ClickException on a timeout or a Redis error."""
-    where = url or "an embedded fakeredis server"
+    on = where(url)
     say(
         console,
-        f"quasar demo: {cfg.jobs} jobs, {cfg.workers} workers, namespace {namespace!r} on {where}",
+        f"quasar demo: {cfg.jobs} jobs, {cfg.workers} workers, namespace {namespace!r} on {on}",
     )
     try:
         with open_app(url, namespace, console) as app, job_logging(cfg.log_level, console):

@@ -1,20 +1,22 @@
 """``quasar example``: the quick start, step by step, printing each typed result.
 
 A few jobs go through every edge of the lifecycle (a dependency, a scheduled job, a retry, a stale
-token, an operator retry). ``real_quasar`` and ``embedded_quasar`` open the namespace it runs in.
+token, an operator retry). ``open_quasar`` opens the namespace it runs in: on a Redis, or on the
+embedded server of ``memory://``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import click
-import fakeredis
 import redis
 
 from . import _types as t
+from .app import MEMORY_URL, Connector
 from .client import Quasar
 
 QUEUE = "images"
@@ -202,8 +204,19 @@ def real_quasar(url: str, namespace: str) -> Iterator[Quasar]:
 
 @contextmanager
 def embedded_quasar(namespace: str) -> Iterator[Quasar]:
-    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    """A client on an embedded server of its own (``memory://``)."""
+    client = Connector(MEMORY_URL).sync()
     try:
         yield Quasar(client, namespace)
     finally:
         client.close()
+
+
+def open_quasar(url: str, namespace: str) -> contextlib.AbstractContextManager[Quasar]:
+    """``embedded_quasar`` for ``memory://``, else ``real_quasar``."""
+    return embedded_quasar(namespace) if url == MEMORY_URL else real_quasar(url, namespace)
+
+
+def where(url: str) -> str:
+    """Where a run on ``url`` goes, for the first line the commands print."""
+    return "an embedded fakeredis server" if url == MEMORY_URL else url

@@ -24,6 +24,7 @@ from quasar_redis import Quasar
 REDIS_URL = os.environ.get("QUASAR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 REQUIRE = os.environ.get("QUASAR_REQUIRE_REDIS") == "1"
 BACKENDS = ("fake", "redis")
+NO_URL: dict[str, str | None] = {"QUASAR_REDIS_URL": None, "REDIS_URL": None}  # CliRunner env
 
 
 def real_redis() -> redis.Redis:

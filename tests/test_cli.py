@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 from quasar_redis import Quasar
 from quasar_redis.cli import format_event, main
 
-from .conftest import REDIS_URL, delete_namespace, real_redis
+from .conftest import NO_URL, REDIS_URL, delete_namespace, real_redis
 from .helpers import claimed
 
 #: Each step's result, in order, as ``quasar example`` prints it.
@@ -49,8 +49,8 @@ EXPECTED = [
 
 
 def run(*args: str) -> Result:
-    # REDIS_URL unset: the embedded default must not depend on the caller's environment.
-    return CliRunner().invoke(main, ["example", *args], env={"REDIS_URL": None})
+    # No URL in the environment: the embedded default must not depend on the caller's.
+    return CliRunner().invoke(main, ["example", *args], env=NO_URL)
 
 
 def results(output: str) -> list[str]:
@@ -104,7 +104,7 @@ def test_a_namespace_that_holds_keys_is_refused(command: str) -> None:
     client.set(key, b"7")
     try:
         args = [command, "--redis-url", REDIS_URL, "--namespace", namespace]
-        result = CliRunner().invoke(main, args, env={"REDIS_URL": None})
+        result = CliRunner().invoke(main, args, env=NO_URL)
         assert result.exit_code == 1
         assert "already holds keys" in result.output
         assert client.get(key) == b"7"
@@ -116,7 +116,7 @@ def test_a_namespace_that_holds_keys_is_refused(command: str) -> None:
 @pytest.mark.parametrize("command", ["example", "demo"])
 def test_an_unreachable_redis_is_reported(command: str) -> None:
     args = [command, "--redis-url", "redis://127.0.0.1:1/0"]
-    result = CliRunner().invoke(main, args, env={"REDIS_URL": None})
+    result = CliRunner().invoke(main, args, env=NO_URL)
     assert result.exit_code == 1
     assert "Error: Redis at redis://127.0.0.1:1/0" in result.output
 
@@ -135,7 +135,7 @@ EVENT_LINE = re.compile(
 
 
 def events(*args: str) -> Result:
-    return CliRunner().invoke(main, ["events", *args], env={"REDIS_URL": None})
+    return CliRunner().invoke(main, ["events", *args], env=NO_URL)
 
 
 def parsed(output: str) -> list[tuple[str, str, str, str]]:
@@ -232,7 +232,7 @@ def test_events_follow_prints_new_events_until_interrupted(
         "from quasar_redis.cli import main; main(sys.argv[1:])"
     )
     args = ["events", "--redis-url", REDIS_URL, "--namespace", namespace, "--count", "1"]
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env = {k: v for k, v in os.environ.items() if k not in NO_URL}
     proc = subprocess.Popen(
         [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )

@@ -14,12 +14,12 @@ from quasar_redis import App, Worker
 from quasar_redis.cli import main
 from quasar_redis.demo import CHAIN, declare, percentile, plan
 
-from .conftest import REDIS_URL, real_redis
+from .conftest import NO_URL, REDIS_URL, real_redis
 
 
 def run(*args: str) -> Result:
-    # REDIS_URL unset: the embedded default must not depend on the caller's environment.
-    return CliRunner().invoke(main, ["demo", *args], env={"REDIS_URL": None})
+    # No URL in the environment: the embedded default must not depend on the caller's.
+    return CliRunner().invoke(main, ["demo", *args], env=NO_URL)
 
 
 def summary(output: str) -> dict[str, str]:
@@ -117,7 +117,7 @@ def test_demo_refuses_bad_options() -> None:
 
 
 def test_the_mix_holds_every_kind_of_job() -> None:
-    app = App(namespace="mix")
+    app = App("memory://", namespace="mix")
     tasks = declare(app)
     for total in (10, 2000):
         jobs = plan(tasks, total, random.Random(7))

@@ -93,7 +93,7 @@ def eventually(check: Callable[[], bool], timeout: float) -> bool:
 @pytest.fixture
 def app(backend: str, namespace: str) -> Iterator[App]:
     if backend == "fake":
-        made = App(connector=Connector(None), namespace=namespace)
+        made = App(connector=Connector("memory://"), namespace=namespace)
         yield made
         made.client.redis.close()
         return

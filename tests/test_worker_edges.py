@@ -10,7 +10,7 @@ from quasar_redis.retry import Fixed
 
 def test_stop_before_serve_starts_is_not_lost() -> None:
     async def main() -> bool:
-        worker = Worker(App(connector=Connector(None)), ["default"], 2, idle_wait=0.5)
+        worker = Worker(App(connector=Connector("memory://")), ["default"], 2, idle_wait=0.5)
         serving = asyncio.create_task(worker.serve())
         worker.stop()
         done, _ = await asyncio.wait({serving}, timeout=5)
@@ -23,7 +23,7 @@ def test_stop_before_serve_starts_is_not_lost() -> None:
 
 
 def test_a_task_raising_system_exit_fails_its_job_only() -> None:
-    app = App(connector=Connector(None))
+    app = App(connector=Connector("memory://"))
 
     @app.task(name="bye", retry=Fixed(60))
     async def bye() -> None:
