@@ -6,10 +6,10 @@
 Run it with the project's Python (it imports quasar_redis and redis-py). It starts its own
 ``redis-server`` on a free loopback port, as ``run.py`` does, and stops it at the end.
 
-Issue 4 sets targets that a hash per job and sorted-set indexes may not reach whatever the code
-around them does. This measures, in the same run, quasar's calls and *bare* scripts over the same
-layout (the same job hash fields, the same ``ready`` members) that do only the writes, with none
-of the contract's checks, call records or events:
+docs/performance-targets.md sets targets that a hash per job and sorted-set indexes may not reach
+whatever the code around them does. This measures, in the same run, quasar's calls and *bare*
+scripts over the same layout (the same job hash fields, the same ``ready`` members) that do only
+the writes, with none of the contract's checks, call records or events:
 
 - **single enqueue**: ``Quasar.enqueue`` one job a call, against a script doing the job's
   ``HSET`` and ``ZADD`` one call a job, and the benchmark's ceiling (one ``HSET`` of the payload

@@ -1,16 +1,14 @@
 """A pure-Python model of the job state machine, for the stateful test against the Lua scripts.
 
-The model is the Bosatsu seed (``/work/shared/seeds/000_*.txt``: ``new_job``, ``claim_transition``,
-``lease_error``, ``complete_transition``, ``fail_transition``, ``permanent_fail_transition``,
-``expire_transition``, ``cancel_transition``, ``operator_retry_transition``, ``dependency_error``)
-extended as DESIGN.md extends it: queues and priorities, claim by queue (best first: priority,
-then available_at, then enqueue order), batches, pending dependencies with the ``block`` /
-``cancel`` policy, cascading cancellation, heartbeats, release (hand a job back without using an
-attempt), sweeps, the per-claim lease nonce and the Gleam seed's last error (kind + message).
-Where DESIGN.md is silent the model follows the Lua (``lua/*.lua``): the error kinds written by
-expiry and operator retry, the reasons given to cascaded cancellations, and claim by queue's
-maintenance (it first promotes due jobs and expires run-out leases of its queue, even when it
-then finds nothing to claim).
+The model is the state machine written down in docs/lifecycle.md: each edge's checks in the order
+listed there (enqueue, claim by id and by queue, complete, fail, permanent_fail, release,
+heartbeat, expire and sweep, cancel, operator retry, prune), queues and priorities, claim by queue
+(best first: priority, then available_at, then enqueue order), batches, pending dependencies with
+the ``block`` / ``cancel`` policy, cascading cancellation, the per-claim lease nonce and each
+job's last error (kind + message), down to the details the scripts (``lua/*.lua``) settle: the
+error kinds written by expiry and operator retry, the reasons given to cascaded cancellations, and
+claim by queue's maintenance (it first promotes due jobs and expires run-out leases of its queue,
+even when it then finds nothing to claim).
 
 Nothing here talks to Redis. Results are the client's own typed values (``quasar_redis._types``),
 so a test compares them with ``==``. Two things the model cannot know are supplied by the test:
@@ -143,7 +141,7 @@ class _Cascade:
 
 
 def _new_job_error(spec: NewJob) -> t.InvalidJob | None:
-    """The seed's ``new_job`` checks, in its order (available_at checked by ``_available_at``)."""
+    """The new job's own checks, in their order (available_at checked by ``_available_at``)."""
     if spec.id == "":
         return t.InvalidJob("id must not be empty")
     if spec.stage == "":
@@ -183,7 +181,7 @@ def _listed_twice(deps: Sequence[str]) -> t.InvalidJob | None:
 
 
 def _lease_invalid(worker_id: str, lease_ms: int) -> t.InvalidJob | None:
-    """The first two checks of the seed's ``claim_ready``."""
+    """The first two readiness checks of a claim."""
     if worker_id == "":
         return t.InvalidJob("worker_id must not be empty")
     if lease_ms < 1:
@@ -227,7 +225,7 @@ class Model:
         )
 
     def dependency_error(self, job: ModelJob) -> t.JobError | None:
-        """The seed's ``dependency_error`` over the job's dependencies, first failing one."""
+        """The first of the job's dependencies that has not succeeded, as its refusal."""
         for dep in job.dependencies:
             other = self.jobs.get(dep)
             if other is None:
@@ -239,7 +237,7 @@ class Model:
     def lease_error(
         self, job: ModelJob, token: t.LeaseToken, worker_id: str, now: int
     ) -> t.JobError | None:
-        """The seed's ``lease_error``, with the claim nonce checked beside the fence."""
+        """The lease check, the claim nonce checked beside the fence."""
         if (
             worker_id != token.worker_id
             or job.id != token.job_id
@@ -308,7 +306,7 @@ class Model:
         self._apply_cascade(cascade, now)
 
     def _retry_or_fail(self, job: ModelJob, kind: str, reason: str, now: int, delay: int) -> None:
-        """The seed's ``retry_or_fail``."""
+        """RetryWaiting while attempts remain, else Failed."""
         if job.attempt < job.max_attempts:
             job.state = t.RetryWaiting(reason, now + delay)
             job.error = t.ErrorInfo(kind, reason)
@@ -317,7 +315,7 @@ class Model:
             self._fail(job, kind, reason, now)
 
     def _lease(self, job: ModelJob, worker_id: str, lease_ms: int, now: int) -> t.Claim:
-        """The seed's ``claim_ready`` after its checks: attempt+1, fence+1, Leased."""
+        """A claim once its checks pass: attempt+1, fence+1, Leased."""
         job.attempt += 1
         job.fence += 1
         job.state = t.Leased(worker_id, job.fence, now + lease_ms)
@@ -369,9 +367,9 @@ class Model:
         self, spec: NewJob, now: int, batch: dict[str, ModelJob]
     ) -> ModelJob | t.JobError:
         assert spec.id is not None, "the model needs explicit job ids"
-        seed = _new_job_error(spec)
-        if seed is not None:
-            return seed
+        invalid = _new_job_error(spec)
+        if invalid is not None:
+            return invalid
         at = _available_at(spec, now)
         if isinstance(at, t.InvalidJob):
             return at
@@ -461,7 +459,7 @@ class Model:
         return out
 
     def expire_lease(self, job_id: str, now: int) -> None:
-        """The seed's ``expire_transition`` for a lease known to have run out."""
+        """The expiry edge, for a lease known to have run out."""
         job = self.jobs[job_id]
         assert isinstance(job.state, t.Leased) and job.expires_at <= now
         self._retry_or_fail(job, LEASE_EXPIRED_KIND, LEASE_EXPIRED_REASON, now, 0)
@@ -491,7 +489,7 @@ class Model:
         ready.sort(key=lambda j: (j.priority, j.available_at, j.seq))
         if not ready:
             return t.ClaimRefused(t.NothingClaimable(self.next_due(queue, now)))
-        # DESIGN.md: a claim by queue never offers a job that a claim by id would refuse.
+        # docs/lifecycle.md: a claim by queue never offers a job that a claim by id would refuse.
         assert all(self.claim_error(j, worker_id, lease_ms, now) is None for j in ready)
         return t.ClaimsApplied(
             tuple(self._lease(j, worker_id, lease_ms, now) for j in ready[:limit])
@@ -506,7 +504,7 @@ class Model:
     def claim_error(
         self, job: ModelJob, worker_id: str, lease_ms: int, now: int
     ) -> t.JobError | None:
-        """The seed's ``claim_transition`` checks, then ``dependency_error`` while blocked."""
+        """A claim by id's checks, then the dependencies while the job is blocked."""
         state = job.state
         if isinstance(state, TERMINAL_STATES):
             return t.TerminalJob()
@@ -636,7 +634,7 @@ class Model:
         return job
 
     def expire(self, job_id: str, expected_fence: int, now: int) -> t.JobResult:
-        """The seed's ``expire_transition``."""
+        """The expiry edge (``expire``)."""
         job = self._fenced(job_id, expected_fence)
         if not isinstance(job, ModelJob):
             return t.JobRefused(job)
@@ -653,7 +651,7 @@ class Model:
     def cancel(
         self, job_id: str, expected_fence: int | None, reason: str, now: int
     ) -> t.CancelResult:
-        """The seed's ``cancel_transition``; dependents can never run and are cancelled too."""
+        """The cancel edge; dependents can never run and are cancelled too."""
         job = self._fenced(job_id, expected_fence)
         if not isinstance(job, ModelJob):
             return t.JobRefused(job)
@@ -667,7 +665,7 @@ class Model:
         return t.CancelApplied(job.to_job(), tuple(sorted(j.id for j in cascade.jobs)))
 
     def retry(self, job_id: str, expected_fence: int | None, reason: str, now: int) -> t.JobResult:
-        """The seed's ``operator_retry_transition``."""
+        """The operator retry edge."""
         job = self._fenced(job_id, expected_fence)
         if not isinstance(job, ModelJob):
             return t.JobRefused(job)
@@ -682,7 +680,7 @@ class Model:
     # --- retention -----------------------------------------------------------------------------
 
     def needed(self, job: ModelJob) -> bool:
-        """DESIGN.md: a finished job that a blocked job still depends on is never pruned."""
+        """docs/lifecycle.md: a finished job that a blocked job still depends on is never pruned."""
         return bool(self.blocked_dependents(job))
 
     def prune_candidates(

@@ -1,4 +1,4 @@
-"""enqueue (lua/enqueue.lua): the seed's new_job checks, duplicates, dependencies, batches."""
+"""enqueue (lua/enqueue.lua): the job's own checks, duplicates, dependencies, batches."""
 
 from __future__ import annotations
 

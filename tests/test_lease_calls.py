@@ -1,4 +1,4 @@
-"""complete, fail, permanent_fail, heartbeat: the seed's lease_error and each edge."""
+"""complete, fail, permanent_fail, heartbeat: the lease check and each edge."""
 
 from __future__ import annotations
 

@@ -110,7 +110,7 @@ fatal_reasons = st.sampled_from(["fatal", "fatal", "fatal", ""])
 retry_delays = st.sampled_from([0, 0, 100, 300, -1])
 error_kinds = st.sampled_from(["Error", "Timeout"])
 
-#: Ways to break an otherwise valid new job (None: leave it valid), with the seed's refusals.
+#: Ways to break an otherwise valid new job (None: leave it valid), with their refusals.
 BREAKS: dict[str, dict[str, Any]] = {
     "id": {"id": ""},
     "stage": {"stage": ""},
@@ -652,7 +652,7 @@ def test_transitions_match_the_model(backend: str) -> None:
 
 
 def test_prune_keeps_a_succeeded_dependency_of_a_blocked_job(q: Quasar) -> None:
-    """DESIGN.md: a finished job that a blocked job still depends on is never pruned."""
+    """docs/lifecycle.md: a finished job that a blocked job still depends on is never pruned."""
     t0 = T_START
     q.enqueue("s", id="p", now=t0)
     q.enqueue("s", id="r", now=t0)
@@ -667,7 +667,7 @@ def test_prune_keeps_a_succeeded_dependency_of_a_blocked_job(q: Quasar) -> None:
 
 
 def test_resent_enqueue_each_changes_nothing_more(q: Quasar) -> None:
-    """DESIGN.md: a re-sent call gets the reply the first one got, changing nothing more."""
+    """docs/lifecycle.md: a re-sent call gets the first reply again, changing nothing more."""
     jobs = [NewJob("s", id="a", dependencies=["b"]), NewJob("s", id="b")]
     call = q.calls.enqueue_each(jobs, T_START)
     first = q.execute(call)
@@ -677,7 +677,7 @@ def test_resent_enqueue_each_changes_nothing_more(q: Quasar) -> None:
 
 
 def test_resent_report_gets_the_first_reply(q: Quasar) -> None:
-    """DESIGN.md: a re-sent call gets the reply the first one got, changing nothing more."""
+    """docs/lifecycle.md: a re-sent call gets the first reply again, changing nothing more."""
     q.enqueue("s", id="x", now=T_START)
     claim = q.claim_job("x", "w", 100, now=T_START + 1)
     assert isinstance(claim, ClaimApplied)

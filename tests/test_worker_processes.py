@@ -1,4 +1,4 @@
-"""Worker processes under faults (real Redis, real ``quasar worker`` processes; issue 3).
+"""Worker processes under faults (real Redis, real ``quasar worker`` processes).
 
 Each test starts ``python -m quasar_redis worker tests.worker_tasks:app`` processes on a namespace
 of its own, kills, stops, continues or terminates them, and then checks the final state of every
