@@ -24,7 +24,7 @@ from ._base import (
     resend,
     warn_policy,
 )
-from ._protocol import Call, NewJob, dependency_id
+from ._calls import Call, NewJob, dependency_id
 from .errors import QuasarError
 
 T = TypeVar("T")

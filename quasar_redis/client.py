@@ -22,7 +22,7 @@ from ._base import (
     resend,
     warn_policy,
 )
-from ._protocol import Call, NewJob
+from ._calls import Call, NewJob
 from .errors import QuasarError
 
 T = TypeVar("T")
