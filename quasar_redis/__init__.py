@@ -5,8 +5,8 @@ around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free c
 """
 
 from ._base import EvictionPolicyWarning
+from ._calls import Call, Limits, NewJob
 from ._keys import KeySpace
-from ._protocol import Call, Limits, NewJob
 from ._types import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,

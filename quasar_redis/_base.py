@@ -12,8 +12,8 @@ import redis.exceptions as rex
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
+from ._calls import Call, CallBuilder, Limits, NewJob
 from ._keys import KeySpace
-from ._protocol import Call, Limits, NewJob, Protocol
 from ._scripts import Library, Script, library
 from .errors import ConfigurationError, ProtocolError, RedisUnavailable
 
@@ -168,7 +168,7 @@ class ClientBase:
         self.functions = functions and not is_cluster(redis)
         self.library: Library = library()
         self.keys = KeySpace(namespace, tag, key_prefix)
-        self.calls = Protocol(self.keys, limits)
+        self.calls = CallBuilder(self.keys, limits)
         self._policy_checked = not check_eviction_policy
         self._script_keys: tuple[str, ...] = (
             (self.keys.root, self.keys.events) if events else (self.keys.root,)

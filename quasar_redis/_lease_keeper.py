@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _types as t
-from ._protocol import Call
+from ._calls import Call
 from .client import Quasar
 from .errors import QuasarError, RedisUnavailable
 

@@ -8,8 +8,10 @@ Every value is frozen and slotted, and usable in ``match``::
         case ClaimRefused(NothingClaimable(next_at)):
             ...
 
-States are the Bosatsu seed's (``Waiting`` ... ``Cancelled``); ``Status`` is the Gleam seed's view
-of the same thing, which for waiting jobs also depends on the time (``status_of``).
+A job is in exactly one state (``Waiting`` ... ``Cancelled``); its ``Status`` is how that state
+shows at a given time (``status_of``: a waiting job is available or scheduled by its
+``available_at``). docs/lifecycle.md writes down every state, status and edge, and each edge's
+refusals in the order they are checked.
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ JobState: TypeAlias = Waiting | RetryWaiting | Leased | Succeeded | Failed | Can
 
 
 class Status(enum.Enum):
-    """The Gleam seed's seven statuses."""
+    """How a job's state shows at a given time (``status_of``; grouped as ``TERMINAL_STATUSES``
+    and ``ACTIVE_STATUSES``)."""
 
     AVAILABLE = "available"
     SCHEDULED = "scheduled"
@@ -142,7 +145,7 @@ def status_of(state: JobState, now: int) -> Status:
     raise AssertionError(state)  # pragma: no cover
 
 
-# --- refusals (the seed's JobError, plus the queue's own) ----------------------------------------
+# --- refusals: why a transition changed nothing (``JobError``) ----------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +244,8 @@ DependencyPolicy: TypeAlias = Literal["block", "cancel"]
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
-    """The last error of a job (the Gleam seed's ``JobError(kind, message)``)."""
+    """The last error of a job: its kind (an exception's class name, ``Timeout``,
+    ``LeaseExpired`` ...) and its message."""
 
     kind: str
     message: str

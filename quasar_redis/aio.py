@@ -24,7 +24,7 @@ from ._base import (
     resend,
     warn_policy,
 )
-from ._protocol import Call, NewJob, dependency_id
+from ._calls import Call, NewJob, dependency_id
 from .errors import QuasarError
 
 T = TypeVar("T")
@@ -268,7 +268,7 @@ class AsyncQuasar(ClientBase):
     async def claim_job(
         self, job_id: str, worker_id: str, lease_ms: int, *, now: int | None = None
     ) -> t.ClaimResult:
-        """Lease one job by id (the seed's claim_transition)."""
+        """Lease one job by id (docs/lifecycle.md, "claim_job (by id)")."""
         return await self.execute(self.calls.claim_job(job_id, worker_id, lease_ms, now))
 
     async def complete(

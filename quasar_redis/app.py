@@ -32,8 +32,8 @@ import redis
 import redis.asyncio
 
 from . import _types as t
+from ._calls import Limits, NewJob
 from ._keys import check_name
-from ._protocol import Limits, NewJob
 from .aio import AsyncQuasar
 from .client import Quasar
 from .errors import (

@@ -22,7 +22,7 @@ from ._base import (
     resend,
     warn_policy,
 )
-from ._protocol import Call, NewJob
+from ._calls import Call, NewJob
 from .errors import QuasarError
 
 T = TypeVar("T")
@@ -183,7 +183,7 @@ class Quasar(ClientBase):
     def claim_job(
         self, job_id: str, worker_id: str, lease_ms: int, *, now: int | None = None
     ) -> t.ClaimResult:
-        """Lease one job by id (the seed's claim_transition)."""
+        """Lease one job by id (docs/lifecycle.md, "claim_job (by id)")."""
         return self.execute(self.calls.claim_job(job_id, worker_id, lease_ms, now))
 
     def complete(

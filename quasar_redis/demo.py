@@ -37,7 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from . import _types as t
-from ._protocol import NewJob
+from ._calls import NewJob
 from .app import MEMORY_URL, App, Task
 from .errors import QuasarError
 from .example import delete_namespace, holds_keys, where

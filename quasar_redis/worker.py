@@ -37,10 +37,10 @@ from typing import Any, Literal
 from redis.exceptions import RedisError
 
 from . import _types as t
+from ._calls import Call
 from ._codec import Encoded, EncodeError, encode
 from ._keys import check_name
 from ._lease_keeper import Item, Lease, LeaseKeeper
-from ._protocol import Call
 from .aio import AsyncQuasar
 from .app import App, Task, args_of
 from .errors import CorruptDataError, QuasarError, RedisUnavailable
@@ -489,7 +489,7 @@ class Worker:
             if isinstance(result, t.ClaimsApplied):
                 claims: Sequence[t.Claim] = result.claims
                 if unanswered is not None:  # a re-sent call: its jobs may have started already
-                    claims = self._not_started(str(call.args[0]), claims)
+                    claims = self._not_started(call.call_id, claims)
                 got += self._start_claimed(queue, want, claims)
             elif isinstance(result.error, t.NothingClaimable) and result.error.next_at:
                 next_at = min(next_at or result.error.next_at, result.error.next_at)
@@ -589,10 +589,10 @@ class Worker:
             answered = pop.done() and not pop.cancelled() and pop.exception() is None
             if claim is not None and not answered:
                 self._unanswered[(lane, queue)] = (claim, [])
-                self._cut_short[str(claim.args[0])] = set()
+                self._cut_short[claim.call_id] = set()
                 while len(self._cut_short) > CUT_SHORT_KEPT:
                     del self._cut_short[next(iter(self._cut_short))]
-                pop.add_done_callback(functools.partial(self._late, queue, str(claim.args[0])))
+                pop.add_done_callback(functools.partial(self._late, queue, claim.call_id))
             # Not awaited: redis-py may sit out a cancelled BLPOP until its timeout.
             self._background.add(pop)
             pop.add_done_callback(_forget(self._background))

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quasar_redis import _types as t
+from quasar_redis._calls import NewJob
 from quasar_redis._codec import encode
-from quasar_redis._protocol import NewJob
 
 LEASE_EXPIRED_KIND = "LeaseExpired"
 LEASE_EXPIRED_REASON = "worker lease expired"

@@ -22,7 +22,7 @@ from quasar_redis import (
     StaleLease,
 )
 from quasar_redis._base import warn_policy
-from quasar_redis._protocol import APPLIED, FAULTS, REFUSALS
+from quasar_redis._replies import APPLIED, FAULTS, REFUSALS
 from quasar_redis._scripts import NAMES, lua_dir
 
 from .helpers import T0, applied, claimed
@@ -291,7 +291,7 @@ def test_a_coalesced_batch_whose_jobs_name_each_other_goes_whole(
 
 
 def test_halves_split_only_batches_whose_jobs_are_independent() -> None:
-    from quasar_redis._protocol import NewJob
+    from quasar_redis._calls import NewJob
     from quasar_redis.aio import SPLIT_MIN, _halves
 
     def batch(*jobs: NewJob) -> list[Any]:
@@ -316,7 +316,7 @@ def test_halves_split_only_batches_whose_jobs_are_independent() -> None:
 
 
 def named_jobs(n: int) -> list[Any]:
-    from quasar_redis._protocol import NewJob
+    from quasar_redis._calls import NewJob
 
     return [NewJob("s", id=f"n{i}") for i in range(n)]
 
@@ -324,7 +324,7 @@ def named_jobs(n: int) -> list[Any]:
 def test_halves_see_a_dependency_given_as_a_job(
     redis_client: Any, backend: str, namespace: str
 ) -> None:
-    from quasar_redis._protocol import NewJob
+    from quasar_redis._calls import NewJob
     from quasar_redis.aio import SPLIT_MIN, _halves
 
     q = Quasar(redis_client, namespace)

@@ -17,7 +17,7 @@ from quasar_redis import (
     NewJob,
     Quasar,
 )
-from quasar_redis._protocol import Call
+from quasar_redis._calls import Call
 
 from .helpers import T0, applied, claimed, snapshot
 

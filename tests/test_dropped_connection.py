@@ -43,7 +43,7 @@ from quasar_redis import (
     StaleLease,
     Succeeded,
 )
-from quasar_redis._protocol import Call
+from quasar_redis._calls import Call
 from quasar_redis._scripts import library, scripts
 
 from .conftest import delete_namespace, real_redis

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from quasar_redis import _protocol as p
+from quasar_redis import _args, _fast, _general, _replies
 from quasar_redis import _types as t
 from quasar_redis.errors import CorruptJobError
 
@@ -59,23 +59,25 @@ BROKEN = {
 
 @pytest.mark.parametrize("name", sorted(REPLIES))
 def test_the_fast_reading_of_a_job_is_the_general_one(name: str) -> None:
-    fast = p._fast_job(REPLIES[name])
-    assert fast == p._general_job(REPLIES[name])
-    assert type(fast) is t.Job and type(fast.state) is type(p._general_job(REPLIES[name]).state)
-    assert p.parse_job(REPLIES[name]) == fast
+    fast = _fast._job_from_reply(REPLIES[name])
+    assert fast == _general.general_job(REPLIES[name])
+    assert type(fast) is t.Job and type(fast.state) is type(
+        _general.general_job(REPLIES[name]).state
+    )
+    assert _fast.parse_job(REPLIES[name]) == fast
 
 
 @pytest.mark.parametrize("name", sorted(ODD))
 def test_an_unusual_reply_is_read_the_general_way(name: str) -> None:
-    assert p.parse_job(ODD[name]) == p._general_job(ODD[name])
+    assert _fast.parse_job(ODD[name]) == _general.general_job(ODD[name])
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_a_broken_reply_raises_what_the_general_reading_raises(name: str) -> None:
     with pytest.raises(Exception) as general:
-        p._general_job(BROKEN[name])
+        _general.general_job(BROKEN[name])
     with pytest.raises(type(general.value)) as fast:
-        p.parse_job(BROKEN[name])
+        _fast.parse_job(BROKEN[name])
     assert str(fast.value) == str(general.value)
     if name == "no state":
         assert isinstance(fast.value, CorruptJobError)
@@ -91,15 +93,15 @@ def test_a_broken_reply_raises_what_the_general_reading_raises(name: str) -> Non
     ],
 )
 def test_the_fast_reading_of_a_token_is_the_general_one(token: list[Any]) -> None:
-    assert p.parse_token(token) == p._general_token(token)
+    assert _fast.parse_token(token) == _general.general_token(token)
 
 
 def test_a_broken_token_raises_what_the_general_reading_raises() -> None:
     for broken in ([b"j", b"x", b"w", b"1", b"2", b"n"], [b"j", b"0"]):
         with pytest.raises(Exception) as general:
-            p._general_token(broken)
+            _general.general_token(broken)
         with pytest.raises(type(general.value)):
-            p.parse_token(broken)
+            _fast.parse_token(broken)
 
 
 def test_a_built_value_is_the_value_its_class_makes() -> None:
@@ -140,7 +142,7 @@ def test_a_report_reply_reads_as_before() -> None:
         [b"StaleLease"],
         [b"LeaseExpired", b"77"],
     ]
-    assert p.parse_report(["a", "b", "c", "d", "e"])(reply) == [
+    assert _replies.parse_report(["a", "b", "c", "d", "e"])(reply) == [
         t.OutcomeApplied("a", "Succeeded"),
         t.OutcomeApplied("b", "RetryWaiting"),
         t.OutcomeApplied("c", "?"),
@@ -153,10 +155,17 @@ def test_an_outcome_of_any_kind_is_sent_as_before() -> None:
     token = t.LeaseToken("j", 1, "w", 2, 3, "n")
     odd = t.LeaseToken(b"j", 1, "w", 2, 3, "n")  # type: ignore[arg-type]
     head = ("j", "1", "w", "2", "3", "n")
-    assert p._outcome_group(t.Complete(token)) == ("complete", *head, "inline", b"", "")
-    assert p._outcome_group(t.Complete(odd)) == ("complete", b"j", *head[1:], "inline", b"", "")
-    assert p._outcome_group(t.Complete(token, 5)) == ("complete", *head, "inline", b"\x05", "")
-    assert p._outcome_group(t.Release(token, 9)) == ("release", *head, "9", "", "")
+    assert _args.outcome_group(t.Complete(token)) == ("complete", *head, "inline", b"", "")
+    assert _args.outcome_group(t.Complete(odd)) == (
+        "complete",
+        b"j",
+        *head[1:],
+        "inline",
+        b"",
+        "",
+    )
+    assert _args.outcome_group(t.Complete(token, 5)) == ("complete", *head, "inline", b"\x05", "")
+    assert _args.outcome_group(t.Release(token, 9)) == ("release", *head, "9", "", "")
 
 
 BEFORE_LEASE = {
@@ -191,8 +200,8 @@ def test_a_claimed_job_is_the_job_with_its_lease_applied(name: str, worker: str)
     after = [b"job-1", *before, b"st", b"L", b"a", str(attempt).encode(), b"f"]
     after += [str(fence).encode(), b"w", worker.encode(), b"x", b"6000", b"n", b"cid.2"]
     after += [b"att", b"1000"]
-    want = p.parse_leased(after)
-    assert p.parse_claimed(b"job-1", before, b"1000", worker, 5000, "cid.2") == want
+    want = _fast.parse_leased(after)
+    assert _fast.parse_claimed(b"job-1", before, b"1000", worker, 5000, "cid.2") == want
     # The general reading (anything unusual: here text names) gives the same.
     texts = [x.decode() if i % 2 == 0 else x for i, x in enumerate(before)]
-    assert p.parse_claimed("job-1", texts, b"1000", worker, 5000, "cid.2") == want
+    assert _fast.parse_claimed("job-1", texts, b"1000", worker, 5000, "cid.2") == want

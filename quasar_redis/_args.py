@@ -1,0 +1,80 @@
+"""Script arguments: how each value a call sends becomes text or bytes.
+
+A value of the wrong type is not refused here: it becomes a text the script refuses by name (an
+``InvalidJob`` naming the argument).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _types as t
+from ._codec import EncodeError, encode
+
+#: One script argument, as redis-py sends it.
+Arg = str | bytes
+
+
+def now_arg(now: int | None) -> str:
+    return "" if now is None else int_arg(now)
+
+
+def int_arg(value: Any) -> str:
+    """An integer argument as text; anything else becomes a text the script refuses by name."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return repr(value)
+    return str(value)
+
+
+def text_arg(value: Any) -> Arg:
+    if isinstance(value, str | bytes):
+        return value
+    return repr(value)
+
+
+def lease_args(token: t.LeaseToken, worker_id: str) -> tuple[Arg, ...]:
+    return (
+        text_arg(token.job_id),
+        int_arg(token.input_revision),
+        text_arg(token.worker_id),
+        int_arg(token.fencing_version),
+        int_arg(token.expires_at),
+        text_arg(token.nonce),
+        text_arg(worker_id),
+    )
+
+
+def report_token_args(token: t.LeaseToken) -> tuple[Arg, ...]:
+    """The six token arguments of a report item (``lease_args`` without the worker id)."""
+    job_id, worker, nonce = token.job_id, token.worker_id, token.nonce
+    rv, fence, expires = token.input_revision, token.fencing_version, token.expires_at
+    if (
+        type(job_id) is str
+        and type(worker) is str
+        and type(nonce) is str
+        and type(rv) is int
+        and type(fence) is int
+        and type(expires) is int
+    ):
+        return (job_id, str(rv), worker, str(fence), str(expires), nonce)
+    return lease_args(token, "")[:6]
+
+
+def outcome_group(outcome: t.Outcome) -> tuple[Arg, ...] | t.JobRefused:
+    if type(outcome) is t.Complete and outcome.result is None and type(outcome.output_ref) is str:
+        return ("complete", *report_token_args(outcome.token), outcome.output_ref, b"", "")
+    token = report_token_args(outcome.token)
+    match outcome:
+        case t.Complete(_, result, output_ref):
+            try:
+                raw = b"" if result is None else encode(result)
+            except EncodeError as exc:
+                return t.JobRefused(t.InvalidJob(f"result {exc}"))
+            return ("complete", *token, text_arg(output_ref), raw, "")
+        case t.Fail(_, reason, delay, kind):
+            return ("fail", *token, text_arg(reason), int_arg(delay), text_arg(kind))
+        case t.PermanentFail(_, reason, kind):
+            return ("permanent_fail", *token, text_arg(reason), "", text_arg(kind))
+        case t.Release(_, delay):
+            return ("release", *token, int_arg(delay), "", "")
+    raise TypeError(f"not an outcome: {outcome!r}")

@@ -1,0 +1,123 @@
+"""The general reading of a job and of a lease token, whatever shape the reply takes.
+
+A script replies a job as ``{id, field, value, ...}`` (lua/_lib.lua's ``job_reply``): a later
+field overrides an earlier one, a field holding its default may be absent, and a blob may come in
+chunks. The readings here take any names and values redis-py may give (text or bytes, integers or
+their digits) and check every field: a job no script of ours could have written raises
+``CorruptJobError``. ``_fast`` reads the common reply faster and falls back to these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import _types as t
+from .errors import CorruptJobError
+
+#: Fields the scripts do not store while they hold these values (lua/_lib.lua DEFAULTS).
+DEFAULTS: dict[str, bytes] = {
+    "rv": b"0",
+    "a": b"0",
+    "f": b"0",
+    "pd": b"0",
+    "dp": b"",
+    "ir": b"inline",
+    "odf": b"block",
+    "pr": b"0",
+    "m": b"3",
+    "q": b"default",
+}
+#: At most this many chunks per blob (lua/_lib.lua BLOB_CHUNKS): ``p``, ``p2`` ... ``p16``.
+BLOB_CHUNKS = 16
+
+
+def text(value: Any) -> str:
+    """A reply's value as text (bytes decoded, undecodable bytes replaced)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def optional_int(value: bytes | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _state(f: dict[str, bytes]) -> t.JobState:
+    st = f["st"]
+    if st == b"W":
+        return t.Waiting(int(f["at"]))
+    if st == b"R":
+        return t.RetryWaiting(text(f.get("em", b"")), int(f["at"]))
+    if st == b"L":
+        return t.Leased(text(f["w"]), int(f["f"]), int(f["x"]))
+    if st == b"S":
+        return t.Succeeded(text(f.get("o", b"")), int(f["fin"]))
+    if st == b"F":
+        return t.Failed(text(f.get("em", b"")), int(f["fin"]))
+    return t.Cancelled(text(f.get("cr", b"")), int(f["fin"]))
+
+
+def _fields(reply: Sequence[Any]) -> dict[str, bytes]:
+    """The job fields of a reply: later ones win, defaults filled in, blob chunks joined."""
+    f = dict(DEFAULTS)
+    it = iter(reply)
+    next(it)
+    for name, value in zip(it, it, strict=True):
+        f[name.decode() if isinstance(name, bytes) else name] = value
+    for name in ("p", "res"):
+        if f"{name}2" in f:
+            parts = [f.get(name, b"")]
+            for i in range(2, BLOB_CHUNKS + 1):
+                part = f.pop(f"{name}{i}", None)
+                if part is None:
+                    break
+                parts.append(part)
+            f[name] = b"".join(parts)
+    if "ins" not in f and "at" in f:
+        f["ins"] = f["at"]
+    return f
+
+
+def general_job(reply: Sequence[Any]) -> t.Job:
+    """A job from ``{id, field, value, ...}``; ``CorruptJobError`` when a field cannot be read."""
+    job_id = text(reply[0])
+    f = _fields(reply)
+    try:
+        error = t.ErrorInfo(text(f["ek"]), text(f.get("em", b""))) if "ek" in f else None
+        policy: t.DependencyPolicy = "cancel" if f.get("odf") == b"cancel" else "block"
+        return t.Job(
+            id=job_id,
+            queue=text(f["q"]),
+            stage=text(f["s"]),
+            raw_payload=f.get("p", b""),
+            input_ref=text(f["ir"]),
+            input_revision=int(f["rv"]),
+            dependencies=tuple(text(f.get("dp", b"")).split()),
+            priority=int(f["pr"]),
+            attempt=int(f["a"]),
+            max_attempts=int(f["m"]),
+            fencing_version=int(f["f"]),
+            state=_state(f),
+            inserted_at=int(f["ins"]),
+            attempted_at=optional_int(f.get("att")),
+            completed_at=optional_int(f.get("fin")) if f["st"] in (b"S", b"F", b"C") else None,
+            error=error,
+            raw_result=f.get("res") or None,
+            on_dependency_failure=policy,
+            pending_dependencies=int(f["pd"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise CorruptJobError(job_id, f"cannot decode field: {exc}") from None
+
+
+def general_token(reply: Sequence[Any]) -> t.LeaseToken:
+    """A lease token from ``{job_id, input_revision, worker_id, fence, expires_at, nonce}``."""
+    return t.LeaseToken(
+        job_id=text(reply[0]),
+        input_revision=int(reply[1]),
+        worker_id=text(reply[2]),
+        fencing_version=int(reply[3]),
+        expires_at=int(reply[4]),
+        nonce=text(reply[5]),
+    )

@@ -1,0 +1,286 @@
+"""The reply vocabulary: every tag a script replies with, and each call's reply as a typed result.
+
+A script replies ``{tag, ...}``: an applied tag (``APPLIED``) with what it applied, or a refusal
+tag (``REFUSALS``) with its arguments, which becomes a typed ``JobError`` value. A fault tag
+(``FAULTS``) names data no script of ours wrote and raises instead. tests/test_api.py checks that
+every tag in lua/ is known here and back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import _types as t
+from ._fast import Group, created_job, parse_claim, parse_claimed, parse_job
+from ._general import text
+from .errors import CorruptJobError, CorruptKeyError, InvalidArgument, ProtocolError, QuasarError
+
+#: Refusal tags and how to build the error value from the reply's arguments.
+REFUSALS: dict[str, Callable[[list[Any]], t.JobError]] = {
+    "MissingJob": lambda a: t.MissingJob(text(a[0])),
+    "DuplicateJob": lambda a: t.DuplicateJob(text(a[0])),
+    "MissingDependency": lambda a: t.MissingDependency(text(a[0])),
+    "IncompleteDependency": lambda a: t.IncompleteDependency(text(a[0])),
+    "InvalidJob": lambda a: t.InvalidJob(text(a[0])),
+    "NotAvailable": lambda a: t.NotAvailable(int(a[0])),
+    "LeaseHeld": lambda a: t.LeaseHeld(int(a[0])),
+    "AttemptLimitReached": lambda a: t.AttemptLimitReached(),
+    "TerminalJob": lambda a: t.TerminalJob(),
+    "StaleLease": lambda a: t.StaleLease(),
+    "LeaseExpired": lambda a: t.LeaseExpired(int(a[0])),
+    "NotFailed": lambda a: t.NotFailed(),
+    "FenceChanged": lambda a: t.FenceChanged(),
+    "NothingClaimable": lambda a: t.NothingClaimable(int(a[0]) if a[0] else None),
+}
+#: Tags that raise instead (data no script of ours wrote).
+FAULTS = ("CorruptJob", "CorruptKey")
+#: Tags of applied replies (and of the parts inside them).
+APPLIED = (
+    "BatchApplied",
+    "Reported",
+    "ReportClaimed",
+    "BatchRefused",
+    "Claim",
+    "ClaimApplied",
+    "ClaimsApplied",
+    "Counts",
+    "EachResult",
+    "Found",
+    "JobApplied",
+    "Jobs",
+    "Promoted",
+    "Pruned",
+    "Swept",
+)
+
+_outcome_applied = t.builder(t.OutcomeApplied)
+_STATE_NAMES_B = {tag.encode(): name for tag, name in t.STATE_NAMES.items()}
+
+
+def refusal(reply: Sequence[Any]) -> t.JobError:
+    """The error value of a refusal reply; raises for faults and unknown tags."""
+    tag = text(reply[0])
+    build = REFUSALS.get(tag)
+    if build is not None:
+        return build(list(reply[1:]))
+    if tag == "CorruptJob":
+        raise CorruptJobError(text(reply[1]), text(reply[2]))
+    if tag == "CorruptKey":
+        raise CorruptKeyError(text(reply[1]), text(reply[2]))
+    raise ProtocolError(f"unknown reply tag {tag!r}")
+
+
+def _tag(reply: Any) -> str:
+    if not isinstance(reply, list) or not reply:
+        raise ProtocolError(f"malformed script reply: {reply!r}")
+    return text(reply[0])
+
+
+def _refused(reply: Any) -> InvalidArgument | ProtocolError:
+    """What a call that has no refusal result raises for a refusal reply."""
+    error = refusal(reply)
+    if isinstance(error, t.InvalidJob):
+        return InvalidArgument(error.reason)
+    return ProtocolError(f"unexpected refusal: {error}")
+
+
+# --- lease transitions and claims ----------------------------------------------------------------
+
+
+def parse_job_result(reply: Any) -> t.JobResult:
+    if _tag(reply) == "JobApplied":
+        return t.JobApplied(parse_job(reply[2]))
+    return t.JobRefused(refusal(reply))
+
+
+def parse_cancel_result(reply: Any) -> t.CancelResult:
+    if _tag(reply) == "JobApplied":
+        return t.CancelApplied(parse_job(reply[2]), tuple(text(x) for x in reply[3]))
+    return t.JobRefused(refusal(reply))
+
+
+def parse_claim_result(reply: Any) -> t.ClaimResult:
+    if _tag(reply) == "ClaimApplied":
+        return t.ClaimApplied(parse_claim(reply[2]))
+    return t.ClaimRefused(refusal(reply))
+
+
+def parse_claims_result(reply: Any, call_id: str, worker: str, lease_ms: int) -> t.ClaimsResult:
+    """A claim's reply; a first delivery's needs the call's id, worker id and lease duration."""
+    if _tag(reply) == "ClaimsApplied":
+        if reply[1] == b"":  # a re-sent call: each claim with the token first handed out
+            return t.ClaimsApplied(tuple([parse_claim(c) for c in reply[2:]]))
+        now, items = reply[1], reply[2:]
+        return t.ClaimsApplied(
+            tuple(
+                [
+                    parse_claimed(
+                        items[i], items[i + 1], now, worker, lease_ms, f"{call_id}.{i // 2 + 1}"
+                    )
+                    for i in range(0, len(items), 2)
+                ]
+            )
+        )
+    return t.ClaimRefused(refusal(reply))
+
+
+def first_claim(result: t.ClaimsResult) -> t.ClaimResult:
+    """The one claim of a claim by queue with a limit of one."""
+    if isinstance(result, t.ClaimsApplied):
+        if not result.claims:  # a re-sent call whose claim was taken over since
+            return t.ClaimRefused(t.StaleLease())
+        return t.ClaimApplied(result.claims[0])
+    return result
+
+
+def _report_results(
+    job_ids: Sequence[str], items: Sequence[Any]
+) -> list[t.OutcomeResult | QuasarError]:
+    """The results of a report's outcomes for ``job_ids``, in order: an applied outcome comes
+    back as the job's new state tag alone, a refused one as its refusal."""
+    out: list[t.OutcomeResult | QuasarError] = []
+    for job_id, item in zip(job_ids, items, strict=True):
+        if type(item) is bytes:
+            out.append(_outcome_applied(job_id, _STATE_NAMES_B.get(item, "?")))
+            continue
+        try:
+            out.append(t.JobRefused(refusal(item)))
+        except QuasarError as exc:  # a damaged job: the other outcomes still count
+            out.append(exc)
+    return out
+
+
+def parse_report(job_ids: Sequence[str]) -> Callable[[Any], list[t.OutcomeResult | QuasarError]]:
+    """The parser of a report of outcomes for ``job_ids`` (``_report_results``)."""
+
+    def parse(reply: Any) -> list[t.OutcomeResult | QuasarError]:
+        if _tag(reply) != "Reported":
+            raise _refused(reply)
+        return _report_results(job_ids, reply[2:])
+
+    return parse
+
+
+def parse_report_claimed(
+    job_ids: Sequence[str], call_id: str, worker: str, lease_ms: int
+) -> Callable[[Any], t.ReportedAndClaimed]:
+    """The parser of a report_claim call: the report's results and the claim's."""
+
+    def parse(reply: Any) -> t.ReportedAndClaimed:
+        if _tag(reply) != "ReportClaimed":
+            raise _refused(reply)
+        claim: t.ClaimsResult | Exception
+        try:
+            claim = parse_claims_result(reply[3], call_id, worker, lease_ms)
+        except QuasarError as exc:  # damaged data on the claim's side: the outcomes still count
+            claim = exc
+        return t.ReportedAndClaimed(tuple(_report_results(job_ids, reply[2])), claim)
+
+    return parse
+
+
+# --- enqueue -------------------------------------------------------------------------------------
+
+
+def parse_batch_result(reply: Any) -> t.BatchResult:
+    tag = _tag(reply)
+    if tag == "BatchApplied":
+        items = reply[2:]
+        if items and not isinstance(items[0], list):  # reply="ids"
+            return t.BatchApplied((), tuple(text(i) for i in items))
+        jobs = tuple(parse_job(j) for j in items)
+        return t.BatchApplied(jobs, tuple(j.id for j in jobs))
+    if tag == "BatchRefused":
+        return t.BatchRefused(int(reply[1]) - 1, refusal(reply[2]))
+    return t.BatchRefused(0, refusal(reply))
+
+
+def parse_each_result(reply: Any) -> list[t.JobResult]:
+    if _tag(reply) != "EachResult":
+        error = refusal(reply[2]) if _tag(reply) == "BatchRefused" else refusal(reply)
+        return [t.JobRefused(error)]
+    return [parse_job_result(item) for item in reply[2:]]
+
+
+def parse_slim_batch(groups: Sequence[Group]) -> Callable[[Any], t.BatchResult]:
+    """The parser of a "slim" enqueue of ``groups`` (a re-sent call's jobs come whole)."""
+
+    def parse(reply: Any) -> t.BatchResult:
+        if _tag(reply) != "BatchApplied" or reply[1] == b"":
+            return parse_batch_result(reply)
+        now = int(reply[1])
+        jobs = tuple(created_job(g, now, pd) for g, pd in zip(groups, reply[2:], strict=True))
+        return t.BatchApplied(jobs, tuple(j.id for j in jobs))
+
+    return parse
+
+
+def parse_slim_each(groups: Sequence[Group]) -> Callable[[Any], list[t.JobResult]]:
+    """The parser of a "slim" enqueue_each of ``groups``: one JobResult per group."""
+
+    def parse(reply: Any) -> list[t.JobResult]:
+        if _tag(reply) != "EachResult":
+            return parse_each_result(reply)
+        now = int(reply[1])
+        out: list[t.JobResult] = []
+        for group, item in zip(groups, reply[2:], strict=True):
+            if _tag(item) == "JobApplied" and type(item[2]) is bytes:
+                out.append(t.JobApplied(created_job(group, now, item[2])))
+            else:
+                out.append(parse_job_result(item))
+        return out
+
+    return parse
+
+
+def single_result(result: t.BatchResult, job_id: str) -> t.JobResult:
+    """The result of a batch of one job, ``job_id``."""
+    if isinstance(result, t.BatchApplied):
+        if not result.jobs:  # a re-sent enqueue whose job was pruned since
+            return t.JobRefused(t.MissingJob(job_id))
+        return t.JobApplied(result.jobs[0])
+    return t.JobRefused(result.error)
+
+
+# --- inspection and maintenance ------------------------------------------------------------------
+
+
+def parse_job_info(reply: Any) -> t.JobInfo | None:
+    tag = _tag(reply)
+    if tag == "Found":
+        return t.JobInfo(parse_job(reply[2]), int(reply[1]), text(reply[3]) or None)
+    if tag == "MissingJob":
+        return None
+    raise _refused(reply)
+
+
+def _read_only(tag: str) -> Callable[[Any], Any]:
+    def check(reply: Any) -> Any:
+        if _tag(reply) != tag:
+            raise _refused(reply)
+        return reply
+
+    return check
+
+
+def parse_counts(reply: Any) -> t.QueueCounts:
+    reply = _read_only("Counts")(reply)
+    return t.QueueCounts(*(int(x) for x in reply[1:]))
+
+
+def parse_jobs(reply: Any) -> list[t.Job]:
+    reply = _read_only("Jobs")(reply)
+    return [parse_job(j) for j in reply[2:]]
+
+
+def parse_sweep(reply: Any) -> t.SweepReport:
+    reply = _read_only("Swept")(reply)
+    return t.SweepReport(tuple(text(x) for x in reply[2]), tuple(text(x) for x in reply[3]))
+
+
+def parse_count(tag: str) -> Callable[[Any], int]:
+    def parse(reply: Any) -> int:
+        return int(_read_only(tag)(reply)[2])
+
+    return parse
