@@ -118,7 +118,7 @@ def test_claim_job_by_id(q: Quasar) -> None:
     assert where(q, "a") == {"ready"}
 
 
-def test_claim_job_refusals_in_seed_order(q: Quasar) -> None:
+def test_claim_job_refusals_in_lifecycle_order(q: Quasar) -> None:
     assert q.claim_job("nope", "w", 1000, now=T0) == ClaimRefused(MissingJob("nope"))
     applied(q.enqueue("s", id="sched", delay_ms=100, now=T0))
     applied(q.enqueue("s", id="dep", dependencies=["sched"], now=T0))

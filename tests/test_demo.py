@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from quasar_redis import App, Worker
+from quasar_redis._demo_jobs import CHAIN, declare, plan
 from quasar_redis.cli import main
-from quasar_redis.demo import CHAIN, declare, percentile, plan
+from quasar_redis.demo import percentile
 
 from .conftest import NO_URL, REDIS_URL, real_redis
 

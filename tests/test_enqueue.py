@@ -74,7 +74,7 @@ def test_enqueue_generates_an_id_when_none_is_given(q: Quasar) -> None:
         ({"delay_ms": -5}, "delay must be nonnegative"),
     ],
 )
-def test_enqueue_refuses_the_seed_checks(
+def test_enqueue_refuses_invalid_job_fields(
     q: Quasar, overrides: dict[str, object], reason: str
 ) -> None:
     args: dict[str, object] = {"stage": "s", "id": "x", "now": T0}
@@ -85,7 +85,7 @@ def test_enqueue_refuses_the_seed_checks(
     assert snapshot(q) == before
 
 
-def test_enqueue_refusals_follow_the_seed_order(q: Quasar) -> None:
+def test_enqueue_refusals_follow_the_lifecycle_order(q: Quasar) -> None:
     everything_wrong = q.enqueue(
         "", id="", input_ref="", input_revision=-1, max_attempts=0, available_at=-1, now=T0
     )
