@@ -4,30 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import hiredis
 import redis.asyncio
 import redis.exceptions as rex
 
 from . import _types as t
-from ._base import (
-    SENDS,
-    ClientBase,
-    Recovery,
-    map_error,
-    merged,
-    needs_command_name,
-    parse_all,
-    recovery,
-    resend,
-    warn_policy,
-)
+from ._base import ClientBase, ClientOptions, needs_command_name
 from ._calls import Call, NewJob, dependency_id
+from ._operations import JobOptions, Operations, public
+from ._sending import Ask, Command, Flow, Pipeline, Step, map_error
 from .errors import QuasarError
 
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:  # pragma: no cover
+    from typing_extensions import Unpack
+
 T = TypeVar("T")
+P = ParamSpec("P")
+A = TypeVar("A", bound="AsyncQuasar")
 
 
 # A coalesced batch this large or larger is sent as two calls when no other call is in flight.
@@ -58,91 +57,124 @@ def _halves(batch: list[Pending]) -> tuple[list[Pending], ...]:
     return batch[:half], batch[half:]
 
 
+def coroutine(
+    build: Callable[Concatenate[Any, P], Call[T]],
+) -> Callable[Concatenate[AsyncQuasar, P], Coroutine[Any, Any, T]]:
+    """The ``AsyncQuasar`` method sending the call ``build`` makes (see ``_operations``)."""
+
+    async def method(self: AsyncQuasar, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.execute(build(self, *args, **kwargs))
+
+    return public(method, build, "AsyncQuasar")
+
+
+def _bytes(command: Command) -> Command:
+    """``command`` with its arguments as bytes: redis-py's asyncio connection packs commands in
+    Python, and encodes a str argument at about twice the cost of this (an enqueue of 100 jobs
+    has 1,300)."""
+    name, *rest = command
+    return (name, *[a.encode() if type(a) is str else a for a in rest])
+
+
 class AsyncQuasar(ClientBase):
     """Every transition and inspection of one namespace, as coroutines (same API as ``Quasar``).
 
     Refusals come back as values (``JobRefused``, ``ClaimRefused``, ``BatchRefused``);
     exceptions (``QuasarError``) mean a broken connection, damaged data or a programmer error.
+    ``async with AsyncQuasar.from_url(url) as q:`` closes the redis-py client it made at the end.
     """
 
-    def __init__(self, redis: Any, namespace: str = "default", **options: Any) -> None:
-        self.coalesce: bool = options.pop("coalesce", True)
+    _connect = redis.asyncio.Redis.from_url
+
+    def __init__(
+        self,
+        redis: Any,
+        namespace: str = "default",
+        *,
+        coalesce: bool = True,
+        **options: Unpack[ClientOptions],
+    ) -> None:
+        """``coalesce``: concurrent enqueues go to Redis as one call (see ``enqueue``); the other
+        options are ``Quasar``'s."""
+        self.coalesce = coalesce
         super().__init__(redis, namespace, **options)
         self._pending: list[Pending] = []
         self._flush_scheduled = False
         self._flushes: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_url(
+        cls: type[A],
+        url: str,
+        namespace: str = "default",
+        *,
+        coalesce: bool = True,
+        **options: Unpack[ClientOptions],
+    ) -> A:
+        """As ``Quasar.from_url``, over ``redis.asyncio.Redis`` (``coalesce``: see ``__init__``)."""
+        client = super().from_url(url, namespace, **options)
+        client.coalesce = coalesce
+        return client
+
+    def _set_up(self) -> None:
         self._packed = _packed_sender(self.redis)
+        self._send = self._packed or self._execute_command
         # (redis-py before 5.3 wants a command's name to lend a connection)
         self._named = self._packed is not None and needs_command_name(self.redis.connection_pool)
 
     # plumbing -------------------------------------------------------------------------------------
 
-    def _command(self, call: Call[Any]) -> tuple[Any, ...]:
-        # Arguments as bytes: redis-py's asyncio connection packs commands in Python, and encodes
-        # a str argument at about twice the cost of this (an enqueue of 100 jobs has 1,300).
-        name, *rest = super()._command(call)
-        return (name, *[a.encode() if type(a) is str else a for a in rest])
-
     async def execute(self, call: Call[T]) -> T:
         """Send one call (FCALL or EVALSHA); what the server lacks is loaded, then sent again."""
-        if call.early is not None:
-            return call.early
-        await self._check_policy()
-        try:
-            reply = await self._send(call)
-        except Exception as exc:
-            raise map_error(exc) from exc
-        return call.parse(reply)
-
-    async def _send(self, call: Call[Any]) -> Any:
-        for attempt in range(SENDS):
-            try:
-                if self._packed is not None:
-                    return await self._packed(super()._command(call))
-                return await self.redis.execute_command(*self._command(call))
-            except rex.ResponseError as exc:
-                plan = recovery([(exc, call)])
-                if not plan or attempt == SENDS - 1:
-                    raise
-                await self._recover(plan)
-        raise AssertionError("unreachable")
-
-    async def _recover(self, plan: Recovery) -> None:
-        """Load what is missing: the function library, or scripts (see ``Recovery``)."""
-        self._applied(plan)
-        if plan.load_library and self.functions:
-            try:
-                await self.redis.execute_command("FUNCTION", "LOAD", self.library.source)
-            except rex.ResponseError as exc:
-                self._library_refused(exc)
-        for script in plan.scripts:
-            await self.redis.script_load(script.source)
+        return await self._drive(self._sending(call))
 
     async def execute_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send many calls in one pipeline (one round trip); results in the same order."""
-        await self._check_policy()
-        todo: list[Call[Any] | None] = [c if c.early is None else None for c in calls]
-        replies: list[Any] = [None] * len(calls)
-        try:
-            for attempt in range(SENDS):
-                got = await self._pipeline(todo)
-                replies = merged(todo, got, replies)
-                plan, todo = resend(todo, got)
-                if not plan or attempt == SENDS - 1:
-                    break
-                await self._recover(plan)
-        except rex.RedisError as exc:
-            raise map_error(exc) from exc
-        return parse_all(calls, replies)
+        return await self._drive(self._sending_many(calls))
 
-    async def _pipeline(self, calls: Sequence[Call[Any] | None]) -> list[Any]:
+    async def _drive(self, flow: Flow[T]) -> T:
+        """Do each step ``flow`` asks for, feeding back its reply or the exception it raised."""
+        reply: Any = None
+        try:
+            while True:
+                step = flow.send(reply)
+                try:
+                    reply = await (self._send(step) if type(step) is tuple else self._do(step))
+                except Exception as exc:
+                    reply = exc
+        except StopIteration as done:
+            result: T = done.value
+            return result
+
+    async def _do(self, step: Step) -> Any:
+        if isinstance(step, Pipeline):
+            return await self._pipeline(step.commands)
+        if isinstance(step, Ask):
+            return await getattr(self.redis, step.method)(*step.args)
+        return await self._send(step)
+
+    async def _execute_command(self, command: Command) -> Any:
+        return await self.redis.execute_command(*_bytes(command))
+
+    async def _pipeline(self, commands: Sequence[Command | None]) -> list[Any]:
         pipe = self.redis.pipeline(transaction=False)
-        for call in calls:
-            if call is not None:
+        for command in commands:
+            if command is not None:
                 # execute_command: redis-py blocks pipe.evalsha() in cluster pipelines, not this
-                pipe.execute_command(*self._command(call))
+                pipe.execute_command(*_bytes(command))
         replies = iter(await pipe.execute(raise_on_error=False))
-        return [None if call is None else next(replies) for call in calls]
+        return [None if command is None else next(replies) for command in commands]
+
+    async def aclose(self) -> None:
+        """Close the redis-py client if ``from_url`` made it; one passed in stays open."""
+        if self._owns_redis:
+            await self.redis.aclose()
+
+    async def __aenter__(self: A) -> A:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def _coalesced(self, job: NewJob) -> t.JobResult:
         loop = asyncio.get_running_loop()
@@ -179,55 +211,18 @@ class AsyncQuasar(ClientBase):
             if not future.done():
                 future.set_result(result)
 
-    async def _check_policy(self) -> None:
-        if self._policy_checked:
-            return
-        self._policy_checked = True
-        try:
-            reply = await self.redis.config_get("maxmemory-policy")
-        except Exception:  # managed Redis may refuse CONFIG; nothing to warn about then
-            return
-        warn_policy(reply)
-
-    # enqueue --------------------------------------------------------------------------------------
+    # the calls (signatures and docs in _operations) -----------------------------------------------
 
     async def enqueue(
-        self,
-        stage: str,
-        payload: Any = None,
-        *,
-        id: str | None = None,
-        queue: str = "default",
-        input_ref: str = "inline",
-        input_revision: int = 0,
-        dependencies: Sequence[str | t.Job] = (),
-        priority: int = 0,
-        max_attempts: int = 3,
-        available_at: int | None = None,
-        delay_ms: int | None = None,
-        on_dependency_failure: t.DependencyPolicy = "block",
-        now: int | None = None,
+        self, stage: str, payload: Any = None, *, now: int | None = None, **job: Unpack[JobOptions]
     ) -> t.JobResult:
         """Enqueue one job: ``JobApplied(job)`` in ``Waiting``, or ``JobRefused(error)``.
 
+        ``job`` takes the other fields of ``NewJob`` (``id``, ``queue``, ``dependencies``, ...).
         Concurrent calls (without ``now``) are coalesced: those made in one turn of the event
         loop go to Redis as one script call, each job checked and applied on its own.
         """
-        job = NewJob(
-            stage,
-            payload,
-            id,
-            queue,
-            input_ref,
-            input_revision,
-            dependencies,
-            priority,
-            max_attempts,
-            available_at,
-            delay_ms,
-            on_dependency_failure,
-        )
-        return await self.enqueue_job(job, now=now)
+        return await self.enqueue_job(NewJob(stage, payload, **job), now=now)
 
     async def enqueue_job(self, job: NewJob, *, now: int | None = None) -> t.JobResult:
         """Enqueue one job described by a ``NewJob`` (coalesced as ``enqueue`` is)."""
@@ -235,122 +230,27 @@ class AsyncQuasar(ClientBase):
             return await self._coalesced(job)
         return await self.execute(self.calls.enqueue(job, now))
 
-    async def enqueue_many(
-        self, jobs: Sequence[NewJob], *, now: int | None = None, ids_only: bool = False
-    ) -> t.BatchResult:
-        """Enqueue a batch in one call, all or nothing; a job may depend on an earlier one.
-
-        ``ids_only`` makes the reply carry the job ids alone (``BatchApplied.ids``): cheaper.
-        """
-        return await self.execute(self.calls.enqueue_many(jobs, now, ids_only=ids_only))
-
-    async def enqueue_each(
-        self, jobs: Sequence[NewJob], *, now: int | None = None
-    ) -> list[t.JobResult]:
-        """Enqueue many jobs in one call, each on its own: a JobResult per job, in order."""
-        results: list[t.JobResult] = await self.execute(self.calls.enqueue_each(jobs, now))
-        return results
-
-    # claims and the lease holder's calls ----------------------------------------------------------
-
-    async def claim(
-        self, queue: str, worker_id: str, lease_ms: int, *, now: int | None = None
-    ) -> t.ClaimResult:
-        """Lease the best claimable job of ``queue``, or ``ClaimRefused(NothingClaimable)``."""
-        return await self.execute(self.calls.claim_one(queue, worker_id, lease_ms, now))
-
-    async def claim_many(
-        self, queue: str, worker_id: str, lease_ms: int, limit: int, *, now: int | None = None
-    ) -> t.ClaimsResult:
-        """Lease up to ``limit`` (1-1000) jobs of ``queue`` in one call, best first."""
-        return await self.execute(self.calls.claim(queue, worker_id, lease_ms, limit, now))
-
-    async def claim_job(
-        self, job_id: str, worker_id: str, lease_ms: int, *, now: int | None = None
-    ) -> t.ClaimResult:
-        """Lease one job by id (docs/lifecycle.md, "claim_job (by id)")."""
-        return await self.execute(self.calls.claim_job(job_id, worker_id, lease_ms, now))
-
-    async def complete(
-        self,
-        token: t.LeaseToken,
-        worker_id: str,
-        *,
-        result: Any = None,
-        output_ref: str = "inline",
-        now: int | None = None,
-    ) -> t.JobResult:
-        """Mark the leased job Succeeded; releases dependents whose dependencies all succeeded."""
-        return await self.execute(self.calls.complete(token, worker_id, output_ref, result, now))
-
-    async def fail(
-        self,
-        token: t.LeaseToken,
-        worker_id: str,
-        reason: str,
-        *,
-        retry_delay_ms: int = 0,
-        kind: str = "Error",
-        now: int | None = None,
-    ) -> t.JobResult:
-        """Fail this attempt: RetryWaiting after ``retry_delay_ms`` while attempts remain."""
-        return await self.execute(
-            self.calls.fail(token, worker_id, reason, retry_delay_ms, kind, now)
-        )
-
-    async def permanent_fail(
-        self,
-        token: t.LeaseToken,
-        worker_id: str,
-        reason: str,
-        *,
-        kind: str = "Error",
-        now: int | None = None,
-    ) -> t.JobResult:
-        """Fail the job for good, whatever attempts remain."""
-        return await self.execute(self.calls.permanent_fail(token, worker_id, reason, kind, now))
-
-    async def heartbeat(
-        self, token: t.LeaseToken, worker_id: str, lease_ms: int, *, now: int | None = None
-    ) -> t.ClaimResult:
-        """Extend the lease to now + ``lease_ms``; the reply carries the new token."""
-        return await self.execute(self.calls.heartbeat(token, worker_id, lease_ms, now))
-
-    async def release(
-        self,
-        token: t.LeaseToken,
-        worker_id: str,
-        *,
-        delay_ms: int = 0,
-        now: int | None = None,
-    ) -> t.JobResult:
-        """Hand the leased job back, Waiting again after ``delay_ms``, without using an attempt."""
-        return await self.execute(self.calls.release(token, worker_id, delay_ms, now))
-
-    async def report_many(
-        self, worker_id: str, outcomes: Sequence[t.Outcome], *, now: int | None = None
-    ) -> list[t.OutcomeResult | QuasarError]:
-        """Report many outcomes (Complete, Fail, PermanentFail, Release) in one call.
-
-        Each is checked and applied on its own, as its single call would be; a damaged job gives
-        its exception in place of its result.
-        """
-        return await self.execute(self.calls.report(worker_id, outcomes, now))
-
-    async def report_and_claim(
-        self,
-        worker_id: str,
-        outcomes: Sequence[t.Outcome],
-        queue: str,
-        lease_ms: int,
-        limit: int,
-        *,
-        now: int | None = None,
-    ) -> t.ReportedAndClaimed:
-        """``report_many(outcomes)``, then ``claim_many(queue, ...)``, in one call (a worker's
-        round trip): each part is applied or refused on its own, as its own call would be."""
-        call = self.calls.report_claim(worker_id, outcomes, queue, lease_ms, limit, now)
-        return await self.execute(call)
+    enqueue_many = coroutine(Operations.enqueue_many)
+    enqueue_each = coroutine(Operations.enqueue_each)
+    claim = coroutine(Operations.claim)
+    claim_many = coroutine(Operations.claim_many)
+    claim_job = coroutine(Operations.claim_job)
+    complete = coroutine(Operations.complete)
+    fail = coroutine(Operations.fail)
+    permanent_fail = coroutine(Operations.permanent_fail)
+    heartbeat = coroutine(Operations.heartbeat)
+    release = coroutine(Operations.release)
+    report_many = coroutine(Operations.report_many)
+    report_and_claim = coroutine(Operations.report_and_claim)
+    expire = coroutine(Operations.expire)
+    cancel = coroutine(Operations.cancel)
+    retry = coroutine(Operations.retry)
+    sweep_expired = coroutine(Operations.sweep_expired)
+    promote_due = coroutine(Operations.promote_due)
+    prune = coroutine(Operations.prune)
+    get_job = coroutine(Operations.get_job)
+    counts = coroutine(Operations.counts)
+    list_jobs = coroutine(Operations.list_jobs)
 
     # the worker's waits ------------------------------------------------------------------------
 
@@ -378,11 +278,12 @@ class AsyncQuasar(ClientBase):
         gone, but a call it ran before that is answered to nobody (send it again: same call id).
         """
         assert self._packed is not None
-        await self._check_policy()
+        if not self._policy_checked:
+            await self._drive(self._checking_policy())
         pool: Any = self.redis.connection_pool
         conn = await (pool.get_connection("BLPOP") if self._named else pool.get_connection())
         wait: Any = ("BLPOP", *(self.keys.wake(q) for q in queues), str(timeout))
-        commands: list[Any] = [("CLIENT", "ID"), wait, super()._command(call)]
+        commands: list[Any] = [("CLIENT", "ID"), wait, self._command(call)]
         clean = False
         try:
             await conn.send_packed_command(b"".join(map(hiredis.pack_command, commands)))
@@ -427,79 +328,8 @@ class AsyncQuasar(ClientBase):
         seconds, micros = await self.redis.time()
         return float(seconds * 1000 + micros / 1000)
 
-    # operators and maintenance --------------------------------------------------------------------
 
-    async def expire(
-        self, job_id: str, expected_fence: int, *, now: int | None = None
-    ) -> t.JobResult:
-        """Recover a job whose lease ran out, if its fence is still ``expected_fence``."""
-        return await self.execute(self.calls.expire(job_id, expected_fence, now))
-
-    async def cancel(
-        self,
-        job_id: str,
-        *,
-        expected_fence: int | None = None,
-        reason: str = "cancelled",
-        now: int | None = None,
-    ) -> t.CancelResult:
-        """Cancel a live job (and its dependents); ``expected_fence`` guards against races."""
-        return await self.execute(self.calls.cancel(job_id, expected_fence, reason, now))
-
-    async def retry(
-        self,
-        job_id: str,
-        *,
-        expected_fence: int | None = None,
-        reason: str = "retried by operator",
-        now: int | None = None,
-    ) -> t.JobResult:
-        """Operator retry of a Failed job: RetryWaiting now, with one more attempt allowed."""
-        return await self.execute(self.calls.retry(job_id, expected_fence, reason, now))
-
-    async def sweep_expired(self, *, limit: int = 1000, now: int | None = None) -> t.SweepReport:
-        """Expire up to ``limit`` leases that ran out, over every queue."""
-        return await self.execute(self.calls.sweep(limit, now))
-
-    async def promote_due(self, *, limit: int = 1000, now: int | None = None) -> int:
-        """Make up to ``limit`` due scheduled jobs claimable; returns how many."""
-        return await self.execute(self.calls.promote(limit, now))
-
-    async def prune(
-        self,
-        *,
-        max_age_ms: int | None = None,
-        max_count: int | None = None,
-        limit: int = 1000,
-        now: int | None = None,
-    ) -> int:
-        """Delete finished jobs older than ``max_age_ms`` or beyond ``max_count`` per queue."""
-        return await self.execute(self.calls.prune(max_age_ms, max_count, limit, now))
-
-    # inspection -----------------------------------------------------------------------------------
-
-    async def get_job(self, job_id: str, *, now: int | None = None) -> t.JobInfo | None:
-        """The job, its status and the dependency it waits on; None if there is no such job."""
-        return await self.execute(self.calls.get(job_id, now))
-
-    async def counts(self, queue: str, *, now: int | None = None) -> t.QueueCounts:
-        """How many jobs of ``queue`` are in each status."""
-        return await self.execute(self.calls.counts(queue, now))
-
-    async def list_jobs(
-        self,
-        queue: str,
-        status: t.Status | str,
-        *,
-        offset: int = 0,
-        limit: int = 100,
-        now: int | None = None,
-    ) -> list[t.Job]:
-        """A page of ``queue``'s jobs in ``status`` (or ``"blocked"``), oldest first."""
-        return await self.execute(self.calls.list_jobs(queue, status, offset, limit, now))
-
-
-def _packed_sender(client: Any) -> Any:
+def _packed_sender(client: Any) -> Callable[[Command], Coroutine[Any, Any, Any]] | None:
     """A sender of one command packed by hiredis (C), for a plain ``redis.asyncio.Redis``.
 
     redis-py's asyncio connection packs a command in Python, joining a growing buffer for every

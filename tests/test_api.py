@@ -25,7 +25,10 @@ from quasar_redis._base import warn_policy
 from quasar_redis._replies import APPLIED, FAULTS, REFUSALS
 from quasar_redis._scripts import NAMES, lua_dir
 
+from .clients import clients, kind
 from .helpers import T0, applied, claimed
+
+__all__ = ["kind"]  # (the fixture: some tests below run through both clients)
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 
@@ -75,17 +78,54 @@ def public_methods(cls: type) -> dict[str, inspect.Signature]:
     }
 
 
+#: What one client has and the other has not: closing, and the asyncio worker's waits.
+SYNC_ONLY = {"close"}
+ASYNC_ONLY = {"aclose", "wait_and_claim", "wait_for_work", "wake", "unblock", "server_time_ms"}
+
+
 def test_sync_and_async_clients_have_the_same_methods_and_signatures() -> None:
     sync, aio = public_methods(Quasar), public_methods(AsyncQuasar)
-    assert sync.keys() == aio.keys()
+    assert sync.keys() - SYNC_ONLY == aio.keys() - ASYNC_ONLY
+    assert sync.keys() >= SYNC_ONLY and aio.keys() >= ASYNC_ONLY
     for name, signature in sync.items():
+        if name in SYNC_ONLY:
+            continue
         assert signature == aio[name], name
         member = getattr(AsyncQuasar, name)
         assert inspect.iscoroutinefunction(member), name
+    assert all(inspect.iscoroutinefunction(getattr(AsyncQuasar, n)) for n in ASYNC_ONLY)
     assert len(sync) >= 20
 
 
-def test_noscript_after_script_flush_is_recovered(q: Quasar) -> None:
+def test_each_shell_reads_as_a_method_of_its_client() -> None:
+    # The calls are written once (quasar_redis._operations); each client's method has its
+    # name, docs and signature, returning the call's result.
+    for cls in (Quasar, AsyncQuasar):
+        method = cls.complete
+        assert method.__qualname__ == f"{cls.__name__}.complete"
+        assert method.__module__ == cls.__module__
+        assert method.__doc__ and method.__doc__.startswith("Mark the leased job Succeeded")
+        assert str(inspect.signature(method)).endswith("-> 't.JobResult'")
+
+
+def test_from_url_takes_the_options_of_the_constructor() -> None:
+    from quasar_redis._base import ClientOptions
+
+    def keyword_only(function: Any) -> set[str]:
+        params = inspect.signature(function).parameters.values()
+        return {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+
+    assert keyword_only(Quasar) == set(ClientOptions.__annotations__)
+    assert keyword_only(AsyncQuasar) == {"coalesce"}
+    assert keyword_only(AsyncQuasar.from_url) == {"coalesce"}
+
+
+def test_noscript_after_script_flush_is_recovered(q: Quasar, kind: str) -> None:
+    with clients(kind, q.redis) as make:
+        noscript_recovered(make(q.namespace, functions=q.functions))
+
+
+def noscript_recovered(q: Quasar) -> None:
     applied(q.enqueue("s", id="a", now=T0))
     q.redis.script_flush()
     applied(q.enqueue("s", id="b", now=T0))
@@ -97,7 +137,12 @@ def test_noscript_after_script_flush_is_recovered(q: Quasar) -> None:
     assert results[1].available == 3
 
 
-def test_execute_many_runs_calls_in_order_in_one_pipeline(q: Quasar) -> None:
+def test_execute_many_runs_calls_in_order_in_one_pipeline(q: Quasar, kind: str) -> None:
+    with clients(kind, q.redis) as make:
+        in_order_in_one_pipeline(make(q.namespace, functions=q.functions))
+
+
+def in_order_in_one_pipeline(q: Quasar) -> None:
     applied(q.enqueue("s", id="a", now=T0))
     claim = claimed(q.claim_job("a", "w", 1000, now=T0))
     results = q.execute_many(

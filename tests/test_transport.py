@@ -15,8 +15,11 @@ import redis.asyncio
 from quasar_redis import AsyncQuasar, ClaimRefused, NewJob, Quasar
 from quasar_redis._scripts import library, scripts
 
+from .clients import clients, kind
 from .conftest import REDIS_URL, delete_namespace, real_redis
 from .helpers import applied, claimed
+
+__all__ = ["kind"]  # (the fixture: each test below runs through both clients)
 
 
 def library_loaded(client: Any) -> bool:
@@ -27,8 +30,14 @@ def pairs(flat: list[Any]) -> dict[bytes, Any]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def test_a_missing_library_is_loaded_by_the_next_call(redis_client: Any, namespace: str) -> None:
-    q = Quasar(redis_client, namespace)
+def test_a_missing_library_is_loaded_by_the_next_call(
+    redis_client: Any, namespace: str, kind: str
+) -> None:
+    with clients(kind, redis_client) as make:
+        missing_library_loaded(make(namespace), redis_client)
+
+
+def missing_library_loaded(q: Quasar, redis_client: Any) -> None:
     applied(q.enqueue("s", id="a"))
     assert q.functions and library_loaded(redis_client)
     redis_client.function_delete(library().name)  # a restart without persistence, a flush
@@ -48,8 +57,12 @@ def test_every_script_is_one_function_of_the_library(redis_client: Any) -> None:
     assert names == {s.function for s in scripts().values()}
 
 
-def test_scripts_when_asked(redis_client: Any, namespace: str) -> None:
-    q = Quasar(redis_client, namespace, functions=False)
+def test_scripts_when_asked(redis_client: Any, namespace: str, kind: str) -> None:
+    with clients(kind, redis_client) as make:
+        scripts_loaded(make(namespace, functions=False), redis_client)
+
+
+def scripts_loaded(q: Quasar, redis_client: Any) -> None:
     redis_client.script_flush()
     applied(q.enqueue("s", id="a"))  # NOSCRIPT: loaded, sent again
     results = q.execute_many([q.calls.enqueue(NewJob("s", id="b")), q.calls.counts("default")])
@@ -79,30 +92,23 @@ def refusing_user() -> Iterator[tuple[str, str]]:
 
 
 def test_a_server_refusing_functions_gets_scripts(
-    refusing_user: tuple[str, str], namespace: str
+    refusing_user: tuple[str, str], namespace: str, kind: str
 ) -> None:
     user, password = refusing_user
     client = redis.Redis.from_url(REDIS_URL, username=user, password=password)
     try:
-        q = Quasar(client, namespace)
-        assert q.functions
-        applied(q.enqueue("s", id="a"))
-        assert not q.functions  # FCALL refused (NOPERM): scripts from now on
-        again = Quasar(client, namespace)
-        results = again.execute_many([again.calls.enqueue(NewJob("s", id="b"))])
-        assert applied(results[0]).id == "b" and not again.functions
-
-        async def flow() -> None:
-            aclient = redis.asyncio.Redis.from_url(REDIS_URL, username=user, password=password)
-            try:
-                aq = AsyncQuasar(aclient, namespace, coalesce=False)
-                applied(await aq.enqueue("s", id="c"))
-                assert not aq.functions
-            finally:
-                await aclient.aclose()
-
-        asyncio.run(flow())
-        assert q.counts("default").available == 3
+        with clients(kind, client) as make:
+            q = make(namespace)
+            assert q.functions
+            applied(q.enqueue("s", id="a"))
+            assert not q.functions  # FCALL refused (NOPERM): scripts from now on
+            again = make(namespace)
+            results = again.execute_many([again.calls.enqueue(NewJob("s", id="b"))])
+            assert applied(results[0]).id == "b" and not again.functions
+            q = make(namespace, coalesce=False) if kind == "async" else make(namespace)
+            applied(q.enqueue("s", id="c"))
+            assert not q.functions
+        assert Quasar(client, namespace).counts("default").available == 3
     finally:
         delete_namespace(client, namespace)
         client.close()
@@ -111,7 +117,7 @@ def test_a_server_refusing_functions_gets_scripts(
 def test_what_counts_as_a_server_without_functions() -> None:
     from redis.exceptions import NoPermissionError, ResponseError
 
-    from quasar_redis._base import functions_unusable, library_load_error
+    from quasar_redis._sending import functions_unusable, library_load_error
 
     # Redis 6.2 (as redis-py words it), and ACLs denying the commands.
     assert functions_unusable(ResponseError("unknown command `FCALL`, with args beginning with: "))
@@ -122,24 +128,31 @@ def test_what_counts_as_a_server_without_functions() -> None:
     assert library_load_error(ResponseError("Error compiling function")) is None
 
 
-def test_no_state_of_one_call_reaches_the_next(redis_client: Any, namespace: str) -> None:
+def test_no_state_of_one_call_reaches_the_next(
+    redis_client: Any, namespace: str, kind: str
+) -> None:
     # A function library keeps its variables between calls: every call must start clean (the
     # namespace, cached key names, buffered writes, events, wake-ups).
     other = f"{namespace}-b"
-    a, b = Quasar(redis_client, namespace), Quasar(redis_client, other)
     try:
-        applied(a.enqueue("s", id="x", queue="mail"))
-        assert isinstance(b.claim("mail", "w", 1000), ClaimRefused)
-        applied(b.enqueue("s", id="y", queue="mail"))
-        assert claimed(a.claim("mail", "w", 1000)).job.id == "x"
-        assert claimed(b.claim("mail", "w", 1000)).job.id == "y"
-        for q, job_id in ((a, "x"), (b, "y")):
-            keys = {k.decode() for k in redis_client.scan_iter(match=f"quasar:{{{q.namespace}}}:*")}
-            assert f"quasar:{{{q.namespace}}}:job:{job_id}" in keys
-            entries = redis_client.xrange(q.keys.events)
-            assert {f[b"job"] for _, f in entries} == {job_id.encode()}
+        with clients(kind, redis_client) as make:
+            a, b = make(namespace), make(other)
+            no_state_carried(a, b, redis_client)
     finally:
         delete_namespace(redis_client, other)
+
+
+def no_state_carried(a: Quasar, b: Quasar, redis_client: Any) -> None:
+    applied(a.enqueue("s", id="x", queue="mail"))
+    assert isinstance(b.claim("mail", "w", 1000), ClaimRefused)
+    applied(b.enqueue("s", id="y", queue="mail"))
+    assert claimed(a.claim("mail", "w", 1000)).job.id == "x"
+    assert claimed(b.claim("mail", "w", 1000)).job.id == "y"
+    for q, job_id in ((a, "x"), (b, "y")):
+        keys = {k.decode() for k in redis_client.scan_iter(match=f"quasar:{{{q.namespace}}}:*")}
+        assert f"quasar:{{{q.namespace}}}:job:{job_id}" in keys
+        entries = redis_client.xrange(q.keys.events)
+        assert {f[b"job"] for _, f in entries} == {job_id.encode()}
 
 
 def test_asyncio_calls_go_packed_by_hiredis_on_a_plain_client_only() -> None:

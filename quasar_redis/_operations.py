@@ -1,0 +1,236 @@
+"""Every public call of the clients, written once: its signature, its docs and the ``Call`` it
+sends.
+
+``Quasar`` makes each of these a blocking method (``blocking``), ``AsyncQuasar`` a coroutine
+(``coroutine``): the method builds the call here and hands it to the client's ``execute``. Type
+checkers and IDEs see each method with this signature, returning the call's result (or a
+coroutine of it).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, TypedDict, TypeVar
+
+from . import _types as t
+from ._calls import Call, CallBuilder, NewJob
+from .errors import QuasarError
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class JobOptions(TypedDict, total=False):
+    """What ``enqueue`` takes besides the stage and payload: the other fields of ``NewJob``."""
+
+    id: str | None  # None: made at random
+    queue: str  # "default"
+    input_ref: str  # "inline"
+    input_revision: int  # 0
+    dependencies: Sequence[str | t.Job]  # ()
+    priority: int  # 0
+    max_attempts: int  # 3
+    available_at: int | None  # absolute ms; wins over delay_ms
+    delay_ms: int | None  # from the server's now
+    on_dependency_failure: t.DependencyPolicy  # "block"
+
+
+def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
+    """``method`` of the class ``owner``, sending what ``build`` makes: named and documented as
+    ``build``, its signature returning the call's result."""
+    module = method.__module__
+    functools.update_wrapper(method, build)
+    method.__module__, method.__qualname__ = module, f"{owner}.{build.__name__}"
+    signature = inspect.signature(build)
+    result = signature.return_annotation.removeprefix("Call[").removesuffix("]")  # (a string here)
+    method.__signature__ = signature.replace(return_annotation=result)  # type: ignore[attr-defined]
+    return method
+
+
+class Operations:
+    """The call each public method of the clients sends (``self`` is the client)."""
+
+    calls: CallBuilder
+
+    # enqueue ----------------------------------------------------------------------------------
+
+    def enqueue_many(
+        self, jobs: Sequence[NewJob], *, now: int | None = None, ids_only: bool = False
+    ) -> Call[t.BatchResult]:
+        """Enqueue a batch in one call, all or nothing; a job may depend on an earlier one.
+
+        ``ids_only`` makes the reply carry the job ids alone (``BatchApplied.ids``): cheaper.
+        """
+        return self.calls.enqueue_many(jobs, now, ids_only=ids_only)
+
+    def enqueue_each(
+        self, jobs: Sequence[NewJob], *, now: int | None = None
+    ) -> Call[list[t.JobResult]]:
+        """Enqueue many jobs in one call, each on its own: a JobResult per job, in order."""
+        return self.calls.enqueue_each(jobs, now)
+
+    # claims and the lease holder's calls ------------------------------------------------------
+
+    def claim(
+        self, queue: str, worker_id: str, lease_ms: int, *, now: int | None = None
+    ) -> Call[t.ClaimResult]:
+        """Lease the best claimable job of ``queue``, or ``ClaimRefused(NothingClaimable)``."""
+        return self.calls.claim_one(queue, worker_id, lease_ms, now)
+
+    def claim_many(
+        self, queue: str, worker_id: str, lease_ms: int, limit: int, *, now: int | None = None
+    ) -> Call[t.ClaimsResult]:
+        """Lease up to ``limit`` (1-1000) jobs of ``queue`` in one call, best first."""
+        return self.calls.claim(queue, worker_id, lease_ms, limit, now)
+
+    def claim_job(
+        self, job_id: str, worker_id: str, lease_ms: int, *, now: int | None = None
+    ) -> Call[t.ClaimResult]:
+        """Lease one job by id: Waiting, RetryWaiting, or Leased with its lease run out."""
+        return self.calls.claim_job(job_id, worker_id, lease_ms, now)
+
+    def complete(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        *,
+        result: Any = None,
+        output_ref: str = "inline",
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """Mark the leased job Succeeded; releases dependents whose dependencies all succeeded."""
+        return self.calls.complete(token, worker_id, output_ref, result, now)
+
+    def fail(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        reason: str,
+        *,
+        retry_delay_ms: int = 0,
+        kind: str = "Error",
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """Fail this attempt: RetryWaiting after ``retry_delay_ms`` while attempts remain."""
+        return self.calls.fail(token, worker_id, reason, retry_delay_ms, kind, now)
+
+    def permanent_fail(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        reason: str,
+        *,
+        kind: str = "Error",
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """Fail the job for good, whatever attempts remain."""
+        return self.calls.permanent_fail(token, worker_id, reason, kind, now)
+
+    def heartbeat(
+        self, token: t.LeaseToken, worker_id: str, lease_ms: int, *, now: int | None = None
+    ) -> Call[t.ClaimResult]:
+        """Extend the lease to now + ``lease_ms``; the reply carries the new token."""
+        return self.calls.heartbeat(token, worker_id, lease_ms, now)
+
+    def release(
+        self, token: t.LeaseToken, worker_id: str, *, delay_ms: int = 0, now: int | None = None
+    ) -> Call[t.JobResult]:
+        """Hand the leased job back, Waiting again after ``delay_ms``, without using an attempt."""
+        return self.calls.release(token, worker_id, delay_ms, now)
+
+    def report_many(
+        self, worker_id: str, outcomes: Sequence[t.Outcome], *, now: int | None = None
+    ) -> Call[list[t.OutcomeResult | QuasarError]]:
+        """Report many outcomes (Complete, Fail, PermanentFail, Release) in one call.
+
+        Each is checked and applied on its own, as its single call would be; a damaged job gives
+        its exception in place of its result.
+        """
+        return self.calls.report(worker_id, outcomes, now)
+
+    def report_and_claim(
+        self,
+        worker_id: str,
+        outcomes: Sequence[t.Outcome],
+        queue: str,
+        lease_ms: int,
+        limit: int,
+        *,
+        now: int | None = None,
+    ) -> Call[t.ReportedAndClaimed]:
+        """``report_many(outcomes)``, then ``claim_many(queue, ...)``, in one call (a worker's
+        round trip): each part is applied or refused on its own, as its own call would be."""
+        return self.calls.report_claim(worker_id, outcomes, queue, lease_ms, limit, now)
+
+    # operators and maintenance ----------------------------------------------------------------
+
+    def expire(
+        self, job_id: str, expected_fence: int, *, now: int | None = None
+    ) -> Call[t.JobResult]:
+        """Recover a job whose lease ran out, if its fence is still ``expected_fence``."""
+        return self.calls.expire(job_id, expected_fence, now)
+
+    def cancel(
+        self,
+        job_id: str,
+        *,
+        expected_fence: int | None = None,
+        reason: str = "cancelled",
+        now: int | None = None,
+    ) -> Call[t.CancelResult]:
+        """Cancel a live job (and its dependents); ``expected_fence`` guards against races."""
+        return self.calls.cancel(job_id, expected_fence, reason, now)
+
+    def retry(
+        self,
+        job_id: str,
+        *,
+        expected_fence: int | None = None,
+        reason: str = "retried by operator",
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """Operator retry of a Failed job: RetryWaiting now, with one more attempt allowed."""
+        return self.calls.retry(job_id, expected_fence, reason, now)
+
+    def sweep_expired(self, *, limit: int = 1000, now: int | None = None) -> Call[t.SweepReport]:
+        """Expire up to ``limit`` leases that ran out, over every queue."""
+        return self.calls.sweep(limit, now)
+
+    def promote_due(self, *, limit: int = 1000, now: int | None = None) -> Call[int]:
+        """Make up to ``limit`` due scheduled jobs claimable; returns how many."""
+        return self.calls.promote(limit, now)
+
+    def prune(
+        self,
+        *,
+        max_age_ms: int | None = None,
+        max_count: int | None = None,
+        limit: int = 1000,
+        now: int | None = None,
+    ) -> Call[int]:
+        """Delete finished jobs older than ``max_age_ms`` or beyond ``max_count`` per queue."""
+        return self.calls.prune(max_age_ms, max_count, limit, now)
+
+    # inspection -------------------------------------------------------------------------------
+
+    def get_job(self, job_id: str, *, now: int | None = None) -> Call[t.JobInfo | None]:
+        """The job, its status and the dependency it waits on; None if there is no such job."""
+        return self.calls.get(job_id, now)
+
+    def counts(self, queue: str, *, now: int | None = None) -> Call[t.QueueCounts]:
+        """How many jobs of ``queue`` are in each status."""
+        return self.calls.counts(queue, now)
+
+    def list_jobs(
+        self,
+        queue: str,
+        status: t.Status | str,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        now: int | None = None,
+    ) -> Call[list[t.Job]]:
+        """A page of ``queue``'s jobs in ``status`` (or ``"blocked"``), oldest first."""
+        return self.calls.list_jobs(queue, status, offset, limit, now)

@@ -1,0 +1,289 @@
+"""Sending, written once and IO-free: what to send, what a failure needs, when to send again.
+
+A send is a generator (a ``Flow``) that yields what it wants done and is sent the reply, or the
+exception that doing it raised, as a value; it returns the call's result (or raises). The sync
+and asyncio clients only drive it (``Quasar._drive``, ``AsyncQuasar._drive``): they do each
+step with their own IO and feed the outcome back, as httpx drives an authentication flow.
+
+A step is one of:
+
+- a command (a plain ``tuple``): sent on the client's fast path (hiredis-packed on a plain
+  client, ``execute_command`` elsewhere);
+- a ``Pipeline``: its commands in one round trip, each reply or error in place (``None`` where
+  a call was not sent);
+- an ``Ask``: a redis-py client method (``script_load``, routed to every primary of a cluster;
+  ``config_get``).
+
+What the server lacks is loaded and the failed call sent again, at most ``SENDS`` times: the
+function library missing ("function not found": a restart without persistence, a flush), then
+loaded with ``FUNCTION LOAD``; functions unusable (Redis 6.2, an ACL refusing FCALL), then
+scripts from now on; a script missing (NOSCRIPT), then ``SCRIPT LOAD``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import redis.exceptions as rex
+
+from ._calls import Call
+from ._scripts import Library, Script
+from .errors import ProtocolError, RedisUnavailable
+
+T = TypeVar("T")
+
+Command = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Commands sent in one round trip; the reply is a list, an error in place of a failed one's
+    reply, ``None`` where the command is ``None``."""
+
+    commands: list[Command | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A call of the redis-py client's method ``method`` with ``args``."""
+
+    method: str
+    args: tuple[Any, ...]
+
+
+Step = Command | Pipeline | Ask
+#: A send: yields steps, is sent each step's reply (or the exception it raised), returns a result.
+Flow = Generator[Step, Any, T]
+
+# How many times a call is sent at most: first, after loading the library, after falling back to
+# scripts and loading them.
+SENDS = 3
+
+CONNECTION_ERRORS = (rex.ConnectionError, rex.TimeoutError)
+
+
+class EvictionPolicyWarning(RuntimeWarning):
+    """Redis may evict keys (``maxmemory-policy`` is not ``noeviction``): jobs can be lost."""
+
+
+def warn_policy(reply: Any) -> None:
+    """Warn when ``CONFIG GET maxmemory-policy`` says Redis may evict keys."""
+    policy: Any = None
+    if isinstance(reply, dict):
+        values = list(reply.values())
+        policy = values[0] if values else None
+        if isinstance(policy, dict):  # cluster: one reply per node
+            policy = next(iter(policy.values()), None)
+    if isinstance(policy, bytes):
+        policy = policy.decode()
+    if policy and policy != "noeviction":
+        warnings.warn(
+            f"Redis maxmemory-policy is {policy!r}, not 'noeviction': Redis may evict job keys "
+            "and silently lose jobs and leases",
+            EvictionPolicyWarning,
+            stacklevel=3,
+        )
+
+
+def is_noscript(exc: BaseException) -> bool:
+    return isinstance(exc, rex.NoScriptError) or (
+        isinstance(exc, rex.ResponseError) and str(exc).startswith("NOSCRIPT")
+    )
+
+
+def functions_unusable(exc: BaseException) -> bool:
+    """Redis before 7 (no FCALL / FUNCTION), or a user not allowed to use them."""
+    text = str(exc).lower()
+    return isinstance(exc, rex.NoPermissionError) or (
+        isinstance(exc, rex.ResponseError)
+        and (text.startswith(("unknown command", "err unknown command", "noperm")))
+    )
+
+
+@dataclass
+class Recovery:
+    """What failed calls need before they are sent again, or nothing (``bool(r)`` is false)."""
+
+    load_library: bool = False
+    use_scripts: bool = False  # stop using functions on this client: EVALSHA from now on
+    scripts: list[Script] = field(default_factory=list)  # to SCRIPT LOAD
+
+    def __bool__(self) -> bool:
+        return self.load_library or self.use_scripts or bool(self.scripts)
+
+
+def missing(exc: BaseException) -> str | None:
+    """What a failed call lacked: "library", "functions" (unusable here) or "script"; None when
+    the error is a real one."""
+    if isinstance(exc, rex.ResponseError) and str(exc).lower() == "function not found":
+        return "library"
+    if functions_unusable(exc):
+        return "functions"
+    if is_noscript(exc):
+        return "script"
+    return None
+
+
+def recovery(failures: Sequence[tuple[BaseException, Call[Any]]]) -> Recovery:
+    """Decide how to recover from the errors of calls sent once."""
+    out = Recovery()
+    for exc, call in failures:
+        kind = missing(exc)
+        if kind == "library":
+            out.load_library = True
+        elif kind == "functions":
+            out.use_scripts = True
+        elif kind == "script" and call.script not in out.scripts:
+            out.scripts.append(call.script)
+    return out
+
+
+def library_load_error(exc: BaseException) -> bool | None:
+    """After FUNCTION LOAD failed: True when functions cannot be used here (fall back to
+    scripts), False when the library is there after all (another client loaded it), None when
+    the error is real."""
+    if isinstance(exc, rex.ResponseError) and "already exists" in str(exc):
+        return False
+    if functions_unusable(exc):
+        return True
+    return None
+
+
+def map_error(exc: BaseException) -> BaseException:
+    """Our exception for a redis-py one raised by a script call."""
+    if isinstance(exc, CONNECTION_ERRORS):
+        return RedisUnavailable(str(exc) or type(exc).__name__)
+    if isinstance(exc, rex.ResponseError):
+        return ProtocolError(f"script error: {exc}")
+    return exc
+
+
+def failures(
+    calls: Sequence[Call[Any] | None], replies: Sequence[Any]
+) -> list[tuple[int, BaseException, Call[Any]]]:
+    """The pipelined calls whose reply is an error, with their positions."""
+    return [
+        (i, reply, call)
+        for i, (call, reply) in enumerate(zip(calls, replies, strict=True))
+        if call is not None and isinstance(reply, Exception)
+    ]
+
+
+def merged(
+    todo: Sequence[Call[Any] | None], got: Sequence[Any], replies: Sequence[Any]
+) -> list[Any]:
+    """The replies so far, with those of the calls just sent (``todo``) replaced by ``got``."""
+    return [r if c is not None else old for c, r, old in zip(todo, got, replies, strict=True)]
+
+
+def resend(
+    todo: Sequence[Call[Any] | None], got: Sequence[Any]
+) -> tuple[Recovery, list[Call[Any] | None]]:
+    """What the failed calls need, and the calls to send again once it is done."""
+    failed = [(i, exc, call) for i, exc, call in failures(todo, got) if missing(exc)]
+    plan = recovery([(exc, call) for _, exc, call in failed])
+    again = {i for i, _, _ in failed}
+    return plan, [c if i in again else None for i, c in enumerate(todo)]
+
+
+def parse_all(calls: Sequence[Call[Any]], replies: Sequence[Any]) -> list[Any]:
+    """Results of a pipeline, in order."""
+    results = []
+    for i, call in enumerate(calls):
+        if call.early is not None:
+            results.append(call.early)
+            continue
+        reply = replies[i]
+        if isinstance(reply, Exception):
+            raise map_error(reply) from reply
+        results.append(call.parse(reply))
+    return results
+
+
+class Sending:
+    """The flows of a client: one call, a pipeline, recovery and the eviction-policy check.
+
+    Its state: whether calls go as functions (FCALL) or scripts (EVALSHA), the library, the keys
+    every call gets, and whether the server's eviction policy was asked yet.
+    """
+
+    functions: bool
+    library: Library
+    _script_keys: tuple[str, ...]
+    _policy_checked: bool
+
+    def _command(self, call: Call[Any]) -> Command:
+        """The command sending ``call``: FCALL of its function, or EVALSHA of its script."""
+        keys = self._script_keys
+        if self.functions:
+            return ("FCALL", call.script.function, len(keys), *keys, *call.args)
+        return ("EVALSHA", call.script.sha, len(keys), *keys, *call.args)
+
+    def _sending(self, call: Call[T]) -> Flow[T]:
+        """One call: sent, and sent again once what the server lacks is loaded."""
+        if call.early is not None:
+            return call.early
+        if not self._policy_checked:
+            yield from self._checking_policy()
+        for attempt in range(SENDS):
+            reply = yield self._command(call)
+            if not isinstance(reply, Exception):
+                return call.parse(reply)
+            plan = recovery([(reply, call)])
+            if not plan or attempt == SENDS - 1:
+                raise map_error(reply) from reply
+            try:
+                yield from self._recovering(plan)
+            except Exception as exc:
+                raise map_error(exc) from exc
+        raise AssertionError("unreachable")
+
+    def _sending_many(self, calls: Sequence[Call[Any]]) -> Flow[list[Any]]:
+        """Many calls in one pipeline; those that met a missing library or script sent again."""
+        if not self._policy_checked:
+            yield from self._checking_policy()
+        todo: list[Call[Any] | None] = [c if c.early is None else None for c in calls]
+        replies: list[Any] = [None] * len(calls)
+        try:
+            for attempt in range(SENDS):
+                got = yield Pipeline([None if c is None else self._command(c) for c in todo])
+                if isinstance(got, Exception):
+                    raise got
+                replies = merged(todo, got, replies)
+                plan, todo = resend(todo, got)
+                if not plan or attempt == SENDS - 1:
+                    break
+                yield from self._recovering(plan)
+        except rex.RedisError as exc:
+            raise map_error(exc) from exc
+        return parse_all(calls, replies)
+
+    def _recovering(self, plan: Recovery) -> Flow[None]:
+        """Load what is missing: the function library, or scripts (see ``Recovery``)."""
+        if plan.use_scripts:
+            self.functions = False
+        if plan.load_library and self.functions:
+            reply = yield ("FUNCTION", "LOAD", self.library.source)
+            if isinstance(reply, Exception):
+                self._library_refused(reply)
+        for script in plan.scripts:
+            reply = yield Ask("script_load", (script.source,))
+            if isinstance(reply, Exception):
+                raise reply
+
+    def _library_refused(self, exc: BaseException) -> None:
+        """FUNCTION LOAD failed: scripts from now on, or nothing to do, or a real error."""
+        unusable = library_load_error(exc)
+        if unusable is None:
+            raise exc
+        self.functions = not unusable
+
+    def _checking_policy(self) -> Flow[None]:
+        """Once per client: warn when Redis may evict keys (a refused CONFIG says nothing)."""
+        self._policy_checked = True
+        reply = yield Ask("config_get", ("maxmemory-policy",))
+        if not isinstance(reply, Exception):  # managed Redis may refuse CONFIG
+            warn_policy(reply)
