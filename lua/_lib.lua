@@ -391,14 +391,18 @@ local function flush_events(ctx)
 end
 
 -- Sorted-set writes are buffered: per key, the last write of each member (its score, or false
--- for a removal), in ctx.index[key] (the keys in first-write order in ctx.index_keys), applied as
--- one ZREM and one ZADD per key by flush_index(), which runs before a script reads a sorted set
--- (zread) and when it is done (finish). The last write of a member decides where it ends, as it
--- would have written one by one.
+-- for a removal), in ctx.index[key] (the keys in first-write order in ctx.index_keys; both made
+-- at the first write), applied as one ZREM and one ZADD per key by flush_index(), which runs
+-- before a script reads a sorted set (zread) and when it is done (finish). The last write of a
+-- member decides where it ends, as it would have written one by one.
 local INDEX_CHUNK = 1000 -- members per command: unpack() has a limit
 
 local function index_write(ctx, k, member, score)
   local index = ctx.index
+  if index == nil then
+    index = {}
+    ctx.index, ctx.index_keys = index, {}
+  end
   local m = index[k]
   if m == nil then
     m = {}
@@ -420,10 +424,9 @@ local function flush_args(cmd, k, args)
 end
 
 local function flush_index(ctx)
-  local keys = ctx.index_keys
-  if keys[1] == nil then return end -- nothing buffered (no new tables either)
   local index = ctx.index
-  for _, k in ipairs(keys) do
+  if index == nil then return end -- nothing buffered
+  for _, k in ipairs(ctx.index_keys) do
     local removed, added = {}, {}
     for member, score in pairs(index[k]) do
       if score then
@@ -436,7 +439,7 @@ local function flush_index(ctx)
     flush_args("ZREM", k, removed)
     flush_args("ZADD", k, added)
   end
-  ctx.index, ctx.index_keys = {}, {}
+  ctx.index, ctx.index_keys = nil, nil
 end
 
 -- A read of a sorted set, after the buffered writes.
@@ -458,18 +461,22 @@ local function zread_typed(ctx, cmd, k, ...)
   return reply
 end
 
--- Queues that got claimable jobs during this call, and how many (ctx.woken): idle workers block
--- on the queue's wake list; finish() pushes at most WAKE_MAX tokens per queue once the call is
--- done.
+-- Queues that got claimable jobs during this call, and how many (ctx.woken, made at the first):
+-- idle workers block on the queue's wake list; finish() pushes at most WAKE_MAX tokens per queue
+-- once the call is done.
 local function wake(ctx, queue)
   local woken = ctx.woken
-  woken[queue] = (woken[queue] or 0) + 1
+  if woken == nil then
+    ctx.woken = {[queue] = 1}
+  else
+    woken[queue] = (woken[queue] or 0) + 1
+  end
 end
 
 local function finish(ctx, reply)
   flush_index(ctx)
   flush_events(ctx)
-  for queue, n in pairs(ctx.woken) do
+  for queue, n in pairs(ctx.woken or NONE) do
     local tokens = {}
     for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
     local k = key_q(ctx, queue, "wake")
@@ -914,8 +921,8 @@ local function run_call(keys, args, main)
     prefix = prefix, events = keys[2], args = args, cid = args[1],
     key_queues = prefix .. "queues", key_seq = prefix .. "seq",
     queue_keys = {}, text_of = {}, names_ok = {}, int_ok = nil, at_bytes = {},
-    loaded = {}, changed = {}, implicit_ins = {}, checked = {},
-    index = {}, index_keys = {}, event_runs = {}, woken = {},
+    loaded = {}, changed = {}, implicit_ins = {}, checked = {}, event_runs = {},
+    index = nil, index_keys = nil, woken = nil,
   }
   return finish(ctx, main(ctx))
 end
