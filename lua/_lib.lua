@@ -42,9 +42,9 @@
 -- its buffered writes, events and wake-ups. Nothing else changes after load: a function library
 -- runs its top-level code once, at FUNCTION LOAD, so a top-level variable set by one call would
 -- still hold it in the next.
---   ctx.prefix KEYS[1]   ctx.events KEYS[2] (or nil)   ctx.args ARGV   ctx.cid ARGV[1]
---   ctx.key_queues, ctx.key_seq   the namespace's queue set and enqueue sequence
---   the rest: caches and buffers, each described where it is used.
+--   ctx.prefix KEYS[1]   ctx.events KEYS[2] (or nil)   ctx.args ARGV (ARGV[1]: the call id)
+--   the rest: caches and buffers, each described where it is used. (At most 16 fields: a table
+--   of more takes twice the memory, and a call pays for making it.)
 
 local MAXINT = 1125899906842624 -- 2^50: every integer field and argument stays exact in a double
 local ID_MAX = 256
@@ -66,7 +66,10 @@ local WAKE_KEEP = "-16" -- (LTRIM's start: the last WAKE_MAX tokens)
 local function key_job(ctx, id) return ctx.prefix .. "job:" .. id end
 local function key_dependents(ctx, id) return ctx.prefix .. "dependents:" .. id end
 -- The key of this call's record (see "Re-sent calls" above).
-local function key_call(ctx) return ctx.prefix .. "call:" .. ctx.cid end
+local function key_call(ctx) return ctx.prefix .. "call:" .. ctx.args[1] end
+-- The namespace's queue set and enqueue sequence.
+local function key_queues(ctx) return ctx.prefix .. "queues" end
+local function key_seq(ctx) return ctx.prefix .. "seq" end
 -- Queue keys are built once per call (a claim or report names the same few per job), in
 -- ctx.queue_keys[queue][what].
 local function key_q(ctx, queue, what)
@@ -329,7 +332,7 @@ local function check_queue(ctx, queue)
   local bad = nil
   local keys = {}
   for i, what in ipairs(QUEUE_ZSETS) do keys[i] = key_q(ctx, queue, what) end
-  bad = check_types(ctx, keys, "zset") or check_types(ctx, {ctx.key_queues}, "set")
+  bad = check_types(ctx, keys, "zset") or check_types(ctx, {key_queues(ctx)}, "set")
     or check_types(ctx, {key_q(ctx, queue, "wake")}, "list")
     or (ctx.events and check_types(ctx, {ctx.events}, "stream")) or nil
   if bad == nil then ctx.checked[queue] = true end
@@ -353,8 +356,8 @@ local function writes_error(ctx, queue, writes)
   for i, what in ipairs(writes) do keys[i] = key_q(ctx, queue, what) end
   local bad = check_types(ctx, keys, "zset")
     or (writes.wake and check_types(ctx, {key_q(ctx, queue, "wake")}, "list"))
-    or (writes.namespace and (check_types(ctx, {ctx.key_queues}, "set")
-      or check_types(ctx, {ctx.key_seq}, "string")))
+    or (writes.namespace and (check_types(ctx, {key_queues(ctx)}, "set")
+      or check_types(ctx, {key_seq(ctx)}, "string")))
     or (ctx.events and check_types(ctx, {ctx.events}, "stream")) or nil
   if bad == nil then done[queue] = true end
   return bad
@@ -367,11 +370,15 @@ local EVENT_OF = {W = "released", R = "retrying", L = "active", S = "completed",
 
 -- Events are grouped: consecutive events of one kind and queue in one call become one stream
 -- entry whose `job` and `a` fields list the jobs and their attempts, space-separated (ids hold
--- no whitespace), in order. One XADD per run (ctx.event_runs) rather than per job; a job's events
--- keep their order.
+-- no whitespace), in order. One XADD per run (ctx.event_runs, made at the first) rather than
+-- per job; a job's events keep their order.
 local function emit(ctx, id, h, ev)
   if ctx.events then
     local runs = ctx.event_runs
+    if runs == nil then
+      runs = {}
+      ctx.event_runs = runs
+    end
     local last = runs[#runs]
     if last == nil or last.ev ~= ev or last.q ~= h.q then
       last = {ev = ev, q = h.q, jobs = {}, attempts = {}}
@@ -383,7 +390,7 @@ local function emit(ctx, id, h, ev)
 end
 
 local function flush_events(ctx)
-  for _, run in ipairs(ctx.event_runs) do
+  for _, run in ipairs(ctx.event_runs or NONE) do
     local entries = fmt(ctx, math.max(1, math.floor(EVENTS_MAX / #run.jobs)))
     redis.call("XADD", ctx.events, "MAXLEN", "~", entries, "*", "job", table.concat(run.jobs, " "),
       "ev", run.ev, "q", run.q, "a", table.concat(run.attempts, " "))
@@ -495,14 +502,14 @@ local function maintenance_args(ctx)
   if limit == nil or limit < 1 or limit > 10000 then
     return nil, invalid("limit must be between 1 and 10000")
   end
-  local bad = check_types(ctx, {ctx.key_queues}, "set")
+  local bad = check_types(ctx, {key_queues(ctx)}, "set")
   if bad then return nil, bad end
   return now, limit
 end
 
 -- Calls fn(queue, room) for every sound queue of the namespace while done() < limit.
 local function each_queue(ctx, limit, done, fn)
-  for _, queue in ipairs(redis.call("SMEMBERS", ctx.key_queues)) do
+  for _, queue in ipairs(redis.call("SMEMBERS", key_queues(ctx))) do
     if done() >= limit then break end
     if valid_name(queue, NAME_MAX) and check_queue(ctx, queue) == nil then
       fn(queue, limit - done())
@@ -564,12 +571,17 @@ end
 -- Members sort by available_at, then sequence: both as fixed-width big-endian bytes (6 and 5:
 -- available_at below 2^48 ms, sequence below 2^40), then the id. Binary rather than hex keeps a
 -- member with a 16-character id within 32 bytes of memory (Redis compares members as bytes).
--- ctx.at_bytes: the 6 bytes of each available_at met in this call (a batch shares one or a few).
+-- ctx.at_bytes (made at the first): the 6 bytes of each available_at met in this call (a batch
+-- shares one or a few).
 local READY_PREFIX = 11
 
 local function ready_member(ctx, id, h)
   local floor = math.floor
   local at_bytes = ctx.at_bytes
+  if at_bytes == nil then
+    at_bytes = {}
+    ctx.at_bytes = at_bytes
+  end
   local prefix = at_bytes[h.at]
   if prefix == nil then
     local at = tonumber(h.at)
@@ -916,13 +928,12 @@ end
 -- Every call runs through here: `main` with a context made for this call alone (see "Per-call
 -- state" above), then the buffered writes, events and wake-ups.
 local function run_call(keys, args, main)
-  local prefix = keys[1]
   local ctx = {
-    prefix = prefix, events = keys[2], args = args, cid = args[1],
-    key_queues = prefix .. "queues", key_seq = prefix .. "seq",
-    queue_keys = {}, text_of = {}, names_ok = {}, int_ok = nil, at_bytes = {},
-    loaded = {}, changed = {}, implicit_ins = {}, checked = {}, event_runs = {},
-    index = nil, index_keys = nil, woken = nil,
+    prefix = keys[1], events = keys[2], args = args,
+    queue_keys = {}, text_of = {}, names_ok = {}, loaded = {}, changed = {}, implicit_ins = {},
+    checked = {},
+    -- made at their first use (many calls need none of them):
+    int_ok = nil, at_bytes = nil, event_runs = nil, index = nil, index_keys = nil, woken = nil,
   }
   return finish(ctx, main(ctx))
 end

@@ -82,7 +82,7 @@ local RETRY_LEASE_WRITES = {"ready", "leased", "retrying"}
 -- ids): the jobs around it are still claimed.
 local function take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped)
   local dropped = 0
-  local loaded = ctx.loaded
+  local loaded, cid = ctx.loaded, ctx.args[1]
   local members = zread(ctx, "ZRANGE", key_q(ctx, queue, "ready"), "0",
     fmt(ctx, limit - 1 + #damaged))
   for _, member in ipairs(members) do
@@ -101,7 +101,7 @@ local function take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, dam
       bad = writes_error(ctx, h.q, h.st == "R" and RETRY_LEASE_WRITES or LEASE_WRITES)
       if bad == nil then
         local raw = loaded[id] -- the fields as loaded, before the lease (see the replies above)
-        lease(ctx, id, h, worker, lease_ms, now, ctx.cid .. "." .. fmt(ctx, #rec + 1), member)
+        lease(ctx, id, h, worker, lease_ms, now, cid .. "." .. fmt(ctx, #rec + 1), member)
         out[#out + 1] = id
         out[#out + 1] = raw
         rec[#rec + 1] = id .. " " .. token_record(h)

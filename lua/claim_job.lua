@@ -50,7 +50,7 @@ local function main(ctx)
   end
   local bad, lease_ms = claim_ready(ctx, h, worker, args[5], now, available_at)
   if bad then return bad end
-  lease(ctx, id, h, worker, lease_ms, now, ctx.cid)
+  lease(ctx, id, h, worker, lease_ms, now, args[1])
   local claim = {"Claim", job_reply(ctx, id, h), token_reply(id, h)}
   record(ctx, token_record(h))
   return applied("ClaimApplied", fmt(ctx, now), claim)

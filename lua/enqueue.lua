@@ -214,7 +214,7 @@ local function write_one(ctx, a, now, seq, now_text)
     st = "W",
     at = a.at == now and now_text or fmt(ctx, a.at), ins = now_text,
   }
-  if not a.made then h.ec = ctx.cid end
+  if not a.made then h.ec = ctx.args[1] end -- the call id
   redis.call("HSET", key_job(ctx, a.id), unpack(new_fields(a, h, now_text)))
   place(ctx, a.id, h, now)
   emit(ctx, a.id, h, "enqueued")
@@ -241,8 +241,8 @@ local function enqueue_all(ctx, jobs, now, limits, reply)
     batch[a.id] = true
     queues[a.queue] = true
   end
-  for q in pairs(queues) do redis.call("SADD", ctx.key_queues, q) end
-  local seq = redis.call("INCRBY", ctx.key_seq, fmt(ctx, #jobs)) - #jobs
+  for q in pairs(queues) do redis.call("SADD", key_queues(ctx), q) end
+  local seq = redis.call("INCRBY", key_seq(ctx), fmt(ctx, #jobs)) - #jobs
   local out = {"BatchApplied", fmt(ctx, now)}
   for i, a in ipairs(jobs) do
     local h = write_one(ctx, a, now, seq + i, limits.now_text)
@@ -256,7 +256,7 @@ end
 local function created_by(ctx, a)
   if #a.id == 0 or #a.id > ID_MAX then return nil end
   local h = load_job(ctx, a.id)
-  if h and (h.ec == ctx.cid or (a.made and h.ec == nil)) then return h end
+  if h and (h.ec == ctx.args[1] or (a.made and h.ec == nil)) then return h end
   return nil
 end
 
@@ -268,7 +268,7 @@ end
 -- job refused leaves a gap, which orders nothing differently).
 local function next_seq(ctx, limits, left)
   if limits.seq == nil then
-    limits.seq = redis.call("INCRBY", ctx.key_seq, fmt(ctx, left)) - left
+    limits.seq = redis.call("INCRBY", key_seq(ctx), fmt(ctx, left)) - left
   end
   limits.seq = limits.seq + 1
   return limits.seq
@@ -282,7 +282,7 @@ local function each_one(ctx, a, now, limits, batch, before, reply, left)
     local bad = check_one(ctx, a, now, limits, batch)
     if bad then return bad, bad end
     if not limits.listed[a.queue] then
-      redis.call("SADD", ctx.key_queues, a.queue)
+      redis.call("SADD", key_queues(ctx), a.queue)
       limits.listed[a.queue] = true
     end
     h = write_one(ctx, a, now, next_seq(ctx, limits, left), limits.now_text)

@@ -80,7 +80,7 @@ local function main(ctx)
   if limit == nil or limit < 1 or limit > 10000 then
     return invalid("limit must be between 1 and 10000")
   end
-  local bad = check_types(ctx, {ctx.key_queues}, "set")
+  local bad = check_types(ctx, {key_queues(ctx)}, "set")
   if bad then return bad end
   -- Never a job finished within the re-send window: a re-sent call must still find it.
   local limits = {
@@ -89,7 +89,7 @@ local function main(ctx)
     guard = now - CALL_TTL_MS,
   }
   local pruned = 0
-  for _, queue in ipairs(redis.call("SMEMBERS", ctx.key_queues)) do
+  for _, queue in ipairs(redis.call("SMEMBERS", key_queues(ctx))) do
     if valid_name(queue, NAME_MAX) and check_queue(ctx, queue) == nil then
       for _, what in ipairs(FINISHED_SETS) do
         if pruned >= limit then break end
