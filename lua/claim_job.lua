@@ -1,7 +1,9 @@
 -- claim_job: Waiting / RetryWaiting / Leased-and-expired -> Leased, one job by id.
--- The seed's claim_transition, checks in its order: TerminalJob; LeaseHeld(expires_at) while a
--- lease runs; then claim_ready: InvalidJob (empty worker, lease < 1), NotAvailable(available_at),
--- AttemptLimitReached; then dependency_error: MissingDependency(dep) / IncompleteDependency(dep).
+-- Checks, in order (docs/lifecycle.md, claim_job): MissingJob; TerminalJob; LeaseHeld(expires_at)
+-- while a lease runs; then claim_ready below: InvalidJob (empty worker, lease < 1),
+-- NotAvailable(available_at), AttemptLimitReached, our limit on the worker id, then, for a
+-- blocked job, dependency_error: MissingDependency(dep) / IncompleteDependency(dep); the queue's
+-- keys (CorruptKey). The write is lease() (as claim.lua's).
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id (also the lease nonce)   ARGV[2] now ("" = server clock)   ARGV[3] job id
@@ -14,30 +16,31 @@
 --   {"IncompleteDependency", id} | {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the same token again, with the job as it is now.
 
-local function claim_ready(id, h, worker, lease_arg, now, available_at)
+-- The checks of a job that may be leased: the lease duration, or a refusal.
+local function claim_ready(ctx, h, worker, lease_arg, now, available_at)
   if worker == "" then return invalid("worker_id must not be empty") end
   local lease_ms, e = duration_arg(lease_arg, "lease_duration", 1)
   if lease_ms == nil then return e end
-  if now < available_at then return refuse("NotAvailable", fmt(available_at)) end
+  if now < available_at then return refuse("NotAvailable", fmt(ctx, available_at)) end
   if tonumber(h.a) >= tonumber(h.m) then return refuse("AttemptLimitReached") end
   -- pd counts dependencies not yet succeeded; at 0 they all did (Succeeded is final, though a
   -- succeeded dependency may since have been pruned), so only a blocked job reads them.
-  local deps_bad = blocked(h) and dependency_error(h) or nil
-  local bad = text_error(worker, "worker_id") or deps_bad or check_queue(h.q)
+  local deps_bad = blocked(h) and dependency_error(ctx, h) or nil
+  local bad = text_error(worker, "worker_id") or deps_bad or check_queue(ctx, h.q)
   if bad then return bad end
   return nil, lease_ms
 end
 
-local function main()
-  local cid = ARGS[1]
-  local now, e = clock(ARGS[2])
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
   if now == nil then return e end
-  local id, worker = ARGS[3], ARGS[4]
-  local h, err = load_job(id)
+  local id, worker = args[3], args[4]
+  local h, err = load_job(ctx, id)
   if h == nil then return err end
-  local again = recorded(cid)
+  local again = recorded(ctx)
   if again then
-    return applied("ClaimApplied", "", replayed_claim(id, h, worker, unpack(split(again))))
+    return applied("ClaimApplied", "", replayed_claim(ctx, id, h, worker, unpack(split(again))))
   end
   if TERMINAL[h.st] then return refuse("TerminalJob") end
   local available_at = tonumber(h.at)
@@ -45,12 +48,12 @@ local function main()
     if now < tonumber(h.x) then return refuse("LeaseHeld", h.x) end
     available_at = now
   end
-  local bad, lease_ms = claim_ready(id, h, worker, ARGS[5], now, available_at)
+  local bad, lease_ms = claim_ready(ctx, h, worker, args[5], now, available_at)
   if bad then return bad end
-  lease(id, h, worker, lease_ms, now, cid)
-  local claim = {"Claim", job_reply(id, h), token_reply(id, h)}
-  record(cid, token_record(h))
-  return applied("ClaimApplied", fmt(now), claim)
+  lease(ctx, id, h, worker, lease_ms, now, args[1])
+  local claim = {"Claim", job_reply(ctx, id, h), token_reply(id, h)}
+  record(ctx, token_record(h))
+  return applied("ClaimApplied", fmt(ctx, now), claim)
 end
 
 return run_call(KEYS, ARGV, main)

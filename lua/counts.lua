@@ -11,34 +11,35 @@
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] queue
 --
 -- Replies
---   {"Counts", now, available, scheduled, retryable, executing, completed, discarded, cancelled,
+--   {"Counts", now, available, scheduled_jobs, retryable, executing, completed, discarded, cancelled,
 --    blocked}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
-local function main()
-  local now, e = clock(ARGS[2])
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
   if now == nil then return e end
-  local queue = ARGS[3]
-  local bad = name_error(queue, "queue") or check_queue(queue)
+  local queue = args[3]
+  local bad = name_error(queue, "queue") or check_queue(ctx, queue)
   if bad then return bad end
-  local later = "(" .. fmt(now)
-  local retrying = redis.call("ZCARD", key_q(queue, "retrying"))
-  local blocked = redis.call("ZCARD", key_q(queue, "blocked"))
-  local waiting = redis.call("ZCARD", key_q(queue, "ready")) + blocked
-    + redis.call("ZCARD", key_q(queue, "delayed")) - retrying
-  local scheduled = redis.call("ZCOUNT", key_q(queue, "delayed"), later, "+inf")
-    - redis.call("ZCOUNT", key_q(queue, "retrying"), later, "+inf")
-    + redis.call("ZCOUNT", key_q(queue, "blocked"), later, "+inf")
-  scheduled = math.max(0, math.min(scheduled, waiting))
-  return applied("Counts", fmt(now),
-    fmt(math.max(0, waiting - scheduled)),
-    fmt(scheduled),
-    fmt(retrying),
-    fmt(redis.call("ZCARD", key_q(queue, "leased"))),
-    fmt(redis.call("ZCARD", key_q(queue, "succeeded"))),
-    fmt(redis.call("ZCARD", key_q(queue, "failed"))),
-    fmt(redis.call("ZCARD", key_q(queue, "cancelled"))),
-    fmt(blocked))
+  local later = "(" .. fmt(ctx, now)
+  local retrying = redis.call("ZCARD", key_q(ctx, queue, "retrying"))
+  local blocked_jobs = redis.call("ZCARD", key_q(ctx, queue, "blocked"))
+  local waiting = redis.call("ZCARD", key_q(ctx, queue, "ready")) + blocked_jobs
+    + redis.call("ZCARD", key_q(ctx, queue, "delayed")) - retrying
+  local scheduled_jobs = redis.call("ZCOUNT", key_q(ctx, queue, "delayed"), later, "+inf")
+    - redis.call("ZCOUNT", key_q(ctx, queue, "retrying"), later, "+inf")
+    + redis.call("ZCOUNT", key_q(ctx, queue, "blocked"), later, "+inf")
+  scheduled_jobs = math.max(0, math.min(scheduled_jobs, waiting))
+  return applied("Counts", fmt(ctx, now),
+    fmt(ctx, math.max(0, waiting - scheduled_jobs)),
+    fmt(ctx, scheduled_jobs),
+    fmt(ctx, retrying),
+    fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "leased"))),
+    fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "succeeded"))),
+    fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "failed"))),
+    fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "cancelled"))),
+    fmt(ctx, blocked_jobs))
 end
 
 return run_call(KEYS, ARGV, main)

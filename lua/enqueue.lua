@@ -1,8 +1,9 @@
 -- enqueue: (nothing) -> Waiting(available_at), for one job or a batch of jobs, all or nothing.
--- The seed's new_job checks, in its order, then our limits, then DuplicateJob, then each
--- dependency: MissingDependency when it does not exist (nor earlier in this batch),
--- IncompleteDependency when it can never succeed (Cancelled, or Failed for a job that asked to be
--- cancelled on dependency failure). A job may depend on an earlier job of the same batch.
+-- Checks, in order (docs/lifecycle.md, enqueue), job by job: the new job's own (new_job_checks
+-- below), then our limits, then DuplicateJob, then each dependency: MissingDependency when it
+-- does not exist (nor earlier in this batch), IncompleteDependency when it can never succeed
+-- (Cancelled, or Failed for a job that asked to be cancelled on dependency failure); then the
+-- keys its write touches (CorruptKey). A job may depend on an earlier job of the same batch.
 --
 -- Two modes. "all": the batch is applied whole or not at all (the first refusal names its job).
 -- "each": every job is checked and applied on its own (a refused job does not stop the others;
@@ -39,8 +40,8 @@ local GROUP = 13
 
 -- A batch repeats the same few values (attempts, priority, stage, queue): each is checked once a
 -- call, in the call's memo (m.ints: integer arguments parsed; m.stages: stages found valid; queue
--- names found valid go to the library's NAMES_OK, as a loaded job's queue does). Only successes
--- are kept: a refusal is worded for its argument.
+-- names found valid go to ctx.names_ok, as a loaded job's queue does). Only successes are kept:
+-- a refusal is worded for its argument.
 local function int_memo(m, s, what)
   local n = m.ints[s]
   if n ~= nil then return n end
@@ -51,7 +52,7 @@ end
 
 local NO_DEPS = {} -- shared by every job without dependencies: never written to
 
-local function seed_checks(a, now, m)
+local function new_job_checks(a, now, m)
   if a.id == "" then return invalid("id must not be empty") end
   if a.stage == "" then return invalid("stage must not be empty") end
   if a.input_ref == "" then return invalid("input_ref must not be empty") end
@@ -77,13 +78,13 @@ local function seed_checks(a, now, m)
   return time_error(at, "available_at")
 end
 
-local function name_checks(a, m)
+local function name_checks(ctx, a, m)
   local bad = id_error(a.id, "id")
   if bad then return bad end
-  if not NAMES_OK[a.queue] then
+  if not ctx.names_ok[a.queue] then
     bad = name_error(a.queue, "queue")
     if bad then return bad end
-    NAMES_OK[a.queue] = true
+    ctx.names_ok[a.queue] = true
   end
   if not m.stages[a.stage] then
     bad = stage_error(a.stage)
@@ -93,8 +94,8 @@ local function name_checks(a, m)
   return text_error(a.input_ref, "input_ref")
 end
 
-local function limit_checks(a, max_payload, max_deps, m)
-  local bad = name_checks(a, m)
+local function limit_checks(ctx, a, max_payload, max_deps, m)
+  local bad = name_checks(ctx, a, m)
   if bad then return bad end
   if #a.payload > max_payload then
     return invalid("payload is " .. #a.payload .. " bytes, over the limit of " .. max_payload)
@@ -124,13 +125,13 @@ local function limit_checks(a, max_payload, max_deps, m)
 end
 
 -- Counts the dependencies not yet succeeded; refuses those that cannot ever succeed.
-local function dependency_checks(a, batch)
+local function dependency_checks(ctx, a, batch)
   local pending = 0
   for _, d in ipairs(a.deps) do
     if batch[d] then
       pending = pending + 1
     else
-      local h, err = load_job(d)
+      local h, err = load_job(ctx, d)
       if h == nil then
         if err[1] == "MissingJob" then return nil, refuse("MissingDependency", d) end
         return nil, err
@@ -144,21 +145,21 @@ local function dependency_checks(a, batch)
   return pending
 end
 
-local function read_group(i)
+local function read_group(args, i)
   local b = 7 + (i - 1) * GROUP
   return {
-    id = ARGS[b + 1], queue = ARGS[b + 2], stage = ARGS[b + 3], payload = ARGS[b + 4],
-    input_ref = ARGS[b + 5], input_revision = ARGS[b + 6], dependencies = ARGS[b + 7],
-    priority = ARGS[b + 8], max_attempts = ARGS[b + 9], available_at = ARGS[b + 10],
-    delay = ARGS[b + 11], odf = ARGS[b + 12], made = ARGS[b + 13] == "1",
+    id = args[b + 1], queue = args[b + 2], stage = args[b + 3], payload = args[b + 4],
+    input_ref = args[b + 5], input_revision = args[b + 6], dependencies = args[b + 7],
+    priority = args[b + 8], max_attempts = args[b + 9], available_at = args[b + 10],
+    delay = args[b + 11], odf = args[b + 12], made = args[b + 13] == "1",
   }
 end
 
 -- True when no job of the call exists yet, asked with one EXISTS for them all (rather than one a
 -- job): then no job needs its own duplicate check (a job the call itself created is in `batch`).
-local function none_exist(jobs)
+local function none_exist(ctx, jobs)
   local keys, found = {}, 0
-  for i, a in ipairs(jobs) do keys[i] = key_job(a.id) end
+  for i, a in ipairs(jobs) do keys[i] = key_job(ctx, a.id) end
   for i = 1, #keys, 1000 do
     found = found + redis.call("EXISTS", unpack(keys, i, math.min(#keys, i + 999)))
   end
@@ -173,17 +174,18 @@ local WRITES = {
 }
 
 -- Every check of one job, given the ids applied earlier in this call; nil when it may go in.
-local function check_one(a, now, limits, batch)
-  local bad = seed_checks(a, now, limits) or limit_checks(a, limits.payload, limits.deps, limits)
+local function check_one(ctx, a, now, limits, batch)
+  local bad = new_job_checks(a, now, limits)
+    or limit_checks(ctx, a, limits.payload, limits.deps, limits)
   if bad then return bad end
-  if batch[a.id] or (not limits.none_exist and redis.call("EXISTS", key_job(a.id)) == 1) then
+  if batch[a.id] or (not limits.none_exist and redis.call("EXISTS", key_job(ctx, a.id)) == 1) then
     return refuse("DuplicateJob", a.id)
   end
-  local pending, err = dependency_checks(a, batch)
+  local pending, err = dependency_checks(ctx, a, batch)
   if pending == nil then return err end
   a.pending = pending
   local index = pending > 0 and "blocked" or (a.at <= now and "ready" or "delayed")
-  return writes_error(a.queue, WRITES[index])
+  return writes_error(ctx, a.queue, WRITES[index])
 end
 
 -- The new hash's fields but those holding their default (see DEFAULTS), written out: this runs
@@ -204,55 +206,57 @@ local function new_fields(a, h, now_text)
   return args
 end
 
-local function write_one(a, now, seq, cid, now_text)
+local function write_one(ctx, a, now, seq, now_text)
   local h = {
     q = a.queue, s = a.stage, p = a.payload, ir = a.input_ref, rv = a.input_revision,
-    dp = a.deps == NO_DEPS and "" or table.concat(a.deps, " "), pd = fmt(a.pending), odf = a.odf,
-    pr = a.priority, sq = fmt(seq), a = "0", m = a.max_attempts, f = "0", st = "W",
-    at = a.at == now and now_text or fmt(a.at), ins = now_text,
+    dp = a.deps == NO_DEPS and "" or table.concat(a.deps, " "), pd = fmt(ctx, a.pending),
+    odf = a.odf, pr = a.priority, sq = fmt(ctx, seq), a = "0", m = a.max_attempts, f = "0",
+    st = "W",
+    at = a.at == now and now_text or fmt(ctx, a.at), ins = now_text,
   }
-  if not a.made then h.ec = cid end
-  redis.call("HSET", key_job(a.id), unpack(new_fields(a, h, now_text)))
-  place(a.id, h, now)
-  emit(a.id, h, "enqueued")
+  if not a.made then h.ec = ctx.args[1] end -- the call id
+  redis.call("HSET", key_job(ctx, a.id), unpack(new_fields(a, h, now_text)))
+  place(ctx, a.id, h, now)
+  emit(ctx, a.id, h, "enqueued")
   for _, d in ipairs(a.deps) do
-    redis.call("SADD", key_dependents(d), a.id)
-    redis.call("HSET", key_job(d), "hd", "1")
+    redis.call("SADD", key_dependents(ctx, d), a.id)
+    redis.call("HSET", key_job(ctx, d), "hd", "1")
   end
   return h
 end
 
 -- How a job goes into the reply; fresh: created by this very call (not found by a re-send).
-local function job_out(id, h, reply, fresh)
+local function job_out(ctx, id, h, reply, fresh)
   if reply == "ids" then return id end
   if fresh then return h.pd end
-  return job_reply(id, h)
+  return job_reply(ctx, id, h)
 end
 
 -- "all": check every job, then write them all.
-local function enqueue_all(jobs, now, limits, reply, cid)
+local function enqueue_all(ctx, jobs, now, limits, reply)
   local batch, queues = {}, {}
   for i, a in ipairs(jobs) do
-    local bad = check_one(a, now, limits, batch)
-    if bad then return refuse("BatchRefused", fmt(i), bad), false end
+    local bad = check_one(ctx, a, now, limits, batch)
+    if bad then return refuse("BatchRefused", fmt(ctx, i), bad), false end
     batch[a.id] = true
     queues[a.queue] = true
   end
-  for q in pairs(queues) do redis.call("SADD", KEY_QUEUES, q) end
-  local seq = redis.call("INCRBY", KEY_SEQ, fmt(#jobs)) - #jobs
-  local out = {"BatchApplied", fmt(now)}
+  for q in pairs(queues) do redis.call("SADD", key_queues(ctx), q) end
+  local seq = redis.call("INCRBY", key_seq(ctx), fmt(ctx, #jobs)) - #jobs
+  local out = {"BatchApplied", fmt(ctx, now)}
   for i, a in ipairs(jobs) do
-    out[#out + 1] = job_out(a.id, write_one(a, now, seq + i, cid, limits.now_text), reply, true)
+    local h = write_one(ctx, a, now, seq + i, limits.now_text)
+    out[#out + 1] = job_out(ctx, a.id, h, reply, true)
   end
   return out, true
 end
 
 -- A job this very call created (a re-sent call): its hash keeps the call id (field ec), or its
 -- id was made at random for this call; so an applied enqueue needs no call record of its own.
-local function created_by(a, cid)
+local function created_by(ctx, a)
   if #a.id == 0 or #a.id > ID_MAX then return nil end
-  local h = load_job(a.id)
-  if h and (h.ec == cid or (a.made and h.ec == nil)) then return h end
+  local h = load_job(ctx, a.id)
+  if h and (h.ec == ctx.args[1] or (a.made and h.ec == nil)) then return h end
   return nil
 end
 
@@ -262,74 +266,76 @@ end
 -- The sequence number of the next job written in "each" mode: the first one takes a number for
 -- itself and every job after it (`left` of them: one INCRBY a call, not one INCR a job; a later
 -- job refused leaves a gap, which orders nothing differently).
-local function next_seq(limits, left)
-  if limits.seq == nil then limits.seq = redis.call("INCRBY", KEY_SEQ, fmt(left)) - left end
+local function next_seq(ctx, limits, left)
+  if limits.seq == nil then
+    limits.seq = redis.call("INCRBY", key_seq(ctx), fmt(ctx, left)) - left
+  end
   limits.seq = limits.seq + 1
   return limits.seq
 end
 
-local function each_one(a, now, limits, batch, before, reply, cid, left)
+local function each_one(ctx, a, now, limits, batch, before, reply, left)
   if type(before) == "table" then return before, before end
-  local h = not batch[a.id] and limits.resent and created_by(a, cid) or nil -- not: a duplicate
+  local h = not batch[a.id] and limits.resent and created_by(ctx, a) or nil -- not: a duplicate
   local fresh = h == nil
   if fresh then
-    local bad = check_one(a, now, limits, batch)
+    local bad = check_one(ctx, a, now, limits, batch)
     if bad then return bad, bad end
     if not limits.listed[a.queue] then
-      redis.call("SADD", KEY_QUEUES, a.queue)
+      redis.call("SADD", key_queues(ctx), a.queue)
       limits.listed[a.queue] = true
     end
-    h = write_one(a, now, next_seq(limits, left), cid, limits.now_text)
+    h = write_one(ctx, a, now, next_seq(ctx, limits, left), limits.now_text)
   end
   batch[a.id] = true
-  return applied("JobApplied", "", job_out(a.id, h, reply, fresh)), true
+  return applied("JobApplied", "", job_out(ctx, a.id, h, reply, fresh)), true
 end
 
 -- A call record is written only when some job was refused: the applied ones carry the call id.
-local function enqueue_each(jobs, now, limits, reply, before, cid)
-  local batch, kept, out, refused = {}, {}, {"EachResult", fmt(now)}, false
+local function enqueue_each(ctx, jobs, now, limits, reply, before)
+  local batch, kept, out, refused = {}, {}, {"EachResult", fmt(ctx, now)}, false
   for i, a in ipairs(jobs) do
-    out[#out + 1], kept[i] = each_one(a, now, limits, batch, before[i], reply, cid, #jobs - i + 1)
+    out[#out + 1], kept[i] = each_one(ctx, a, now, limits, batch, before[i], reply, #jobs - i + 1)
     refused = refused or kept[i] ~= true
   end
   return out, refused and encode_items(kept) or nil
 end
 
-local function replay_all(jobs, reply)
+local function replay_all(ctx, jobs, reply)
   local out = {"BatchApplied", ""}
   for _, a in ipairs(jobs) do
-    local h = load_job(a.id)
-    if h then out[#out + 1] = job_out(a.id, h, reply, false) end
+    local h = load_job(ctx, a.id)
+    if h then out[#out + 1] = job_out(ctx, a.id, h, reply, false) end
   end
   return out
 end
 
-local function main()
-  local cid = ARGS[1]
-  local now, e = clock(ARGS[2])
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
   if now == nil then return refuse("BatchRefused", "1", e) end
-  local limits = {payload = tonumber(ARGS[3]), deps = tonumber(ARGS[4]), ints = {},
-    stages = {}, now_text = fmt(now), listed = {}}
-  local n, mode, reply = int(ARGS[5]), ARGS[6], ARGS[7]
-  if n == nil or n < 1 or #ARGS ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each")
+  local limits = {payload = tonumber(args[3]), deps = tonumber(args[4]), ints = {},
+    stages = {}, now_text = fmt(ctx, now), listed = {}}
+  local n, mode, reply = int(args[5]), args[6], args[7]
+  if n == nil or n < 1 or #args ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each")
       or (reply ~= "ids" and reply ~= "slim") then
     return refuse("BatchRefused", "1", invalid("malformed enqueue call"))
   end
   local jobs = {}
-  for i = 1, n do jobs[i] = read_group(i) end
-  limits.none_exist = none_exist(jobs)
+  for i = 1, n do jobs[i] = read_group(args, i) end
+  limits.none_exist = none_exist(ctx, jobs)
   if mode == "each" then
     -- A re-sent call: its record (some job was refused), or its first job found (all applied).
     -- Otherwise no job of this call can exist yet, and none is looked for.
-    local before = decode_items(recorded(cid))
-    limits.resent = #before > 0 or (not limits.none_exist and created_by(jobs[1], cid) ~= nil)
-    local out, kept = enqueue_each(jobs, now, limits, reply, before, cid)
-    if kept then record(cid, kept) end
+    local before = decode_items(recorded(ctx))
+    limits.resent = #before > 0 or (not limits.none_exist and created_by(ctx, jobs[1]) ~= nil)
+    local out, kept = enqueue_each(ctx, jobs, now, limits, reply, before)
+    if kept then record(ctx, kept) end
     return out
   end
   -- (none_exist: not even the first job, so this is no re-sent call; nothing more to read)
-  if not limits.none_exist and created_by(jobs[1], cid) then return replay_all(jobs, reply) end
-  local out = enqueue_all(jobs, now, limits, reply, cid)
+  if not limits.none_exist and created_by(ctx, jobs[1]) then return replay_all(ctx, jobs, reply) end
+  local out = enqueue_all(ctx, jobs, now, limits, reply)
   return out
 end
 

@@ -1,7 +1,9 @@
 -- expire: Leased (lease run out) -> RetryWaiting("worker lease expired", now) while attempts
 -- remain, else Failed. Recovery of a dead worker's job, one job, with the fence the caller saw.
--- Checks, the seed's expire_transition: FenceChanged first; then by state: LeaseHeld(expires_at)
--- for a lease not yet run out, StaleLease for a waiting job, TerminalJob for a finished one.
+-- Checks, in order (docs/lifecycle.md, expire): MissingJob; InvalidJob for a fence that is no
+-- integer, FenceChanged; then by state: StaleLease for a waiting job, TerminalJob for a finished
+-- one; the queue's keys (CorruptKey); LeaseHeld(expires_at) for a lease not yet run out.
+-- The write is expire_job below; sweep.lua (every queue) and claim.lua (its queue) apply it too.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id   ARGV[4] observed fence
@@ -12,16 +14,24 @@
 --   {"TerminalJob"} | {"InvalidJob", reason} | {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
-local function main()
-  local c, err = open_fenced(false)
+-- A leased job whose lease has run out (the fence as observed) -> RetryWaiting or Failed, as a
+-- failed attempt would go. Returns the refusal or nil; on success the job has moved.
+local function expire_job(ctx, id, h, now)
+  if tonumber(h.x) > now then return refuse("LeaseHeld", h.x) end
+  return move_or_fail(ctx, id, h, now,
+    retry_or_fail(ctx, h, "LeaseExpired", "worker lease expired", now, 0))
+end
+
+local function main(ctx)
+  local c, err = open_fenced(ctx, false)
   if c == nil then return err end
-  if c.record then return job_applied(c, "") end
+  if c.record then return job_applied(ctx, c, "") end
   if c.h.st == "W" or c.h.st == "R" then return refuse("StaleLease") end
   if TERMINAL[c.h.st] then return refuse("TerminalJob") end
-  local bad = check_queue(c.h.q) or expire_job(c.id, c.h, c.now)
+  local bad = check_queue(ctx, c.h.q) or expire_job(ctx, c.id, c.h, c.now)
   if bad then return bad end
-  record(c.cid, "A")
-  return job_applied(c, fmt(c.now))
+  record(ctx, "A")
+  return job_applied(ctx, c, fmt(ctx, c.now))
 end
 
 return run_call(KEYS, ARGV, main)

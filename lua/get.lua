@@ -8,21 +8,22 @@
 --                                     (for a waiting job), or ""
 --   {"MissingJob", id} | {"CorruptJob", id, reason} | {"InvalidJob", reason}
 
-local function waiting_on(h)
+local function waiting_on(ctx, h)
   if h.st ~= "W" or not blocked(h) then return "" end
   for _, dep in ipairs(split(h.dp or "")) do
-    local d = load_job(dep)
+    local d = load_job(ctx, dep)
     if d == nil or d.st ~= "S" then return dep end
   end
   return ""
 end
 
-local function main()
-  local now, e = clock(ARGS[2])
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
   if now == nil then return e end
-  local h, err = load_job(ARGS[3])
+  local h, err = load_job(ctx, args[3])
   if h == nil then return err end
-  return applied("Found", fmt(now), job_reply(ARGS[3], h), waiting_on(h))
+  return applied("Found", fmt(ctx, now), job_reply(ctx, args[3], h), waiting_on(ctx, h))
 end
 
 return run_call(KEYS, ARGV, main)

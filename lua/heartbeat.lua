@@ -1,7 +1,8 @@
--- heartbeat: Leased -> Leased with expires_at = now + lease_duration (the Gleam
--- set_lease_expiry). Returns the new token; the old one is stale from then on.
--- Checks: the seed's lease_error (StaleLease / LeaseExpired(expires_at)), then InvalidJob for a
--- lease duration < 1.
+-- heartbeat: Leased -> Leased with expires_at = now + lease_duration. Returns the new token; the
+-- old one is stale from then on.
+-- Checks, in order: MissingJob; the lease check of docs/lifecycle.md (StaleLease /
+-- LeaseExpired(expires_at)); InvalidJob for a lease duration < 1; the lease index's key
+-- (CorruptKey).
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)
@@ -17,21 +18,23 @@
 -- A heartbeat writes the lease index only (the state does not change: no event).
 local HEARTBEAT_WRITES = {"leased"}
 
-local function main()
-  local c, err = open_lease()
+local function main(ctx)
+  local c, err = open_lease(ctx)
   if c == nil then return err end
   if c.record then
-    return applied("ClaimApplied", "", replayed_claim(c.id, c.h, c.worker, unpack(split(c.record))))
+    return applied("ClaimApplied", "",
+      replayed_claim(ctx, c.id, c.h, c.worker, unpack(split(c.record))))
   end
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
-  local lease_ms, e = duration_arg(ARGS[10], "lease_duration", 1)
+  local lease_ms, e = duration_arg(ctx.args[10], "lease_duration", 1)
   if lease_ms == nil then return e end
-  bad = writes_error(c.h.q, HEARTBEAT_WRITES)
+  bad = writes_error(ctx, c.h.q, HEARTBEAT_WRITES)
   if bad then return bad end
-  move(c.id, c.h, c.now, {x = fmt(c.now + lease_ms)})
-  record(c.cid, token_record(c.h))
-  return applied("ClaimApplied", fmt(c.now), {"Claim", job_reply(c.id, c.h), token_reply(c.id, c.h)})
+  move(ctx, c.id, c.h, c.now, {x = fmt(ctx, c.now + lease_ms)})
+  record(ctx, token_record(c.h))
+  return applied("ClaimApplied", fmt(ctx, c.now),
+    {"Claim", job_reply(ctx, c.id, c.h), token_reply(c.id, c.h)})
 end
 
 return run_call(KEYS, ARGV, main)

@@ -23,13 +23,13 @@ local function is_waiting(h) return h.st == "W" end
 
 -- Up to `want` jobs from an index, in its order, that pass `keep`; appended to out.
 -- range(start, count) reads the index; member_id turns a member into a job id.
-local function collect(out, want, range, member_id, keep)
+local function collect(ctx, out, want, range, member_id, keep)
   local start = 0
   while #out < want do
     local members = range(start, CHUNK_READ)
     for _, member in ipairs(members) do
       local id = member_id(member)
-      local h = load_job(id)
+      local h = load_job(ctx, id)
       if h and keep(h) then
         out[#out + 1] = {id, h}
         if #out >= want then break end
@@ -53,53 +53,55 @@ end
 
 local function same(member) return member end
 
-local function available(queue, now, want)
-  local out, due = {}, fmt(now)
-  collect(out, want, by_rank(key_q(queue, "ready")), ready_id, is_waiting)
-  collect(out, want, by_score(key_q(queue, "delayed"), "-inf", due), same, is_waiting)
-  collect(out, want, by_score(key_q(queue, "blocked"), "-inf", due), same, is_waiting)
+local function available(ctx, queue, now, want)
+  local out, due = {}, fmt(ctx, now)
+  collect(ctx, out, want, by_rank(key_q(ctx, queue, "ready")), ready_id, is_waiting)
+  collect(ctx, out, want, by_score(key_q(ctx, queue, "delayed"), "-inf", due), same, is_waiting)
+  collect(ctx, out, want, by_score(key_q(ctx, queue, "blocked"), "-inf", due), same, is_waiting)
   return out
 end
 
-local function scheduled(queue, now, want)
-  local out, later = {}, "(" .. fmt(now)
-  collect(out, want, by_score(key_q(queue, "delayed"), later, "+inf"), same, is_waiting)
-  collect(out, want, by_score(key_q(queue, "blocked"), later, "+inf"), same, is_waiting)
+local function scheduled(ctx, queue, now, want)
+  local out, later = {}, "(" .. fmt(ctx, now)
+  collect(ctx, out, want, by_score(key_q(ctx, queue, "delayed"), later, "+inf"), same, is_waiting)
+  collect(ctx, out, want, by_score(key_q(ctx, queue, "blocked"), later, "+inf"), same, is_waiting)
   return out
 end
 
-local function page(queue, status, now, offset, limit)
+local function page(ctx, queue, status, now, offset, limit)
   local plain = PLAIN[status]
   if plain then
     local out = {}
     local keep = function() return true end
     local range = function(start, count)
-      return redis.call("ZRANGE", key_q(queue, plain), offset + start, offset + start + count - 1)
+      local k = key_q(ctx, queue, plain)
+      return redis.call("ZRANGE", k, offset + start, offset + start + count - 1)
     end
-    collect(out, limit, range, same, keep)
+    collect(ctx, out, limit, range, same, keep)
     return out, 0
   end
   local pick = status == "available" and available or scheduled
-  return pick(queue, now, offset + limit), offset
+  return pick(ctx, queue, now, offset + limit), offset
 end
 
-local function main()
-  local now, e = clock(ARGS[2])
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
   if now == nil then return e end
-  local queue, status = ARGS[3], ARGS[4]
-  local bad = name_error(queue, "queue") or check_queue(queue)
+  local queue, status = args[3], args[4]
+  local bad = name_error(queue, "queue") or check_queue(ctx, queue)
   if bad then return bad end
   if PLAIN[status] == nil and status ~= "available" and status ~= "scheduled" then
     return invalid("unknown status '" .. status .. "'")
   end
-  local offset, limit = int(ARGS[5]), int(ARGS[6])
+  local offset, limit = int(args[5]), int(args[6])
   if offset == nil or offset < 0 then return invalid("offset must be a nonnegative integer") end
   if limit == nil or limit < 1 or limit > 1000 then
     return invalid("limit must be between 1 and 1000")
   end
-  local out = {"Jobs", fmt(now)}
-  local items, skip = page(queue, status, now, offset, limit)
-  for i = skip + 1, #items do out[#out + 1] = job_reply(items[i][1], items[i][2]) end
+  local out = {"Jobs", fmt(ctx, now)}
+  local items, skip = page(ctx, queue, status, now, offset, limit)
+  for i = skip + 1, #items do out[#out + 1] = job_reply(ctx, items[i][1], items[i][2]) end
   return out
 end
 

@@ -16,42 +16,44 @@ local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
 
 -- A finished job that a blocked job still depends on stays (the blocked job names its
 -- dependencies when it says what it waits on, and a Failed one may still be retried).
-local function still_needed(id, h)
-  for _, did in ipairs(dependents_of(id, h)) do
-    local d = load_job(did)
+local function still_needed(ctx, id, h)
+  for _, did in ipairs(dependents_of(ctx, id, h)) do
+    local d = load_job(ctx, did)
     if d and d.st == "W" and blocked(d) then return true end
   end
   return false
 end
 
-local function delete_job(id, h)
-  for _, dep in ipairs(split(h.dp or "")) do redis.call("SREM", key_dependents(dep), id) end
-  redis.call("DEL", key_job(id), key_dependents(id))
+local function delete_job(ctx, id, h)
+  for _, dep in ipairs(split(h.dp or "")) do redis.call("SREM", key_dependents(ctx, dep), id) end
+  redis.call("DEL", key_job(ctx, id), key_dependents(ctx, id))
 end
 
 -- Candidates: those over the count first (oldest), then those over the age.
-local function candidates(key, cutoff, max_count, budget)
+local function candidates(ctx, key, cutoff, max_count, budget)
   local ids = {}
   if max_count then
     local over = redis.call("ZCARD", key) - max_count
     if over > 0 then ids = redis.call("ZRANGE", key, 0, math.min(over, budget) - 1) end
   end
   if cutoff and #ids < budget then
-    local old = redis.call("ZRANGEBYSCORE", key, "-inf", "(" .. fmt(cutoff), "LIMIT", #ids, budget - #ids)
+    local old = redis.call("ZRANGEBYSCORE", key, "-inf", "(" .. fmt(ctx, cutoff), "LIMIT", #ids,
+      budget - #ids)
     for _, id in ipairs(old) do ids[#ids + 1] = id end
   end
   return ids
 end
 
 -- guard: jobs finished after it stay whatever the limits (the re-send window, CALL_TTL_MS).
-local function prune_set(key, limits, budget)
+local function prune_set(ctx, key, limits, budget)
   local pruned = 0
-  for _, id in ipairs(candidates(key, limits.cutoff, limits.count, budget)) do
-    local h, err = load_job(id)
+  for _, id in ipairs(candidates(ctx, key, limits.cutoff, limits.count, budget)) do
+    local h, err = load_job(ctx, id)
     if h == nil and err[1] == "MissingJob" then
       redis.call("ZREM", key, id)
-    elseif h and TERMINAL[h.st] and tonumber(h.fin) < limits.guard and not still_needed(id, h) then
-      delete_job(id, h)
+    elseif h and TERMINAL[h.st] and tonumber(h.fin) < limits.guard
+        and not still_needed(ctx, id, h) then
+      delete_job(ctx, id, h)
       redis.call("ZREM", key, id)
       pruned = pruned + 1
     end
@@ -66,18 +68,19 @@ local function optional_int(s, what)
   return n
 end
 
-local function main()
-  local now, e = clock(ARGS[2])
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
   if now == nil then return e end
-  local max_age, e1 = optional_int(ARGS[3], "max_age")
+  local max_age, e1 = optional_int(args[3], "max_age")
   if max_age == nil then return e1 end
-  local max_count, e2 = optional_int(ARGS[4], "max_count")
+  local max_count, e2 = optional_int(args[4], "max_count")
   if max_count == nil then return e2 end
-  local limit = int(ARGS[5])
+  local limit = int(args[5])
   if limit == nil or limit < 1 or limit > 10000 then
     return invalid("limit must be between 1 and 10000")
   end
-  local bad = check_types({KEY_QUEUES}, "set")
+  local bad = check_types(ctx, {key_queues(ctx)}, "set")
   if bad then return bad end
   -- Never a job finished within the re-send window: a re-sent call must still find it.
   local limits = {
@@ -86,15 +89,15 @@ local function main()
     guard = now - CALL_TTL_MS,
   }
   local pruned = 0
-  for _, queue in ipairs(redis.call("SMEMBERS", KEY_QUEUES)) do
-    if valid_name(queue, NAME_MAX) and check_queue(queue) == nil then
+  for _, queue in ipairs(redis.call("SMEMBERS", key_queues(ctx))) do
+    if valid_name(queue, NAME_MAX) and check_queue(ctx, queue) == nil then
       for _, what in ipairs(FINISHED_SETS) do
         if pruned >= limit then break end
-        pruned = pruned + prune_set(key_q(queue, what), limits, limit - pruned)
+        pruned = pruned + prune_set(ctx, key_q(ctx, queue, what), limits, limit - pruned)
       end
     end
   end
-  return applied("Pruned", fmt(now), fmt(pruned))
+  return applied("Pruned", fmt(ctx, now), fmt(ctx, pruned))
 end
 
 return run_call(KEYS, ARGV, main)

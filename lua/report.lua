@@ -1,6 +1,8 @@
 -- report: many lease holders' outcomes in one call (a worker's batch): each item is one of
 -- complete / fail / permanent_fail / release, checked and applied on its own exactly as its own
--- script would (a refused item changes nothing and does not stop the others).
+-- script would, by that script's edge (complete_job in complete.lua, fail_job in fail.lua,
+-- permanent_fail_job in permanent_fail.lua, release_job in release.lua): a refused item changes
+-- nothing and does not stop the others. report_claim.lua applies its items with report_items.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] caller's worker id
@@ -18,14 +20,65 @@
 -- which were applied. A re-sent call (same call id) gets every item's first answer again:
 -- OutcomeApplied for those applied, the same refusal for the others; it changes nothing more.
 
-local function main()
-  local cid = ARGS[1]
-  local now, e = clock(ARGS[2])
+local REPORT_GROUP = 10
+
+-- Each call name's edge, given an item's a, b and k.
+local OUTCOME_EDGES = {
+  complete = function(ctx, c, a, b) return complete_job(ctx, c, a, b) end,
+  fail = function(ctx, c, a, b, k) return fail_job(ctx, c, a, b, k) end,
+  permanent_fail = function(ctx, c, a, _, k) return permanent_fail_job(ctx, c, a, k) end,
+  release = function(ctx, c, a) return release_job(ctx, c, a) end,
+}
+
+-- The item count at ARGV[base], or nil and a refusal; the groups must end the arguments, and
+-- name known calls.
+local function report_count(ctx, base)
+  local args = ctx.args
+  local n = int(args[base])
+  if n == nil or n < 1 or n > 1000 or #args ~= base + n * REPORT_GROUP then
+    return nil, invalid("malformed report call")
+  end
+  for i = 1, n do
+    local name = args[base + (i - 1) * REPORT_GROUP + 1]
+    if OUTCOME_EDGES[name] == nil then return nil, invalid("unknown call '" .. name .. "'") end
+  end
+  return n
+end
+
+-- One item: its reply, and what the call record keeps of it (true: applied; else the refusal).
+-- before: what the record of a re-sent call kept of it (nil on a first delivery).
+local function report_item(ctx, base, i, now, worker, before)
+  if type(before) == "table" then return before, before end -- refused the first time: again
+  local args = ctx.args
+  local b = base + (i - 1) * REPORT_GROUP
+  local t = {args[b + 2], args[b + 3], args[b + 4], args[b + 5], args[b + 6], args[b + 7]}
+  local h, err = load_job(ctx, t[1])
+  if h == nil then return err, err end
+  if before == true then return h.st, true end
+  local bad = OUTCOME_EDGES[args[b + 1]](ctx, {now = now, id = t[1], h = h, t = t, worker = worker},
+    args[b + 8], args[b + 9], args[b + 10])
+  if bad then return bad, bad end
+  return h.st, true
+end
+
+-- Applies the n items of the groups after ARGV[base] (appending their replies to out); returns
+-- the call record's encoding. before: the items the record of a re-sent call kept.
+local function report_items(ctx, base, n, now, worker, before, out)
+  local kept = {}
+  for i = 1, n do
+    out[#out + 1], kept[i] = report_item(ctx, base, i, now, worker, before[i])
+  end
+  return encode_items(kept)
+end
+
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
   if now == nil then return e end
-  local n, bad = report_count(4)
+  local n, bad = report_count(ctx, 4)
   if n == nil then return bad end
-  local out = {"Reported", fmt(now)}
-  record(cid, report_items(4, n, now, ARGS[3], decode_items(recorded(cid)), out))
+  local out = {"Reported", fmt(ctx, now)}
+  record(ctx, report_items(ctx, 4, n, now, args[3], decode_items(recorded(ctx)), out))
   return out
 end
 

@@ -1,8 +1,9 @@
--- report_claim: a worker's outcomes and its next claim in one call: report.lua's items, then
--- claim.lua's claim (the outcomes first, so that a job whose last dependency completes here can
--- be claimed by this very call). Each part is applied or refused on its own, exactly as its own
--- script would: a refused outcome does not stop the claim, and a claim that finds nothing (or
--- is refused) does not undo the outcomes.
+-- report_claim: a worker's outcomes and its next claim in one call: report.lua's items (its
+-- report_count and report_items), then claim.lua's claim (its claim_args and claim_queue; the
+-- outcomes first, so that a job whose last dependency completes here can be claimed by this very
+-- call). Each part is applied or refused on its own, exactly as its own script would: a refused
+-- outcome does not stop the claim, and a claim that finds nothing (or is refused) does not undo
+-- the outcomes.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue   ARGV[4] worker id
@@ -19,16 +20,16 @@
 -- outcomes as report.lua keeps them). A re-sent call gets every outcome's first answer again and
 -- the claims first handed out; a claim that leased nothing the first time is made anew.
 
-local function main()
-  local cid = ARGS[1]
-  local now, e = clock(ARGS[2])
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
   if now == nil then return e end
-  local queue, worker = ARGS[3], ARGS[4]
-  local lease_ms, limit = claim_args(3)
+  local queue, worker = args[3], args[4]
+  local lease_ms, limit = claim_args(ctx, 3)
   if lease_ms == nil then return limit end
-  local n, bad = report_count(7)
+  local n, bad = report_count(ctx, 7)
   if n == nil then return bad end
-  local again, claimed, items = recorded(cid), nil, nil
+  local again, claimed, items = recorded(ctx), nil, nil
   if again and string.sub(again, 1, 1) == "-" then
     items = string.sub(again, 2)
   elseif again then
@@ -40,16 +41,18 @@ local function main()
     end
   end
   local results = {}
-  local kept = report_items(7, n, now, worker, decode_items(items), results)
-  if claimed then return {"ReportClaimed", fmt(now), results, claims_replayed(claimed, worker)} end
-  local claim, rec = claim_queue(cid, now, queue, worker, lease_ms, limit)
+  local kept = report_items(ctx, 7, n, now, worker, decode_items(items), results)
+  if claimed then
+    return {"ReportClaimed", fmt(ctx, now), results, claims_replayed(ctx, claimed, worker)}
+  end
+  local claim, rec = claim_queue(ctx, now, queue, worker, lease_ms, limit)
   local value = rec and (#rec .. ":" .. rec .. kept) or ("-" .. kept)
   if again == nil then
-    record(cid, value)
+    record(ctx, value)
   elseif rec then -- a re-sent call whose claim leased nothing the first time, and now did
-    redis.call("SET", key_call(cid), value, "PX", CALL_TTL_TEXT)
+    redis.call("SET", key_call(ctx), value, "PX", CALL_TTL_TEXT)
   end
-  return {"ReportClaimed", fmt(now), results, claim}
+  return {"ReportClaimed", fmt(ctx, now), results, claim}
 end
 
 return run_call(KEYS, ARGV, main)

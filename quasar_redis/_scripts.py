@@ -18,6 +18,11 @@ server each find their own functions.
 Only the parts of ``_lib.lua`` a script uses are prepended to it: Redis runs a script's whole
 chunk on every call, and each ``local function`` and table it defines costs time on every call
 (about 12 us for the whole library), so a script carries the definitions it reaches and no more.
+
+A script may also use a top-level definition of another script, by name: an edge that two
+scripts apply lives in the script it is named after (report.lua applies complete.lua's
+``complete_job``). The script using it gets it prepended like the library's parts; the function
+library defines it once, after ``_lib.lua``, and leaves it out of its own script's block.
 """
 
 from __future__ import annotations
@@ -90,42 +95,125 @@ def lua_dir() -> Traversable:
     raise ConfigurationError(f"the Lua scripts are missing (looked in {packaged} and {checkout})")
 
 
-_DEFINES = re.compile(r"^local\s+(?:function\s+(\w+)|([\w ,]+?)\s*(?:=|$))", re.MULTILINE)
-_WORD = re.compile(r"[A-Za-z_]\w*")
+_DEFINES = re.compile(r"^local\s+(?:function\s+(\w+)|([\w ,]+?)\s*(?:=|$))")
+_NOT_CODE = re.compile(r"""--[^\n]*|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""")
+_WORD = re.compile(r"(?<![.:\w])[A-Za-z_]\w*")  # a name, not a field (h.at) nor a method
 
 
-def _blocks(lib: str) -> list[tuple[set[str], str]]:
-    """The library cut at each top-level ``local`` (with the comments just above it)."""
-    lines = lib.splitlines(keepends=True)
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """A top-level definition of a file (with the comments just above it)."""
+
+    file: str
+    names: frozenset[str]
+    text: str
+
+
+def _cut(text: str) -> list[tuple[frozenset[str], str]]:
+    """One block per top-level ``local``, after one for what comes before the first (a header)."""
+    lines = text.splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if line.startswith("local ")]
-    blocks: list[tuple[set[str], str]] = []
-    begin = 0
+    cuts = []
     for n, start in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        while end > start + 1 and lines[end - 1].startswith("--"):
-            end -= 1  # the comment above the next definition belongs to it
-        text = "".join(lines[begin:end])
-        match = _DEFINES.search("".join(lines[start:end]))
-        names = set()
+        floor, cut = starts[n - 1] + 1 if n else 0, start
+        while cut > floor and lines[cut - 1].startswith("--"):
+            cut -= 1  # the comment above a definition belongs to it
+        cuts.append(cut)
+    cuts.append(len(lines))
+    blocks = [(frozenset[str](), "".join(lines[: cuts[0]]))]
+    for n, start in enumerate(starts):
+        match = _DEFINES.match(lines[start])
+        names: set[str] = set()
         if match:
             names = {match.group(1)} if match.group(1) else set(re.findall(r"\w+", match.group(2)))
-        blocks.append((names, text))
-        begin = end
+        blocks.append((frozenset(names), "".join(lines[cuts[n] : cuts[n + 1]])))
     return blocks
+
+
+class _Pool:
+    """Every top-level definition of ``_lib.lua`` and of the scripts, and which uses which.
+
+    A script may use a definition of another script (report.lua applies complete.lua's
+    ``complete_job``): such a definition is shared as the library's are. A name is defined once
+    in all the files (``main`` aside, every script's own).
+    """
+
+    def __init__(self, lib: str, bodies: dict[str, str]) -> None:
+        self.bodies = bodies
+        self.blocks: list[_Block] = []
+        owner: dict[str, int] = {}
+        for file, text in {"_lib": lib, **bodies}.items():
+            for names, block in _cut(text):
+                for name in names - {"main"}:
+                    if name in owner:
+                        other = self.blocks[owner[name]].file
+                        raise ConfigurationError(f"{name} is defined in {other}.lua and {file}.lua")
+                    owner[name] = len(self.blocks)
+                self.blocks.append(_Block(file, names, block))
+        self.uses = [self._uses(b, owner) for b in self.blocks]
+        self.order: list[int] = []
+        self._placed: set[int] = set()
+        for i in range(len(self.blocks)):
+            self._visit(i, set())
+
+    def _uses(self, block: _Block, owner: dict[str, int]) -> frozenset[int]:
+        words = set(_WORD.findall(_NOT_CODE.sub(" ", block.text))) - block.names
+        found = {owner[w] for w in words if w in owner}
+        if block.file == "_lib":  # the library stands alone
+            found = {i for i in found if self.blocks[i].file == "_lib"}
+        return frozenset(found)
+
+    def _visit(self, i: int, path: set[int]) -> None:
+        """Appends block i to the order after every block it uses."""
+        if i in self._placed:
+            return
+        if i in path:
+            file = self.blocks[i].file
+            raise ConfigurationError(f"the Lua definitions of {file}.lua use each other")
+        path.add(i)
+        for used in sorted(self.uses[i]):
+            self._visit(used, path)
+        path.discard(i)
+        self.order.append(i)
+        self._placed.add(i)
+
+    def reach(self, start: set[int]) -> set[int]:
+        """The blocks ``start`` uses, and those they use, ``start`` included."""
+        found, todo = set(start), list(start)
+        while todo:
+            for used in self.uses[todo.pop()] - found:
+                found.add(used)
+                todo.append(used)
+        return found
+
+    def of(self, file: str) -> set[int]:
+        return {i for i, b in enumerate(self.blocks) if b.file == file}
+
+    def script(self, name: str, title: str = "") -> str:
+        """The script ``name`` after the definitions of other files it reaches, in order."""
+        own = self.of(name)
+        wanted = self.reach(own) - own
+        if self.reach(wanted) & own:
+            raise ConfigurationError(f"{name}.lua uses a definition that uses one of its own")
+        head = "".join(self.blocks[i].text for i in self.order if i in wanted)
+        return head + title + self.bodies[name]
+
+    def shared(self) -> list[int]:
+        """The scripts' definitions another script reaches, in order."""
+        found: set[int] = set()
+        for i, block in enumerate(self.blocks):
+            elsewhere = {u for u in self.uses[i] if self.blocks[u].file != block.file}
+            found |= self.reach(elsewhere)
+        return [i for i in self.order if i in found and self.blocks[i].file != "_lib"]
+
+    def rest(self, name: str, shared: set[int]) -> str:
+        """The script ``name`` without its shared definitions."""
+        return "".join(self.blocks[i].text for i in sorted(self.of(name) - shared))
 
 
 def assemble(lib: str, body: str) -> str:
     """``body`` after the definitions of ``lib`` it reaches, in the library's order."""
-    blocks = _blocks(lib)
-    defined = {name: i for i, (names, _) in enumerate(blocks) for name in names}
-    wanted: set[int] = set()
-    todo = [w for w in _WORD.findall(body) if w in defined]
-    while todo:
-        i = defined[todo.pop()]
-        if i not in wanted:
-            wanted.add(i)
-            todo.extend(w for w in _WORD.findall(blocks[i][1]) if w in defined)
-    return "".join(text for i, (_, text) in enumerate(blocks) if i in wanted) + body
+    return _Pool(lib, {"script": body}).script("script")
 
 
 def _sources() -> tuple[str, dict[str, str]]:
@@ -139,34 +227,47 @@ def _sources() -> tuple[str, dict[str, str]]:
 
 
 @cache
+def _pool() -> _Pool:
+    return _Pool(*_sources())
+
+
+@cache
 def library() -> Library:
-    """The function library: ``_lib.lua`` once, then each script in a block of its own."""
+    """The function library: ``_lib.lua``, the scripts' shared definitions, then each script's
+    own in a block of its own (so each script's locals are its own)."""
     lib, bodies = _sources()
+    pool = _pool()
     version = hashlib.sha1((lib + "".join(bodies.values())).encode()).hexdigest()[:12]
     name = f"quasar_{version}"
-    parts = [
-        f"#!lua name={name}\n",
-        lib,
+    parts = [f"#!lua name={name}\n", lib]
+    shared = pool.shared()
+    for n, i in enumerate(shared):
+        block = pool.blocks[i]
+        if n == 0 or pool.blocks[shared[n - 1]].file != block.file:
+            parts.append(f"\n-- ===== {block.file}.lua, shared =====\n")
+        parts.append(block.text)
+    parts.append(
         "\nlocal function register(name, main)\n"
         "  redis.register_function(name, function(keys, args)\n"
         "    return run_call(keys, args, main)\n"
         "  end)\n"
-        "end\n",
-    ]
-    for script, body in bodies.items():
-        block = body.rstrip()[: -len(ENDING)] + f'register("{name}_{script}", main)\n'
-        parts.append(f"\n-- ===== {script}.lua =====\ndo\n{block}end\n")
+        "end\n"
+    )
+    for script in bodies:
+        own = pool.rest(script, set(shared)).rstrip()
+        own = own[: -len(ENDING)] + f'register("{name}_{script}", main)\n'
+        parts.append(f"\n-- ===== {script}.lua =====\ndo\n{own}end\n")
     return Library(name, "".join(parts))
 
 
 @cache
 def scripts() -> dict[str, Script]:
     """Every script by name, assembled and hashed (once per process)."""
-    lib, bodies = _sources()
+    pool = _pool()
     prefix = library().name
     out = {}
-    for name, body in bodies.items():
-        source = assemble(lib, f"\n-- ===== {name}.lua =====\n{body}")
+    for name in pool.bodies:
+        source = pool.script(name, f"\n-- ===== {name}.lua =====\n")
         sha = hashlib.sha1(source.encode()).hexdigest()
         out[name] = Script(name, source, sha, f"{prefix}_{name}")
     return out

@@ -13,6 +13,7 @@ import quasar_redis
 from quasar_redis import (
     AsyncQuasar,
     ClaimApplied,
+    ConfigurationError,
     DuplicateJob,
     EvictionPolicyWarning,
     InvalidJob,
@@ -385,11 +386,49 @@ def test_scripts_carry_only_the_library_parts_they_use() -> None:
 
     lib = (LUA / "_lib.lua").read_text()
     counts = scripts()["counts"].source
-    assert "local function do_complete" not in counts
+    assert "local function complete_job" not in counts
     assert "local function check_queue" in counts
-    assert "local function do_complete" in scripts()["report"].source
+    assert "local function complete_job" in scripts()["report"].source
     body = "return fmt(1)"
     shaken = assemble(lib, body)
     assert shaken.endswith(body)
     assert "local function fmt" in shaken
     assert "local function load_job" not in shaken
+
+
+def test_an_edge_two_scripts_apply_is_defined_once_in_the_library() -> None:
+    from quasar_redis._scripts import library, scripts
+
+    shared, _, blocks = library().source.partition("local function register")
+    assert shared.count("local function complete_job") == 1
+    assert "local function complete_job" not in blocks  # nor again in complete.lua's block
+    assert "local function complete_job" in scripts()["complete"].source
+    assert "local function take_some" in scripts()["report_claim"].source
+
+
+def local_names(lua: str) -> int:
+    """How many names the ``local`` statements at the start of a line declare."""
+    declared = re.findall(r"^local\s+(?:function\s+)?(\w+(?:\s*,\s*\w+)*)", lua, re.M)
+    return sum(len(d.split(",")) for d in declared)
+
+
+def test_the_library_stays_well_under_the_200_locals_lua_allows() -> None:
+    from quasar_redis._scripts import library
+
+    top, *blocks = library().source.split("\ndo\n")  # each script's own block
+    count = local_names(top) + max(local_names(block) for block in blocks)
+    assert count <= 160, count
+
+
+def test_definitions_that_cannot_be_assembled_are_refused() -> None:
+    from quasar_redis._scripts import _Pool
+
+    with pytest.raises(ConfigurationError, match=r"x is defined in a\.lua and b\.lua"):
+        _Pool("", {"a": "local x = 1\n", "b": "local x = 2\n"})
+    f, g = "local function f() return g() end\n", "local function g() return f() end\n"
+    with pytest.raises(ConfigurationError, match="use each other"):
+        _Pool("", {"a": f, "b": g})
+    a = "local function h() end\nlocal function main() return g() end\n"
+    pool = _Pool("", {"a": a, "b": "local function g() return h() end\n"})
+    with pytest.raises(ConfigurationError, match=r"a\.lua uses a definition that uses one of its"):
+        pool.script("a")
