@@ -88,23 +88,24 @@ class JobPhase(enum.Enum):
     __hash__ = object.__hash__
 
 
-_P = JobPhase
+# The members by name: a member read off its class costs a Python call (Enum's), these do not.
+QUEUED, STARTING, RUNNING, HANDING_BACK, LOST, REPORTING, DONE = JobPhase
 #: Every phase change allowed; ``HeldJob.move_to`` refuses the rest.
 PHASE_CHANGES: dict[JobPhase, frozenset[JobPhase]] = {
     # a slot frees / a stop or a wait too long hands it back / its lease is lost: it never runs
-    _P.QUEUED: frozenset({_P.STARTING, _P.REPORTING, _P.DONE}),
+    QUEUED: frozenset({STARTING, REPORTING, DONE}),
     # its task begins / a stop hands it back / its lease is lost: the task is cancelled unbegun
-    _P.STARTING: frozenset({_P.RUNNING, _P.REPORTING, _P.DONE}),
+    STARTING: frozenset({RUNNING, REPORTING, DONE}),
     # a stop past its grace / its lease is lost / its run ends with an outcome, or with none
     # (the lease keeper found the lease lost first, or the task cancelled itself)
-    _P.RUNNING: frozenset({_P.HANDING_BACK, _P.LOST, _P.REPORTING, _P.DONE}),
-    _P.HANDING_BACK: frozenset({_P.LOST, _P.REPORTING, _P.DONE}),
-    _P.LOST: frozenset({_P.DONE}),  # its run has ended
-    _P.REPORTING: frozenset({_P.DONE}),  # the outcome's result is back
-    _P.DONE: frozenset(),
+    RUNNING: frozenset({HANDING_BACK, LOST, REPORTING, DONE}),
+    HANDING_BACK: frozenset({LOST, REPORTING, DONE}),
+    LOST: frozenset({DONE}),  # its run has ended
+    REPORTING: frozenset({DONE}),  # the outcome's result is back
+    DONE: frozenset(),
 }
 #: Phases in which its task runs it (begun, not ended).
-RUNS = frozenset({_P.RUNNING, _P.HANDING_BACK, _P.LOST})
+RUNS = frozenset({RUNNING, HANDING_BACK, LOST})
 
 
 class HeldJob(Lease):
@@ -121,7 +122,7 @@ class HeldJob(Lease):
         started: float,
     ) -> None:
         super().__init__(claim, lease_ms, on_lost)
-        self.phase = JobPhase.QUEUED
+        self.phase = QUEUED
         self.ctx = ctx
         self.started = started  # its claim, then the start of its run
         self.task: asyncio.Task[None] | None = None  # made as it leaves QUEUED for a slot

@@ -69,20 +69,18 @@ class LeaseEvent(enum.Enum):
     __hash__ = object.__hash__
 
 
-_S, _E = LeaseState, LeaseEvent
+# The members by name (see JobPhase).
+HELD, BEATING, FINISHING, BEATING_FINISHING, LOST = LeaseState
+BEAT, BEAT_ENDED, REFUSED, FINISH = LeaseEvent
 #: What each event makes of each state; ``Lease.apply`` refuses the pairs not listed.
 LEASE_CHANGES: dict[LeaseState, dict[LeaseEvent, LeaseState]] = {
-    _S.HELD: {_E.BEAT: _S.BEATING, _E.FINISH: _S.FINISHING},
-    _S.BEATING: {
-        _E.BEAT_ENDED: _S.HELD,
-        _E.REFUSED: _S.LOST,
-        _E.FINISH: _S.BEATING_FINISHING,
-    },
-    _S.BEATING_FINISHING: {_E.BEAT_ENDED: _S.FINISHING, _E.REFUSED: _S.LOST},
+    HELD: {BEAT: BEATING, FINISH: FINISHING},
+    BEATING: {BEAT_ENDED: HELD, REFUSED: LOST, FINISH: BEATING_FINISHING},
+    BEATING_FINISHING: {BEAT_ENDED: FINISHING, REFUSED: LOST},
     # reported again: a claim that carried it lost its reply, and the worker stops
-    _S.FINISHING: {_E.FINISH: _S.FINISHING},
+    FINISHING: {FINISH: FINISHING},
     # the worker has not heard yet (its outcome is then refused); the refused beat ends
-    _S.LOST: {_E.FINISH: _S.LOST, _E.BEAT_ENDED: _S.LOST},
+    LOST: {FINISH: LOST, BEAT_ENDED: LOST},
 }
 
 
@@ -102,7 +100,7 @@ class Lease:
         self.on_lost = on_lost
         self.token: t.LeaseToken = claim.token
         self.renewed_at = 0.0  # monotonic time of the claim or last heartbeat
-        self.state = LeaseState.HELD
+        self.state = HELD
 
     @property
     def job_id(self) -> str:
@@ -110,17 +108,17 @@ class Lease:
 
     @property
     def lost(self) -> bool:
-        return self.state is LeaseState.LOST
+        return self.state is LOST
 
     @property
     def finishing(self) -> bool:
         """Its outcome is queued or sent (and it was not lost)."""
-        return self.state is LeaseState.FINISHING or self.state is LeaseState.BEATING_FINISHING
+        return self.state is FINISHING or self.state is BEATING_FINISHING
 
     def apply(self, event: LeaseEvent) -> None:
         """Apply ``event`` (under the keeper's lock); PhaseError if ``LEASE_CHANGES`` has no
         change for it in this state."""
-        state = LEASE_CHANGES.get(self.state, {}).get(event)
+        state = LEASE_CHANGES[self.state].get(event)
         if state is None:
             raise PhaseError(f"lease of job {self.job_id}: no change for {event} in {self.state}")
         self.state = state
@@ -191,7 +189,7 @@ class LeaseKeeper:
         """
         with self._lock:
             for lease, _, _ in items:
-                lease.apply(LeaseEvent.FINISH)
+                lease.apply(FINISH)
         self._outcomes.put(items)
 
     def carry(self, items: list[Item]) -> tuple[list[Item], list[t.Outcome]]:
@@ -207,10 +205,10 @@ class LeaseKeeper:
         with self._lock:
             for item in items:
                 lease = item[0]
-                if lease.state is LeaseState.BEATING:
+                if lease.state is BEATING:
                     left.append(item)
                 else:
-                    lease.apply(LeaseEvent.FINISH)
+                    lease.apply(FINISH)
                     taken.append(item)
                     outcomes.append(item[1](lease.token))
         if left:
@@ -287,10 +285,10 @@ class LeaseKeeper:
         if now < self._next_due:
             return
         with self._lock:  # (an outcome taken by carry() is finishing: never beaten after)
-            live = [x for x in self._leases.values() if x.state is LeaseState.HELD]
+            live = [x for x in self._leases.values() if x.state is HELD]
             due = [lease for lease in live if now >= _due(lease)]
             for lease in due:
-                lease.apply(LeaseEvent.BEAT)
+                lease.apply(BEAT)
         later = [_due(lease) for lease in live if _due(lease) > now]
         self._next_due = min(later, default=now + 0.5)
         if not due:
@@ -308,7 +306,7 @@ class LeaseKeeper:
         finally:  # only now, the new tokens in place, may carry() take these leases' outcomes
             with self._lock:
                 for lease in due:
-                    lease.apply(LeaseEvent.BEAT_ENDED)
+                    lease.apply(BEAT_ENDED)
 
     def _after_heartbeat(self, lease: Lease, result: Any, sent_at: float) -> None:
         if isinstance(result, t.ClaimApplied):
@@ -317,7 +315,7 @@ class LeaseKeeper:
                 lease.renewed_at = sent_at
         elif isinstance(result, t.ClaimRefused):
             with self._lock:
-                lease.apply(LeaseEvent.REFUSED)
+                lease.apply(REFUSED)
                 self._leases.pop(lease.job_id, None)
             log.warning(
                 "job %s: lease lost (%s); its outcome will not be reported",

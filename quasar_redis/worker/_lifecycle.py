@@ -20,7 +20,6 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .._keys import check_name
-from ..aio import AsyncQuasar
 from ..app import App
 from ._claiming import Claimer
 from ._lease_keeper import LeaseKeeper
@@ -88,7 +87,6 @@ class Worker:
         self._stopping = asyncio.Event()  # no more claims, no job starts
         self._slot = asyncio.Event()  # a slot may have freed
         self._poke = asyncio.Event()  # look for work again
-        self._client: AsyncQuasar | None = None
         self._keeper: LeaseKeeper | None = None
         self._runner: Runner | None = None
         self._claimer: Claimer | None = None
@@ -152,7 +150,7 @@ class Worker:
         self, loop: asyncio.AbstractEventLoop
     ) -> tuple[LeaseKeeper, Runner, Claimer, ThreadPoolExecutor]:
         """The parts of one serve(): the lease keeper (started), the runner, the claim loops."""
-        self._client = client = self.app.aclient()
+        client = self.app.aclient()
 
         def dispatch(pairs: list[tuple[Any, Any]]) -> None:
             loop.call_soon_threadsafe(runner.deliver, pairs)  # one wake-up of the loop a batch

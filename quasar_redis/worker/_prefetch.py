@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable
 from typing import Literal
 
-from ._job import RUNS, HeldJob, JobPhase
+from ._job import QUEUED, RUNS, HeldJob
 
 # prefetch="auto": hold as many jobs beyond the running ones as can be expected to start within
 # PREFETCH_WAIT_S (at most ``concurrency``), judged by the moving average of recent run times
@@ -52,7 +52,7 @@ class Prefetch:
         if not self.auto:
             return None
         now = time.monotonic()
-        oldest = next((job for job in queued if job.phase is JobPhase.QUEUED), None)
+        oldest = next((job for job in queued if job.phase is QUEUED), None)
         if oldest is None or now - oldest.started < PREFETCH_STALE_S:
             return None
         runs = (now - job.started for job in held if job.phase in RUNS)

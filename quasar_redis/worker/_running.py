@@ -18,7 +18,21 @@ from ..app import Task, args_of
 from ..errors import CorruptDataError
 from ..retry import PermanentFailure, Snooze
 from . import _outcomes as o
-from ._job import RUNS, CancelFlag, HeldJob, JobContext, JobPhase, current
+from ._job import (
+    DONE,
+    HANDING_BACK,
+    LOST,
+    QUEUED,
+    REPORTING,
+    RUNNING,
+    RUNS,
+    STARTING,
+    CancelFlag,
+    HeldJob,
+    JobContext,
+    current,
+)
+from ._lease_keeper import LOST as LEASE_LOST
 from ._lease_keeper import Lease, LeaseKeeper
 from ._outbox import Outbox
 from ._prefetch import Prefetch
@@ -26,7 +40,6 @@ from ._prefetch import Prefetch
 log = logging.getLogger("quasar_redis.worker")
 
 _context = t.builder(JobContext)
-_P = JobPhase
 
 
 class Runner:
@@ -103,9 +116,9 @@ class Runner:
         loop, queued, tasks = self.loop, self.queued, self.tasks
         while queued and self.live < self.concurrency and not self.stopping.is_set():
             running = queued.popleft()
-            if running.phase is not _P.QUEUED:  # lost or handed back while it waited
+            if running.phase is not QUEUED:  # lost or handed back while it waited
                 continue
-            running.move_to(_P.STARTING)
+            running.move_to(STARTING)
             self.live += 1
             running.started = time.monotonic()  # (its timeout and duration count from here)
             task = tasks.get(running.ctx.job.stage)
@@ -114,33 +127,33 @@ class Runner:
     def _never_runs(self, running: HeldJob) -> None:
         """A job that will never begin (waiting for a slot, or its task cancelled first): a slot
         it took frees."""
-        if running.phase is _P.STARTING:
+        if running.phase is STARTING:
             self.live -= 1
             self.run_next()
 
     # running ------------------------------------------------------------------------------------
 
     async def _execute(self, running: HeldJob, task: Task[Any, Any] | None) -> None:
-        running.move_to(_P.RUNNING)
+        running.move_to(RUNNING)
         try:
             token = current.set(running.ctx)
             try:
                 outcome = await self._invoke(running, task)
             except asyncio.CancelledError:
-                if running.lost or running.phase is not _P.HANDING_BACK:
+                if running.lost or running.phase is not HANDING_BACK:
                     return
                 outcome = o.HANDED_BACK
             finally:
                 current.reset(token)
-            if running.lost:
+            if running.state is LEASE_LOST:  # (running.lost, without a call: once a job)
                 return
             self.send(running, outcome)
         finally:
             self.live -= 1
             if self.queued:
                 self.run_next()
-            if running.phase is not _P.REPORTING:  # nothing to report
-                running.move_to(_P.DONE)
+            if running.phase is not REPORTING:  # nothing to report
+                running.move_to(DONE)
                 self._let_go(running)
 
     async def _invoke(self, running: HeldJob, task: Task[Any, Any] | None) -> o.Outcome:
@@ -189,7 +202,7 @@ class Runner:
         running.duration = time.monotonic() - running.started
         if self.prefetch.auto and running.phase in RUNS:  # (not a job handed back unstarted)
             self.prefetch.learn(running.duration)
-        running.move_to(_P.REPORTING)
+        running.move_to(REPORTING)
         self.outbox.put((running, outcome.build, running))
         self.reporting += 1
         self.slot.set()
@@ -217,12 +230,12 @@ class Runner:
         if running.task is not None:
             running.task.cancel()
         phase = running.phase
-        if phase is _P.QUEUED or phase is _P.STARTING:
+        if phase is QUEUED or phase is STARTING:
             self._never_runs(running)
-            running.move_to(_P.DONE)
+            running.move_to(DONE)
             self._let_go(running)
-        elif phase is _P.RUNNING or phase is _P.HANDING_BACK:
-            running.move_to(_P.LOST)
+        elif phase is RUNNING or phase is HANDING_BACK:
+            running.move_to(LOST)
 
     def hand_back_all(self) -> None:
         """Hand back every job held: those waiting for a slot, those whose task has not begun,
@@ -230,14 +243,14 @@ class Runner:
         self.hand_back_queued()
         for running in list(self.held.values()):
             phase = running.phase
-            if phase is _P.RUNNING:
-                running.move_to(_P.HANDING_BACK)
-            elif phase is not _P.STARTING and phase is not _P.LOST:
+            if phase is RUNNING:
+                running.move_to(HANDING_BACK)
+            elif phase is not STARTING and phase is not LOST:
                 continue
             assert running.task is not None
             running.ctx.cancelled.set()
             running.task.cancel()
-            if phase is _P.STARTING:  # it will never run: hand it back here
+            if phase is STARTING:  # it will never run: hand it back here
                 self._hand_back_unstarted(running)
 
     def hand_back_queued(self) -> None:
@@ -245,7 +258,7 @@ class Runner:
         waited too long (``give_back_stale``)."""
         while self.queued:
             running = self.queued.popleft()
-            if running.phase is _P.QUEUED:
+            if running.phase is QUEUED:
                 self._hand_back_unstarted(running)
 
     def _hand_back_unstarted(self, running: HeldJob) -> None:
@@ -272,14 +285,14 @@ class Runner:
         completed = o.COMPLETED
         for running, result in pairs:
             if plain and running.outcome is completed and type(result) is t.OutcomeApplied:
-                if not running.lost:  # what _reported does for it, in short
+                if running.state is not LEASE_LOST:  # what _reported does for it, in short
                     self.stats.completed += 1
             else:
                 try:
                     self._reported(running, result)
                 except Exception:  # a bug here must not keep the other results from their jobs
                     log.exception("job %s: handling its result failed", running.ctx.job.id)
-            running.move_to(_P.DONE)
+            running.move_to(DONE)
             self.reporting -= 1
             self._let_go(running)
 
