@@ -3,8 +3,8 @@ stopping, idling and waking.
 
 A worker serves in a thread of its own (``with worker:``), on the test's own loop (``async with
 worker:``) or in the test's thread (``worker.run()``, for a worker that stops itself); either way
-the loop's asyncio client is closed before the loop ends. Every
-wait is on a condition with a deadline; the only time bounds asserted are generous sanity bounds.
+the loop's asyncio client is closed before the loop ends. Every wait is on a condition with a
+deadline; the only time bounds asserted are generous sanity bounds.
 The tests under "bugs" show bugs of the worker: each fails, with a message that starts with
 "BUG", until its bug is fixed.
 """
