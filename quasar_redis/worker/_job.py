@@ -89,7 +89,13 @@ class JobPhase(enum.Enum):
 
 
 # The members by name: a member read off its class costs a Python call (Enum's), these do not.
-QUEUED, STARTING, RUNNING, HANDING_BACK, LOST, REPORTING, DONE = JobPhase
+QUEUED = JobPhase.QUEUED
+STARTING = JobPhase.STARTING
+RUNNING = JobPhase.RUNNING
+HANDING_BACK = JobPhase.HANDING_BACK
+LOST = JobPhase.LOST
+REPORTING = JobPhase.REPORTING
+DONE = JobPhase.DONE
 #: Every phase change allowed; ``HeldJob.move_to`` refuses the rest.
 PHASE_CHANGES: dict[JobPhase, frozenset[JobPhase]] = {
     # a slot frees / a stop or a wait too long hands it back / its lease is lost: it never runs

@@ -70,8 +70,15 @@ class LeaseEvent(enum.Enum):
 
 
 # The members by name (see JobPhase).
-HELD, BEATING, FINISHING, BEATING_FINISHING, LOST = LeaseState
-BEAT, BEAT_ENDED, REFUSED, FINISH = LeaseEvent
+HELD = LeaseState.HELD
+BEATING = LeaseState.BEATING
+FINISHING = LeaseState.FINISHING
+BEATING_FINISHING = LeaseState.BEATING_FINISHING
+LOST = LeaseState.LOST
+BEAT = LeaseEvent.BEAT
+BEAT_ENDED = LeaseEvent.BEAT_ENDED
+REFUSED = LeaseEvent.REFUSED
+FINISH = LeaseEvent.FINISH
 #: What each event makes of each state; ``Lease.apply`` refuses the pairs not listed.
 LEASE_CHANGES: dict[LeaseState, dict[LeaseEvent, LeaseState]] = {
     HELD: {BEAT: BEATING, FINISH: FINISHING},
