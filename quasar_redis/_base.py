@@ -114,7 +114,15 @@ class ClientBase(Sending):
         """A client with a redis-py client of its own for ``url`` (``redis://``, ``rediss://``
         for TLS, ``unix://``; connection settings as redis-py reads them from the URL's query,
         such as ``?socket_timeout=5``), closed when this client is."""
-        client = cls(cls._connect(url), namespace, **options)
+        return cls.owning(cls._connect(url), namespace, **options)
+
+    @classmethod
+    def owning(
+        cls: type[C], redis: Any, namespace: str = "default", **options: Unpack[ClientOptions]
+    ) -> C:
+        """A client over ``redis`` that closes it when the client is closed (``close()`` /
+        ``aclose()``, or the end of a ``with`` block); ``Quasar(redis)`` leaves it open."""
+        client = cls(redis, namespace, **options)
         client._owns_redis = True
         return client
 

@@ -326,15 +326,18 @@ class App:
         return self._client
 
     def new_client(self) -> Quasar:
-        """A sync client on a connection pool of its own (for a thread of its own)."""
-        return Quasar(self.connector.sync(), self.namespace, limits=self.limits, events=self.events)
+        """A sync client on a connection pool of its own (for a thread of its own), closed by
+        its ``close()``."""
+        return Quasar.owning(
+            self.connector.sync(), self.namespace, limits=self.limits, events=self.events
+        )
 
     def aclient(self) -> AsyncQuasar:
         """The asyncio client of the running event loop (one per loop)."""
         loop = asyncio.get_running_loop()
         client = self._aclients.get(id(loop))
         if client is None:
-            client = AsyncQuasar(
+            client = AsyncQuasar.owning(
                 self.connector.asyncio(), self.namespace, limits=self.limits, events=self.events
             )
             self._aclients = {id(loop): client}
@@ -344,12 +347,12 @@ class App:
         """Close the asyncio client of the running event loop (before the loop ends)."""
         client = self._aclients.pop(id(asyncio.get_running_loop()), None)
         if client is not None:
-            await client.redis.aclose()
+            await client.aclose()
 
     def close(self) -> None:
         """Close the sync client."""
         if self._client is not None:
-            self._client.redis.close()
+            self._client.close()
             self._client = None
 
     def __enter__(self) -> App:

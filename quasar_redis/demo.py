@@ -342,7 +342,7 @@ def open_app(url: str, namespace: str, console: Console) -> Iterator[App]:
         try:
             yield app
         finally:
-            app.client.redis.close()
+            app.close()
             n = delete_namespace(client, root)
             say(console, f"deleted the {n} keys of namespace {namespace!r}")
     except redis.RedisError as exc:
@@ -381,7 +381,7 @@ async def _main(app: App, cfg: DemoConfig, console: Console) -> tuple[Outcome, l
             outcome = await run_workers(app, cfg, jobs, PlainView(console, len(jobs)))
         return outcome, await latencies(app, outcome.due_now)
     finally:
-        await app.aclient().redis.aclose()
+        await app.aclose()
 
 
 def run(url: str, namespace: str, cfg: DemoConfig, console: Console) -> Outcome:

@@ -10,40 +10,18 @@ unless QUASAR_REQUIRE_REDIS=1 (CI), where it fails instead.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import fakeredis
 import pytest
-import redis
 
 from quasar_redis import Quasar
 
-REDIS_URL = os.environ.get("QUASAR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-REQUIRE = os.environ.get("QUASAR_REQUIRE_REDIS") == "1"
+from .helpers import delete_namespace, real_redis
+
 BACKENDS = ("fake", "redis")
-NO_URL: dict[str, str | None] = {"QUASAR_REDIS_URL": None, "REDIS_URL": None}  # CliRunner env
-
-
-def real_redis() -> redis.Redis:
-    """A client of the test server, or skip (fail under QUASAR_REQUIRE_REDIS=1)."""
-    client = redis.Redis.from_url(REDIS_URL, socket_timeout=10)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        client.close()
-        if REQUIRE:
-            pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but Redis at {REDIS_URL} does not answer: {exc}")
-        pytest.skip(f"no Redis at {REDIS_URL} ({exc}); set QUASAR_TEST_REDIS_URL to test on one")
-    return client
-
-
-def delete_namespace(client: Any, namespace: str) -> None:
-    keys = list(client.scan_iter(match=f"quasar:{{{namespace}}}:*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.delete(*keys[i : i + 500])
 
 
 @pytest.fixture

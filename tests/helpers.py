@@ -1,8 +1,15 @@
-"""Helpers for looking at what the scripts left in Redis."""
+"""Helpers the tests share: the test Redis server, waiting on a condition, and looking at what the
+scripts left in Redis."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+import redis
 
 from quasar_redis import (
     Claim,
@@ -16,7 +23,50 @@ from quasar_redis import (
 )
 from quasar_redis._keys import QUEUE_SETS
 
+T = TypeVar("T")
 T0 = 1_000_000  # a fixed "now" for tests that control time
+REDIS_URL = os.environ.get("QUASAR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+REQUIRE = os.environ.get("QUASAR_REQUIRE_REDIS") == "1"
+NO_URL: dict[str, str | None] = {"QUASAR_REDIS_URL": None, "REDIS_URL": None}  # CliRunner env
+
+
+# --- the test server and waiting -----------------------------------------------------------------
+
+
+def real_redis() -> redis.Redis:
+    """A client of the test server, or skip (fail under QUASAR_REQUIRE_REDIS=1)."""
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=10)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        client.close()
+        if REQUIRE:
+            pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but Redis at {REDIS_URL} does not answer: {exc}")
+        pytest.skip(f"no Redis at {REDIS_URL} ({exc}); set QUASAR_TEST_REDIS_URL to test on one")
+    return client
+
+
+def delete_namespace(client: Any, namespace: str) -> None:
+    """Delete every key of ``namespace`` (never FLUSHDB: the server may be shared)."""
+    keys = list(client.scan_iter(match=f"quasar:{{{namespace}}}:*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.01) -> T:
+    """``check()``'s first truthy value, asked every ``every`` seconds; fails after ``timeout``
+    seconds, saying ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+# --- what the scripts left -----------------------------------------------------------------------
 
 # A job with every option away from its default (it depends on a job "dep", which must exist).
 FULL_JOB = NewJob(

@@ -189,7 +189,7 @@ def test_async_client_runs_the_same_flow(redis_client: Any, backend: str, namesp
     import fakeredis
     import redis.asyncio
 
-    from .conftest import REDIS_URL
+    from .helpers import REDIS_URL
 
     async def flow() -> None:
         if backend == "fake":
@@ -224,7 +224,7 @@ def _async_client(redis_client: Any, backend: str) -> Any:
     import fakeredis
     import redis.asyncio
 
-    from .conftest import REDIS_URL
+    from .helpers import REDIS_URL
 
     if backend == "fake":
         server = redis_client.connection_pool.connection_kwargs["server"]

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from quasar_redis import App, ConfigurationError, Connector
 from quasar_redis.cli import main
 
-from .conftest import NO_URL, REDIS_URL, delete_namespace, real_redis
+from .helpers import NO_URL, REDIS_URL, delete_namespace, real_redis
 
 NOBODY = "redis://127.0.0.1:1/0"  # no server listens there
 

@@ -19,8 +19,7 @@ from click.testing import CliRunner, Result
 from quasar_redis import Quasar
 from quasar_redis.cli import format_event, main
 
-from .conftest import NO_URL, REDIS_URL, delete_namespace, real_redis
-from .helpers import claimed
+from .helpers import NO_URL, REDIS_URL, claimed, delete_namespace, real_redis
 
 #: Each step's result, in order, as ``quasar example`` prints it.
 EXPECTED = [

@@ -19,8 +19,7 @@ import redis.asyncio
 
 from quasar_redis import AsyncQuasar, Limits, Quasar
 
-from .conftest import REDIS_URL, delete_namespace, real_redis
-from .helpers import applied
+from .helpers import REDIS_URL, applied, delete_namespace, real_redis
 
 
 def test_every_option_is_keyword_only_and_checked() -> None:

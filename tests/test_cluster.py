@@ -45,8 +45,7 @@ from quasar_redis import (
 from quasar_redis._scripts import scripts
 
 from .cluster import HOST, LocalCluster, cluster_or_skip
-from .conftest import REQUIRE
-from .helpers import applied, claimed
+from .helpers import REQUIRE, applied, claimed
 
 pytestmark = pytest.mark.cluster
 

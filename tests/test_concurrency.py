@@ -40,7 +40,7 @@ from quasar_redis import (
     Status,
 )
 
-from .conftest import REDIS_URL, delete_namespace, real_redis
+from .helpers import REDIS_URL, delete_namespace, real_redis
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from quasar_redis._demo_jobs import CHAIN, declare, plan
 from quasar_redis.cli import main
 from quasar_redis.demo import percentile
 
-from .conftest import NO_URL, REDIS_URL, real_redis
+from .helpers import NO_URL, REDIS_URL, real_redis
 
 
 def run(*args: str) -> Result:

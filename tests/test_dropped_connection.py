@@ -46,8 +46,7 @@ from quasar_redis import (
 from quasar_redis._calls import Call
 from quasar_redis._scripts import library, scripts
 
-from .conftest import delete_namespace, real_redis
-from .helpers import applied, claimed, snapshot
+from .helpers import applied, claimed, delete_namespace, real_redis, snapshot
 from .proxy import HOST, Proxy, has
 
 T = TypeVar("T")

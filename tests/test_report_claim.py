@@ -30,8 +30,7 @@ from quasar_redis import (
     Succeeded,
 )
 
-from .conftest import REDIS_URL
-from .helpers import T0, snapshot
+from .helpers import REDIS_URL, T0, snapshot
 
 
 def leases(q: Quasar, ids: list[str]) -> list[LeaseToken]:

@@ -10,7 +10,7 @@ on) and the counts of every queue are compared too. Pools of ids, queues and wor
 so duplicate ids, missing dependencies, stale tokens and lost leases come up all the time; every
 token ever handed out is kept, sometimes forged, and used again by random workers.
 
-Runs on fakeredis and on the real Redis of ``tests/conftest.py`` (skipped without one, failed
+Runs on fakeredis and on the real Redis of ``tests/helpers.py`` (skipped without one, failed
 under ``QUASAR_REQUIRE_REDIS=1``). ``QUASAR_STATEFUL_EXAMPLES`` sets the number of examples.
 """
 
@@ -68,7 +68,7 @@ from quasar_redis import (
     Waiting,
 )
 
-from .conftest import delete_namespace, real_redis
+from .helpers import delete_namespace, real_redis
 from .model import Model
 
 IDS = ("a", "b", "c", "d", "e", "f", "g")

@@ -16,8 +16,7 @@ from quasar_redis import AsyncQuasar, ClaimRefused, NewJob, Quasar
 from quasar_redis._scripts import library, scripts
 
 from .clients import clients, kind
-from .conftest import REDIS_URL, delete_namespace, real_redis
-from .helpers import applied, claimed
+from .helpers import REDIS_URL, applied, claimed, delete_namespace, real_redis
 
 __all__ = ["kind"]  # (the fixture: each test below runs through both clients)
 

@@ -1,9 +1,10 @@
 """The worker in-process, on both backends: outcomes, retry policies, dependencies, cancellation,
 stopping, idling and waking.
 
-A worker runs ``serve()`` on an event loop of its own thread (``serving``) or on the test's own
-loop (``aserving``); either way the loop's asyncio client is closed before the loop ends. Every
-wait is on a condition with a deadline; the only time bounds asserted are generous sanity bounds.
+A worker serves in a thread of its own (``with worker:``), on the test's own loop (``async with
+worker:``) or in the test's thread (``worker.run()``, for a worker that stops itself); either way
+the loop's asyncio client is closed before the loop ends. Every wait is on a condition with a
+deadline; the only time bounds asserted are generous sanity bounds.
 The tests under "bugs" show bugs of the worker: each fails, with a message that starts with
 "BUG", until its bug is fixed.
 """
@@ -16,11 +17,9 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import redis
@@ -55,29 +54,18 @@ from quasar_redis import (
     Worker,
     current_job,
 )
-from quasar_redis import worker as worker_module
 from quasar_redis.app import payload_of
 from quasar_redis.errors import RedisUnavailable
+from quasar_redis.worker import Lease, LeaseKeeper, _prefetch
+from quasar_redis.worker._claiming import Claimer
+from quasar_redis.worker._running import Runner
 
-from .conftest import REDIS_URL, delete_namespace, real_redis
+from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 
 
 # --- plumbing ------------------------------------------------------------------------------------
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    """``check()``'s first truthy value; fails after ``timeout`` seconds, saying ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def eventually(check: Callable[[], bool], timeout: float) -> bool:
@@ -118,63 +106,11 @@ def worker_of(app: App, **options: Any) -> Worker:
     return Worker(app, **{"maintenance_interval": 0.1, "idle_wait": 1.0, **options})
 
 
-@dataclass
-class Served:
-    """A worker serving on an event loop in a thread of its own."""
-
-    worker: Worker
-    thread: threading.Thread | None = None
-    errors: list[BaseException] = field(default_factory=list)
-
-    def alive(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-
-async def _serve(served: Served, ready: threading.Event) -> None:
-    client = served.worker.app.aclient()  # the one serve() takes: closed when it returns
-    asyncio.get_running_loop().call_soon(ready.set)  # runs once serve() waits for something
-    try:
-        await served.worker.serve()
-    finally:
-        await client.redis.aclose()
-
-
-def _run(served: Served, ready: threading.Event) -> None:
-    try:
-        asyncio.run(_serve(served, ready))
-    except BaseException as exc:
-        served.errors.append(exc)
-        ready.set()
-
-
-@contextmanager
-def serving(worker: Worker) -> Iterator[Served]:
-    """Runs ``worker`` in a thread until the block ends (then stops it and waits for it)."""
-    served = Served(worker)
-    ready = threading.Event()
-    served.thread = threading.Thread(target=_run, args=(served, ready), daemon=True)
-    served.thread.start()
-    assert ready.wait(10), "the worker did not start"
-    try:
-        yield served
-    finally:
-        if served.thread.is_alive():  # (stop() on a worker that has ended raises: see below)
-            worker.stop()
-        served.thread.join(30)
-        assert not served.thread.is_alive(), "the worker did not stop"
-
-
-@asynccontextmanager
-async def aserving(worker: Worker) -> AsyncIterator[Worker]:
-    """Runs ``worker`` on the running loop until the block ends; closes the loop's client."""
-    client = worker.app.aclient()
-    running = asyncio.create_task(worker.serve())
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        await running
-        await client.redis.aclose()
+def runner_of(worker: Worker) -> Runner:
+    """The jobs a serving worker holds (its ``Runner``)."""
+    runner = worker._runner
+    assert runner is not None, "the worker has not served"
+    return runner
 
 
 def job_of(handle: JobHandle) -> Job:
@@ -199,13 +135,13 @@ def test_result_waits_for_a_plain_function_job(app: App) -> None:
         return a + b
 
     task = declare(app, add)
-    with serving(worker_of(app)) as served:
+    with worker_of(app) as worker:
         handle = task.enqueue(2, 3)
         assert handle.result(timeout=10) == 5
     info = handle.info()
     assert info is not None and info.status is Status.COMPLETED
     assert info.job.attempt == 1
-    assert served.worker.stats.completed == 1
+    assert worker.stats.completed == 1
 
 
 def test_aresult_waits_for_an_async_job(app: App) -> None:
@@ -216,9 +152,12 @@ def test_aresult_waits_for_an_async_job(app: App) -> None:
     task = declare(app, double)
 
     async def scenario() -> Any:
-        async with aserving(worker_of(app)):
-            handle = await task.aenqueue(21)
-            return await handle.aresult(timeout=10)
+        try:
+            async with worker_of(app):
+                handle = await task.aenqueue(21)
+                return await handle.aresult(timeout=10)
+        finally:
+            await app.aclose()
 
     assert asyncio.run(scenario()) == {"double": 42, "attempt": 1}
 
@@ -246,11 +185,11 @@ def test_fixed_retries_until_the_job_succeeds(app: App) -> None:
         return attempt
 
     task = declare(app, flaky, max_attempts=3, retry=Fixed(0.02))
-    with serving(worker_of(app)) as served:
+    with worker_of(app) as worker:
         handle = task.enqueue()
         assert handle.result(timeout=20) == 3
     assert job_of(handle).attempt == 3
-    assert served.worker.stats.retried == 2
+    assert worker.stats.retried == 2
 
 
 def test_exponential_retries_wait_longer_each_time_and_then_give_up(app: App) -> None:
@@ -263,7 +202,7 @@ def test_exponential_retries_wait_longer_each_time_and_then_give_up(app: App) ->
     policy = Exponential(base=0.05, factor=2, jitter=0)
     assert [policy.delay(a, ValueError()) for a in (1, 2, 3)] == [0.05, 0.1, 0.2]
     task = declare(app, broken, max_attempts=3, retry=policy)
-    with serving(worker_of(app)):
+    with worker_of(app):
         job = failure_of(task.enqueue(), timeout=20)
     assert job.attempt == 3 and job.error.kind == "ValueError"
     assert job.error.message == "still broken"
@@ -276,7 +215,7 @@ def test_never_fails_at_the_first_error(app: App) -> None:
         raise KeyError("missing")
 
     task = declare(app, once, max_attempts=5, retry=Never())
-    with serving(worker_of(app)):
+    with worker_of(app):
         job = failure_of(task.enqueue())
     assert job.attempt == 1 and job.error.kind == "KeyError"
 
@@ -292,7 +231,7 @@ def test_a_function_policy_decides_each_retry(app: App) -> None:
         raise LookupError("nope")
 
     task = declare(app, failing, max_attempts=5, retry=policy)
-    with serving(worker_of(app)):
+    with worker_of(app):
         job = failure_of(task.enqueue())
     assert job.attempt == 2
     assert asked == [(1, "LookupError"), (2, "LookupError")]
@@ -303,7 +242,7 @@ def test_permanent_failure_ends_the_job_whatever_attempts_remain(app: App) -> No
         raise PermanentFailure("card declined")
 
     task = declare(app, declined, max_attempts=5, retry=Fixed(0))
-    with serving(worker_of(app)):
+    with worker_of(app):
         job = failure_of(task.enqueue())
     assert job.attempt == 1
     assert (job.error.kind, job.error.message) == ("PermanentFailure", "card declined")
@@ -319,12 +258,12 @@ def test_snooze_runs_the_job_later_without_using_an_attempt(app: App) -> None:
         return "awake"
 
     task = declare(app, sleepy, max_attempts=1)
-    with serving(worker_of(app)) as served:
+    with worker_of(app) as worker:
         handle = task.enqueue()
         assert handle.result(timeout=20) == "awake"
     assert runs == [1, 1]
     assert job_of(handle).attempt == 1
-    assert served.worker.stats.snoozed == 1
+    assert worker.stats.snoozed == 1
 
 
 # --- what the worker refuses to run or report ----------------------------------------------------
@@ -340,7 +279,7 @@ def test_a_task_past_its_timeout_fails_with_kind_timeout(app: App) -> None:
         saw_cancel.append(current_job().cancelled.wait(30))
 
     tasks = [declare(app, f, max_attempts=1, timeout=0.2) for f in (stuck, stuck_sync)]
-    with serving(worker_of(app)):
+    with worker_of(app):
         handles = [task.enqueue() for task in tasks]
         jobs = [failure_of(handle) for handle in handles]
         wait_for(lambda: saw_cancel, 10, "the plain function to see its cancel flag")
@@ -362,7 +301,7 @@ def test_unknown_task_bad_payload_and_bad_result_fail_permanently(app: App) -> N
     bad_payload = app.client.enqueue("fine", [1, 2], max_attempts=3)
     assert isinstance(unknown, JobApplied) and isinstance(bad_payload, JobApplied)
     handles = [app.handle(unknown.job.id), app.handle(bad_payload.job.id), bad_result.enqueue()]
-    with serving(worker_of(app)):
+    with worker_of(app):
         jobs = [failure_of(handle) for handle in handles]
     assert [job.error.kind for job in jobs] == ["UnknownTask", "BadPayload", "BadResult"]
     assert [job.attempt for job in jobs] == [1, 1, 1]
@@ -396,7 +335,7 @@ def test_a_dependent_job_runs_after_its_dependency(app: App) -> None:
     second = task.options(depends_on=[first]).enqueue("second")
     info = second.info()
     assert info is not None and info.waiting_on == first.id
-    with serving(worker_of(app)):
+    with worker_of(app):
         assert second.result(timeout=10) == "second"
     assert order == ["first", "second"]
 
@@ -414,7 +353,7 @@ def test_dependents_of_a_failed_job_stay_blocked_or_are_cancelled(app: App) -> N
     follow = declare(app, after)
     blocked = follow.options(depends_on=[failing]).enqueue("blocked")
     cancelled = follow.options(depends_on=[failing], on_dependency_failure="cancel").enqueue("c")
-    with serving(worker_of(app)):
+    with worker_of(app):
         failure_of(failing)
         with pytest.raises(JobCancelledError):
             cancelled.result(timeout=10)
@@ -436,7 +375,7 @@ def test_enqueue_with_an_id_is_idempotent(app: App) -> None:
     two = task.options(id="order-42").enqueue(1)
     assert one.id == two.id == "order-42"
     assert app.client.counts("default").available == 1
-    with serving(worker_of(app)):
+    with worker_of(app):
         assert two.result(timeout=10) == 995
     assert calls == [995]
 
@@ -458,12 +397,12 @@ def test_cancel_stops_a_running_async_job(app: App) -> None:
         return "finished"
 
     task = declare(app, endless, lease_ms=300, max_attempts=1)
-    with serving(worker_of(app, lease_ms=300)) as served:
+    with worker_of(app, lease_ms=300) as worker:
         handle = task.enqueue()
         assert started.wait(10)
         assert isinstance(handle.cancel(), CancelApplied)
         wait_for(lambda: seen, 10, "the task to be cancelled (its heartbeat refused)")
-        wait_for(lambda: served.worker.stats.lost == 1, 10, "the worker to count a lost lease")
+        wait_for(lambda: worker.stats.lost == 1, 10, "the worker to count a lost lease")
     assert seen == ["cancelled"]
     with pytest.raises(JobCancelledError):
         handle.result(timeout=5)
@@ -479,7 +418,7 @@ def test_cancel_sets_the_flag_of_a_running_plain_function(app: App) -> None:
         return "finished anyway"
 
     task = declare(app, endless_sync, lease_ms=300, max_attempts=1)
-    with serving(worker_of(app, lease_ms=300)):
+    with worker_of(app, lease_ms=300):
         handle = task.enqueue()
         assert started.wait(10)
         assert isinstance(handle.cancel(), CancelApplied)
@@ -506,10 +445,7 @@ def test_stop_with_grace_lets_the_running_job_finish(app: App) -> None:
 
     running = declare(app, last).enqueue()
     waiting = declare(app, next_one).options(priority=5).enqueue()
-    with serving(worker) as served:
-        assert served.thread is not None
-        served.thread.join(30)
-        assert not served.alive() and not served.errors
+    worker.run(install_signals=False)  # until the job stops it (an error that ended it: raised)
     assert running.result(timeout=1) == "finished"
     assert job_of(running).attempt == 1
     state = job_of(waiting)
@@ -531,7 +467,7 @@ def test_stop_without_grace_hands_running_jobs_back(app: App) -> None:
 
     handles = [declare(app, f, max_attempts=1).enqueue() for f in (endless, endless_sync)]
     worker = worker_of(app, concurrency=2, grace=0)
-    with serving(worker):
+    with worker:
         started.wait(10)
         worker.stop()
         wait_for(lambda: worker.stats.handed_back == 2, 10, "both jobs to be handed back")
@@ -558,19 +494,17 @@ def stop_as_the_first_claim_starts(
     task = declare(app, never, max_attempts=1)
     handles = [task.enqueue() for _ in range(2)]
     worker = worker_of(app, concurrency=2, grace=grace)
-    start_all = Worker._start_all
+    start_all = Runner.start_all
 
-    def start_and_stop(self: Worker, claims: Any) -> None:
+    def start_and_stop(self: Runner, claims: Any) -> None:
         if stop_first:
-            self.stop()  # on the loop: in force before the claim's jobs are started
+            worker.stop()  # on the loop: in force before the claim's jobs are started
         start_all(self, claims)
         if not stop_first:
-            self.stop(immediate=True)  # on the loop: hands back before any task has started
+            worker.stop(immediate=True)  # on the loop: hands back before any task has started
 
-    monkeypatch.setattr(Worker, "_start_all", start_and_stop)
-    with serving(worker) as served:
-        assert served.thread is not None
-        served.thread.join(30)
+    monkeypatch.setattr(Runner, "start_all", start_and_stop)
+    worker.run(install_signals=False)  # until start_and_stop stops it
     assert ran == []
     assert worker.stats.claimed == 2 and worker.stats.handed_back == 2
     for handle in handles:
@@ -597,22 +531,22 @@ def test_auto_prefetch_holds_as_many_jobs_as_start_within_its_wait(app: App) -> 
     # prefetch="auto" (the default): beyond its running jobs, the worker holds as many as
     # concurrency / average run time start within PREFETCH_WAIT_S (10 ms), at most concurrency.
     worker = Worker(app, concurrency=10)
-    assert worker.prefetch == "auto" and worker._lanes == 2
-    assert worker._extra == 0  # nothing has run yet: no prefetch
-    worker._learn(0.0001)
-    assert worker._extra == 10  # short jobs: up to concurrency
+    assert worker.prefetch == "auto" and worker._prefetch.lanes == 2
+    assert worker._prefetch.extra == 0  # nothing has run yet: no prefetch
+    worker._prefetch.learn(0.0001)
+    assert worker._prefetch.extra == 10  # short jobs: up to concurrency
     for seconds, extra in ((0.025, 4), (0.06, 1), (0.15, 0), (5.0, 0)):
-        worker._run_avg = None
-        worker._learn(seconds)
-        assert worker._extra == extra, (seconds, worker._extra)
-    worker._run_avg = 0.0001
-    worker._learn(1.0)  # one long job among short ones: a moving average, weight 0.1
-    assert worker._run_avg == pytest.approx(0.10009) and worker._extra == 0
+        worker._prefetch.run_avg = None
+        worker._prefetch.learn(seconds)
+        assert worker._prefetch.extra == extra, (seconds, worker._prefetch.extra)
+    worker._prefetch.run_avg = 0.0001
+    worker._prefetch.learn(1.0)  # one long job among short ones: a moving average, weight 0.1
+    assert worker._prefetch.run_avg == pytest.approx(0.10009) and worker._prefetch.extra == 0
     for _ in range(30):
-        worker._learn(0.0001)
-    assert worker._extra == 10
-    assert Worker(app, concurrency=10, prefetch=3)._extra == 3  # fixed: never changes
-    assert Worker(app, concurrency=10, prefetch=0)._lanes == 1
+        worker._prefetch.learn(0.0001)
+    assert worker._prefetch.extra == 10
+    assert Worker(app, concurrency=10, prefetch=3)._prefetch.extra == 3  # fixed: never changes
+    assert Worker(app, concurrency=10, prefetch=0)._prefetch.lanes == 1
 
 
 @pytest.mark.parametrize(("run_s", "prefetched"), [(0.0, True), (0.05, False)])
@@ -628,7 +562,7 @@ def test_auto_prefetch_claims_ahead_for_short_jobs_only(
     async def job(i: int) -> int:
         now_running[0] += 1
         most[0] = max(most[0], now_running[0])
-        waiting.append(len(worker._queued))
+        waiting.append(len(runner_of(worker).queued))
         await asyncio.sleep(run_s)
         now_running[0] -= 1
         return i
@@ -636,13 +570,13 @@ def test_auto_prefetch_claims_ahead_for_short_jobs_only(
     task = declare(app, job)
     n = 60 if prefetched else 8
     handles = app.enqueue_many([task.job(i) for i in range(n)])
-    with serving(worker):
+    with worker:
         assert [h.result(timeout=30) for h in handles] == list(range(n))
     assert most[0] <= concurrency
     if prefetched:  # no-op jobs: up to concurrency more held, waiting for a slot
-        assert 0 < max(waiting) <= concurrency and worker._extra == concurrency
+        assert 0 < max(waiting) <= concurrency and worker._prefetch.extra == concurrency
     else:  # 50 ms jobs: 3 / 0.05 s start within 10 ms is 0.6, so none is held ahead
-        assert max(waiting) == 0 and worker._extra == 0
+        assert max(waiting) == 0 and worker._prefetch.extra == 0
     assert worker.stats.completed == n
 
 
@@ -653,7 +587,7 @@ def test_auto_prefetch_hands_back_jobs_that_wait_behind_long_ones(
     # one claimed ahead would wait out the other's whole run. Once it has waited 0.3 s
     # (PREFETCH_STALE_S, shortened here) it goes back to the queue for another worker, unattempted,
     # and prefetch stops.
-    monkeypatch.setattr(worker_module, "PREFETCH_STALE_S", 0.3)
+    monkeypatch.setattr(_prefetch, "PREFETCH_STALE_S", 0.3)
     gate = threading.Event()
     started: list[int] = []
 
@@ -667,13 +601,13 @@ def test_auto_prefetch_hands_back_jobs_that_wait_behind_long_ones(
 
     quick_task, long_task = declare(app, quick), declare(app, long)
     worker = worker_of(app, concurrency=1)
-    with serving(worker):
+    with worker:
         for handle in [quick_task.enqueue() for _ in range(5)]:
             handle.result(timeout=10)
-        wait_for(lambda: worker._extra == 1, 10, "one job held ahead")
+        wait_for(lambda: worker._prefetch.extra == 1, 10, "one job held ahead")
         handles = app.enqueue_many([long_task.job(i) for i in range(2)])
         wait_for(lambda: worker.stats.handed_back == 1, 10, "the waiting job handed back")
-        assert len(started) == 1 and worker._extra == 0
+        assert len(started) == 1 and worker._prefetch.extra == 0
         waiting = [job_of(h) for h in handles if isinstance(job_of(h).state, Waiting)]
         assert len(waiting) == 1 and waiting[0].attempt == 0, waiting  # no attempt used
         gate.set()
@@ -704,16 +638,17 @@ def test_at_most_concurrency_jobs_run_at_once_and_prefetched_ones_wait(
     async def busy(i: int) -> int:
         now_running[0] += 1
         most[0] = max(most[0], now_running[0])
-        held.append(len(worker._running))
-        unreported.append(len(worker._running) - worker._reporting)
-        waiting.append(len(worker._queued))
+        runner = runner_of(worker)
+        held.append(len(runner.held))
+        unreported.append(len(runner.held) - runner.reporting)
+        waiting.append(len(runner_of(worker).queued))
         await asyncio.sleep(0.01)
         now_running[0] -= 1
         return i
 
     task = declare(app, busy)
     handles = app.enqueue_many([task.job(i) for i in range(40)])
-    with serving(worker):
+    with worker:
         assert [h.result(timeout=30) for h in handles] == list(range(40))
     assert most[0] == concurrency
     assert max(unreported) == concurrency + prefetch  # the first claim: 3 ran, the rest waited
@@ -737,8 +672,8 @@ def test_prefetched_jobs_are_handed_back_at_a_stop_and_never_run(app: App) -> No
     task = declare(app, later)
     rest = [task.enqueue(i) for i in range(2)]
     worker = worker_of(app, concurrency=1, prefetch=2, grace=30)
-    with serving(worker):
-        wait_for(lambda: len(worker._queued) == 2, 10, "two jobs prefetched")
+    with worker:
+        wait_for(lambda: len(runner_of(worker).queued) == 2, 10, "two jobs prefetched")
         worker.stop()  # the running job has its grace; the prefetched go back at once
         wait_for(lambda: worker.stats.handed_back == 2, 10, "the prefetched jobs handed back")
         release.set()
@@ -763,13 +698,13 @@ def test_a_prefetched_job_whose_lease_is_lost_never_runs(app: App) -> None:
     first = declare(app, blocker).enqueue()
     second = declare(app, later).enqueue()
     worker = worker_of(app, concurrency=1, prefetch=1, lease_ms=600)
-    with serving(worker):
-        wait_for(lambda: len(worker._queued) == 1, 10, "a job prefetched")
+    with worker:
+        wait_for(lambda: len(runner_of(worker).queued) == 1, 10, "a job prefetched")
         assert isinstance(second.cancel(), CancelApplied)
         wait_for(lambda: worker.stats.lost == 1, 10, "the next heartbeat to find it cancelled")
         release.set()
         assert first.result(timeout=10) is None
-        wait_for(lambda: not worker._running, 10, "the worker to hold nothing")
+        wait_for(lambda: not runner_of(worker).held, 10, "the worker to hold nothing")
     assert ran == []
     with pytest.raises(JobCancelledError):
         second.result(timeout=5)
@@ -802,7 +737,7 @@ def test_with_prefetch_two_claims_are_in_flight_at_once(
     task = declare(app, noop)
     handles = app.enqueue_many([task.job(i) for i in range(200)])
     worker = worker_of(app, concurrency=5, prefetch=5)
-    with serving(worker):
+    with worker:
         assert [h.result(timeout=30) for h in handles] == list(range(200))
     assert most[0] == 2
     assert worker.stats.completed == 200 and worker.stats.claimed == 200
@@ -811,8 +746,6 @@ def test_with_prefetch_two_claims_are_in_flight_at_once(
 def test_the_lease_keeper_stops_when_its_stop_comes_with_the_last_outcomes(q: Quasar) -> None:
     # The stop and outcomes taken in one go: the outcomes are sent, and the stop still ends the
     # thread (it used to be swallowed: the thread ran on, and a worker's stop waited 10 s).
-    from quasar_redis._lease_keeper import Lease, LeaseKeeper
-
     q.enqueue("s", id="j")
     claimed = q.claim("default", "w", 30_000)
     assert isinstance(claimed, ClaimApplied)
@@ -854,8 +787,9 @@ def claims(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
 def test_an_idle_worker_does_not_poll(app: App, claims: Counter[str]) -> None:
     async def idle_for(seconds: float) -> None:
-        async with aserving(worker_of(app, maintenance_interval=1.0, idle_wait=5.0)):
+        async with worker_of(app, maintenance_interval=1.0, idle_wait=5.0):
             await asyncio.sleep(seconds)  # the span measured, not a synchronisation
+        await app.aclose()
 
     asyncio.run(idle_for(2.0))
     assert 1 <= claims["claim"] <= 3, claims
@@ -871,7 +805,7 @@ def test_a_job_on_an_idle_queue_starts_at_once(app: App, claims: Counter[str]) -
 
     task = declare(app, hello)
     worker = Worker(app, idle_wait=15.0, maintenance_interval=60.0)
-    with serving(worker):
+    with worker:
         wait_for(lambda: claims["claim"] >= 1, 10, "the worker to find the queue empty")
         handle = task.enqueue()
         assert started.wait(5), "the wake list did not wake the worker (it idles 15 s)"
@@ -885,7 +819,7 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
     # On a plain asyncio client (the real server here) the idle wait carries the next claim:
     # Redis runs it as the wait ends, so the woken worker needs no claim round trip of its own.
     claimed_by_wait: list[str] = []
-    wake_then, idle = AsyncQuasar.wait_and_claim, Worker._idle
+    wake_then, idle = AsyncQuasar.wait_and_claim, Claimer.idle
     idling = threading.Event()
 
     ended: list[bool] = []  # each wait that came back (woken, or not: a timeout, an unblock)
@@ -903,19 +837,19 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
         ended.append(woke)
         return woke, result
 
-    async def waits(self: Worker, lane: int, next_at: int | None) -> None:
+    async def waits(self: Claimer, lane: int, next_at: int | None) -> None:
         idling.set()
         await idle(self, lane, next_at)
 
     monkeypatch.setattr(AsyncQuasar, "wait_and_claim", watched)
-    monkeypatch.setattr(Worker, "_idle", waits)
+    monkeypatch.setattr(Claimer, "idle", waits)
 
     async def hello() -> str:
         return "hi"
 
     task = declare(app, hello)
     worker = worker_of(app, idle_wait=15.0, maintenance_interval=60.0)
-    with serving(worker):
+    with worker:
         assert idling.wait(10), "the worker did not find the queue empty"
         handle = task.enqueue()
         assert handle.result(timeout=10) == "hi"
@@ -970,7 +904,7 @@ def test_a_cut_short_wait_whose_claim_runs_after_its_resend_starts_its_jobs(
     task = declare(app, hello)
     worker = worker_of(app, idle_wait=15.0, maintenance_interval=60.0)
     try:
-        with serving(worker):
+        with worker:
             wait_for(lambda: waits, 10, "the worker to wait")
             loop = worker._loop
             assert loop is not None
@@ -992,7 +926,7 @@ def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
     # A claim that came back with fewer jobs than it asked for (the queue ran dry) lets its jobs
     # start before the next claim (most likely an empty one) is sent: latency at light load.
     events: list[str] = []
-    execute, idle, wake_then = AsyncQuasar.execute, Worker._idle, AsyncQuasar.wait_and_claim
+    execute, idle, wake_then = AsyncQuasar.execute, Claimer.idle, AsyncQuasar.wait_and_claim
 
     async def recorded(self: AsyncQuasar, call: Any) -> Any:
         if call.script.name in CLAIMS:
@@ -1004,20 +938,20 @@ def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
         events.append("claim")  # (the claim that went with the wait: its reply is back)
         return result
 
-    async def idling(self: Worker, lane: int, next_at: int | None) -> None:
+    async def idling(self: Claimer, lane: int, next_at: int | None) -> None:
         events.append("idle")
         await idle(self, lane, next_at)
 
     monkeypatch.setattr(AsyncQuasar, "execute", recorded)
     monkeypatch.setattr(AsyncQuasar, "wait_and_claim", claimed_on_waking)
-    monkeypatch.setattr(Worker, "_idle", idling)
+    monkeypatch.setattr(Claimer, "idle", idling)
 
     async def hello() -> str:
         events.append("start")
         return "hi"
 
     task = declare(app, hello)
-    with serving(worker_of(app, idle_wait=15.0, maintenance_interval=60.0)):
+    with worker_of(app, idle_wait=15.0, maintenance_interval=60.0):
         wait_for(lambda: "idle" in events, 10, "the worker to find the queue empty")
         handle = task.enqueue()
         assert handle.result(timeout=10) == "hi"
@@ -1068,14 +1002,14 @@ def test_outcomes_ride_the_next_claim_and_each_is_reported_once(
     task = declare(app, quick)
     handles = app.enqueue_many([task.job(i) for i in range(24)])  # before the worker starts
     try:
-        with serving(worker_of(app, concurrency=4)) as served:
+        with worker_of(app, concurrency=4) as worker:
             assert [h.result(timeout=30) for h in handles] == list(range(24))
     finally:
         keeper_client.redis.close()
     assert sorted(carried + by_keeper) == sorted(h.id for h in handles), (carried, by_keeper)
     # The worker is full (4 of 24) when its first jobs end: the claims that follow carry them.
     assert len(carried) >= 4, (carried, by_keeper)
-    assert served.worker.stats.completed == 24
+    assert worker.stats.completed == 24
 
 
 def test_outcomes_of_a_claim_whose_reply_was_lost_are_reported_at_stop(
@@ -1099,7 +1033,7 @@ def test_outcomes_of_a_claim_whose_reply_was_lost_are_reported_at_stop(
 
     task = declare(app, quick)
     first, second = app.enqueue_many([task.job(1), task.job(2)])
-    with serving(worker_of(app, concurrency=1, prefetch=0)):  # one claim loop
+    with worker_of(app, concurrency=1, prefetch=0):  # one claim loop
         wait_for(lambda: len(refused) >= 2, 10, "the carrying claim to be sent again")
     assert len(set(refused)) == 1, "the claim was not sent again with its call id"
     assert first.result(timeout=10) == 1  # reported by the lease keeper at stop
@@ -1141,7 +1075,7 @@ def race_a_heartbeat(
     monkeypatch.setattr(app, "new_client", lambda: keeper_client)
     task = declare(app, racing, lease_ms=600, max_attempts=1)
     try:
-        with serving(worker):
+        with worker:
             handle = task.enqueue()
             try:
                 value: Any = handle.result(timeout=15)
@@ -1160,11 +1094,10 @@ def test_a_completion_that_races_a_heartbeat_is_accepted(
     raced, value = race_a_heartbeat(app, monkeypatch, worker, renewed_first=False)
     assert raced, "no heartbeat went through execute_many: update this test"
     assert value == "done", (
-        f"BUG (_lease_keeper.LeaseKeeper._after_heartbeat): got {value!r}. A heartbeat that is "
-        "in flight when the job reports keeps its new token away from the report "
-        "('if not lease.finishing'), so the outcome goes out with the superseded token, is "
-        "refused StaleLease, and the finished job runs again after its lease (or fails, on its "
-        "last attempt)"
+        f"BUG (worker._lease_keeper.LeaseKeeper._after_heartbeat): got {value!r}. A heartbeat "
+        "that is in flight when the job reports keeps its new token away from the report, so "
+        "the outcome goes out with the superseded token, is refused StaleLease, and the "
+        "finished job runs again after its lease (or fails, on its last attempt)"
     )
 
 
@@ -1199,15 +1132,16 @@ def test_the_worker_lease_applies_to_tasks_without_their_own(app: App) -> None:
         release.wait(30)
 
     task = declare(app, steady)  # no lease_ms of its own
-    with serving(worker_of(app, lease_ms=1500)):
+    with worker_of(app, lease_ms=1500):
         handle = task.enqueue()
         assert started.wait(10)
         lease, now = wait_for(lambda: renewed(handle, 1500), 10, "a heartbeat")
         release.set()
     assert lease.expires_at - now <= 1500, (
-        "BUG (worker.Worker._start / app.DEFAULT_LEASE_MS): the worker's lease_ms (quasar worker "
-        "--lease-ms 1500) is overridden by the task's default lease of 30 s: a killed worker's "
-        f"jobs come back only after 30 s (the lease now ends in {lease.expires_at - now} ms)"
+        "BUG (worker._running.Runner.start_all / Task.lease_ms): the worker's lease_ms (quasar "
+        "worker --lease-ms 1500) is overridden by a default lease of the task's, 30 s: a killed "
+        "worker's jobs come back only after 30 s (the lease now ends in "
+        f"{lease.expires_at - now} ms)"
     )
 
 
@@ -1227,15 +1161,16 @@ def test_claim_loop_survives_a_failed_wake_up(app: App, monkeypatch: pytest.Monk
 
     task = declare(app, work)
     handles = [task.enqueue(i) for i in range(3)]  # the first claim takes a full batch of 2
-    with serving(worker_of(app, concurrency=2)):
+    with worker_of(app, concurrency=2):
         wait_for(lambda: not injected, 10, "the worker to push a wake-up")
         finished = eventually(
             lambda: all(isinstance(job_of(h).state, Succeeded) for h in handles), 3
         )
     assert finished, (
-        "BUG (worker.Worker._claim): the wake-up RPUSH after a full claim batch is a raw redis "
-        "call outside the claim loop's QuasarError handling: one connection error (Redis "
-        "restarting) ends the claim loop, and with it serve() and the `quasar worker` process "
+        "BUG (worker._claiming.Claimer._wake_others): the wake-up push after a full claim batch "
+        "(AsyncQuasar.wake) fails outside the claim loop's QuasarError handling: one connection "
+        "error (Redis restarting) ends the claim loop, and with it serve() and the `quasar "
+        "worker` process "
         f"(or leaves it claiming nothing: see the next test); jobs: {[job_of(h) for h in handles]}"
     )
 
@@ -1279,9 +1214,9 @@ def test_a_cancelled_serve_ends_even_when_redis_swallows_the_cancellation(
     assert ended, (
         "BUG (worker.Worker.serve): serve() never returns once its claim loop has failed or it "
         "was cancelled, if the maintenance task's cancellation is swallowed (Python 3.11's "
-        "asyncio.wait_for, which redis-py uses, does that at times): _maintenance loops on "
-        "'while not self._stopping.is_set()', which nothing set; a `quasar worker` process "
-        "then stays alive, claiming nothing"
+        "asyncio.wait_for, which redis-py uses, does that at times): worker._maintenance."
+        "Maintenance.run loops until the worker's stopping event is set, which nothing set; a "
+        "`quasar worker` process then stays alive, claiming nothing"
     )
 
 
@@ -1292,10 +1227,7 @@ def test_stop_after_the_worker_ended_is_harmless(app: App) -> None:
         worker.stop()
 
     declare(app, stopper).enqueue()
-    with serving(worker) as served:
-        assert served.thread is not None
-        served.thread.join(30)
-        assert not served.alive()
+    worker.run(install_signals=False)  # until the job stops it
     try:
         worker.stop()
     except RuntimeError as exc:

@@ -32,15 +32,12 @@ def test_a_task_raising_system_exit_fails_its_job_only() -> None:
     handle = bye.enqueue()
 
     async def main() -> None:
-        worker = Worker(app, ["default"], 2)
-        serving = asyncio.create_task(worker.serve())
-        for _ in range(200):
-            info = handle.info()
-            if info is not None and isinstance(info.job.state, RetryWaiting):
-                break
-            await asyncio.sleep(0.01)
-        worker.stop()
-        await serving
+        async with Worker(app, ["default"], 2):
+            for _ in range(200):
+                info = handle.info()
+                if info is not None and isinstance(info.job.state, RetryWaiting):
+                    break
+                await asyncio.sleep(0.01)
         await app.aclose()
 
     asyncio.run(main())

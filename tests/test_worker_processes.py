@@ -42,7 +42,8 @@ from quasar_redis import (
 from quasar_redis.app import payload_of
 
 from . import worker_tasks as wt
-from .conftest import REDIS_URL, delete_namespace, real_redis
+from .helpers import REDIS_URL, delete_namespace, real_redis
+from .helpers import wait_for as wait_every
 
 pytestmark = pytest.mark.slow
 
@@ -56,15 +57,8 @@ T = TypeVar("T")
 
 
 def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.05) -> T:
-    """``check()``'s first truthy value; fails after ``timeout`` seconds, saying ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
+    """``helpers.wait_for``, asking every 50 ms by default (the checks read logs and Redis)."""
+    return wait_every(check, timeout, what, every)
 
 
 # --- the tasks' log ------------------------------------------------------------------------------
@@ -724,11 +718,11 @@ def check_reconnected(worker: WorkerProcess, worked_after: set[str]) -> None:
     """A worker that lived through the Redis restart ran jobs after it and stopped cleanly."""
     stderr = worker.stderr()
     assert "Traceback" not in stderr, (
-        f"{worker.name} died or hung when Redis restarted. If the traceback ends in "
-        "Worker._claim's rpush: BUG (worker.Worker._claim), the wake-up RPUSH after a full claim "
-        "batch is a raw redis call outside the claim loop's QuasarError handling (shown every "
-        "time by test_worker.py::test_claim_loop_survives_a_failed_wake_up; here it depends on "
-        f"where the kill lands):\n{stderr[-3000:]}"
+        f"{worker.name} died or hung when Redis restarted. If the traceback ends in the wake-up "
+        "push (AsyncQuasar.wake): BUG (worker._claiming.Claimer._wake_others), the wake-up push "
+        "after a full claim batch fails outside the claim loop's QuasarError handling (shown "
+        "every time by test_worker.py::test_claim_loop_survives_a_failed_wake_up; here it "
+        f"depends on where the kill lands):\n{stderr[-3000:]}"
     )
     assert worker.proc.returncode == 0, f"{worker.name} exited badly:\n{stderr[-3000:]}"
     assert worker.name in worked_after, f"{worker.name} ran no job after the restart"

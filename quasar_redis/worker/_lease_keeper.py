@@ -6,10 +6,15 @@ one, cannot starve them. Outcomes (completions, failures, hand-backs) go through
 the worker's next claim (``carry``): either way an outcome is sent only while no heartbeat of its
 lease is in flight and none starts after, so it always carries the newest token (a heartbeat
 renews the token, and the old one is then stale).
+
+Each lease is in one state (``LeaseState``); ``LEASE_CHANGES`` lists what each event makes of each
+state, and ``Lease.apply`` refuses an event the table does not list for the state (``PhaseError``:
+a bug in the worker). Every change is made under the keeper's lock.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import queue
 import threading
@@ -17,10 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import _types as t
-from ._calls import Call
-from .client import Quasar
-from .errors import QuasarError, RedisUnavailable
+from .. import _types as t
+from .._calls import Call
+from ..client import Quasar
+from ..errors import QuasarError, RedisUnavailable
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -36,22 +41,63 @@ Item = tuple["Lease", Report, Any]
 BATCH = 1000
 
 
+class PhaseError(QuasarError):
+    """A held job or its lease was asked for a change its table does not allow: a worker bug."""
+
+
+class LeaseState(enum.Enum):
+    """Where a held lease is, as the lease keeper sees it."""
+
+    HELD = "held"  # renewed by heartbeats
+    BEATING = "beating"  # a heartbeat of it is in flight (its token may change)
+    FINISHING = "finishing"  # its outcome is queued or sent: no more heartbeats
+    # its outcome was queued while a heartbeat was in flight: it goes out after, with the new token
+    BEATING_FINISHING = "beating, finishing"
+    LOST = "lost"  # a heartbeat was refused: no more heartbeats, its outcome never counts
+
+    __hash__ = object.__hash__  # (see JobPhase)
+
+
+class LeaseEvent(enum.Enum):
+    """What happens to a lease."""
+
+    BEAT = "beat"  # a heartbeat is sent
+    BEAT_ENDED = "beat ended"  # its answer is in (a renewal, or Redis unreachable)
+    REFUSED = "refused"  # the heartbeat was refused: the lease is lost
+    FINISH = "finish"  # its outcome is queued for the keeper, or taken into a claim
+
+    __hash__ = object.__hash__
+
+
+# The members by name (see JobPhase).
+HELD = LeaseState.HELD
+BEATING = LeaseState.BEATING
+FINISHING = LeaseState.FINISHING
+BEATING_FINISHING = LeaseState.BEATING_FINISHING
+LOST = LeaseState.LOST
+BEAT = LeaseEvent.BEAT
+BEAT_ENDED = LeaseEvent.BEAT_ENDED
+REFUSED = LeaseEvent.REFUSED
+FINISH = LeaseEvent.FINISH
+#: What each event makes of each state; ``Lease.apply`` refuses the pairs not listed.
+LEASE_CHANGES: dict[LeaseState, dict[LeaseEvent, LeaseState]] = {
+    HELD: {BEAT: BEATING, FINISH: FINISHING},
+    BEATING: {BEAT_ENDED: HELD, REFUSED: LOST, FINISH: BEATING_FINISHING},
+    BEATING_FINISHING: {BEAT_ENDED: FINISHING, REFUSED: LOST},
+    # reported again: a claim that carried it lost its reply, and the worker stops
+    FINISHING: {FINISH: FINISHING},
+    # the worker has not heard yet (its outcome is then refused); the refused beat ends
+    LOST: {FINISH: LOST, BEAT_ENDED: LOST},
+}
+
+
 class Lease:
     """A job this worker holds: its newest token and what to do if the lease is lost.
 
     ``on_lost`` is called, from the keeper's thread, with the lease and the refusal.
     """
 
-    __slots__ = (
-        "beating",
-        "claim",
-        "finishing",
-        "lease_ms",
-        "lost",
-        "on_lost",
-        "renewed_at",
-        "token",
-    )
+    __slots__ = ("claim", "lease_ms", "on_lost", "renewed_at", "state", "token")
 
     def __init__(
         self, claim: t.Claim, lease_ms: int, on_lost: Callable[[Lease, t.JobError], None]
@@ -61,13 +107,28 @@ class Lease:
         self.on_lost = on_lost
         self.token: t.LeaseToken = claim.token
         self.renewed_at = 0.0  # monotonic time of the claim or last heartbeat
-        self.finishing = False  # its outcome is queued or sent: no more heartbeats
-        self.beating = False  # a heartbeat of it is in flight (its token may change)
-        self.lost = False
+        self.state = HELD
 
     @property
     def job_id(self) -> str:
         return self.claim.job.id
+
+    @property
+    def lost(self) -> bool:
+        return self.state is LOST
+
+    @property
+    def finishing(self) -> bool:
+        """Its outcome is queued or sent (and it was not lost)."""
+        return self.state is FINISHING or self.state is BEATING_FINISHING
+
+    def apply(self, event: LeaseEvent) -> None:
+        """Apply ``event`` (under the keeper's lock); PhaseError if ``LEASE_CHANGES`` has no
+        change for it in this state."""
+        state = LEASE_CHANGES[self.state].get(event)
+        if state is None:
+            raise PhaseError(f"lease of job {self.job_id}: no change for {event} in {self.state}")
+        self.state = state
 
 
 _WAKE = object()  # put on the queue to make the keeper look at its leases again
@@ -135,7 +196,7 @@ class LeaseKeeper:
         """
         with self._lock:
             for lease, _, _ in items:
-                lease.finishing = True
+                lease.apply(FINISH)
         self._outcomes.put(items)
 
     def carry(self, items: list[Item]) -> tuple[list[Item], list[t.Outcome]]:
@@ -151,10 +212,10 @@ class LeaseKeeper:
         with self._lock:
             for item in items:
                 lease = item[0]
-                if lease.beating:
+                if lease.state is BEATING:
                     left.append(item)
                 else:
-                    lease.finishing = True
+                    lease.apply(FINISH)
                     taken.append(item)
                     outcomes.append(item[1](lease.token))
         if left:
@@ -231,10 +292,10 @@ class LeaseKeeper:
         if now < self._next_due:
             return
         with self._lock:  # (an outcome taken by carry() is finishing: never beaten after)
-            live = [x for x in self._leases.values() if not x.finishing and not x.lost]
+            live = [x for x in self._leases.values() if x.state is HELD]
             due = [lease for lease in live if now >= _due(lease)]
             for lease in due:
-                lease.beating = True
+                lease.apply(BEAT)
         later = [_due(lease) for lease in live if _due(lease) > now]
         self._next_due = min(later, default=now + 0.5)
         if not due:
@@ -252,7 +313,7 @@ class LeaseKeeper:
         finally:  # only now, the new tokens in place, may carry() take these leases' outcomes
             with self._lock:
                 for lease in due:
-                    lease.beating = False
+                    lease.apply(BEAT_ENDED)
 
     def _after_heartbeat(self, lease: Lease, result: Any, sent_at: float) -> None:
         if isinstance(result, t.ClaimApplied):
@@ -261,7 +322,7 @@ class LeaseKeeper:
                 lease.renewed_at = sent_at
         elif isinstance(result, t.ClaimRefused):
             with self._lock:
-                lease.lost = True
+                lease.apply(REFUSED)
                 self._leases.pop(lease.job_id, None)
             log.warning(
                 "job %s: lease lost (%s); its outcome will not be reported",

@@ -1,0 +1,55 @@
+"""The worker: claims jobs of some queues in batches, runs them, reports each outcome.
+
+asyncio at its core: async tasks run on the loop, plain functions in a thread pool. Leases are
+renewed by the lease keeper thread (``_lease_keeper``) at about a third of their duration; when a
+renewal is refused (the job was cancelled, expired or taken over) the running task is told
+(asyncio cancellation, and ``current_job().cancelled`` for plain functions) and its outcome is
+never reported. An idle worker blocks on the queues' wake lists until work arrives or the next
+scheduled job is due. Maintenance (promote, sweep, prune) runs inside every worker; any number
+of them may run it at once.
+
+Outcomes ride the next claim: one ``report_claim`` call reports the jobs that ended and claims
+as many new ones (one round trip a batch). When no claim is about to go out (the worker is idle,
+backing off, full or stopping), or a heartbeat of the job is in flight, the lease keeper reports
+the outcome instead.
+
+The modules, by role: ``_lifecycle`` (the ``Worker``: serve, stop, drain), ``_claiming`` (the claim
+loops and the idle wait; ``_outbox``, the outcomes a claim carries; ``_resend``, calls sent again),
+``_running`` (slots, runs, outcomes; ``_prefetch``), ``_job`` (a held job and its ``JobPhase``),
+``_outcomes``, ``_lease_keeper`` and ``_maintenance``.
+"""
+
+from ._job import PHASE_CHANGES, CancelFlag, HeldJob, JobContext, JobPhase, current_job
+from ._lease_keeper import LEASE_CHANGES, Lease, LeaseEvent, LeaseKeeper, LeaseState, PhaseError
+from ._lifecycle import Worker, default_worker_id
+from ._outbox import CARRY_MAX
+from ._outcomes import REASON_MAX, Build, Outcome, OutcomeKind, WorkerStats
+from ._prefetch import PREFETCH_STALE_S, PREFETCH_WAIT_S, RUN_AVG_WEIGHT
+from ._resend import CUT_SHORT_KEPT
+
+__all__ = [
+    "CARRY_MAX",
+    "CUT_SHORT_KEPT",
+    "LEASE_CHANGES",
+    "PHASE_CHANGES",
+    "PREFETCH_STALE_S",
+    "PREFETCH_WAIT_S",
+    "REASON_MAX",
+    "RUN_AVG_WEIGHT",
+    "Build",
+    "CancelFlag",
+    "HeldJob",
+    "JobContext",
+    "JobPhase",
+    "Lease",
+    "LeaseEvent",
+    "LeaseKeeper",
+    "LeaseState",
+    "Outcome",
+    "OutcomeKind",
+    "PhaseError",
+    "Worker",
+    "WorkerStats",
+    "current_job",
+    "default_worker_id",
+]

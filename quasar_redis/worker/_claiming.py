@@ -1,0 +1,333 @@
+"""Claiming: the claim loops, each claim carrying the outcomes of the outbox, the idle wait on the
+queues' wake lists (which carries a claim of its own), and calls sent again after a lost reply.
+
+An idle worker blocks on the queues' wake lists until work arrives or the next scheduled job is
+due. On a plain asyncio client the wait carries the next claim of the first queue: Redis runs it
+the moment the wait ends, so a job enqueued to an idle worker is claimed in the round trip that
+wakes it (``AsyncQuasar.wait_and_claim``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from .. import _types as t
+from .._calls import Call
+from ..aio import AsyncQuasar
+from ..errors import QuasarError, RedisUnavailable
+from ._lease_keeper import Item
+from ._outbox import Outbox
+from ._resend import Resends
+from ._running import Runner
+
+log = logging.getLogger("quasar_redis.worker")
+
+
+class Claimer:
+    """The claim loops of one serving worker: one, or two side by side (``lanes``, with
+    prefetch), so that one's call is in flight while the other's jobs start."""
+
+    def __init__(
+        self,
+        *,
+        client: AsyncQuasar,
+        runner: Runner,
+        outbox: Outbox,
+        queues: list[str],
+        lanes: int,
+        idle_wait: float,
+    ) -> None:
+        self.client = client
+        self.runner = runner
+        self.outbox = outbox
+        self.queues = queues
+        self.lanes = lanes
+        self.idle_wait = idle_wait
+        self.worker_id, self.lease_ms = runner.worker_id, runner.lease_ms
+        self.stopping, self.slot, self.poke = runner.stopping, runner.slot, runner.poke
+        self.resends = Resends()
+        # Slots asked for by claims in flight (and by the claim an idle wait carries), and how
+        # many claim calls are in flight.
+        self.asked = 0
+        self.in_flight = 0
+        self.offset_ms = 0.0  # the Redis clock minus ours (kept by the worker's maintenance)
+        self.waking: set[str] = set()  # queues with a wake-up push in flight
+        self.background: set[asyncio.Future[Any]] = set()
+
+    async def run(self) -> None:
+        """The claim loops, until a stop; the first that fails ends the others."""
+        self.outbox.carrying = self.lanes
+        if self.lanes == 1:
+            await self._claim_loop(0)
+            return
+        loops = [asyncio.ensure_future(self._claim_loop(lane)) for lane in range(self.lanes)]
+        try:
+            await asyncio.wait(loops, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for loop in loops:
+                loop.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+        for loop in loops:
+            if not loop.cancelled() and loop.exception() is not None:
+                raise loop.exception()  # type: ignore[misc]
+
+    def free(self) -> int:
+        """Free slots (``Runner.room``), minus those claims in flight asked for."""
+        return self.runner.room() - self.asked
+
+    async def _claim_loop(self, lane: int) -> None:
+        backoff = 0.05
+        while not self.stopping.is_set():
+            _end_if_cancelled()
+            free = self.free()
+            if free <= 0 and not self.resends.waiting(lane):
+                # Full (as many outcomes on their way as jobs running, or the other loop's claim
+                # asked for the rest): unless a claim is in flight (its loop takes the outcomes
+                # when it is back), what ended meanwhile goes through the lease keeper.
+                if not self.in_flight:
+                    self.outbox.flush()
+                self.slot.clear()
+                await self.slot.wait()
+                continue
+            try:
+                got, next_at = await self._claim(lane, free)
+            except (QuasarError, RedisError, OSError) as exc:  # never die on Redis: back off
+                log.warning(
+                    "worker %s: claim failed (%s); retrying in %.2fs", self.worker_id, exc, backoff
+                )
+                self._stop_carrying()
+                await pause(self.stopping, backoff)
+                self.outbox.carrying += 1
+                backoff = min(backoff * 2, 5.0) * random.uniform(0.8, 1.2)
+                continue
+            backoff = 0.05
+            if got == 0:
+                _end_if_cancelled()
+                self._stop_carrying()
+                try:
+                    await self.idle(lane, next_at)
+                finally:
+                    self.outbox.carrying += 1
+            elif got < free:
+                # The queues ran dry: let the jobs just claimed start before the next claim (most
+                # likely an empty one) goes out. A full claim sends the next one first instead,
+                # so that Redis works on it while these jobs run.
+                await asyncio.sleep(0)
+
+    async def _claim(self, lane: int, free: int) -> tuple[int, int | None]:
+        got, next_at = 0, None
+        for queue in self.queues:
+            want = min(free - got, 1000)
+            # A call whose reply was lost (Redis went away, a wait cut short) is sent again with
+            # its call id, free slots or not: the jobs it leased come back (to wait for a slot)
+            # instead of waiting out their lease, and its outcomes get their first answers.
+            unanswered = self.resends.pop(lane, queue)
+            if unanswered is None and want <= 0:
+                continue
+            call, carried = unanswered or self._next_call(queue, want)
+            want = max(want, 0)
+            self.asked += want
+            self.in_flight += 1
+            try:
+                reply = await self.client.execute(call)
+            except (RedisUnavailable, asyncio.CancelledError):  # it may have been applied
+                self.resends.keep(lane, queue, call, carried)
+                raise
+            except BaseException as exc:
+                self._settle(carried, [exc] * len(carried))
+                raise
+            finally:
+                self.asked -= want
+                self.in_flight -= 1
+            result = self._claim_part(reply, carried)
+            if isinstance(result, t.ClaimsApplied):
+                claims: Sequence[t.Claim] = result.claims
+                if unanswered is not None:  # a re-sent call: its jobs may have started already
+                    claims = self.resends.not_started(call.call_id, claims)
+                got += self._start_claimed(queue, want, claims)
+            elif isinstance(result.error, t.NothingClaimable) and result.error.next_at:
+                next_at = min(next_at or result.error.next_at, result.error.next_at)
+            if got >= free:
+                break
+        return got, next_at
+
+    def _claim_part(self, reply: Any, carried: list[Item]) -> t.ClaimsResult:
+        """The claim's result of a claim's reply; the outcomes it carried get theirs."""
+        if not isinstance(reply, t.ReportedAndClaimed):
+            return reply  # type: ignore[no-any-return]
+        self._settle(carried, reply.outcomes)
+        if isinstance(reply.claim, Exception):
+            raise reply.claim
+        return reply.claim
+
+    def _next_call(self, queue: str, want: int) -> tuple[Call[Any], list[Item]]:
+        """A claim of ``want`` jobs of ``queue``, carrying the outcomes waiting to be reported."""
+        calls = self.client.calls
+        carried, outcomes = self.outbox.take()
+        if outcomes:
+            call = calls.report_claim(self.worker_id, outcomes, queue, self.lease_ms, want)
+            return call, carried
+        return calls.claim(queue, self.worker_id, self.lease_ms, want), carried
+
+    def _settle(self, carried: list[Item], results: Sequence[Any]) -> None:
+        """The results of outcomes a claim carried: to their jobs, as the lease keeper's are."""
+        if carried:
+            self.outbox.keeper.forget(carried)
+            self.runner.deliver([(item[2], r) for item, r in zip(carried, results, strict=True)])
+
+    def _stop_carrying(self) -> None:
+        """This loop sends no claim for now: outcomes go to the lease keeper unless another
+        loop carries them."""
+        self.outbox.carrying -= 1
+        self.outbox.flush()
+
+    def report_unanswered(self) -> None:
+        """On the way out: the outcomes of calls whose reply was lost go to the lease keeper (as
+        a new report: one applied the first time is refused as stale, which changes nothing)."""
+        self.outbox.items.extend(self.resends.drop_all())
+        self.outbox.flush()
+
+    # idling -------------------------------------------------------------------------------------
+
+    async def idle(self, lane: int, next_at: int | None) -> None:
+        """Block on the wake lists until work arrives, the next job is due, or a stop.
+
+        On a plain asyncio client the wait carries the next claim of the first queue: Redis runs
+        it the moment the wait ends, so a job enqueued to an idle worker is claimed in the round
+        trip that wakes it (``AsyncQuasar.wait_and_claim``). A stop or a poke ends the wait early
+        (``AsyncQuasar.unblock``: the claim still runs, and its jobs start or are handed back).
+        """
+        timeout = self.idle_wait
+        if next_at is not None:
+            local_ms = time.time() * 1000 + self.offset_ms
+            timeout = min(timeout, max(0.001, (next_at - local_ms) / 1000))
+        free, queue = self.free(), self.queues[0]
+        claim: Call[t.ClaimsResult] | None = None
+        waiting: list[int] = []  # the waiting connection's client id, once it waits
+        asked = 0
+        if free > 0 and self.client.can_wait_and_claim:
+            asked = min(free, 1000)
+            claim = self.client.calls.claim(queue, self.worker_id, self.lease_ms, asked)
+            wait: Any = self.client.wait_and_claim(
+                self.queues, max(timeout, 0.001), claim, waiting.append
+            )
+        else:
+            wait = self.client.wait_for_work(self.queues, max(timeout, 0.001))
+        self.asked += asked
+        pop = asyncio.ensure_future(wait)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        poke = asyncio.ensure_future(self.poke.wait())
+        try:
+            await asyncio.wait({pop, stop, poke}, return_when=asyncio.FIRST_COMPLETED)
+            if not pop.done() and waiting:  # end the wait: the claim runs, its reply comes back
+                with contextlib.suppress(RedisError, OSError, QuasarError):
+                    await self.client.unblock(waiting[0])
+                    await asyncio.wait({pop}, timeout=5.0)
+        finally:
+            self.asked -= asked
+            self.poke.clear()
+            for fut in (pop, stop, poke):
+                if not fut.done():
+                    fut.cancel()
+            answered = self._answered(pop, lane, queue, claim)
+            await asyncio.gather(stop, poke, return_exceptions=True)
+        if answered and claim is not None:
+            await self._woken(queue, asked, pop.result()[1])
+        elif pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
+            await pause(self.stopping, 0.1)  # Redis trouble: the claim that follows reports it
+
+    def _answered(
+        self, pop: asyncio.Future[Any], lane: int, queue: str, claim: Call[Any] | None
+    ) -> bool:
+        """Whether the wait came back with its answer, decided once, here. A wait cut short is
+        sent again (its claim may have run); it may also still finish (redis-py can swallow a
+        cancellation), and its claim may then run after the re-sent one, which found nothing
+        (so left no record to replay): the jobs of either answer start, each once
+        (``Resends.not_started``)."""
+        answered = pop.done() and not pop.cancelled() and pop.exception() is None
+        if claim is not None and not answered:
+            call_id = claim.call_id
+            self.resends.keep(lane, queue, claim, [])
+            self.resends.cut_short(call_id)
+            pop.add_done_callback(functools.partial(self._late, queue, call_id))
+        # Not awaited: redis-py may sit out a cancelled BLPOP until its timeout.
+        self._in_background(pop)
+        return answered
+
+    def _late(self, queue: str, call_id: str, pop: asyncio.Future[Any]) -> None:
+        """A wait cut short finished after all: the jobs its claim leased start, but those the
+        re-sent claim (same call id, replayed) started already. At a stop they are left to wait
+        out their lease."""
+        if pop.cancelled() or pop.exception() is not None or self.stopping.is_set():
+            return
+        result = pop.result()[1]
+        if isinstance(result, t.ClaimsApplied):
+            self._start_claimed(queue, 0, self.resends.not_started(call_id, result.claims))
+
+    async def _woken(self, queue: str, want: int, result: Any) -> None:
+        """The claim that went with the wait: its jobs start (before the next claim goes out).
+        A refusal or an error is left to the claim that follows, which meets it again."""
+        if isinstance(result, t.ClaimsApplied) and self._start_claimed(queue, want, result.claims):
+            await asyncio.sleep(0)
+
+    def _start_claimed(self, queue: str, want: int, claims: Sequence[t.Claim]) -> int:
+        """Starts the jobs a claim of ``want`` leased; a full claim wakes another idle worker."""
+        if claims:
+            self.runner.start_all(claims)
+            if len(claims) == want:
+                self._wake_others(queue)
+        return len(claims)
+
+    def _wake_others(self, queue: str) -> None:
+        """Push a wake-up token for ``queue`` (another idle worker looks too), without waiting.
+
+        At most one push per queue is in flight: a claim that fills up meanwhile needs no other.
+        """
+        if queue in self.waking:
+            return
+        self.waking.add(queue)
+        push = self._in_background(asyncio.ensure_future(self.client.wake(queue)))
+        push.add_done_callback(lambda _: self.waking.discard(queue))
+
+    def _in_background(self, future: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Keep ``future`` until it is done (its exception, if any, retrieved)."""
+        self.background.add(future)
+        future.add_done_callback(_forget(self.background))
+        return future
+
+
+async def pause(stopping: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or until ``stopping`` is set."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stopping.wait(), timeout=seconds)
+
+
+def _end_if_cancelled() -> None:
+    """Raise CancelledError if the running task was cancelled and the cancellation got lost.
+
+    redis-py awaits asyncio.wait_for, which on Python 3.11 at times swallows a cancellation that
+    arrives as the call completes; the task then runs on with its cancel request pending
+    (``Task.cancelling()``, Python 3.11+), and the claim loop would go on claiming.
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
+
+
+def _forget(pending: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    def done(future: asyncio.Future[Any]) -> None:
+        pending.discard(future)
+        if not future.cancelled():
+            future.exception()  # retrieved, so asyncio does not log it as never retrieved
+
+    return done

@@ -1,0 +1,301 @@
+"""The Worker: its settings, and its life: serve (or run, or ``with``), stop, drain.
+
+While it serves, its parts are: the claim loops (``_claiming``), the jobs it holds and runs
+(``_running``), the lease keeper's thread (``_lease_keeper``) and the maintenance loop
+(``_maintenance``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Literal
+
+from .._keys import check_name
+from ..app import App
+from ._claiming import Claimer
+from ._lease_keeper import LeaseKeeper
+from ._maintenance import Maintenance
+from ._outbox import Outbox
+from ._outcomes import WorkerStats
+from ._prefetch import Prefetch
+from ._running import Runner
+
+log = logging.getLogger("quasar_redis.worker")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+class Worker:
+    """Runs the tasks of ``app`` for ``queues`` with up to ``concurrency`` jobs at once.
+
+    ``run()`` serves on an event loop of its own until SIGTERM / SIGINT; ``await serve()`` on
+    the running loop until ``stop()``. ``with worker:`` serves in a thread of its own for the
+    block, ``async with worker:`` as a task of the running loop; either stops it at the block's
+    end (running jobs get their ``grace``) and waits for it.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        queues: Sequence[str] = ("default",),
+        concurrency: int = 10,
+        *,
+        prefetch: int | Literal["auto"] = "auto",
+        worker_id: str | None = None,
+        lease_ms: int = 30_000,
+        grace: float = 30.0,
+        idle_wait: float = 5.0,
+        maintenance_interval: float = 1.0,
+        prune_max_age: float | None = 7 * 86_400.0,
+        prune_max_count: int | None = 100_000,
+    ) -> None:
+        if concurrency < 1 or lease_ms < 1 or not queues:
+            raise ValueError("concurrency and lease_ms must be positive, and queues not empty")
+        if prefetch != "auto" and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
+            raise ValueError(f"prefetch must be a nonnegative integer or 'auto': got {prefetch!r}")
+        self.app = app
+        self.queues = [check_name(q, "queue") for q in queues]
+        self.concurrency = concurrency
+        self.prefetch = prefetch
+        self.worker_id = worker_id or default_worker_id()
+        self.lease_ms = lease_ms
+        self.grace = grace
+        self.idle_wait = idle_wait
+        self.maintenance_interval = maintenance_interval
+        self.prune_max_age = prune_max_age
+        self.prune_max_count = prune_max_count
+        self.stats = WorkerStats()
+        # Jobs it may hold beyond ``concurrency`` now (prefetch="auto": from recent run times).
+        self._prefetch = Prefetch(prefetch, concurrency)
+        self._signals = 0
+        self._stop_requested = False
+        # While it serves (and after): its loop, the loop's events, and its parts.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = asyncio.Event()  # no more claims, no job starts
+        self._slot = asyncio.Event()  # a slot may have freed
+        self._poke = asyncio.Event()  # look for work again
+        self._keeper: LeaseKeeper | None = None
+        self._runner: Runner | None = None
+        self._claimer: Claimer | None = None
+        # ``with`` / ``async with``: the thread or task serving, and what ended it
+        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+
+    # serving ------------------------------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Run until stopped (SIGTERM / SIGINT when ``install_signals``)."""
+        asyncio.run(self._serve_and_close(install_signals))
+
+    async def _serve_and_close(
+        self, install_signals: bool, started: threading.Event | None = None
+    ) -> None:
+        if started is not None:  # set once serve() waits for something
+            asyncio.get_running_loop().call_soon(started.set)
+        try:
+            await self.serve(install_signals=install_signals)
+        finally:
+            await self.app.aclose()  # the loop ends here: its client must not outlive it
+
+    async def serve(self, *, install_signals: bool = False) -> None:
+        """Run on the current event loop until ``stop()``."""
+        self._loop = loop = asyncio.get_running_loop()
+        self._stopping, self._slot, self._poke = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        if self._stop_requested:  # stop() came before serve() started
+            self._stopping.set()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal)
+        keeper, runner, claimer, pool = self._open(loop)
+        maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
+        log.info(
+            "worker %s started: queues %s, concurrency %d, prefetch %s",
+            self.worker_id,
+            ",".join(self.queues),
+            self.concurrency,
+            self.prefetch,
+        )
+        try:
+            await claimer.run()
+        finally:
+            self._stopping.set()  # ends maintenance even if a cancellation gets swallowed
+            claimer.outbox.carrying = 0
+            claimer.outbox.flush()
+            claimer.report_unanswered()
+            await self._drain(runner)
+            maintenance.cancel()
+            await asyncio.gather(maintenance, return_exceptions=True)
+            claimer.outbox.flush()
+            await asyncio.to_thread(keeper.stop)
+            assert self._keeper is not None
+            self._keeper.client.close()
+            pool.shutdown(wait=False, cancel_futures=True)
+            log.info("worker %s stopped", self.worker_id)
+
+    def _open(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> tuple[LeaseKeeper, Runner, Claimer, ThreadPoolExecutor]:
+        """The parts of one serve(): the lease keeper (started), the runner, the claim loops."""
+        client = self.app.aclient()
+
+        def dispatch(pairs: list[tuple[Any, Any]]) -> None:
+            loop.call_soon_threadsafe(runner.deliver, pairs)  # one wake-up of the loop a batch
+
+        keeper = LeaseKeeper(self.app.new_client(), self.worker_id, dispatch=dispatch)
+        self._keeper = keeper
+        outbox = Outbox(keeper, loop)
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="quasar-task")
+        self._runner = runner = Runner(
+            app_tasks=self.app.tasks,
+            worker_id=self.worker_id,
+            lease_ms=self.lease_ms,
+            concurrency=self.concurrency,
+            prefetch=self._prefetch,
+            stats=self.stats,
+            keeper=keeper,
+            outbox=outbox,
+            pool=pool,
+            stopping=self._stopping,
+            slot=self._slot,
+            poke=self._poke,
+        )
+        self._claimer = Claimer(
+            client=client,
+            runner=runner,
+            outbox=outbox,
+            queues=self.queues,
+            lanes=self._prefetch.lanes,
+            idle_wait=self.idle_wait,
+        )
+        keeper.start()
+        return keeper, runner, self._claimer, pool
+
+    def _maintenance(self, runner: Runner, claimer: Claimer) -> Maintenance:
+        return Maintenance(
+            client=claimer.client,
+            runner=runner,
+            claimer=claimer,
+            interval=self.maintenance_interval,
+            prune_max_age=self.prune_max_age,
+            prune_max_count=self.prune_max_count,
+        )
+
+    # stopping -----------------------------------------------------------------------------------
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Stop claiming; running jobs get ``grace`` seconds (none if ``immediate``)."""
+        if immediate:
+            self.grace = 0.0
+        self._stop_requested = True
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        if _on_loop(loop):
+            self._stop_now()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing to stop
+                loop.call_soon_threadsafe(self._stop_now)
+
+    def _stop_now(self) -> None:
+        self._stopping.set()
+        self._slot.set()
+        if self._runner is not None:
+            self._runner.hand_back_queued()  # (the grace is for jobs that run)
+            if self.grace <= 0:
+                self._runner.hand_back_all()
+
+    def _on_signal(self) -> None:
+        self._signals += 1
+        log.info(
+            "worker %s: signal %d, %s",
+            self.worker_id,
+            self._signals,
+            "stopping" if self._signals == 1 else "stopping at once",
+        )
+        self.stop(immediate=self._signals > 1)
+
+    async def _drain(self, runner: Runner) -> None:
+        runner.hand_back_queued()
+        tasks = [r.task for r in runner.held.values() if r.task is not None]
+        if tasks and self.grace > 0:
+            await asyncio.wait(tasks, timeout=self.grace)
+        runner.hand_back_all()
+        left = [r.task for r in runner.held.values() if r.task is not None]
+        if left:
+            await asyncio.wait(left, timeout=10.0)
+
+    # with / async with --------------------------------------------------------------------------
+
+    def __enter__(self) -> Worker:
+        """Serve in a thread of its own, on an event loop of its own, until the block ends."""
+        started = threading.Event()
+        self._error = None
+        self._thread = threading.Thread(
+            target=self._serve_in_thread, args=(started,), name="quasar-worker", daemon=True
+        )
+        self._thread.start()
+        started.wait()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop (running jobs get their grace) and wait until it has stopped and closed its
+        connections; an exception that ended it is raised here."""
+        self.stop()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _serve_in_thread(self, started: threading.Event) -> None:
+        try:
+            asyncio.run(self._serve_and_close(False, started))
+        except BaseException as exc:  # raised in the thread that leaves the ``with`` block
+            self._error = exc
+        finally:
+            started.set()
+
+    async def __aenter__(self) -> Worker:
+        """Serve as a task of the running event loop until the block ends."""
+        self._task = asyncio.create_task(self.serve())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop (running jobs get their grace) and wait until it has stopped. The loop's asyncio
+        client (``app.aclient()``) is the app's: ``await app.aclose()`` closes it."""
+        task, self._task = self._task, None
+        self.stop()
+        if task is not None:
+            await task
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

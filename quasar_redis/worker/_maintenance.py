@@ -1,0 +1,72 @@
+"""The maintenance every worker runs: promote due jobs, recover expired leases, prune finished
+jobs; and, for the worker itself, the Redis clock's offset and prefetched jobs that waited too
+long. Any number of workers may run it at once: each step is one atomic script."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+
+from redis.exceptions import RedisError
+
+from ..aio import AsyncQuasar
+from ..errors import QuasarError
+from ._claiming import Claimer, pause
+from ._running import Runner
+
+log = logging.getLogger("quasar_redis.worker")
+
+
+class Maintenance:
+    """Rounds about every ``interval`` seconds (±20 %) until ``stopping``; every tenth prunes."""
+
+    def __init__(
+        self,
+        *,
+        client: AsyncQuasar,
+        runner: Runner,
+        claimer: Claimer,
+        interval: float,
+        prune_max_age: float | None,
+        prune_max_count: int | None,
+    ) -> None:
+        self.client = client
+        self.runner = runner
+        self.claimer = claimer
+        self.interval = interval
+        self.prune_max_age = prune_max_age
+        self.prune_max_count = prune_max_count
+        self.stopping: asyncio.Event = runner.stopping
+
+    async def run(self) -> None:
+        rounds = 0
+        while not self.stopping.is_set():
+            self.runner.give_back_stale()
+            try:
+                await self._sync_clock()
+                await self._maintain(prune=rounds % 10 == 0)
+            except (QuasarError, RedisError, OSError) as exc:
+                log.warning("worker %s: maintenance failed: %s", self.runner.worker_id, exc)
+            rounds += 1
+            await pause(self.stopping, self.interval * random.uniform(0.8, 1.2))
+
+    async def _maintain(self, *, prune: bool) -> None:
+        client = self.client
+        for _ in range(10):
+            if await client.promote_due(limit=1000) < 1000:
+                break
+        for _ in range(10):
+            if len((await client.sweep_expired(limit=1000)).expired) < 1000:
+                break
+        if prune and (self.prune_max_age is not None or self.prune_max_count is not None):
+            age = None if self.prune_max_age is None else round(self.prune_max_age * 1000)
+            await client.prune(max_age_ms=age, max_count=self.prune_max_count, limit=1000)
+
+    async def _sync_clock(self) -> None:
+        try:
+            server_ms = await self.client.server_time_ms()
+        except Exception as exc:  # a Redis error: the next round tries again
+            raise QuasarError(f"TIME failed: {exc}") from exc
+        self.claimer.offset_ms = server_ms - time.time() * 1000

@@ -1,0 +1,129 @@
+"""What a run comes to (``Outcome``, of a kind ``OutcomeKind``) and the worker's counts of them."""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _types as t
+from .._codec import Encoded, EncodeError, encode
+from ..app import Task
+
+REASON_MAX = 8000
+Build = Callable[[t.LeaseToken], t.Outcome]
+#: ``OutcomeApplied.state`` of a failure that will be retried (state names are the states' names).
+RETRY_WAITING = t.RetryWaiting.__name__
+
+
+class OutcomeKind(enum.Enum):
+    """How a run ended, as its log line says it (``outcome=...``)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"  # an error with a retry delay: RETRYING if attempts remain
+    RETRYING = "retrying"  # (known from Redis's answer only)
+    FAILED_PERMANENTLY = "failed permanently"
+    SNOOZED = "snoozed"
+    HANDED_BACK = "handed back"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What to report for a run: its ``kind``; ``build`` makes the call from the newest token."""
+
+    kind: OutcomeKind
+    build: Build
+    delay_ms: int | None = None  # when the job comes back (a retry or a hand-back), if it does
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    failed: int = 0
+    snoozed: int = 0
+    handed_back: int = 0
+    lost: int = 0
+
+
+_complete = t.builder(t.Complete)
+
+
+def _complete_empty(token: t.LeaseToken) -> t.Outcome:
+    return _complete(token, None, "inline")
+
+
+COMPLETED = Outcome(OutcomeKind.COMPLETED, _complete_empty)  # a run that returned None
+
+
+def success(value: Any) -> Outcome:
+    if value is None:
+        return COMPLETED
+    try:
+        data = Encoded(encode(value))
+    except EncodeError as exc:
+        return permanent("BadResult", f"the result {exc}")
+    return Outcome(OutcomeKind.COMPLETED, lambda tok: t.Complete(tok, data))
+
+
+def failure(
+    task: Task[Any, Any], job: t.Job, exc: BaseException, kind: str, reason: str
+) -> Outcome:
+    """A run that raised ``exc``: retried after the task's policy's delay, or failed for good."""
+    delay = task.retry.delay(job.attempt, exc)
+    if delay is None:
+        return permanent(kind, reason)
+    delay_ms = max(0, round(delay * 1000))
+    build: Build = lambda tok: t.Fail(tok, _reason(reason), delay_ms, kind)  # noqa: E731
+    return Outcome(OutcomeKind.FAILED, build, delay_ms)
+
+
+def permanent(kind: str, reason: str) -> Outcome:
+    return Outcome(
+        OutcomeKind.FAILED_PERMANENTLY, lambda tok: t.PermanentFail(tok, _reason(reason), kind)
+    )
+
+
+def release(delay_ms: int, kind: OutcomeKind) -> Outcome:
+    """A snooze, or a hand-back: the job waits again, no attempt used."""
+    return Outcome(kind, lambda tok: t.Release(tok, delay_ms), delay_ms)
+
+
+HANDED_BACK = release(0, OutcomeKind.HANDED_BACK)
+
+
+def error_kind(exc: BaseException) -> str:
+    return re.sub(r"[^\w.\-]", "_", type(exc).__name__)[:64] or "Error"
+
+
+def _reason(text: str) -> str:
+    data = text.encode("utf-8", "replace")[:REASON_MAX]
+    return data.decode("utf-8", "ignore") or "error"
+
+
+def kind_of(outcome: Outcome, result: Any) -> OutcomeKind:
+    """The outcome's kind once applied: a failure Redis made RetryWaiting is RETRYING."""
+    if (
+        outcome.kind is OutcomeKind.FAILED
+        and isinstance(result, t.OutcomeApplied)
+        and result.state == RETRY_WAITING
+    ):
+        return OutcomeKind.RETRYING
+    return outcome.kind
+
+
+def count(stats: WorkerStats, kind: OutcomeKind) -> None:
+    """Count an applied outcome of ``kind`` (``kind_of``) in ``stats``."""
+    if kind is OutcomeKind.COMPLETED:
+        stats.completed += 1
+    elif kind is OutcomeKind.RETRYING:
+        stats.retried += 1
+    elif kind is OutcomeKind.SNOOZED:
+        stats.snoozed += 1
+    elif kind is OutcomeKind.HANDED_BACK:
+        stats.handed_back += 1
+    else:
+        stats.failed += 1
