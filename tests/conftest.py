@@ -1,7 +1,9 @@
 """Backends for every behaviour test: fakeredis (embedded) and a real redis-server.
 
 The ``q`` client sends scripts (EVALSHA) on fakeredis and the function library (FCALL) on the
-real server, so that every behaviour test runs once over each transport.
+real server, so that every behaviour test runs once over each transport; and it is once the
+blocking ``Quasar`` and once the asyncio ``AsyncQuasar`` (``tests/clients.py``), so that every
+transition is tested through both clients.
 
 Each test gets its own namespace; on a real server only that namespace's keys are deleted after
 it (never FLUSHDB / FLUSHALL). Without a reachable server the real-Redis half skips with a reason,
@@ -19,6 +21,7 @@ import pytest
 
 from quasar_redis import Quasar
 
+from .clients import KINDS, clients
 from .helpers import delete_namespace, real_redis
 
 BACKENDS = ("fake", "redis")
@@ -49,6 +52,17 @@ def redis_client(backend: str, namespace: str) -> Iterator[Any]:
         client.close()
 
 
+@pytest.fixture(params=KINDS)
+def q(
+    request: pytest.FixtureRequest, redis_client: Any, backend: str, namespace: str
+) -> Iterator[Quasar]:
+    """The client under test, once blocking (``Quasar``) and once asyncio (``AsyncQuasar``,
+    driven to each call's end: see ``tests/clients.py``)."""
+    with clients(str(request.param), redis_client) as make:
+        yield make(namespace, functions=backend == "redis")
+
+
 @pytest.fixture
-def q(redis_client: Any, backend: str, namespace: str) -> Quasar:
+def sync_q(redis_client: Any, backend: str, namespace: str) -> Quasar:
+    """The blocking client alone (for a test that calls it from other threads)."""
     return Quasar(redis_client, namespace, functions=backend == "redis")

@@ -743,9 +743,12 @@ def test_with_prefetch_two_claims_are_in_flight_at_once(
     assert worker.stats.completed == 200 and worker.stats.claimed == 200
 
 
-def test_the_lease_keeper_stops_when_its_stop_comes_with_the_last_outcomes(q: Quasar) -> None:
+def test_the_lease_keeper_stops_when_its_stop_comes_with_the_last_outcomes(
+    sync_q: Quasar,
+) -> None:
     # The stop and outcomes taken in one go: the outcomes are sent, and the stop still ends the
     # thread (it used to be swallowed: the thread ran on, and a worker's stop waited 10 s).
+    q = sync_q  # the keeper's thread calls it: the blocking client
     q.enqueue("s", id="j")
     claimed = q.claim("default", "w", 30_000)
     assert isinstance(claimed, ClaimApplied)
