@@ -34,6 +34,17 @@ def app(namespace: str, caplog: pytest.LogCaptureFixture) -> Iterator[App]:
     made.close()
 
 
+def endless(app: App, **options: Any) -> tuple[Any, threading.Event]:
+    """A task that runs until cancelled, and the event it sets once it runs."""
+    started = threading.Event()
+
+    async def endless() -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    return app.task(endless, name="endless", max_attempts=1, **options), started
+
+
 def messages(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= level]
 
@@ -68,13 +79,7 @@ def test_a_run_is_logged_with_the_status_its_job_enters(
 def test_a_job_cancelled_while_it_runs_is_logged_as_cancelled(
     app: App, caplog: pytest.LogCaptureFixture
 ) -> None:
-    started = threading.Event()
-
-    async def endless() -> None:
-        started.set()
-        await asyncio.sleep(30)
-
-    task: Any = app.task(endless, name="endless", lease_ms=300, max_attempts=1)
+    task, started = endless(app, lease_ms=300)
     with Worker(app, lease_ms=300, maintenance_interval=0.1, idle_wait=1.0) as worker:
         handle = task.enqueue()
         assert started.wait(10)
@@ -113,13 +118,7 @@ def test_a_stop_says_what_it_does() -> None:
 def test_signals_are_logged_as_what_the_stop_does(
     app: App, caplog: pytest.LogCaptureFixture
 ) -> None:
-    started = threading.Event()
-
-    async def endless() -> None:
-        started.set()
-        await asyncio.sleep(30)
-
-    task: Any = app.task(endless, name="endless", max_attempts=1)
+    task, started = endless(app)
     worker = Worker(app, grace=30, maintenance_interval=0.1, idle_wait=1.0)
     with worker:
         task.enqueue()
