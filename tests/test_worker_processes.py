@@ -536,7 +536,7 @@ def expected_counts(plans: Sequence[Plan]) -> dict[str, int]:
         "discarded": fates["failed"],
         "cancelled": fates["cancelled"],
         "blocked": fates["blocked"],
-        "available": fates["blocked"],
+        "available": 0,  # a blocked job is counted as blocked only
         "scheduled": 0,
         "retryable": 0,
         "executing": 0,
