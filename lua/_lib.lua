@@ -5,7 +5,8 @@
 --   KEYS[1]  the namespace key prefix, e.g. "quasar:{orders}:". Every key a script touches is
 --            KEYS[1] .. suffix, so every key keeps the namespace hash tag (one cluster slot).
 --   KEYS[2]  optional: the namespace's event stream (KEYS[1] .. "events"). When given, every state
---            change appends {job, ev, q, a} to it (capped near EVENTS_MAX job changes).
+--            change appends {job, ev, q, a} to it, ev the status the job enters (capped near
+--            EVENTS_MAX job changes).
 --   ARGV[1]  call id: random, made by the client per call; a re-sent call carries the same one.
 --   ARGV[2]  "now" in integer milliseconds, or "" for the Redis server clock (the default).
 --   Integers travel as decimal strings and are formatted back with "%d" (never tostring, which
@@ -365,9 +366,6 @@ end
 
 -- Events and wake-ups ------------------------------------------------------------------------
 
-local EVENT_OF = {W = "released", R = "retrying", L = "active", S = "completed", F = "failed",
-  C = "cancelled"}
-
 -- Events are grouped: consecutive events of one kind and queue in one call become one stream
 -- entry whose `job` and `a` fields list the jobs and their attempts, space-separated (ids hold
 -- no whitespace), in order. One XADD per run (ctx.event_runs, made at the first) rather than
@@ -601,6 +599,17 @@ local FINISHED = {S = "succeeded", F = "failed", C = "cancelled"}
 -- Dependencies not yet succeeded (pd > 0); the usual "0" needs no number parsing.
 local function blocked(h) return h.pd ~= "0" and num(h.pd) > 0 end
 
+-- Events name the status a job enters (docs/lifecycle.md): a waiting job is blocked, available
+-- or scheduled; every other state has one status.
+local STATUS_OF = {R = "retryable", L = "executing", S = "completed", F = "discarded",
+  C = "cancelled"}
+
+local function status_name(h, now)
+  if h.st ~= "W" then return STATUS_OF[h.st] end
+  if blocked(h) then return "blocked" end
+  return tonumber(h.at) <= now and "available" or "scheduled"
+end
+
 -- member: the job's entry in the ready index, when the caller took it from there (a claim by
 -- queue): nothing else to remove.
 local function unplace(ctx, id, h, member)
@@ -641,9 +650,9 @@ local function place(ctx, id, h, now)
 end
 
 -- Moves a job to a new state: index out, fields written, index in, and an event when the
--- state changed.
+-- state changed or the job's last pending dependency succeeded.
 local function move(ctx, id, h, now, changes, member)
-  local before = h.st
+  local before, held_back = h.st, h.pd ~= "0"
   unplace(ctx, id, h, member)
   -- HSET's arguments: room for the usual number of fields made at once (see new_job_table).
   local args, n = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}, 0
@@ -674,7 +683,9 @@ local function move(ctx, id, h, now, changes, member)
   end
   redis.call("HSET", key_job(ctx, id), unpack(args))
   place(ctx, id, h, now)
-  if h.st ~= before then emit(ctx, id, h, EVENT_OF[h.st]) end
+  if h.st ~= before or (held_back and not blocked(h)) then
+    emit(ctx, id, h, status_name(h, now))
+  end
 end
 
 -- Lease tokens -------------------------------------------------------------------------------

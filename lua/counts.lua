@@ -1,8 +1,8 @@
--- counts (read only): how many jobs of a queue are in each status, at the server's now.
--- Available = waiting with available_at <= now; Scheduled = waiting with available_at > now;
--- Retryable = retry-waiting; Executing = leased; Completed / Discarded / Cancelled = finished
--- and not yet pruned; blocked = waiting jobs with a dependency not yet succeeded (they are also
--- counted as Available or Scheduled).
+-- counts (read only): how many jobs of a queue are in each status, at the server's now; each job
+-- in exactly one. Blocked = waiting with a dependency not yet succeeded; Available = the other
+-- waiting jobs with available_at <= now; Scheduled = the other waiting jobs with available_at >
+-- now; Retryable = retry-waiting; Executing = leased; Completed / Discarded / Cancelled =
+-- finished and not yet pruned.
 -- Derived from the indexes (see _lib.lua): every W job is in exactly one of ready / delayed /
 -- blocked, every R job in retrying and in one of ready / delayed; R jobs in delayed are those
 -- not yet due.
@@ -11,7 +11,7 @@
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] queue
 --
 -- Replies
---   {"Counts", now, available, scheduled_jobs, retryable, executing, completed, discarded, cancelled,
+--   {"Counts", now, available, scheduled, retryable, executing, completed, discarded, cancelled,
 --    blocked}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
@@ -25,11 +25,10 @@ local function main(ctx)
   local later = "(" .. fmt(ctx, now)
   local retrying = redis.call("ZCARD", key_q(ctx, queue, "retrying"))
   local blocked_jobs = redis.call("ZCARD", key_q(ctx, queue, "blocked"))
-  local waiting = redis.call("ZCARD", key_q(ctx, queue, "ready")) + blocked_jobs
+  local waiting = redis.call("ZCARD", key_q(ctx, queue, "ready"))
     + redis.call("ZCARD", key_q(ctx, queue, "delayed")) - retrying
   local scheduled_jobs = redis.call("ZCOUNT", key_q(ctx, queue, "delayed"), later, "+inf")
     - redis.call("ZCOUNT", key_q(ctx, queue, "retrying"), later, "+inf")
-    + redis.call("ZCOUNT", key_q(ctx, queue, "blocked"), later, "+inf")
   scheduled_jobs = math.max(0, math.min(scheduled_jobs, waiting))
   return applied("Counts", fmt(ctx, now),
     fmt(ctx, math.max(0, waiting - scheduled_jobs)),

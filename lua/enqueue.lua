@@ -217,7 +217,7 @@ local function write_one(ctx, a, now, seq, now_text)
   if not a.made then h.ec = ctx.args[1] end -- the call id
   redis.call("HSET", key_job(ctx, a.id), unpack(new_fields(a, h, now_text)))
   place(ctx, a.id, h, now)
-  emit(ctx, a.id, h, "enqueued")
+  emit(ctx, a.id, h, status_name(h, now))
   for _, d in ipairs(a.deps) do
     redis.call("SADD", key_dependents(ctx, d), a.id)
     redis.call("HSET", key_job(ctx, d), "hd", "1")

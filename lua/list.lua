@@ -1,8 +1,7 @@
--- list (read only): a page of a queue's jobs in one status.
--- Order: Available: the claimable ones in claim order, then those due but not yet promoted, then
--- the blocked ones (by available_at); Scheduled (by available_at, the not-yet-due ones, then the
--- blocked ones): Retryable by available_at; Executing by lease expiry; Completed / Discarded /
--- Cancelled by finish time; blocked by available_at.
+-- list (read only): a page of a queue's jobs in one status (each job is in exactly one).
+-- Order: Available: the claimable ones in claim order, then those due but not yet promoted (by
+-- available_at); Scheduled by available_at; Blocked by available_at; Retryable by available_at;
+-- Executing by lease expiry; Completed / Discarded / Cancelled by finish time.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] queue
@@ -57,14 +56,12 @@ local function available(ctx, queue, now, want)
   local out, due = {}, fmt(ctx, now)
   collect(ctx, out, want, by_rank(key_q(ctx, queue, "ready")), ready_id, is_waiting)
   collect(ctx, out, want, by_score(key_q(ctx, queue, "delayed"), "-inf", due), same, is_waiting)
-  collect(ctx, out, want, by_score(key_q(ctx, queue, "blocked"), "-inf", due), same, is_waiting)
   return out
 end
 
 local function scheduled(ctx, queue, now, want)
   local out, later = {}, "(" .. fmt(ctx, now)
   collect(ctx, out, want, by_score(key_q(ctx, queue, "delayed"), later, "+inf"), same, is_waiting)
-  collect(ctx, out, want, by_score(key_q(ctx, queue, "blocked"), later, "+inf"), same, is_waiting)
   return out
 end
 

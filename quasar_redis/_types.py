@@ -8,10 +8,12 @@ Every value is frozen and slotted, and usable in ``match``::
         case ClaimRefused(NothingClaimable(next_at)):
             ...
 
-A job is in exactly one state (``Waiting`` ... ``Cancelled``); its ``Status`` is how that state
-shows at a given time (``status_of``: a waiting job is available or scheduled by its
-``available_at``). docs/lifecycle.md writes down every state, status and edge, and each edge's
-refusals in the order they are checked.
+A job's ``Status`` (available, scheduled, blocked, executing, retryable, completed, discarded,
+cancelled) is what users see: logs, events, the CLI and the docs all speak of statuses. Inside,
+a job is in exactly one state (``Waiting`` ... ``Cancelled``), and its status is how that state
+shows at a given time (``status_of``: a waiting job is blocked while a dependency has not
+succeeded, else available or scheduled by its ``available_at``). docs/lifecycle.md writes down
+every status, state and edge, and each edge's refusals in the order they are checked.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
 from typing import Any, Literal, TypeAlias, TypeVar
 
 from ._codec import decode
@@ -54,6 +57,13 @@ def builder(cls: type[_T]) -> Callable[..., _T]:
     except TypeError:  # not a layout CPython lets us retype (another interpreter, say)
         return cls
     return build if type(probe) is cls else cls
+
+
+def readable_time(ms: int) -> str:
+    """A time in integer milliseconds since the epoch as people read it: ISO 8601, UTC, to the
+    millisecond (``2025-01-31T12:00:00.250Z``)."""
+    when = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 # --- states ------------------------------------------------------------------------------------
@@ -112,7 +122,7 @@ JobState: TypeAlias = Waiting | RetryWaiting | Leased | Succeeded | Failed | Can
 
 class Status(enum.Enum):
     """How a job's state shows at a given time (``status_of``; grouped as ``TERMINAL_STATUSES``
-    and ``ACTIVE_STATUSES``)."""
+    and ``ACTIVE_STATUSES``): the one vocabulary of logs, events, the CLI and the docs."""
 
     AVAILABLE = "available"
     SCHEDULED = "scheduled"
@@ -121,16 +131,20 @@ class Status(enum.Enum):
     RETRYABLE = "retryable"
     DISCARDED = "discarded"
     CANCELLED = "cancelled"
+    BLOCKED = "blocked"  # waiting on a dependency that has not succeeded (yet, or ever)
 
 
 TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.DISCARDED, Status.CANCELLED})
 ACTIVE_STATUSES = frozenset(set(Status) - TERMINAL_STATUSES)
 
 
-def status_of(state: JobState, now: int) -> Status:
-    """The status a state shows at ``now`` (integer milliseconds)."""
+def status_of(state: JobState, now: int, pending_dependencies: int = 0) -> Status:
+    """The status a state shows at ``now`` (integer milliseconds), for a job with
+    ``pending_dependencies`` not yet succeeded."""
     match state:
         case Waiting(available_at):
+            if pending_dependencies:
+                return Status.BLOCKED
             return Status.AVAILABLE if available_at <= now else Status.SCHEDULED
         case RetryWaiting():
             return Status.RETRYABLE
@@ -289,7 +303,7 @@ class Job:
 
     def status(self, now: int) -> Status:
         """The job's status at ``now`` (integer milliseconds, server time)."""
-        return status_of(self.state, now)
+        return status_of(self.state, now, self.pending_dependencies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,7 +416,7 @@ class SweepReport:
 
 @dataclass(frozen=True, slots=True)
 class QueueCounts:
-    """Jobs of one queue by status at ``now``; ``blocked`` ones are also Available/Scheduled."""
+    """Jobs of one queue by status at ``now`` (each job in exactly one)."""
 
     now: int
     available: int

@@ -235,7 +235,7 @@ def print_recent(client: Any, stream: str, count: int) -> Any:
     """Print the last ``count`` events, oldest first; returns the newest entry id (or 0-0)."""
     newest = client.xrevrange(stream, count=max(count, 1))
     lines = [line for entry in reversed(newest) for line in format_event(*entry)]
-    for line in lines[len(lines) - count :] if count else ():
+    for line in lines[max(0, len(lines) - count) :]:
         click.echo(line)
     return newest[0][0] if newest else b"0-0"
 

@@ -46,6 +46,7 @@ PLAIN_SECONDS = 0.5  # how often a progress line is printed when stdout is not a
 STATUS_ORDER = (
     t.Status.AVAILABLE,
     t.Status.SCHEDULED,
+    t.Status.BLOCKED,
     t.Status.RETRYABLE,
     t.Status.EXECUTING,
     t.Status.COMPLETED,
@@ -98,8 +99,6 @@ def counts_table(snap: Snapshot) -> Table:
     for status in STATUS_ORDER:
         row = [str(getattr(snap.counts[q], status.value)) for q in QUEUES]
         table.add_row(status.value, *row, str(snap.total(status)))
-    blocked = [str(snap.counts[q].blocked) for q in QUEUES]
-    table.add_row("(blocked)", *blocked, str(sum(c.blocked for c in snap.counts.values())))
     return table
 
 
@@ -309,8 +308,10 @@ def summary_table(cfg: DemoConfig, outcome: Outcome, waits: Sequence[int]) -> Ta
     table.add_row("latency p50", _ms(p50), f"enqueue to start, over {len(waits)} jobs (*)")
     table.add_row("latency p99", _ms(p99), "")
     table.add_row("completed", str(snap.total(t.Status.COMPLETED)), "")
-    table.add_row("failed", str(snap.total(t.Status.DISCARDED)), "permanent, or out of attempts")
-    table.add_row("cancelled", str(snap.total(t.Status.CANCELLED)), "a dependency failed")
+    table.add_row(
+        "discarded", str(snap.total(t.Status.DISCARDED)), "failed for good, or out of attempts"
+    )
+    table.add_row("cancelled", str(snap.total(t.Status.CANCELLED)), "a dependency was discarded")
     table.add_row("attempts", str(stats.claimed), "claims, snoozed runs included")
     table.add_row("retries", str(stats.retried), "failed attempts retried by the policy")
     table.add_row("snoozed", str(stats.snoozed), "handed back without using an attempt")

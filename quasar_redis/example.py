@@ -8,6 +8,7 @@ embedded server of ``memory://``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -63,8 +64,17 @@ def describe_claim(claim: t.Claim) -> str:
 
 
 def describe_counts(counts: t.QueueCounts) -> str:
-    parts = [f"{status.value} {n}" for status, n in counts.by_status().items()]
-    return ", ".join([*parts, f"blocked {counts.blocked}"])
+    return ", ".join(f"{status.value} {n}" for status, n in counts.by_status().items())
+
+
+def describe_error(error: t.JobError) -> str:
+    """A refusal as its repr would show it, times (``..._at``) as people read them."""
+    shown = []
+    for f in dataclasses.fields(error):
+        value = getattr(error, f.name)
+        is_time = f.name.endswith("_at") and isinstance(value, int)
+        shown.append(f"{f.name}={t.readable_time(value) if is_time else repr(value)}")
+    return f"{type(error).__name__}({', '.join(shown)})"
 
 
 def describe(result: Any) -> str:
@@ -75,7 +85,7 @@ def describe(result: Any) -> str:
         case t.ClaimApplied(claim):
             return f"ClaimApplied: {describe_claim(claim)}"
         case t.JobRefused(error) | t.ClaimRefused(error):
-            return f"{type(result).__name__}({error!r})"
+            return f"{type(result).__name__}({describe_error(error)})"
         case t.JobInfo(job, _, waiting_on):
             waits = f", waiting on {waiting_on}" if waiting_on else ""
             return f"JobInfo: {job.id} status {result.status.value}{waits}"

@@ -747,23 +747,19 @@ class Model:
         return sorted(jobs, key=score)
 
     def _waiting_pages(self, queue: str, status: str, now: int) -> list[ModelJob]:
-        """Available: the claimable in claim order, then the due ones not yet promoted, then the
-        blocked due ones; Scheduled: the unblocked not yet due, then the blocked ones."""
+        """Available: the claimable in claim order, then the due ones not yet promoted;
+        Scheduled: the not yet due ones (blocked jobs are in neither)."""
         waiting = [j for j in self.jobs.values() if j.queue == queue]
         waiting = [j for j in waiting if isinstance(j.state, t.Waiting)]
         unblocked = [j for j in waiting if j.pending == 0]
-        blocked = [j for j in waiting if j.pending > 0]
         if status == "available":
             ready = sorted(
                 (j for j in unblocked if j.in_ready),
                 key=lambda j: (j.priority, j.available_at, j.seq),
             )
             due = [j for j in unblocked if not j.in_ready and j.available_at <= now]
-            due_blocked = [j for j in blocked if j.available_at <= now]
-            return ready + self._by_score(due) + self._by_score(due_blocked)
-        later = [j for j in unblocked if j.available_at > now]
-        later_blocked = [j for j in blocked if j.available_at > now]
-        return self._by_score(later) + self._by_score(later_blocked)
+            return ready + self._by_score(due)
+        return self._by_score([j for j in unblocked if j.available_at > now])
 
     def list_jobs(self, queue: str, status: str, offset: int, limit: int, now: int) -> list[t.Job]:
         """A page of a queue's jobs in one status (or "blocked"), as the list script orders it."""
@@ -784,7 +780,7 @@ class Model:
         def count(kind: type[Any]) -> int:
             return sum(1 for j in jobs if isinstance(j.state, kind))
 
-        waiting = [j for j in jobs if isinstance(j.state, t.Waiting)]
+        waiting = [j for j in jobs if isinstance(j.state, t.Waiting) and j.pending == 0]
         return t.QueueCounts(
             now=now,
             available=sum(1 for j in waiting if j.available_at <= now),

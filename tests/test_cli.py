@@ -28,7 +28,7 @@ EXPECTED = [
     "JobApplied: C Waiting, attempt 0/3",
     "ClaimApplied: A Leased(by worker-1, fence 1), attempt 1/3;",
     "ClaimRefused(NothingClaimable(next_at=",
-    "JobInfo: B status available, waiting on A",
+    "JobInfo: B status blocked, waiting on A",
     "JobApplied: A Succeeded(inline), attempt 1/3, result {'resized': 'cat-1024.png'}",
     "ClaimApplied: B Leased(by worker-2, fence 1), attempt 1/3;",
     "JobApplied: B RetryWaiting('upstream timeout'), attempt 1/3",
@@ -148,8 +148,8 @@ def parsed(output: str) -> list[tuple[str, str, str, str]]:
 
 @pytest.fixture
 def with_events() -> Iterator[tuple[Any, str]]:
-    """A namespace on the real Redis with five events: a enqueued, b enqueued, a active,
-    a completed, b cancelled."""
+    """A namespace on the real Redis with six events: a available, b blocked, a executing,
+    a completed, b available (its dependency succeeded), b cancelled."""
     client = real_redis()
     namespace = f"cli-{uuid.uuid4().hex[:12]}"
     q = Quasar(client, namespace)
@@ -169,10 +169,11 @@ def test_events_prints_the_stream_oldest_first(with_events: tuple[Any, str]) -> 
     result = events("--redis-url", REDIS_URL, "--namespace", namespace, "--no-follow")
     assert result.exit_code == 0, result.output
     assert parsed(result.output) == [
-        ("a", "enqueued", "mail", "0"),
-        ("b", "enqueued", "mail", "0"),
-        ("a", "active", "mail", "1"),
+        ("a", "available", "mail", "0"),
+        ("b", "blocked", "mail", "0"),
+        ("a", "executing", "mail", "1"),
         ("a", "completed", "mail", "1"),
+        ("b", "available", "mail", "0"),
         ("b", "cancelled", "mail", "0"),
     ]
     # The time is the stream entry's id (milliseconds, UTC).
@@ -180,7 +181,7 @@ def test_events_prints_the_stream_oldest_first(with_events: tuple[Any, str]) -> 
     assert result.output.splitlines()[0] == format_event(first_id, fields)[0]
     millis = int(first_id.split(b"-")[0])
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(millis // 1000))
-    assert result.output.startswith(f"{stamp}.{millis % 1000:03d}Z job=a event=enqueued")
+    assert result.output.startswith(f"{stamp}.{millis % 1000:03d}Z job=a event=available")
 
 
 def test_events_count_keeps_the_newest(with_events: tuple[Any, str]) -> None:
@@ -188,7 +189,7 @@ def test_events_count_keeps_the_newest(with_events: tuple[Any, str]) -> None:
     result = events("--redis-url", REDIS_URL, "--namespace", namespace, "--no-follow", "-n", "2")
     assert result.exit_code == 0, result.output
     assert parsed(result.output) == [
-        ("a", "completed", "mail", "1"),
+        ("b", "available", "mail", "0"),
         ("b", "cancelled", "mail", "0"),
     ]
     none = events("--redis-url", REDIS_URL, "--namespace", namespace, "--no-follow", "-n", "0")
@@ -241,7 +242,7 @@ def test_events_follow_prints_new_events_until_interrupted(
         time.sleep(0.3)  # it now blocks in XREAD
         Quasar(client, namespace).enqueue("s", id="c", queue="mail")
         new = EVENT_LINE.match(read_line(proc, 10))
-        assert new and new.group(2, 3, 4) == ("c", "enqueued", "mail")
+        assert new and new.group(2, 3, 4) == ("c", "available", "mail")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
         assert proc.stderr is not None and proc.stderr.read() == b""

@@ -121,7 +121,7 @@ def test_enqueue_with_unmet_dependency_is_blocked_and_says_on_what(q: Quasar) ->
     info = q.get_job("b", now=T0)
     assert info is not None
     assert info.waiting_on == "a"
-    assert info.status is Status.AVAILABLE
+    assert info.status is Status.BLOCKED
 
 
 def test_enqueue_after_dependency_succeeded_is_claimable_at_once(q: Quasar) -> None:

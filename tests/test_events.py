@@ -12,6 +12,7 @@ from quasar_redis import (
     NewJob,
     Quasar,
     StaleLease,
+    Status,
     Waiting,
 )
 from quasar_redis.cli import format_event
@@ -58,20 +59,47 @@ def test_every_state_change_is_an_event(q: Quasar) -> None:
     applied(q.retry("a", now=T0 + 5))
     q.cancel("a", now=T0 + 6)
     assert events(q) == [
-        ("a", "enqueued"),
-        ("b", "enqueued"),
-        ("a", "active"),
-        ("a", "retrying"),
-        ("a", "active"),
-        ("a", "released"),
-        ("a", "active"),
-        ("a", "failed"),
-        ("a", "retrying"),
+        ("a", "available"),
+        ("b", "blocked"),
+        ("a", "executing"),
+        ("a", "retryable"),
+        ("a", "executing"),
+        ("a", "available"),
+        ("a", "executing"),
+        ("a", "discarded"),
+        ("a", "retryable"),
         ("a", "cancelled"),
         ("b", "cancelled"),
     ]
     _, fields = q.redis.xrange(q.keys.events)[-1]
     assert fields[b"q"] == b"default"
+
+
+def test_an_event_names_the_status_the_job_enters(q: Quasar) -> None:
+    """Every event name is a status (``Status``): a job's status changes with an event, but for
+    a scheduled job coming due, which the clock does."""
+    applied(q.enqueue("s", id="a", now=T0))
+    applied(q.enqueue("s", id="later", delay_ms=50, now=T0))
+    applied(q.enqueue("s", id="b", dependencies=["a", "later"], now=T0))
+    token = claimed(q.claim_job("a", "w", 100, now=T0)).token
+    applied(q.release(token, "w", delay_ms=10, now=T0 + 1))
+    token = claimed(q.claim_job("a", "w", 100, now=T0 + 11)).token
+    applied(q.complete(token, "w", now=T0 + 12))  # b waits on `later` still: no event
+    token = claimed(q.claim_job("later", "w", 100, now=T0 + 50)).token
+    applied(q.complete(token, "w", now=T0 + 51))  # b's last dependency: b is available
+    assert events(q) == [
+        ("a", "available"),
+        ("later", "scheduled"),
+        ("b", "blocked"),
+        ("a", "executing"),
+        ("a", "scheduled"),
+        ("a", "executing"),
+        ("a", "completed"),
+        ("later", "executing"),
+        ("later", "completed"),
+        ("b", "available"),
+    ]
+    assert {name for _, name in events(q)} <= {status.value for status in Status}
 
 
 def test_a_run_of_the_same_event_in_one_call_is_one_entry(q: Quasar) -> None:
@@ -81,16 +109,16 @@ def test_a_run_of_the_same_event_in_one_call_is_one_entry(q: Quasar) -> None:
     assert [c.job.id for c in claims.claims] == ["a", "b"]  # type: ignore[union-attr]
     entries = [fields for _, fields in q.redis.xrange(q.keys.events)]
     assert entries == [
-        {b"job": b"a b c", b"ev": b"enqueued", b"q": b"mail", b"a": b"0 0 0"},
-        {b"job": b"a b", b"ev": b"active", b"q": b"mail", b"a": b"1 1"},
+        {b"job": b"a b c", b"ev": b"available", b"q": b"mail", b"a": b"0 0 0"},
+        {b"job": b"a b", b"ev": b"executing", b"q": b"mail", b"a": b"1 1"},
     ]
     lines = [line for entry in q.redis.xrange(q.keys.events) for line in format_event(*entry)]
     assert [line.split(" ", 1)[1] for line in lines] == [
-        "job=a event=enqueued queue=mail attempt=0",
-        "job=b event=enqueued queue=mail attempt=0",
-        "job=c event=enqueued queue=mail attempt=0",
-        "job=a event=active queue=mail attempt=1",
-        "job=b event=active queue=mail attempt=1",
+        "job=a event=available queue=mail attempt=0",
+        "job=b event=available queue=mail attempt=0",
+        "job=c event=available queue=mail attempt=0",
+        "job=a event=executing queue=mail attempt=1",
+        "job=b event=executing queue=mail attempt=1",
     ]
 
 

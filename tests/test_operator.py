@@ -165,23 +165,36 @@ def test_counts_and_pages_by_status(q: Quasar) -> None:
     q.cancel("gone", now=T0)
     counts = q.counts("default", now=T0)
     assert counts.by_status() == {
-        Status.AVAILABLE: 2,
+        Status.AVAILABLE: 1,
         Status.SCHEDULED: 1,
         Status.RETRYABLE: 1,
         Status.EXECUTING: 1,
         Status.COMPLETED: 1,
         Status.DISCARDED: 1,
         Status.CANCELLED: 1,
+        Status.BLOCKED: 1,
     }
-    assert counts.blocked == 1
     pages = {s: [j.id for j in q.list_jobs("default", s, now=T0)] for s in Status}
-    assert pages[Status.AVAILABLE] == ["avail", "blocked"]
+    assert pages[Status.AVAILABLE] == ["avail"]
     assert pages[Status.SCHEDULED] == ["sched"]
     assert pages[Status.RETRYABLE] == ["retry"]
     assert pages[Status.EXECUTING] == ["exec"]
     assert pages[Status.DISCARDED] == ["dead"]
+    assert pages[Status.BLOCKED] == ["blocked"]
     assert [j.id for j in q.list_jobs("default", "blocked", now=T0)] == ["blocked"]
-    assert [j.id for j in q.list_jobs("default", Status.AVAILABLE, offset=1, now=T0)] == ["blocked"]
+    assert q.list_jobs("default", Status.AVAILABLE, offset=1, now=T0) == []
+    for status in Status:
+        assert all(j.status(T0) is status for j in q.list_jobs("default", status, now=T0)), status
+
+
+def test_a_job_blocked_by_a_failed_dependency_shows_as_blocked(q: Quasar) -> None:
+    applied(q.enqueue("s", id="a", max_attempts=1, now=T0))
+    applied(q.enqueue("s", id="b", dependencies=["a"], now=T0))
+    finish(q, "a", T0, fail=True)
+    info = q.get_job("b", now=T0 + 10)
+    assert info is not None and info.status is Status.BLOCKED and info.waiting_on == "a"
+    counts = q.counts("default", now=T0 + 10)
+    assert (counts.available, counts.blocked, counts.discarded) == (0, 1, 1)
 
 
 def test_inspection_refuses_bad_arguments(q: Quasar) -> None:

@@ -324,11 +324,7 @@ class LeaseKeeper:
             with self._lock:
                 lease.apply(REFUSED)
                 self._leases.pop(lease.job_id, None)
-            log.warning(
-                "job %s: lease lost (%s); its outcome will not be reported",
-                lease.job_id,
-                type(result.error).__name__,
-            )
+            log_loss(self.client, lease.job_id, result.error, "its run is told to stop")
             lease.on_lost(lease, result.error)
         else:  # Redis unreachable, or a damaged job: try again in a moment
             lease.renewed_at = time.monotonic() - lease.lease_ms / 3000 + 0.2
@@ -353,6 +349,26 @@ class LeaseKeeper:
                 delay = min(delay * 2, 2.0)
             except QuasarError as exc:
                 return [exc] * len(calls)
+
+
+def log_loss(client: Quasar, job_id: str, error: t.JobError, then: str) -> None:
+    """Log that the lease of ``job_id`` was refused with ``error``, and ``then`` what follows.
+
+    A job cancelled while it runs loses its lease as one taken over does (``StaleLease``): one
+    read, on this rare path only, tells which, so that a cancellation is logged as one.
+    """
+    cancelled = None
+    if isinstance(error, t.StaleLease):
+        try:
+            info = client.get_job(job_id)
+        except QuasarError:
+            info = None
+        if info is not None and isinstance(info.job.state, t.Cancelled):
+            cancelled = info.job.state.reason
+    if cancelled is not None:
+        log.info("job %s: cancelled while running (%s); %s", job_id, cancelled, then)
+    else:
+        log.warning("job %s: lease lost (%s); %s", job_id, type(error).__name__, then)
 
 
 def _run_all(pairs: list[tuple[Any, Any]]) -> None:

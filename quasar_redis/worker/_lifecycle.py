@@ -220,13 +220,10 @@ class Worker:
 
     def _on_signal(self) -> None:
         self._signals += 1
-        log.info(
-            "worker %s: signal %d, %s",
-            self.worker_id,
-            self._signals,
-            "stopping" if self._signals == 1 else "stopping at once",
-        )
-        self.stop(immediate=self._signals > 1)
+        immediate = self._signals > 1
+        running = self._runner.live if self._runner is not None else 0
+        log.info("worker %s: %s", self.worker_id, stop_message(running, self.grace, immediate))
+        self.stop(immediate=immediate)
 
     async def _drain(self, runner: Runner) -> None:
         runner.hand_back_queued()
@@ -292,6 +289,16 @@ class Worker:
         self.stop()
         if task is not None:
             await task
+
+
+def stop_message(running: int, grace: float, immediate: bool) -> str:
+    """What a stop asked for by a signal does, for its log line."""
+    jobs = f"{running} running job{'' if running == 1 else 's'}"
+    if immediate or grace <= 0:
+        return f"stopping now: handing back {jobs}" if running else "stopping now"
+    if not running:
+        return "stopping: no job running"
+    return f"stopping: finishing {jobs}, up to {grace:g} s; Ctrl-C again to stop now"
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

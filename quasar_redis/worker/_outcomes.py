@@ -19,7 +19,8 @@ RETRY_WAITING = t.RetryWaiting.__name__
 
 
 class OutcomeKind(enum.Enum):
-    """How a run ended, as its log line says it (``outcome=...``)."""
+    """How a run ended. Its log line says the status the job entered, and why where that helps
+    (``describe``)."""
 
     COMPLETED = "completed"
     FAILED = "failed"  # an error with a retry delay: RETRYING if attempts remain
@@ -113,6 +114,29 @@ def kind_of(outcome: Outcome, result: Any) -> OutcomeKind:
     ):
         return OutcomeKind.RETRYING
     return outcome.kind
+
+
+#: The status each kind leaves the job in (a release: scheduled when it has a delay), and why.
+_STATUS_OF: dict[OutcomeKind, tuple[t.Status, str]] = {
+    OutcomeKind.COMPLETED: (t.Status.COMPLETED, ""),
+    OutcomeKind.FAILED: (t.Status.DISCARDED, "out of attempts"),
+    OutcomeKind.RETRYING: (t.Status.RETRYABLE, "retry in {delay}"),
+    OutcomeKind.FAILED_PERMANENTLY: (t.Status.DISCARDED, "failed permanently"),
+    OutcomeKind.SNOOZED: (t.Status.AVAILABLE, "snoozed"),
+    OutcomeKind.HANDED_BACK: (t.Status.AVAILABLE, "handed back"),
+}
+
+
+def describe(outcome: Outcome, kind: OutcomeKind) -> str:
+    """The status an applied outcome of ``kind`` (``kind_of``) left its job in, and why:
+    ``retryable (retry in 0.5s)``, ``available (handed back)``, ``completed``."""
+    status, why = _STATUS_OF[kind]
+    delay = outcome.delay_ms
+    if delay and status is t.Status.AVAILABLE:
+        status, why = t.Status.SCHEDULED, f"{why} for {{delay}}"
+    if why and delay is not None:
+        why = why.format(delay=f"{delay / 1000:g}s")
+    return f"{status.value} ({why})" if why else status.value
 
 
 def count(stats: WorkerStats, kind: OutcomeKind) -> None:

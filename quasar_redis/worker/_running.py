@@ -33,7 +33,7 @@ from ._job import (
     current,
 )
 from ._lease_keeper import LOST as LEASE_LOST
-from ._lease_keeper import Lease, LeaseKeeper
+from ._lease_keeper import Lease, LeaseKeeper, log_loss
 from ._outbox import Outbox
 from ._prefetch import Prefetch
 
@@ -301,7 +301,7 @@ class Runner:
         assert outcome is not None
         if isinstance(result, BaseException):
             log.error(
-                "job %s stage=%s attempt=%d: outcome %s not reported: %s",
+                "job %s stage=%s attempt=%d: its outcome (%s) was not reported: %s",
                 job.id,
                 job.stage,
                 job.attempt,
@@ -312,14 +312,9 @@ class Runner:
         if running.lost:  # lost while the outcome was on its way: lost() counted it
             return
         if isinstance(result, t.JobRefused):
-            log.warning(
-                "job %s stage=%s attempt=%d: outcome %s refused (%s): the lease was lost",
-                job.id,
-                job.stage,
-                job.attempt,
-                outcome.kind.value,
-                type(result.error).__name__,
-            )
+            then = f"its outcome from attempt {job.attempt} was refused"
+            client, error = self.keeper.client, result.error
+            self.loop.run_in_executor(None, log_loss, client, job.id, error, then)
             self.stats.lost += 1
             return
         if outcome.delay_ms is not None and not self.stopping.is_set():
@@ -328,11 +323,11 @@ class Runner:
         o.count(self.stats, kind)
         if log.isEnabledFor(logging.INFO):
             log.info(
-                "job %s stage=%s attempt=%d outcome=%s duration=%.3fs",
+                "job %s stage=%s attempt=%d status=%s duration=%.3fs",
                 job.id,
                 job.stage,
                 job.attempt,
-                kind.value,
+                o.describe(outcome, kind),
                 running.duration,
             )
 
