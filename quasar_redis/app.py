@@ -34,6 +34,7 @@ import redis.asyncio
 from . import _types as t
 from ._calls import Limits, NewJob
 from ._keys import check_name
+from ._waits import block_ms
 from .aio import AsyncQuasar
 from .client import Quasar
 from .errors import (
@@ -179,8 +180,8 @@ class JobHandle:
             job = self._finished(client.get_job(self.id))
             if job is not None:
                 return _outcome(job)
-            remaining = _remaining_ms(deadline)
-            reply = client.redis.xread({client.keys.events: last}, block=remaining, count=1000)
+            block = block_ms(client.redis, _remaining_ms(deadline))
+            reply = client.redis.xread({client.keys.events: last}, block=block, count=1000)
             last = _scan_events(reply, self.id, last)
 
     async def aresult(self, timeout: float | None = None) -> Any:
@@ -192,10 +193,8 @@ class JobHandle:
             job = self._finished(await client.get_job(self.id))
             if job is not None:
                 return _outcome(job)
-            remaining = _remaining_ms(deadline)
-            reply = await client.redis.xread(
-                {client.keys.events: last}, block=remaining, count=1000
-            )
+            block = block_ms(client.redis, _remaining_ms(deadline))
+            reply = await client.redis.xread({client.keys.events: last}, block=block, count=1000)
             last = _scan_events(reply, self.id, last)
 
     def _finished(self, info: t.JobInfo | None) -> t.Job | None:
