@@ -73,6 +73,7 @@ from .errors import (
     CorruptJobError,
     CorruptKeyError,
     InvalidArgument,
+    InvalidTaskCall,
     JobCancelledError,
     JobFailedError,
     JobRefusedError,
@@ -81,6 +82,7 @@ from .errors import (
     RedisUnavailable,
 )
 from .retry import Exponential, Fixed, Never, PermanentFailure, RetryPolicy, Snooze
+from .serializers import JsonSerializer, MsgpackSerializer, Serializer
 from .worker import CancelFlag, JobContext, Worker, WorkerStats, current_job
 
 __version__ = "0.1.0"  # the only place the version is written: pyproject.toml reads it here
@@ -123,6 +125,7 @@ __all__ = [
     "IncompleteDependency",
     "InvalidArgument",
     "InvalidJob",
+    "InvalidTaskCall",
     "Job",
     "JobApplied",
     "JobCancelledError",
@@ -135,6 +138,7 @@ __all__ = [
     "JobRefusedError",
     "JobResult",
     "JobState",
+    "JsonSerializer",
     "KeySpace",
     "LeaseExpired",
     "LeaseHeld",
@@ -143,6 +147,7 @@ __all__ = [
     "Limits",
     "MissingDependency",
     "MissingJob",
+    "MsgpackSerializer",
     "Never",
     "NewJob",
     "NotAvailable",
@@ -162,6 +167,7 @@ __all__ = [
     "ReportedAndClaimed",
     "RetryPolicy",
     "RetryWaiting",
+    "Serializer",
     "Snooze",
     "StaleLease",
     "Status",

@@ -11,7 +11,9 @@
     handle = send_receipt.enqueue(42)
     handle.result(timeout=30)
 
-Arguments and results are msgpack; anything msgpack cannot encode is refused at enqueue time.
+Arguments and results travel as the app's serializer makes them (msgpack with extension types
+by default, see ``serializers``); a call the function cannot take, or whose arguments cannot be
+encoded, is refused at enqueue (``InvalidTaskCall``), before anything is sent.
 ``App("memory://")`` runs on an embedded in-memory server that no other process sees.
 """
 
@@ -32,19 +34,24 @@ import redis
 import redis.asyncio
 
 from . import _types as t
+from ._binding import CallCheck, script_name_problem, unencodable
 from ._calls import Limits, NewJob
+from ._codec import Encoded
 from ._keys import check_name
 from ._waits import block_ms
 from .aio import AsyncQuasar
 from .client import Quasar
 from .errors import (
     ConfigurationError,
+    CorruptDataError,
+    InvalidTaskCall,
     JobCancelledError,
     JobFailedError,
     JobRefusedError,
     QuasarError,
 )
 from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
+from .serializers import MSGPACK, Serializer, name_of
 
 if TYPE_CHECKING:
     from ._memory import MemoryServer
@@ -179,7 +186,7 @@ class JobHandle:
         while True:
             job = self._finished(client.get_job(self.id))
             if job is not None:
-                return _outcome(job)
+                return self._outcome(job)
             block = block_ms(client.redis, _remaining_ms(deadline))
             reply = client.redis.xread({client.keys.events: last}, block=block, count=1000)
             last = _scan_events(reply, self.id, last)
@@ -192,7 +199,7 @@ class JobHandle:
         while True:
             job = self._finished(await client.get_job(self.id))
             if job is not None:
-                return _outcome(job)
+                return self._outcome(job)
             block = block_ms(client.redis, _remaining_ms(deadline))
             reply = await client.redis.xread({client.keys.events: last}, block=block, count=1000)
             last = _scan_events(reply, self.id, last)
@@ -204,13 +211,12 @@ class JobHandle:
         done = isinstance(job.state, t.Succeeded | t.Failed | t.Cancelled)
         return job if done else None
 
-
-def _outcome(job: t.Job) -> Any:
-    if isinstance(job.state, t.Succeeded):
-        return job.result
-    if isinstance(job.state, t.Cancelled):
-        raise JobCancelledError(job)
-    raise JobFailedError(job)
+    def _outcome(self, job: t.Job) -> Any:
+        if isinstance(job.state, t.Succeeded):
+            return self.app.result_of(job)
+        if isinstance(job.state, t.Cancelled):
+            raise JobCancelledError(job)
+        raise JobFailedError(job)
 
 
 def _last_event_id(reply: Any) -> Any:
@@ -253,6 +259,11 @@ class Task(Generic[P, R]):
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
+    @cached_property
+    def call_check(self) -> CallCheck:
+        """The function's signature, read once, that every enqueued call is checked against."""
+        return CallCheck(self.fn)
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
@@ -261,11 +272,12 @@ class Task(Generic[P, R]):
         return replace(self, options_=replace(self.options_, **opts))
 
     def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
-        """The job this call would enqueue, for ``App.enqueue_many``."""
+        """The job this call would enqueue, for ``App.enqueue_many``; ``InvalidTaskCall`` for a
+        call the function cannot take or whose arguments cannot be encoded."""
         o = self.options_
         return NewJob(
             stage=self.name,
-            payload=payload_of(args, kwargs),
+            payload=self.app.encode_call(self, args, kwargs),
             id=o.id,
             queue=o.queue or self.queue,
             dependencies=[_dep_id(d) for d in o.depends_on],
@@ -297,7 +309,8 @@ class App:
     ``url=None`` takes ``QUASAR_REDIS_URL``, then ``REDIS_URL``, from the environment, and
     refuses (ConfigurationError) without either; ``"memory://"`` runs on an embedded in-memory
     server (see ``Connector``). ``with App(...) as app:`` (or ``async with``) closes the clients
-    the app opened.
+    the app opened. ``serializer`` encodes task arguments and results (``serializers``; msgpack
+    with extension types by default): producers and workers of a namespace must share it.
     """
 
     def __init__(
@@ -308,11 +321,13 @@ class App:
         connector: Connector | None = None,
         limits: Limits | None = None,
         events: bool = True,
+        serializer: Serializer | None = None,
     ) -> None:
         self.namespace = check_name(namespace, "namespace")
         self.connector = connector or Connector(url)
         self.limits = limits
         self.events = events
+        self.serializer: Serializer = MSGPACK if serializer is None else serializer
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._client: Quasar | None = None
         self._aclients: dict[int, AsyncQuasar] = {}
@@ -415,6 +430,9 @@ class App:
 
         def declare(f: Callable[P, R]) -> Task[P, R]:
             stage = name or f"{f.__module__}.{f.__qualname__}"
+            problem = None if name or self.connector.embedded else script_name_problem(f)
+            if problem is not None:
+                raise ConfigurationError(problem)
             if stage in self.tasks:
                 raise QuasarError(f"a task named {stage!r} is declared twice")
             if (lease_ms is not None and lease_ms < 1) or max_attempts < 1:
@@ -437,6 +455,34 @@ class App:
 
     def handle(self, job_id: str) -> JobHandle:
         return JobHandle(self, job_id)
+
+    def encode_call(self, task: Task[Any, Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """The payload of a call of ``task``, encoded; ``InvalidTaskCall`` if the function cannot
+        take these arguments or the serializer cannot encode them."""
+        check = task.call_check
+        problem = check.problem(args, kwargs)
+        if problem is None:
+            try:
+                return Encoded(self.serializer.dumps(payload_of(args, kwargs)))
+            except (TypeError, ValueError, OverflowError) as exc:
+                problem = unencodable(self.serializer, check.named(args, kwargs), exc)
+        raise InvalidTaskCall(task.name, t.InvalidJob(problem))
+
+    def call_of(self, job: t.Job) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments of the call ``job`` runs (TypeError / CorruptDataError if none)."""
+        return args_of(self._load(job.raw_payload, "payload", job.id))
+
+    def result_of(self, job: t.Job) -> Any:
+        """The result ``job`` stored (None if it stored none)."""
+        return None if not job.raw_result else self._load(job.raw_result, "result", job.id)
+
+    def _load(self, data: bytes, what: str, job_id: str) -> Any:
+        try:
+            return self.serializer.loads(data)
+        except Exception as exc:  # a user's serializer may raise anything on data it did not write
+            raise CorruptDataError(
+                f"{what} of job {job_id!r} is not valid {name_of(self.serializer)}: {exc}"
+            ) from None
 
     def _handle(self, new: NewJob, result: t.JobResult) -> JobHandle:
         if isinstance(result, t.JobApplied):

@@ -18,24 +18,16 @@ from quasar_redis import App, AsyncQuasar, Worker, cli
 from quasar_redis._keys import KeySpace
 from quasar_redis._waits import block_ms, block_slice, socket_timeout
 
-from .helpers import REDIS_URL, delete_namespace, real_redis
+from .helpers import app_url
 
 SOCKET_TIMEOUT = 1.0
 RUNS_FOR = 2.5  # longer than the socket timeout
 
 
-def url_with_socket_timeout(seconds: float) -> str:
-    return f"{REDIS_URL}{'&' if '?' in REDIS_URL else '?'}socket_timeout={seconds}"
-
-
 @pytest.fixture
 def short_url(namespace: str) -> Iterator[str]:
-    client = real_redis()
-    try:
-        yield url_with_socket_timeout(SOCKET_TIMEOUT)
-    finally:
-        delete_namespace(client, namespace)
-        client.close()
+    with app_url("redis", namespace, f"socket_timeout={SOCKET_TIMEOUT}") as url:
+        yield url
 
 
 def slow_app(url: str, namespace: str) -> App:
@@ -73,14 +65,12 @@ def test_aresult_outlives_the_clients_socket_timeout(short_url: str, namespace: 
 
 
 def test_an_idle_wait_outlives_the_clients_socket_timeout(namespace: str) -> None:
-    real_redis().close()
-    url = url_with_socket_timeout(0.5)
-
-    async def scenario() -> bool:
+    async def scenario(url: str) -> bool:
         async with AsyncQuasar.from_url(url, namespace) as client:
             return await client.wait_for_work(["nothing"], 1.2)
 
-    assert asyncio.run(scenario()) is False
+    with app_url("redis", namespace, "socket_timeout=0.5") as url:
+        assert asyncio.run(scenario(url)) is False
 
 
 def test_blocks_are_cut_to_fit_the_socket_timeout() -> None:
@@ -102,21 +92,18 @@ class Followed(Exception):
 def test_following_events_outlives_the_clients_socket_timeout(
     namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    writer = real_redis()
-    stream = KeySpace(namespace).events
-    client = redis.Redis.from_url(url_with_socket_timeout(0.5))
-
     def echo(line: str) -> None:
         raise Followed(line)
 
     monkeypatch.setattr(click, "echo", echo)
-    timer = threading.Timer(1.2, lambda: writer.xadd(stream, {"ev": "enqueued", "job": "j"}))
-    timer.start()
-    try:
-        with pytest.raises(Followed, match="job=j event=enqueued"):
-            cli.follow_stream(client, stream, b"0-0")
-    finally:
-        timer.join()
-        client.close()
-        writer.delete(stream)
-        writer.close()
+    stream = KeySpace(namespace).events
+    with app_url("redis", namespace, "socket_timeout=0.5") as url:
+        client = redis.Redis.from_url(url)
+        add = threading.Timer(1.2, lambda: client.xadd(stream, {"ev": "enqueued", "job": "j"}))
+        add.start()
+        try:
+            with pytest.raises(Followed, match="job=j event=enqueued"):
+                cli.follow_stream(client, stream, b"0-0")
+        finally:
+            add.join()
+            client.close()

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _types as t
-from .._codec import Encoded, EncodeError, encode
+from .._codec import Encoded
 from ..app import Task
+from ..serializers import MSGPACK, Serializer, name_of
 
 REASON_MAX = 8000
 Build = Callable[[t.LeaseToken], t.Outcome]
@@ -59,13 +60,16 @@ def _complete_empty(token: t.LeaseToken) -> t.Outcome:
 COMPLETED = Outcome(OutcomeKind.COMPLETED, _complete_empty)  # a run that returned None
 
 
-def success(value: Any) -> Outcome:
+def success(value: Any, serializer: Serializer = MSGPACK) -> Outcome:
+    """A run that returned ``value``, encoded by ``serializer`` (the task's app's)."""
     if value is None:
         return COMPLETED
     try:
-        data = Encoded(encode(value))
-    except EncodeError as exc:
-        return permanent("BadResult", f"the result {exc}")
+        data = Encoded(serializer.dumps(value))
+    except (TypeError, ValueError, OverflowError) as exc:
+        return permanent(
+            "BadResult", f"the result cannot be encoded as {name_of(serializer)}: {exc}"
+        )
     return Outcome(OutcomeKind.COMPLETED, lambda tok: t.Complete(tok, data))
 
 
