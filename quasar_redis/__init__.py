@@ -6,6 +6,7 @@ around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free c
 
 from ._base import EvictionPolicyWarning
 from ._calls import Call, Limits, NewJob
+from ._handles import JobHandle
 from ._keys import KeySpace
 from ._types import (
     ACTIVE_STATUSES,
@@ -65,7 +66,7 @@ from ._types import (
     status_of,
 )
 from .aio import AsyncQuasar
-from .app import App, Connector, EnqueueOptions, JobHandle, Task
+from .app import App, Connector, EnqueueOptions, Task
 from .client import Quasar
 from .errors import (
     ConfigurationError,

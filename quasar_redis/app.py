@@ -23,7 +23,6 @@ import asyncio
 import importlib
 import inspect
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -37,16 +36,14 @@ from . import _types as t
 from ._binding import CallCheck, script_name_problem, unencodable
 from ._calls import Limits, NewJob
 from ._codec import Encoded
+from ._handles import JobHandle
 from ._keys import check_name
-from ._waits import block_ms
 from .aio import AsyncQuasar
 from .client import Quasar
 from .errors import (
     ConfigurationError,
     CorruptDataError,
     InvalidTaskCall,
-    JobCancelledError,
-    JobFailedError,
     JobRefusedError,
     QuasarError,
 )
@@ -159,87 +156,6 @@ class EnqueueOptions:
     on_dependency_failure: t.DependencyPolicy = "block"
 
 
-class JobHandle:
-    """A job enqueued through the task API: inspect it, wait for its result, cancel it."""
-
-    def __init__(self, app: App, job_id: str) -> None:
-        self.app = app
-        self.id = job_id
-
-    def __repr__(self) -> str:
-        return f"JobHandle({self.id!r})"
-
-    def info(self) -> t.JobInfo | None:
-        return self.app.client.get_job(self.id)
-
-    def cancel(self, reason: str = "cancelled") -> t.CancelResult:
-        return self.app.client.cancel(self.id, reason=reason)
-
-    def result(self, timeout: float | None = None) -> Any:
-        """Block until the job ends; its result, or JobFailedError / JobCancelledError.
-
-        Waits on the namespace's event stream (no polling loop); TimeoutError after ``timeout``.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        client = self.app.client
-        last = _last_event_id(client.redis.xrevrange(client.keys.events, count=1))
-        while True:
-            job = self._finished(client.get_job(self.id))
-            if job is not None:
-                return self._outcome(job)
-            block = block_ms(client.redis, _remaining_ms(deadline))
-            reply = client.redis.xread({client.keys.events: last}, block=block, count=1000)
-            last = _scan_events(reply, self.id, last)
-
-    async def aresult(self, timeout: float | None = None) -> Any:
-        """``result`` for asyncio code."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        client = self.app.aclient()
-        last = _last_event_id(await client.redis.xrevrange(client.keys.events, count=1))
-        while True:
-            job = self._finished(await client.get_job(self.id))
-            if job is not None:
-                return self._outcome(job)
-            block = block_ms(client.redis, _remaining_ms(deadline))
-            reply = await client.redis.xread({client.keys.events: last}, block=block, count=1000)
-            last = _scan_events(reply, self.id, last)
-
-    def _finished(self, info: t.JobInfo | None) -> t.Job | None:
-        if info is None:
-            raise QuasarError(f"job {self.id!r} does not exist (or was pruned)")
-        job = info.job
-        done = isinstance(job.state, t.Succeeded | t.Failed | t.Cancelled)
-        return job if done else None
-
-    def _outcome(self, job: t.Job) -> Any:
-        if isinstance(job.state, t.Succeeded):
-            return self.app.result_of(job)
-        if isinstance(job.state, t.Cancelled):
-            raise JobCancelledError(job)
-        raise JobFailedError(job)
-
-
-def _last_event_id(reply: Any) -> Any:
-    return reply[0][0] if reply else b"0-0"
-
-
-def _remaining_ms(deadline: float | None) -> int:
-    if deadline is None:
-        return 5_000
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError("the job did not finish in time")
-    return max(1, min(5_000, int(left * 1000)))
-
-
-def _scan_events(reply: Any, job_id: str, last: Any) -> Any:
-    """The last stream id read; the caller re-reads the job after any batch of events."""
-    for _stream, entries in reply or ():
-        for entry_id, _fields in entries:
-            last = entry_id
-    return last
-
-
 @dataclass(frozen=True)
 class Task(Generic[P, R]):
     """A function declared with ``App.task``: call it to run it here, enqueue it to run anywhere."""
@@ -254,10 +170,16 @@ class Task(Generic[P, R]):
     retry: RetryPolicy = field(default_factory=Exponential)
     timeout: float | None = None
     options_: EnqueueOptions = field(default_factory=EnqueueOptions)
+    result_ttl: float | None = None  # seconds; None: the namespace-wide prune only
 
     @cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @cached_property
+    def result_ttl_ms(self) -> int | None:
+        """``result_ttl`` in milliseconds, as the completion sends it."""
+        return None if self.result_ttl is None else round(self.result_ttl * 1000)
 
     @cached_property
     def call_check(self) -> CallCheck:
@@ -396,6 +318,7 @@ class App:
         lease_ms: int | None = None,
         retry: PolicyLike = ...,
         timeout: float | None = None,
+        result_ttl: float | None = None,
     ) -> Task[P, R]: ...
 
     @overload
@@ -411,6 +334,7 @@ class App:
         lease_ms: int | None = None,
         retry: PolicyLike = ...,
         timeout: float | None = None,
+        result_ttl: float | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -425,8 +349,13 @@ class App:
         lease_ms: int | None = None,
         retry: PolicyLike = Exponential(),  # noqa: B008 - frozen, shared on purpose
         timeout: float | None = None,
+        result_ttl: float | None = None,
     ) -> Any:
-        """Declare a task (``@app.task`` or ``@app.task(queue=..., ...)``)."""
+        """Declare a task (``@app.task`` or ``@app.task(queue=..., ...)``).
+
+        ``result_ttl``: seconds to keep a job of it once it succeeded (0: drop it at the first
+        prune after the 60 s re-send window); None: until the namespace-wide prune.
+        """
 
         def declare(f: Callable[P, R]) -> Task[P, R]:
             stage = name or f"{f.__module__}.{f.__qualname__}"
@@ -437,10 +366,14 @@ class App:
                 raise QuasarError(f"a task named {stage!r} is declared twice")
             if (lease_ms is not None and lease_ms < 1) or max_attempts < 1:
                 raise ValueError("lease_ms and max_attempts must be positive")
+            if result_ttl is not None and not 0 <= result_ttl < 10**9:
+                raise ValueError("result_ttl must be None or seconds, at least 0")
             check_name(queue, "queue")
             task = Task(
                 self, f, stage, queue, max_attempts, priority, lease_ms, as_policy(retry), timeout
             )
+            if result_ttl is not None:
+                task = replace(task, result_ttl=result_ttl)
             self.tasks[stage] = task
             return task
 

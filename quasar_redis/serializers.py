@@ -39,11 +39,8 @@ class MsgpackSerializer:
     def __repr__(self) -> str:
         return "MsgpackSerializer()"
 
-    def dumps(self, value: Any) -> bytes:
-        return pack(value)
-
-    def loads(self, data: bytes) -> Any:
-        return unpack(data)
+    dumps = staticmethod(pack)
+    loads = staticmethod(unpack)
 
 
 class JsonSerializer:

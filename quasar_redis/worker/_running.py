@@ -186,7 +186,7 @@ class Runner:
             raise
         except BaseException as exc:  # SystemExit / KeyboardInterrupt from a task fail the job only
             return o.failure(task, job, exc, o.error_kind(exc), str(exc) or repr(exc))
-        return o.success(value, task.app.serializer)
+        return o.success(value, task)
 
     async def _call(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         if task.is_async:
