@@ -325,7 +325,7 @@ local function check_types(ctx, keys, want)
 end
 
 local QUEUE_ZSETS = {"ready", "delayed", "retrying", "leased", "blocked",
-  "succeeded", "failed", "cancelled"}
+  "succeeded", "failed", "cancelled", "expiring"}
 
 -- Refusal when a key of the queue (or the namespace) has the wrong type; checked once per call.
 local function check_queue(ctx, queue)

@@ -1,14 +1,19 @@
 -- complete: Leased -> Succeeded(output_ref, now). Releases, in the same script, every dependent
 -- whose dependencies have now all succeeded.
+-- With a result retention (result_ttl ms), the job is also indexed in `expiring` at the time it
+-- may be deleted: now + the retention, at least the re-send window (CALL_TTL_MS); prune.lua
+-- deletes it from then on.
 -- Checks, in order: MissingJob; the lease check of docs/lifecycle.md (StaleLease on any mismatch
 -- of worker, job id, input revision, state, fence, nonce or expiry; LeaseExpired(expires_at)
--- when now >= expires_at); InvalidJob for an empty output_ref, then our limit on it.
+-- when now >= expires_at); InvalidJob for an empty output_ref, then our limit on it, then for a
+-- result_ttl that is not a nonnegative integer (or puts the deletion past 2^50).
 -- The edge is complete_job below; report.lua applies it too, once per Complete item.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)
 -- ARGV[3..8] token: job_id, input_revision, worker_id, fence, expires_at, nonce
 -- ARGV[9]  caller's worker id   ARGV[10] output_ref   ARGV[11] result (msgpack bytes, may be "")
+-- ARGV[12] result_ttl ms (optional; "" or absent: kept until prune's age and count limits)
 --
 -- Replies
 --   {"JobApplied", now, job}
@@ -16,27 +21,45 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again, not StaleLease.
 
--- What a completion writes: 3 TYPE calls, not the queue's 12 (see writes_error).
+-- What a completion writes: 3 TYPE calls (4 with a retention), not one per key of the queue
+-- (see writes_error).
 local COMPLETION_WRITES = {"leased", "succeeded"}
+local RETAINED_WRITES = {"leased", "succeeded", "expiring"}
+
+-- When a job finished at `now` with result_ttl `ttl` ("" or nil: none) may be deleted: false
+-- for none, or nil and a refusal.
+local function deletion_at(ttl, now)
+  if ttl == nil or ttl == "" then return false end
+  local ms = int(ttl)
+  if ms == nil or ms < 0 or ms > MAXINT - now - CALL_TTL_MS then
+    return nil, invalid("result_ttl must be a nonnegative integer (ms), below 2^50 - now")
+  end
+  return now + math.max(ms, CALL_TTL_MS)
+end
 
 -- c: the held job (open_lease). A refusal, or nil once the job has moved.
-local function complete_job(ctx, c, output_ref, result)
+local function complete_job(ctx, c, output_ref, result, ttl)
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
   if output_ref == "" then return invalid("output_ref must not be empty") end
-  bad = text_error(output_ref, "output_ref") or writes_error(ctx, c.h.q, COMPLETION_WRITES)
+  local delete_at
+  delete_at, bad = deletion_at(ttl, c.now)
+  if delete_at == nil then return bad end
+  bad = text_error(output_ref, "output_ref")
+    or writes_error(ctx, c.h.q, delete_at and RETAINED_WRITES or COMPLETION_WRITES)
   if bad then return bad end
   local dependents, derr = load_dependents(ctx, c.id, c.h)
   if dependents == nil then return derr end
   -- An empty result (None) is not stored: the job reads back with no result either way.
   move(ctx, c.id, c.h, c.now, {st = "S", o = output_ref, res = result ~= "" and result or nil,
     fin = fmt(ctx, c.now)})
+  if delete_at then zadd(ctx, key_q(ctx, c.h.q, "expiring"), fmt(ctx, delete_at), c.id) end
   release_dependents(ctx, dependents, c.now)
   return nil
 end
 
 local function main(ctx)
-  return lease_outcome(ctx, complete_job, ctx.args[10], ctx.args[11])
+  return lease_outcome(ctx, complete_job, ctx.args[10], ctx.args[11], ctx.args[12])
 end
 
 return run_call(KEYS, ARGV, main)

@@ -1,8 +1,10 @@
--- prune: delete finished jobs (Succeeded, Failed, Cancelled) older than max_age, and the oldest
--- beyond max_count per queue and state, at most `limit` deletions per call; never one finished
--- in the last CALL_TTL_MS (60 s), so that a re-sent call still finds it. A finished job that a
--- blocked job still depends on is never pruned (the blocked job names it when it says what it
--- waits on; a Failed one may still be retried by an operator and let it run).
+-- prune: delete the Succeeded jobs whose result retention ran out (`expiring`, due by now: a task's
+-- result_ttl, see complete.lua), then finished jobs (Succeeded, Failed, Cancelled) older than
+-- max_age, and the oldest beyond max_count per queue and state, at most `limit` deletions per
+-- call; never one finished in the last CALL_TTL_MS (60 s), so that a re-sent call still finds it.
+-- A finished job that a blocked job still depends on is never pruned (the blocked job names it
+-- when it says what it waits on; a Failed one may still be retried by an operator and let it
+-- run): a retained one is looked at again CALL_TTL_MS later.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] max age ms ("" = no age limit)
@@ -27,6 +29,27 @@ end
 local function delete_job(ctx, id, h)
   for _, dep in ipairs(split(h.dp or "")) do redis.call("SREM", key_dependents(ctx, dep), id) end
   redis.call("DEL", key_job(ctx, id), key_dependents(ctx, id))
+  if h.st == "S" then redis.call("ZREM", key_q(ctx, h.q, "expiring"), id) end
+end
+
+-- The due entries of the queue's `expiring` (at most budget): a Succeeded job is deleted, or
+-- looked at again later while a blocked job depends on it; any other entry (a job gone, damaged
+-- or no longer Succeeded) only leaves the index.
+local function expire_retained(ctx, queue, now, budget)
+  local key, pruned = key_q(ctx, queue, "expiring"), 0
+  for _, id in ipairs(redis.call("ZRANGEBYSCORE", key, "-inf", fmt(ctx, now), "LIMIT", 0, budget)) do
+    local h = load_job(ctx, id)
+    if h and h.st == "S" and still_needed(ctx, id, h) then
+      redis.call("ZADD", key, fmt(ctx, now + CALL_TTL_MS), id)
+    elseif h and h.st == "S" then
+      delete_job(ctx, id, h)
+      redis.call("ZREM", key_q(ctx, queue, "succeeded"), id)
+      pruned = pruned + 1
+    else
+      redis.call("ZREM", key, id)
+    end
+  end
+  return pruned
 end
 
 -- Candidates: those over the count first (oldest), then those over the age.
@@ -90,7 +113,8 @@ local function main(ctx)
   }
   local pruned = 0
   for _, queue in ipairs(redis.call("SMEMBERS", key_queues(ctx))) do
-    if valid_name(queue, NAME_MAX) and check_queue(ctx, queue) == nil then
+    if valid_name(queue, NAME_MAX) and check_queue(ctx, queue) == nil and pruned < limit then
+      pruned = pruned + expire_retained(ctx, queue, now, limit - pruned)
       for _, what in ipairs(FINISHED_SETS) do
         if pruned >= limit then break end
         pruned = pruned + prune_set(ctx, key_q(ctx, queue, what), limits, limit - pruned)

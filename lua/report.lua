@@ -8,7 +8,8 @@
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] caller's worker id
 -- ARGV[4]  item count N (1..1000), then N groups of 10:
 --   call name, token (job_id, input_revision, worker_id, fence, expires_at, nonce), a, b, k
---   complete: a output_ref, b result        fail: a reason, b retry delay ms, k error kind
+--   complete: a output_ref, b result, k result_ttl ms ("": none)
+--   fail: a reason, b retry delay ms, k error kind
 --   permanent_fail: a reason, k error kind   release: a delay ms
 --
 -- Replies
@@ -24,7 +25,7 @@ local REPORT_GROUP = 10
 
 -- Each call name's edge, given an item's a, b and k.
 local OUTCOME_EDGES = {
-  complete = function(ctx, c, a, b) return complete_job(ctx, c, a, b) end,
+  complete = function(ctx, c, a, b, k) return complete_job(ctx, c, a, b, k) end,
   fail = function(ctx, c, a, b, k) return fail_job(ctx, c, a, b, k) end,
   permanent_fail = function(ctx, c, a, _, k) return permanent_fail_job(ctx, c, a, k) end,
   release = function(ctx, c, a) return release_job(ctx, c, a) end,

@@ -6,6 +6,7 @@ around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free c
 
 from ._base import EvictionPolicyWarning
 from ._calls import Call, Limits, NewJob
+from ._handles import JobHandle
 from ._keys import KeySpace
 from ._types import (
     ACTIVE_STATUSES,
@@ -65,7 +66,7 @@ from ._types import (
     status_of,
 )
 from .aio import AsyncQuasar
-from .app import App, Connector, EnqueueOptions, JobHandle, Task
+from .app import App, Connector, EnqueueOptions, Task
 from .client import Quasar
 from .errors import (
     ConfigurationError,
@@ -73,6 +74,7 @@ from .errors import (
     CorruptJobError,
     CorruptKeyError,
     InvalidArgument,
+    InvalidTaskCall,
     JobCancelledError,
     JobFailedError,
     JobRefusedError,
@@ -81,6 +83,7 @@ from .errors import (
     RedisUnavailable,
 )
 from .retry import Exponential, Fixed, Never, PermanentFailure, RetryPolicy, Snooze
+from .serializers import JsonSerializer, MsgpackSerializer, Serializer
 from .worker import CancelFlag, JobContext, Worker, WorkerStats, current_job
 
 __version__ = "0.1.0"  # the only place the version is written: pyproject.toml reads it here
@@ -123,6 +126,7 @@ __all__ = [
     "IncompleteDependency",
     "InvalidArgument",
     "InvalidJob",
+    "InvalidTaskCall",
     "Job",
     "JobApplied",
     "JobCancelledError",
@@ -135,6 +139,7 @@ __all__ = [
     "JobRefusedError",
     "JobResult",
     "JobState",
+    "JsonSerializer",
     "KeySpace",
     "LeaseExpired",
     "LeaseHeld",
@@ -143,6 +148,7 @@ __all__ = [
     "Limits",
     "MissingDependency",
     "MissingJob",
+    "MsgpackSerializer",
     "Never",
     "NewJob",
     "NotAvailable",
@@ -162,6 +168,7 @@ __all__ = [
     "ReportedAndClaimed",
     "RetryPolicy",
     "RetryWaiting",
+    "Serializer",
     "Snooze",
     "StaleLease",
     "Status",

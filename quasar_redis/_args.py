@@ -61,16 +61,27 @@ def report_token_args(token: t.LeaseToken) -> tuple[Arg, ...]:
 
 
 def outcome_group(outcome: t.Outcome) -> tuple[Arg, ...] | t.JobRefused:
-    if type(outcome) is t.Complete and outcome.result is None and type(outcome.output_ref) is str:
+    if (
+        type(outcome) is t.Complete
+        and outcome.result is None
+        and type(outcome.output_ref) is str
+        and outcome.result_ttl_ms is None
+    ):
         return ("complete", *report_token_args(outcome.token), outcome.output_ref, b"", "")
     token = report_token_args(outcome.token)
     match outcome:
-        case t.Complete(_, result, output_ref):
+        case t.Complete(_, result, output_ref, ttl):
             try:
                 raw = b"" if result is None else encode(result)
             except EncodeError as exc:
                 return t.JobRefused(t.InvalidJob(f"result {exc}"))
-            return ("complete", *token, text_arg(output_ref), raw, "")
+            return (
+                "complete",
+                *token,
+                text_arg(output_ref),
+                raw,
+                "" if ttl is None else int_arg(ttl),
+            )
         case t.Fail(_, reason, delay, kind):
             return ("fail", *token, text_arg(reason), int_arg(delay), text_arg(kind))
         case t.PermanentFail(_, reason, kind):

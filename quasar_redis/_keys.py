@@ -22,6 +22,7 @@ QUEUE_SETS = (
     "succeeded",
     "failed",
     "cancelled",
+    "expiring",  # Succeeded jobs with a result retention, by when they may be deleted
 )
 
 

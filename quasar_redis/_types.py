@@ -437,11 +437,14 @@ class QueueCounts:
 
 @dataclass(frozen=True, slots=True)
 class Complete:
-    """Succeed the leased job (``complete``)."""
+    """Succeed the leased job (``complete``). ``result_ttl_ms``: keep the finished job that long
+    (at least the 60 s re-send window), then let ``prune`` delete it; None: until ``prune``'s
+    own age and count limits (docs/lifecycle.md)."""
 
     token: LeaseToken
     result: Any = None
     output_ref: str = "inline"
+    result_ttl_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

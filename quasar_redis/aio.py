@@ -17,6 +17,7 @@ from ._base import ClientBase, ClientOptions, needs_command_name
 from ._calls import Call, NewJob, dependency_id
 from ._operations import JobOptions, Operations, public
 from ._sending import Ask, Command, Flow, Pipeline, Step, map_error
+from ._waits import block_slice
 from .errors import QuasarError
 
 if sys.version_info >= (3, 11):
@@ -311,9 +312,11 @@ class AsyncQuasar(ClientBase):
             return popped is not None, exc
 
     async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for a wake-up token of ``queues``; whether one came."""
+        """Wait up to ``timeout`` seconds for a wake-up token of ``queues``; whether one came.
+
+        The wait ends sooner on a client whose socket timeout is shorter (``_waits``)."""
         keys = [self.keys.wake(q) for q in queues]
-        return await self.redis.blpop(keys, timeout=timeout) is not None
+        return await self.redis.blpop(keys, timeout=block_slice(self.redis, timeout)) is not None
 
     async def wake(self, queue: str) -> None:
         """Push a wake-up token for ``queue``: one idle worker of it looks for work."""

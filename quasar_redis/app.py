@@ -11,7 +11,9 @@
     handle = send_receipt.enqueue(42)
     handle.result(timeout=30)
 
-Arguments and results are msgpack; anything msgpack cannot encode is refused at enqueue time.
+Arguments and results travel as the app's serializer makes them (msgpack with extension types
+by default, see ``serializers``); a call the function cannot take, or whose arguments cannot be
+encoded, is refused at enqueue (``InvalidTaskCall``), before anything is sent.
 ``App("memory://")`` runs on an embedded in-memory server that no other process sees.
 """
 
@@ -21,7 +23,6 @@ import asyncio
 import importlib
 import inspect
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -32,18 +33,22 @@ import redis
 import redis.asyncio
 
 from . import _types as t
+from ._binding import CallCheck, script_name_problem, unencodable
 from ._calls import Limits, NewJob
+from ._codec import Encoded
+from ._handles import JobHandle
 from ._keys import check_name
 from .aio import AsyncQuasar
 from .client import Quasar
 from .errors import (
     ConfigurationError,
-    JobCancelledError,
-    JobFailedError,
+    CorruptDataError,
+    InvalidTaskCall,
     JobRefusedError,
     QuasarError,
 )
 from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
+from .serializers import MSGPACK, Serializer, name_of
 
 if TYPE_CHECKING:
     from ._memory import MemoryServer
@@ -151,90 +156,6 @@ class EnqueueOptions:
     on_dependency_failure: t.DependencyPolicy = "block"
 
 
-class JobHandle:
-    """A job enqueued through the task API: inspect it, wait for its result, cancel it."""
-
-    def __init__(self, app: App, job_id: str) -> None:
-        self.app = app
-        self.id = job_id
-
-    def __repr__(self) -> str:
-        return f"JobHandle({self.id!r})"
-
-    def info(self) -> t.JobInfo | None:
-        return self.app.client.get_job(self.id)
-
-    def cancel(self, reason: str = "cancelled") -> t.CancelResult:
-        return self.app.client.cancel(self.id, reason=reason)
-
-    def result(self, timeout: float | None = None) -> Any:
-        """Block until the job ends; its result, or JobFailedError / JobCancelledError.
-
-        Waits on the namespace's event stream (no polling loop); TimeoutError after ``timeout``.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        client = self.app.client
-        last = _last_event_id(client.redis.xrevrange(client.keys.events, count=1))
-        while True:
-            job = self._finished(client.get_job(self.id))
-            if job is not None:
-                return _outcome(job)
-            remaining = _remaining_ms(deadline)
-            reply = client.redis.xread({client.keys.events: last}, block=remaining, count=1000)
-            last = _scan_events(reply, self.id, last)
-
-    async def aresult(self, timeout: float | None = None) -> Any:
-        """``result`` for asyncio code."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        client = self.app.aclient()
-        last = _last_event_id(await client.redis.xrevrange(client.keys.events, count=1))
-        while True:
-            job = self._finished(await client.get_job(self.id))
-            if job is not None:
-                return _outcome(job)
-            remaining = _remaining_ms(deadline)
-            reply = await client.redis.xread(
-                {client.keys.events: last}, block=remaining, count=1000
-            )
-            last = _scan_events(reply, self.id, last)
-
-    def _finished(self, info: t.JobInfo | None) -> t.Job | None:
-        if info is None:
-            raise QuasarError(f"job {self.id!r} does not exist (or was pruned)")
-        job = info.job
-        done = isinstance(job.state, t.Succeeded | t.Failed | t.Cancelled)
-        return job if done else None
-
-
-def _outcome(job: t.Job) -> Any:
-    if isinstance(job.state, t.Succeeded):
-        return job.result
-    if isinstance(job.state, t.Cancelled):
-        raise JobCancelledError(job)
-    raise JobFailedError(job)
-
-
-def _last_event_id(reply: Any) -> Any:
-    return reply[0][0] if reply else b"0-0"
-
-
-def _remaining_ms(deadline: float | None) -> int:
-    if deadline is None:
-        return 5_000
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError("the job did not finish in time")
-    return max(1, min(5_000, int(left * 1000)))
-
-
-def _scan_events(reply: Any, job_id: str, last: Any) -> Any:
-    """The last stream id read; the caller re-reads the job after any batch of events."""
-    for _stream, entries in reply or ():
-        for entry_id, _fields in entries:
-            last = entry_id
-    return last
-
-
 @dataclass(frozen=True)
 class Task(Generic[P, R]):
     """A function declared with ``App.task``: call it to run it here, enqueue it to run anywhere."""
@@ -249,10 +170,21 @@ class Task(Generic[P, R]):
     retry: RetryPolicy = field(default_factory=Exponential)
     timeout: float | None = None
     options_: EnqueueOptions = field(default_factory=EnqueueOptions)
+    result_ttl: float | None = None  # seconds; None: the namespace-wide prune only
 
     @cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+    @cached_property
+    def result_ttl_ms(self) -> int | None:
+        """``result_ttl`` in milliseconds, as the completion sends it."""
+        return None if self.result_ttl is None else round(self.result_ttl * 1000)
+
+    @cached_property
+    def call_check(self) -> CallCheck:
+        """The function's signature, read once, that every enqueued call is checked against."""
+        return CallCheck(self.fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -262,11 +194,12 @@ class Task(Generic[P, R]):
         return replace(self, options_=replace(self.options_, **opts))
 
     def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
-        """The job this call would enqueue, for ``App.enqueue_many``."""
+        """The job this call would enqueue, for ``App.enqueue_many``; ``InvalidTaskCall`` for a
+        call the function cannot take or whose arguments cannot be encoded."""
         o = self.options_
         return NewJob(
             stage=self.name,
-            payload=payload_of(args, kwargs),
+            payload=self.app.encode_call(self, args, kwargs),
             id=o.id,
             queue=o.queue or self.queue,
             dependencies=[_dep_id(d) for d in o.depends_on],
@@ -298,7 +231,8 @@ class App:
     ``url=None`` takes ``QUASAR_REDIS_URL``, then ``REDIS_URL``, from the environment, and
     refuses (ConfigurationError) without either; ``"memory://"`` runs on an embedded in-memory
     server (see ``Connector``). ``with App(...) as app:`` (or ``async with``) closes the clients
-    the app opened.
+    the app opened. ``serializer`` encodes task arguments and results (``serializers``; msgpack
+    with extension types by default): producers and workers of a namespace must share it.
     """
 
     def __init__(
@@ -309,11 +243,13 @@ class App:
         connector: Connector | None = None,
         limits: Limits | None = None,
         events: bool = True,
+        serializer: Serializer | None = None,
     ) -> None:
         self.namespace = check_name(namespace, "namespace")
         self.connector = connector or Connector(url)
         self.limits = limits
         self.events = events
+        self.serializer: Serializer = MSGPACK if serializer is None else serializer
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._client: Quasar | None = None
         self._aclients: dict[int, AsyncQuasar] = {}
@@ -382,6 +318,7 @@ class App:
         lease_ms: int | None = None,
         retry: PolicyLike = ...,
         timeout: float | None = None,
+        result_ttl: float | None = None,
     ) -> Task[P, R]: ...
 
     @overload
@@ -397,6 +334,7 @@ class App:
         lease_ms: int | None = None,
         retry: PolicyLike = ...,
         timeout: float | None = None,
+        result_ttl: float | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -411,19 +349,31 @@ class App:
         lease_ms: int | None = None,
         retry: PolicyLike = Exponential(),  # noqa: B008 - frozen, shared on purpose
         timeout: float | None = None,
+        result_ttl: float | None = None,
     ) -> Any:
-        """Declare a task (``@app.task`` or ``@app.task(queue=..., ...)``)."""
+        """Declare a task (``@app.task`` or ``@app.task(queue=..., ...)``).
+
+        ``result_ttl``: seconds to keep a job of it once it succeeded (0: drop it at the first
+        prune after the 60 s re-send window); None: until the namespace-wide prune.
+        """
 
         def declare(f: Callable[P, R]) -> Task[P, R]:
             stage = name or f"{f.__module__}.{f.__qualname__}"
+            problem = None if name or self.connector.embedded else script_name_problem(f)
+            if problem is not None:
+                raise ConfigurationError(problem)
             if stage in self.tasks:
                 raise QuasarError(f"a task named {stage!r} is declared twice")
             if (lease_ms is not None and lease_ms < 1) or max_attempts < 1:
                 raise ValueError("lease_ms and max_attempts must be positive")
+            if result_ttl is not None and not 0 <= result_ttl < 10**9:
+                raise ValueError("result_ttl must be None or seconds, at least 0")
             check_name(queue, "queue")
             task = Task(
                 self, f, stage, queue, max_attempts, priority, lease_ms, as_policy(retry), timeout
             )
+            if result_ttl is not None:
+                task = replace(task, result_ttl=result_ttl)
             self.tasks[stage] = task
             return task
 
@@ -438,6 +388,34 @@ class App:
 
     def handle(self, job_id: str) -> JobHandle:
         return JobHandle(self, job_id)
+
+    def encode_call(self, task: Task[Any, Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """The payload of a call of ``task``, encoded; ``InvalidTaskCall`` if the function cannot
+        take these arguments or the serializer cannot encode them."""
+        check = task.call_check
+        problem = check.problem(args, kwargs)
+        if problem is None:
+            try:
+                return Encoded(self.serializer.dumps(payload_of(args, kwargs)))
+            except (TypeError, ValueError, OverflowError) as exc:
+                problem = unencodable(self.serializer, check.named(args, kwargs), exc)
+        raise InvalidTaskCall(task.name, t.InvalidJob(problem))
+
+    def call_of(self, job: t.Job) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments of the call ``job`` runs (TypeError / CorruptDataError if none)."""
+        return args_of(self._load(job.raw_payload, "payload", job.id))
+
+    def result_of(self, job: t.Job) -> Any:
+        """The result ``job`` stored (None if it stored none)."""
+        return None if not job.raw_result else self._load(job.raw_result, "result", job.id)
+
+    def _load(self, data: bytes, what: str, job_id: str) -> Any:
+        try:
+            return self.serializer.loads(data)
+        except Exception as exc:  # a user's serializer may raise anything on data it did not write
+            raise CorruptDataError(
+                f"{what} of job {job_id!r} is not valid {name_of(self.serializer)}: {exc}"
+            ) from None
 
     def _handle(self, new: NewJob, result: t.JobResult) -> JobHandle:
         if isinstance(result, t.JobApplied):

@@ -28,6 +28,7 @@ from rich.console import Console
 from . import __version__
 from . import demo as demo_module
 from ._keys import KeySpace
+from ._waits import block_ms
 from .app import MEMORY_URL, URL_VARIABLES, App
 from .errors import QuasarError
 from .example import Example, open_quasar, where
@@ -243,7 +244,8 @@ def print_recent(client: Any, stream: str, count: int) -> Any:
 def follow_stream(client: Any, stream: str, last: Any) -> None:
     """Print every event after ``last`` as it arrives (XREAD BLOCK), until interrupted."""
     while True:
-        reply = client.xread({stream: last}, block=EVENTS_BLOCK_MS, count=1000)
+        block = block_ms(client, EVENTS_BLOCK_MS)  # the URL's socket_timeout wins
+        reply = client.xread({stream: last}, block=block, count=1000)
         for _name, entries in reply or ():
             for entry_id, fields in entries:
                 for line in format_event(entry_id, fields):

@@ -5,12 +5,14 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     QuasarError
     ├── ConfigurationError (also ValueError)   bad namespace, client with decode_responses=True
     ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call
+    │   └── InvalidTaskCall                    the task API: a call refused before it is sent
     ├── RedisUnavailable                       connection refused, dropped, or timed out
     ├── CorruptDataError                       data in Redis that no script of ours wrote
     │   ├── CorruptJobError                    a job hash with a missing or malformed field
     │   └── CorruptKeyError                    a key of ours holding the wrong type
     ├── ProtocolError                          a script reply or error that Python does not know
     ├── JobRefusedError                        the task API: an enqueue was refused (``.error``)
+    │   └── InvalidTaskCall                    ... (also an InvalidArgument, above)
     └── JobFailedError                         the task API: the job awaited ended Failed
         └── JobCancelledError                  ... or Cancelled
 """
@@ -86,3 +88,14 @@ class JobCancelledError(JobFailedError):
     def __init__(self, job: Any) -> None:
         QuasarError.__init__(self, f"job {job.id!r} was cancelled: {job.state.reason}")
         self.job = job
+
+
+class InvalidTaskCall(InvalidArgument, JobRefusedError):
+    """The task API refused a call before sending it: arguments its function does not take, or
+    a value the app's serializer cannot encode. Nothing was written; ``task`` is the task's
+    name, ``error`` the refusal (an ``InvalidJob`` with the reason)."""
+
+    def __init__(self, task: str, error: Any) -> None:
+        QuasarError.__init__(self, f"task {task!r}: {error.reason}")
+        self.error = error
+        self.task = task

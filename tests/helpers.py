@@ -3,9 +3,10 @@ scripts left in Redis."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -128,3 +129,19 @@ def snapshot(q: Quasar) -> dict[str, Any]:
 
 def raw_job(q: Quasar, job_id: str) -> dict[str, bytes]:
     return {k.decode(): v for k, v in q.redis.hgetall(q.keys.job(job_id)).items()}
+
+
+@contextlib.contextmanager
+def app_url(backend: str, namespace: str, query: str = "") -> Iterator[str]:
+    """The URL an App of ``backend`` gets ("fake": ``memory://``; "redis": the test server,
+    with ``query`` after it, or skip without one): a user's client settings, none of the tests'
+    own. The namespace's keys on the real server are deleted after."""
+    if backend == "fake":
+        yield "memory://"
+        return
+    client = real_redis()
+    try:
+        yield f"{REDIS_URL}{'&' if '?' in REDIS_URL else '?'}{query}" if query else REDIS_URL
+    finally:
+        delete_namespace(client, namespace)
+        client.close()

@@ -60,7 +60,7 @@ class Maintenance:
         for _ in range(10):
             if len((await client.sweep_expired(limit=1000)).expired) < 1000:
                 break
-        if prune and (self.prune_max_age is not None or self.prune_max_count is not None):
+        if prune:  # (also with no limits: the jobs whose task's result_ttl ran out)
             age = None if self.prune_max_age is None else round(self.prune_max_age * 1000)
             await client.prune(max_age_ms=age, max_count=self.prune_max_count, limit=1000)
 

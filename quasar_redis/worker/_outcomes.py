@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _types as t
-from .._codec import Encoded, EncodeError, encode
+from .._codec import Encoded
 from ..app import Task
+from ..serializers import MSGPACK, name_of
 
 REASON_MAX = 8000
 Build = Callable[[t.LeaseToken], t.Outcome]
@@ -54,20 +55,27 @@ _complete = t.builder(t.Complete)
 
 
 def _complete_empty(token: t.LeaseToken) -> t.Outcome:
-    return _complete(token, None, "inline")
+    return _complete(token, None, "inline", None)
 
 
 COMPLETED = Outcome(OutcomeKind.COMPLETED, _complete_empty)  # a run that returned None
 
 
-def success(value: Any) -> Outcome:
-    if value is None:
+def success(value: Any, task: Task[Any, Any] | None = None) -> Outcome:
+    """A run of ``task`` that returned ``value``, encoded by its app's serializer (msgpack with
+    no task), kept as long as the task's ``result_ttl`` says."""
+    ttl = None if task is None else task.result_ttl_ms
+    if value is None and ttl is None:
         return COMPLETED
-    try:
-        data = Encoded(encode(value))
-    except EncodeError as exc:
-        return permanent("BadResult", f"the result {exc}")
-    return Outcome(OutcomeKind.COMPLETED, lambda tok: t.Complete(tok, data))
+    data: Encoded | None = None
+    if value is not None:
+        serializer = MSGPACK if task is None else task.app.serializer
+        try:
+            data = Encoded(serializer.dumps(value))
+        except (TypeError, ValueError, OverflowError) as exc:
+            reason = f"the result cannot be encoded as {name_of(serializer)}: {exc}"
+            return permanent("BadResult", reason)
+    return Outcome(OutcomeKind.COMPLETED, lambda tok: _complete(tok, data, "inline", ttl))
 
 
 def failure(

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import _types as t
-from ..app import Task, args_of
+from ..app import Task
 from ..errors import CorruptDataError
 from ..retry import PermanentFailure, Snooze
 from . import _outcomes as o
@@ -161,7 +161,7 @@ class Runner:
         if task is None:
             return o.permanent("UnknownTask", f"no task named {job.stage!r} in this worker")
         try:
-            args, kwargs = args_of(job.payload)
+            args, kwargs = task.app.call_of(job)
         except (TypeError, CorruptDataError) as exc:
             return o.permanent("BadPayload", str(exc))
         try:
@@ -186,7 +186,7 @@ class Runner:
             raise
         except BaseException as exc:  # SystemExit / KeyboardInterrupt from a task fail the job only
             return o.failure(task, job, exc, o.error_kind(exc), str(exc) or repr(exc))
-        return o.success(value)
+        return o.success(value, task)
 
     async def _call(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         if task.is_async:

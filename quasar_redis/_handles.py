@@ -1,0 +1,94 @@
+"""Job handles: a job enqueued through the task API, to inspect, wait for or cancel."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import _types as t
+from ._waits import block_ms
+from .errors import JobCancelledError, JobFailedError, QuasarError
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+class JobHandle:
+    """A job enqueued through the task API: inspect it, wait for its result, cancel it."""
+
+    def __init__(self, app: App, job_id: str) -> None:
+        self.app = app
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.id!r})"
+
+    def info(self) -> t.JobInfo | None:
+        return self.app.client.get_job(self.id)
+
+    def cancel(self, reason: str = "cancelled") -> t.CancelResult:
+        return self.app.client.cancel(self.id, reason=reason)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Block until the job ends; its result, or JobFailedError / JobCancelledError.
+
+        Waits on the namespace's event stream (no polling loop); TimeoutError after ``timeout``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        client = self.app.client
+        last = _last_event_id(client.redis.xrevrange(client.keys.events, count=1))
+        while True:
+            job = self._finished(client.get_job(self.id))
+            if job is not None:
+                return self._outcome(job)
+            block = block_ms(client.redis, _remaining_ms(deadline))
+            reply = client.redis.xread({client.keys.events: last}, block=block, count=1000)
+            last = _scan_events(reply, self.id, last)
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        """``result`` for asyncio code."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        client = self.app.aclient()
+        last = _last_event_id(await client.redis.xrevrange(client.keys.events, count=1))
+        while True:
+            job = self._finished(await client.get_job(self.id))
+            if job is not None:
+                return self._outcome(job)
+            block = block_ms(client.redis, _remaining_ms(deadline))
+            reply = await client.redis.xread({client.keys.events: last}, block=block, count=1000)
+            last = _scan_events(reply, self.id, last)
+
+    def _finished(self, info: t.JobInfo | None) -> t.Job | None:
+        if info is None:
+            raise QuasarError(f"job {self.id!r} does not exist (or was pruned)")
+        job = info.job
+        done = isinstance(job.state, t.Succeeded | t.Failed | t.Cancelled)
+        return job if done else None
+
+    def _outcome(self, job: t.Job) -> Any:
+        if isinstance(job.state, t.Succeeded):
+            return self.app.result_of(job)
+        if isinstance(job.state, t.Cancelled):
+            raise JobCancelledError(job)
+        raise JobFailedError(job)
+
+
+def _last_event_id(reply: Any) -> Any:
+    return reply[0][0] if reply else b"0-0"
+
+
+def _remaining_ms(deadline: float | None) -> int:
+    if deadline is None:
+        return 5_000
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the job did not finish in time")
+    return max(1, min(5_000, int(left * 1000)))
+
+
+def _scan_events(reply: Any, job_id: str, last: Any) -> Any:
+    """The last stream id read; the caller re-reads the job after any batch of events."""
+    for _stream, entries in reply or ():
+        for entry_id, _fields in entries:
+            last = entry_id
+    return last

@@ -1,0 +1,134 @@
+"""A task call is checked before anything is sent: arguments the function cannot take are
+refused at enqueue (``InvalidTaskCall``, an ``InvalidArgument``) and nothing reaches Redis; a
+task declared in a file run as a script is refused when it is declared."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from quasar_redis import (
+    App,
+    ConfigurationError,
+    InvalidArgument,
+    InvalidJob,
+    InvalidTaskCall,
+    JobRefusedError,
+    Task,
+)
+
+from .helpers import REDIS_URL, app_url, snapshot
+
+
+@pytest.fixture
+def app(backend: str, namespace: str) -> Iterator[App]:
+    with app_url(backend, namespace) as url, App(url, namespace=namespace) as made:
+        yield made
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def greet(name: str, *, greeting: str = "hello") -> str:
+    return f"{greeting} {name}"
+
+
+def many(*items: int, **labels: str) -> int:
+    return len(items) + len(labels)
+
+
+def refused(app: App, call: Any) -> InvalidTaskCall:
+    """The refusal ``call()`` raises; nothing of the namespace is in Redis after it."""
+    before = snapshot(app.client)
+    with pytest.raises(InvalidTaskCall) as caught:
+        call()
+    assert snapshot(app.client) == before == {}
+    error = caught.value
+    assert isinstance(error, InvalidArgument) and isinstance(error, JobRefusedError)
+    assert isinstance(error.error, InvalidJob)
+    return error
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "says"),
+    [
+        ((1,), {}, "add() missing a required argument: 'b'"),
+        ((1, 2, 3), {}, "add() too many positional arguments"),
+        ((1, 2), {"c": 3}, "add() got an unexpected keyword argument 'c'"),
+        ((1,), {"a": 2}, "add() multiple values for argument 'a'"),
+    ],
+)
+def test_arguments_the_function_cannot_take_are_refused_at_enqueue(
+    app: App, args: tuple[Any, ...], kwargs: dict[str, Any], says: str
+) -> None:
+    task: Task[..., Any] = app.task(add, name="add")
+    error = refused(app, lambda: task.enqueue(*args, **kwargs))
+    assert str(error) == f"task 'add': {says}"
+    assert error.task == "add" and error.error.reason == says
+
+
+def test_keyword_only_and_variadic_signatures_are_bound(app: App) -> None:
+    hello: Task[..., Any] = app.task(greet, name="greet")
+    counted = app.task(many, name="many")
+    assert "greet() too many positional arguments" in str(
+        refused(app, lambda: hello.enqueue("a", "hi"))
+    )
+    assert hello.enqueue("a", greeting="hi").info() is not None
+    assert counted.enqueue(1, 2, 3, x="y").info() is not None
+    assert counted.enqueue().info() is not None
+
+
+def test_task_job_and_enqueue_many_refuse_before_sending(app: App) -> None:
+    task: Task[..., Any] = app.task(add, name="add")
+    refused(app, lambda: task.job(1))
+    refused(app, lambda: app.enqueue_many([task.job(1, 2), task.job(b=2)]))
+    assert [h.info() is not None for h in app.enqueue_many([task.job(1, 2)])] == [True]
+
+
+def test_aenqueue_refuses_too(app: App) -> None:
+    task: Task[..., Any] = app.task(add, name="add")
+
+    async def scenario() -> None:
+        try:
+            await task.aenqueue(1)
+        finally:
+            await app.aclose()
+
+    refused(app, lambda: asyncio.run(scenario()))
+
+
+def test_the_signature_is_read_once_per_task(app: App) -> None:
+    task: Task[..., Any] = app.task(add, name="add")
+    assert task.call_check is task.call_check
+    assert task.call_check.fewest == 2 and task.call_check.most == 2  # counted, not bound
+
+
+def in_a_script(fn: Any) -> Any:
+    """``fn`` as if declared in a file run as a script (``python tasks.py``)."""
+    fn.__module__ = "__main__"
+    return fn
+
+
+def test_a_task_declared_in_a_script_is_refused_with_what_to_do() -> None:
+    app = App(REDIS_URL)  # (declaring connects to nothing)
+
+    def send(to: str) -> None: ...
+
+    with pytest.raises(ConfigurationError) as caught:
+        app.task(in_a_script(send))
+    message = str(caught.value)
+    assert "__main__" in message and "@app.task(name=" in message and "Import the task" in message
+    assert app.tasks == {}
+    named = app.task(in_a_script(send), name="send")  # a name the worker uses too: fine
+    assert app.tasks == {"send": named}
+
+
+def test_a_script_on_the_embedded_server_may_declare_tasks() -> None:
+    def send(to: str) -> None: ...
+
+    app = App("memory://")
+    assert app.task(in_a_script(send)).name.startswith("__main__.")
