@@ -7,13 +7,17 @@ transition is tested through both clients.
 
 Each test gets its own namespace; on a real server only that namespace's keys are deleted after
 it (never FLUSHDB / FLUSHALL). Without a reachable server the real-Redis half skips with a reason,
-unless QUASAR_REQUIRE_REDIS=1 (CI), where it fails instead.
+unless QUASAR_REQUIRE_REDIS=1 (CI), where it fails instead. A test marked ``own_server`` changes
+what the whole server holds (SCRIPT FLUSH, FUNCTION DELETE): its real-Redis half runs on a
+redis-server of this test session's own, so that another copy of the suite can run beside this
+one on the shared server.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -22,7 +26,8 @@ import pytest
 from quasar_redis import Quasar
 
 from .clients import KINDS, clients
-from .helpers import delete_namespace, real_redis
+from .helpers import REDIS_URL, delete_namespace, real_redis
+from .servers import RedisServer, server_in
 
 BACKENDS = ("fake", "redis")
 
@@ -37,14 +42,32 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(scope="session")
+def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server of this test session's own (no persistence), started on first use."""
+    with server_in(Path(tmp_path_factory.mktemp("private-redis")), durable=False) as server:
+        server.start()
+        yield server
+
+
 @pytest.fixture
-def redis_client(backend: str, namespace: str) -> Iterator[Any]:
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The real server of this test: the shared one, or for a test marked ``own_server`` the
+    session's private one."""
+    if request.node.get_closest_marker("own_server") is None:
+        return REDIS_URL
+    server: RedisServer = request.getfixturevalue("private_server")
+    return server.url
+
+
+@pytest.fixture
+def redis_client(request: pytest.FixtureRequest, backend: str, namespace: str) -> Iterator[Any]:
     if backend == "fake":
         client: Any = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         yield client
         client.close()
         return
-    client = real_redis()
+    client = real_redis(request.getfixturevalue("redis_url"))
     try:
         yield client
     finally:

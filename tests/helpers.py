@@ -34,17 +34,24 @@ NO_URL: dict[str, str | None] = {"QUASAR_REDIS_URL": None, "REDIS_URL": None}  #
 # --- the test server and waiting -----------------------------------------------------------------
 
 
-def real_redis() -> redis.Redis:
-    """A client of the test server, or skip (fail under QUASAR_REQUIRE_REDIS=1)."""
-    client = redis.Redis.from_url(REDIS_URL, socket_timeout=10)
+def real_redis(url: str = REDIS_URL) -> redis.Redis:
+    """A client of the test server (``url``), or skip (fail under QUASAR_REQUIRE_REDIS=1). Built
+    as a user builds one, ``redis.Redis.from_url(url)``: the settings a user gets."""
+    client = redis.Redis.from_url(url)
     try:
         client.ping()
     except redis.ConnectionError as exc:
         client.close()
         if REQUIRE:
-            pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but Redis at {REDIS_URL} does not answer: {exc}")
-        pytest.skip(f"no Redis at {REDIS_URL} ({exc}); set QUASAR_TEST_REDIS_URL to test on one")
+            pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but Redis at {url} does not answer: {exc}")
+        pytest.skip(f"no Redis at {url} ({exc}); set QUASAR_TEST_REDIS_URL to test on one")
     return client
+
+
+def url_of(client: redis.Redis) -> str:
+    """The URL of the server ``client`` talks to."""
+    kwargs = client.connection_pool.connection_kwargs
+    return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
 
 
 def delete_namespace(client: Any, namespace: str) -> None:

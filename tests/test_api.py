@@ -121,6 +121,7 @@ def test_from_url_takes_the_options_of_the_constructor() -> None:
     assert keyword_only(AsyncQuasar.from_url) == {"coalesce"}
 
 
+@pytest.mark.own_server
 def test_noscript_after_script_flush_is_recovered(q: Quasar, kind: str) -> None:
     with clients(kind, q.redis) as make:
         noscript_recovered(make(q.namespace, functions=q.functions))
@@ -183,13 +184,14 @@ def test_warns_when_redis_may_evict_keys() -> None:
     warn_policy({"node": {b"maxmemory-policy": b"noeviction"}})
 
 
+@pytest.mark.own_server
 def test_async_client_runs_the_same_flow(redis_client: Any, backend: str, namespace: str) -> None:
     import asyncio
 
     import fakeredis
     import redis.asyncio
 
-    from .helpers import REDIS_URL
+    from .helpers import url_of
 
     async def flow() -> None:
         if backend == "fake":
@@ -197,7 +199,7 @@ def test_async_client_runs_the_same_flow(redis_client: Any, backend: str, namesp
                 server=redis_client.connection_pool.connection_kwargs["server"]
             )
         else:
-            client = redis.asyncio.Redis.from_url(REDIS_URL)
+            client = redis.asyncio.Redis.from_url(url_of(redis_client))
         aq = AsyncQuasar(client, namespace)
         try:
             assert isinstance(await aq.enqueue("s", {"x": 1}, id="a", now=T0), JobApplied)
@@ -224,12 +226,12 @@ def _async_client(redis_client: Any, backend: str) -> Any:
     import fakeredis
     import redis.asyncio
 
-    from .helpers import REDIS_URL
+    from .helpers import url_of
 
     if backend == "fake":
         server = redis_client.connection_pool.connection_kwargs["server"]
         return fakeredis.FakeAsyncRedis(server=server)
-    return redis.asyncio.Redis.from_url(REDIS_URL)
+    return redis.asyncio.Redis.from_url(url_of(redis_client))
 
 
 def _run_async(redis_client: Any, backend: str, namespace: str, flow: Any) -> None:

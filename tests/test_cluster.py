@@ -61,7 +61,7 @@ def local_cluster(request: pytest.FixtureRequest) -> LocalCluster:
 
 @pytest.fixture(scope="module")
 def rc(local_cluster: LocalCluster) -> Iterator[RedisCluster]:
-    client = RedisCluster(host=HOST, port=local_cluster.startup_port, socket_timeout=10)
+    client = RedisCluster(host=HOST, port=local_cluster.startup_port)
     try:
         yield client
     finally:
@@ -126,7 +126,6 @@ def confined(rc: RedisCluster, local_cluster: LocalCluster) -> Iterator[Confined
             port=local_cluster.startup_port,
             username=user,
             password=password,
-            socket_timeout=10,
         )
         made.append((client, namespace))
         return Quasar(client, namespace)
@@ -394,9 +393,7 @@ def test_execute_many_pipeline_on_cluster(rc: RedisCluster, confined: Confined) 
 
 
 async def async_flow(port: int, namespace: str, user: str, password: str) -> dict[str, Any]:
-    client = AsyncRedisCluster(
-        host=HOST, port=port, username=user, password=password, socket_timeout=10
-    )
+    client = AsyncRedisCluster(host=HOST, port=port, username=user, password=password)
     try:
         q = AsyncQuasar(client, namespace)
         batch = await q.enqueue_many([NewJob("s", id="a"), NewJob("s", id="b", dependencies=["a"])])

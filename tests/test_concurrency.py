@@ -166,7 +166,7 @@ def process_main(
 ) -> None:
     """Entry point of a spawned process: its own client, its own worker; the log goes to ``out``."""
     try:
-        client = redis.Redis.from_url(url, socket_timeout=30)
+        client = redis.Redis.from_url(url)
         try:
             start.wait(timeout=60)  # every process starts claiming at once
             out.put(run_worker(Quasar(client, plan.namespace), plan))

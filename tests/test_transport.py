@@ -29,6 +29,7 @@ def pairs(flat: list[Any]) -> dict[bytes, Any]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+@pytest.mark.own_server
 def test_a_missing_library_is_loaded_by_the_next_call(
     redis_client: Any, namespace: str, kind: str
 ) -> None:
@@ -56,6 +57,7 @@ def test_every_script_is_one_function_of_the_library(redis_client: Any) -> None:
     assert names == {s.function for s in scripts().values()}
 
 
+@pytest.mark.own_server
 def test_scripts_when_asked(redis_client: Any, namespace: str, kind: str) -> None:
     with clients(kind, redis_client) as make:
         scripts_loaded(make(namespace, functions=False), redis_client)
@@ -185,15 +187,16 @@ def test_asyncio_calls_go_packed_by_hiredis_on_a_plain_client_only() -> None:
         direct.close()
 
 
-def test_sync_calls_go_packed_by_hiredis_on_a_plain_client_only() -> None:
+@pytest.mark.own_server
+def test_sync_calls_go_packed_by_hiredis_on_a_plain_client_only(redis_url: str) -> None:
     # The same for the blocking client: a plain redis.Redis sends calls packed by hiredis on its
     # pool's connections; a single-connection client and fakeredis keep execute_command.
     import fakeredis
 
     assert Quasar(fakeredis.FakeRedis(), "t")._packed is None
     namespace = f"t-{uuid.uuid4().hex[:12]}"
-    plain = redis.Redis.from_url(REDIS_URL)
-    single = redis.Redis.from_url(REDIS_URL, single_connection_client=True)
+    plain = redis.Redis.from_url(redis_url)
+    single = redis.Redis.from_url(redis_url, single_connection_client=True)
     try:
         for client, packed in ((plain, True), (single, False)):
             q = Quasar(client, namespace)

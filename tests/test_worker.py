@@ -56,7 +56,7 @@ from quasar_redis import (
 )
 from quasar_redis.app import payload_of
 from quasar_redis.errors import RedisUnavailable
-from quasar_redis.worker import Lease, LeaseKeeper, _prefetch
+from quasar_redis.worker import Lease, LeaseKeeper, _prefetch, _running
 from quasar_redis.worker._claiming import Claimer
 from quasar_redis.worker._running import Runner
 
@@ -549,20 +549,38 @@ def test_auto_prefetch_holds_as_many_jobs_as_start_within_its_wait(app: App) -> 
     assert Worker(app, concurrency=10, prefetch=0)._prefetch.lanes == 1
 
 
+class RunClock:
+    """The worker's clock for its run times, moved only by the jobs (``advance``): a run lasts
+    what its job says, however long a loaded machine takes to run it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.mark.parametrize(("run_s", "prefetched"), [(0.0, True), (0.05, False)])
 def test_auto_prefetch_claims_ahead_for_short_jobs_only(
-    app: App, run_s: float, prefetched: bool
+    app: App, run_s: float, prefetched: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     concurrency = 3
     waiting: list[int] = []
     now_running: list[int] = [0]
     most: list[int] = [0]
+    clock = RunClock()  # (the run times it learns from, and how long a job has waited)
+    for module in (_running, _prefetch):
+        monkeypatch.setattr(module, "time", clock)
     worker = worker_of(app, concurrency=concurrency)  # prefetch="auto"
 
     async def job(i: int) -> int:
         now_running[0] += 1
         most[0] = max(most[0], now_running[0])
         waiting.append(len(runner_of(worker).queued))
+        clock.advance(run_s)
         await asyncio.sleep(run_s)
         now_running[0] -= 1
         return i

@@ -12,9 +12,7 @@ from __future__ import annotations
 import os
 import random
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +42,7 @@ from quasar_redis.app import payload_of
 from . import worker_tasks as wt
 from .helpers import REDIS_URL, delete_namespace, real_redis
 from .helpers import wait_for as wait_every
+from .servers import RedisServer, server_in
 
 pytestmark = pytest.mark.slow
 
@@ -213,7 +212,7 @@ def fleet(tmp_path: Path, namespace: str) -> Iterator[Fleet]:
 
 @pytest.fixture
 def q(fleet: Fleet) -> Iterator[Quasar]:
-    client = Quasar(redis.Redis.from_url(fleet.url, socket_timeout=10), fleet.namespace)
+    client = Quasar(redis.Redis.from_url(fleet.url), fleet.namespace)
     yield client
     client.redis.close()
 
@@ -596,64 +595,10 @@ def test_four_workers_run_10000_jobs_as_their_policies_say(
 # --- Redis restarted under load ------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass
-class RedisServer:
-    """A ``redis-server`` of the test's own: AOF on, fsync before every reply."""
-
-    folder: Path
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
-        args += ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
-        args += ["--dir", str(self.folder), "--logfile", str(self.folder / "redis.log")]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        client = redis.Redis.from_url(self.url, socket_timeout=2)
-        try:
-            wait_for(lambda: self._answers(client), 20, f"redis-server on port {self.port}")
-        finally:
-            client.close()
-
-    def _answers(self, client: redis.Redis) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            log = (self.folder / "redis.log").read_text(errors="replace")
-            pytest.fail(f"redis-server exited ({self.proc.returncode}):\n{log[-3000:]}")
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(30)
-
-
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    real_redis().close()  # the same skip / fail rule as the other real-Redis tests
-    if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not on PATH")
-    folder = tmp_path / "redis"
-    folder.mkdir()
-    server = RedisServer(folder)
-    try:
+    with server_in(tmp_path / "redis", durable=True) as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.mark.parametrize("prefetch", [0, "auto"])
@@ -662,7 +607,7 @@ def test_redis_restart_under_load_loses_no_acknowledged_job(
 ) -> None:
     own_redis.start()
     fleet = Fleet(tmp_path, own_redis.url, namespace)
-    q = Quasar(redis.Redis.from_url(own_redis.url, socket_timeout=5), namespace)
+    q = Quasar(redis.Redis.from_url(own_redis.url), namespace)
     try:
         run_through_restart(own_redis, fleet, q, prefetch)
     finally:

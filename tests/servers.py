@@ -1,0 +1,84 @@
+"""A ``redis-server`` of a test's own, on a free port: for a test that kills and restarts its
+server, and for the tests that change what the whole server holds (SCRIPT FLUSH, FUNCTION
+DELETE), which on the shared server would pull the scripts from under another copy of the suite
+running beside this one."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from .helpers import real_redis, wait_for
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class RedisServer:
+    """A ``redis-server`` in ``folder``; ``durable``: AOF on, fsync before every reply (a test
+    that kills it and counts what survived), else no persistence at all."""
+
+    folder: Path
+    durable: bool = True
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "yes", "--appendfsync", "always"] if self.durable else []
+        args += ["--dir", str(self.folder), "--logfile", str(self.folder / "redis.log")]
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        # (a probe of the server starting: a short timeout of its own, so that each try is quick)
+        client = redis.Redis.from_url(self.url, socket_timeout=2)
+        try:
+            wait_for(lambda: self._answers(client), 20, f"redis-server on port {self.port}", 0.05)
+        finally:
+            client.close()
+
+    def _answers(self, client: redis.Redis) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            log = (self.folder / "redis.log").read_text(errors="replace")
+            pytest.fail(f"redis-server exited ({self.proc.returncode}):\n{log[-3000:]}")
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
+
+
+@contextlib.contextmanager
+def server_in(folder: Path, *, durable: bool) -> Iterator[RedisServer]:
+    """A server (not started yet) kept in ``folder``, killed at the end; the same skip / fail
+    rule as the other real-Redis tests."""
+    real_redis().close()
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not on PATH")
+    folder.mkdir(exist_ok=True)
+    server = RedisServer(folder, durable)
+    try:
+        yield server
+    finally:
+        server.kill()
