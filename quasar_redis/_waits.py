@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The read timeout assumed when a client's settings do not name one (redis-py 8's default).
+REDIS_PY_DEFAULT = 5.0
+
 
 def socket_timeout(redis: Any) -> float | None:
     """The read timeout of ``redis``'s connections in seconds (None: none), plain or cluster."""
@@ -19,7 +22,10 @@ def socket_timeout(redis: Any) -> float | None:
     if kwargs is None:  # a cluster client: its nodes' settings
         holder = getattr(redis, "nodes_manager", redis)
         kwargs = getattr(holder, "connection_kwargs", None) or {}
-    value = kwargs.get("socket_timeout")
+    # A client made from a URL without ?socket_timeout= has none in its settings: its connections
+    # take redis-py's own default (5 s from redis-py 8, which keeps it as orig_socket_timeout;
+    # none before). Unknown counts as 5 s: a slice then costs one more call every 4 s at worst.
+    value = kwargs.get("socket_timeout", kwargs.get("orig_socket_timeout", REDIS_PY_DEFAULT))
     return None if value is None else float(value)
 
 

@@ -49,6 +49,22 @@ def test_result_outlives_the_clients_socket_timeout(short_url: str, namespace: s
         assert time.monotonic() - started >= RUNS_FOR
 
 
+def test_a_seven_second_job_is_waited_for_on_redis_pys_own_settings(namespace: str) -> None:
+    # As a user met it: no client settings of ours (redis-py 8 reads with a 5 s socket timeout;
+    # older versions wait for ever) and a task that runs 7 s.
+    with app_url("redis", namespace) as url, App(url, namespace=namespace) as app:
+
+        @app.task(name="seven")
+        def seven() -> str:
+            time.sleep(7.0)
+            return "done"
+
+        with Worker(app, idle_wait=2.0):
+            started = time.monotonic()
+            assert seven.enqueue().result(timeout=30) == "done"
+            assert time.monotonic() - started >= 7.0
+
+
 def test_aresult_outlives_the_clients_socket_timeout(short_url: str, namespace: str) -> None:
     app = slow_app(short_url, namespace)
 
