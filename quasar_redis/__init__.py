@@ -68,6 +68,8 @@ from .aio import AsyncQuasar
 from .app import App, Connector, EnqueueOptions, JobHandle, Task
 from .client import Quasar
 from .errors import (
+    AccessDenied,
+    AuthenticationError,
     ConfigurationError,
     CorruptDataError,
     CorruptJobError,
@@ -76,6 +78,7 @@ from .errors import (
     JobCancelledError,
     JobFailedError,
     JobRefusedError,
+    PermissionDenied,
     ProtocolError,
     QuasarError,
     RedisUnavailable,
@@ -87,9 +90,11 @@ __version__ = "0.1.0"  # the only place the version is written: pyproject.toml r
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "AccessDenied",
     "App",
     "AsyncQuasar",
     "AttemptLimitReached",
+    "AuthenticationError",
     "BatchApplied",
     "BatchRefused",
     "BatchResult",
@@ -153,6 +158,7 @@ __all__ = [
     "OutcomeResult",
     "PermanentFail",
     "PermanentFailure",
+    "PermissionDenied",
     "ProtocolError",
     "Quasar",
     "QuasarError",
