@@ -15,6 +15,7 @@ out of reach or refusing the password) is one line ``Error: ...`` and a non-zero
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import shlex
@@ -294,8 +295,8 @@ def worker(
 def reloading(ctx: click.Context) -> None:
     """``--reload``: run this worker command (without ``--reload``) in a child process, started
     again whenever a .py file under the current folder changes."""
-    try:
-        import watchfiles  # noqa: PLC0415 - optional: quasar_redis[dev]
+    try:  # optional (quasar_redis[dev]): imported only when asked for
+        watchfiles: Any = importlib.import_module("watchfiles")
     except ImportError:
         raise click.ClickException(
             "--reload needs watchfiles: pip install 'quasar_redis[dev]'"

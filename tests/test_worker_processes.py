@@ -14,7 +14,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,7 +41,7 @@ from quasar_redis import (
 from quasar_redis.app import payload_of
 
 from . import worker_tasks as wt
-from .helpers import REDIS_URL, delete_namespace, real_redis
+from .helpers import REDIS_URL, delete_namespace, free_port, real_redis
 from .helpers import wait_for as wait_every
 
 pytestmark = pytest.mark.slow
@@ -594,13 +593,6 @@ def test_four_workers_run_10000_jobs_as_their_policies_say(
 
 
 # --- Redis restarted under load ------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -138,7 +138,7 @@ class Worker:
         await connect(self.app, self.connect_timeout, self._stopping)
         keeper, runner, claimer, pool = self._open(loop)
         maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
-        announce(self.worker_id, self.app, self.queues, self._settings(), self.burst)
+        announce(self.worker_id, self.app, self.queues, self._settings())
         if self._started is not None:  # ``with``: the block begins
             self._started.set()
         try:
@@ -201,6 +201,7 @@ class Worker:
     def _settings(self) -> str:
         """The settings the start line shows."""
         text = f"concurrency {self.concurrency}, prefetch {self.prefetch}"
+        text += ", burst" if self.burst else ""
         return text if self.max_jobs is None else f"{text}, max_jobs {self.max_jobs}"
 
     def _maintenance(self, runner: Runner, claimer: Claimer) -> Maintenance:

@@ -115,22 +115,19 @@ def _refused(exc: BaseException, url: str) -> None:
         raise PermissionDenied(f"Redis at {where(url)}: {denied}")
 
 
-def announce(
-    worker_id: str, app: App, queues: Sequence[str], settings: str, burst: bool = False
-) -> None:
-    """Log the start line (the server, redacted; the namespace; the queues and the tasks served)
+def announce(worker_id: str, app: App, queues: Sequence[str], settings: str) -> None:
+    """Log the start line (the queues and the tasks served; the server, redacted; the namespace)
     and a warning for a queue without a task, and for a task on a queue not served."""
     served = set(queues)
     tasks = sorted(app.tasks.values(), key=lambda task: task.name)
     names = ", ".join(f"{task.name} ({task.queue})" for task in tasks if task.queue in served)
     log.info(
-        "worker %s started%s on %s, namespace %r: queues %s; tasks %s; %s",
+        "worker %s started: queues %s; tasks %s; Redis %s, namespace %r; %s",
         worker_id,
-        " in burst mode" if burst else "",
-        where(app.connector.url),
-        app.namespace,
         ", ".join(queues),
         names or "none",
+        where(app.connector.url),
+        app.namespace,
         settings,
     )
     with_task = {task.queue for task in tasks}
