@@ -15,16 +15,17 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner, Result
 
+from quasar_redis import App, Quasar
 from quasar_redis.cli import main
 
-from .helpers import NO_URL, wait_for
+from .helpers import NO_URL, REDIS_URL, delete_namespace, real_redis, wait_for
 from .locked_redis import PASSWORD, WRONG, LockedRedis, closed_port, locked
 
 __all__ = ["locked"]  # (the fixture)
@@ -67,7 +68,7 @@ def one_error_line(code: int, output: str) -> str:
     return errors[0]
 
 
-def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
+def invoke(*args: str, env: Mapping[str, str | None] | None = None) -> Result:
     return CliRunner().invoke(main, list(args), env={**NO_URL, **(env or {})})
 
 
@@ -204,6 +205,32 @@ def test_the_installed_worker_shows_no_password(
         assert code == 0 and "Redis redis://:***@127.0.0.1" in output, output
     else:
         assert "AuthenticationError" in one_error_line(code, output)
+
+
+# --- --burst and --max-jobs ----------------------------------------------------------------------
+
+
+def test_max_jobs_and_burst_end_the_worker_with_exit_0(project: Path) -> None:
+    client = real_redis()
+    namespace = f"cli-max-{uuid.uuid4().hex[:8]}"
+    env = {"QUASAR_REDIS_URL": REDIS_URL, "QUASAR_TEST_NS": namespace}
+    try:
+        app = App(REDIS_URL, namespace=namespace)
+        send = app.task(str.upper, name="tasks.send", queue="emails")  # the worker's task's name
+        for i in range(5):
+            send.enqueue(f"to-{i}")
+        app.close()
+        first = invoke("worker", "tasks:app", "-q", "emails", "--max-jobs", "2", env=env)
+        assert first.exit_code == 0, first.output
+        counts = Quasar(client, namespace).counts("emails")
+        assert counts.completed == 2 and counts.available == 3
+        sys.modules.pop("tasks", None)
+        rest = invoke("worker", "tasks:app", "-q", "emails", "--burst", env=env)
+        assert rest.exit_code == 0, rest.output
+        assert Quasar(client, namespace).counts("emails").completed == 5
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
 
 
 # --- --reload ------------------------------------------------------------------------------------
