@@ -4,7 +4,8 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
 
     QuasarError
     ├── ConfigurationError (also ValueError)   bad namespace, client with decode_responses=True
-    ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call
+    ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call, or
+    │                                          a worker setting out of its bounds
     ├── RedisUnavailable                       connection refused, dropped, or timed out
     ├── AccessDenied                           Redis refused us: never transient
     │   ├── AuthenticationError                a wrong password or user name, or none given
@@ -32,7 +33,8 @@ class ConfigurationError(QuasarError, ValueError):
 
 
 class InvalidArgument(QuasarError, ValueError):
-    """Bad input to a read or maintenance call (transitions refuse with ``InvalidJob`` instead)."""
+    """Bad input to a read or maintenance call (transitions refuse with ``InvalidJob`` instead),
+    or a ``Worker`` setting out of its bounds."""
 
 
 class RedisUnavailable(QuasarError):

@@ -140,6 +140,12 @@ def test_a_module_that_needs_a_url_says_so_in_one_line(project: Path) -> None:
     assert "cannot import 'tasks' (tasks.py:5): ConfigurationError: no Redis URL" in line
 
 
+def test_an_app_url_without_a_scheme_is_one_line(project: Path) -> None:
+    result = invoke("worker", "tasks:app", "--burst", env={"REDIS_URL": "localhost:6379"})
+    line = one_error_line(result.exit_code, result.output)
+    assert "ConfigurationError: bad Redis URL 'localhost:6379': it must start with" in line
+
+
 def test_every_option_has_help_text() -> None:
     missing = [
         f"{name} {param.name}"

@@ -136,15 +136,18 @@ class Claimer:
 
     async def _full(self) -> None:
         """No slot free (as many outcomes on their way as jobs running, or the other loop's claim
-        asked for the rest): unless a claim is in flight (its loop takes the outcomes when it is
-        back), what ended meanwhile goes through the lease keeper. Wait for a slot, or with
-        ``max_jobs`` all claimed and done, stop."""
-        if not self.in_flight:
-            self.outbox.flush()
+        asked for the rest): wait for one; or, ``max_jobs`` all claimed and done, stop."""
         spent = self.max_jobs is not None and self.runner.stats.claimed >= self.max_jobs
         if spent and self._all_done():
             self._finish(f"ran {self.max_jobs} jobs (max_jobs)")
             return
+        await self._wait_for_slot()
+
+    async def _wait_for_slot(self) -> None:
+        """Until a slot may have freed. The outcomes waiting for a claim go through the lease
+        keeper meanwhile, unless a claim in flight takes them when it is back."""
+        if not self.in_flight:
+            self.outbox.flush()
         self.slot.clear()
         await self.slot.wait()
 
@@ -156,8 +159,7 @@ class Claimer:
             if self._all_done():
                 self._finish("nothing left to claim (burst)")
             else:  # a job that ends may retry at once, or enqueue others: claim again then
-                self.slot.clear()
-                await self.slot.wait()
+                await self._wait_for_slot()
             return
         self._stop_carrying()
         try:
