@@ -69,6 +69,8 @@ from .aio import AsyncQuasar
 from .app import App, Connector, EnqueueOptions, Task
 from .client import Quasar
 from .errors import (
+    AccessDenied,
+    AuthenticationError,
     ConfigurationError,
     CorruptDataError,
     CorruptJobError,
@@ -78,6 +80,7 @@ from .errors import (
     JobCancelledError,
     JobFailedError,
     JobRefusedError,
+    PermissionDenied,
     ProtocolError,
     QuasarError,
     RedisUnavailable,
@@ -90,9 +93,11 @@ __version__ = "0.1.0"  # the only place the version is written: pyproject.toml r
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "AccessDenied",
     "App",
     "AsyncQuasar",
     "AttemptLimitReached",
+    "AuthenticationError",
     "BatchApplied",
     "BatchRefused",
     "BatchResult",
@@ -159,6 +164,7 @@ __all__ = [
     "OutcomeResult",
     "PermanentFail",
     "PermanentFailure",
+    "PermissionDenied",
     "ProtocolError",
     "Quasar",
     "QuasarError",

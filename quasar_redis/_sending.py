@@ -31,7 +31,7 @@ import redis.exceptions as rex
 
 from ._calls import Call
 from ._scripts import Library, Script
-from .errors import ProtocolError, RedisUnavailable
+from .errors import AuthenticationError, PermissionDenied, ProtocolError, RedisUnavailable
 
 T = TypeVar("T")
 
@@ -154,6 +154,10 @@ def library_load_error(exc: BaseException) -> bool | None:
 
 def map_error(exc: BaseException) -> BaseException:
     """Our exception for a redis-py one raised by a script call."""
+    if isinstance(exc, rex.AuthenticationError):  # (a ConnectionError, but never transient)
+        return AuthenticationError(str(exc) or "Redis refused the credentials")
+    if isinstance(exc, rex.NoPermissionError):
+        return PermissionDenied(str(exc))
     if isinstance(exc, CONNECTION_ERRORS):
         return RedisUnavailable(str(exc) or type(exc).__name__)
     if isinstance(exc, rex.ResponseError):

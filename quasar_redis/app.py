@@ -423,3 +423,32 @@ class App:
         if isinstance(result.error, t.DuplicateJob) and new.id is not None:
             return JobHandle(self, new.id)  # idempotent enqueue: the job is already there
         raise JobRefusedError(result.error)
+
+    # running jobs here, for tests (the worker package imports this module: imported when called)
+
+    def drain(
+        self,
+        queues: str | Sequence[str] | None = None,
+        *,
+        timeout: float | None = 60.0,
+        concurrency: int = 10,
+    ) -> int:
+        """Run every claimable job of ``queues`` (default: the queues of the app's tasks) in this
+        process until none is left, and return how many runs that took; jobs scheduled for
+        later stay. A worker in burst mode underneath (see docs/workers.md, "Testing your
+        tasks"); TimeoutError after ``timeout`` seconds. From a running event loop: ``adrain``."""
+        worker: Any = importlib.import_module(f"{__package__}.worker")
+        runs: int = worker.drain(self, queues, timeout=timeout, concurrency=concurrency)
+        return runs
+
+    async def adrain(
+        self,
+        queues: str | Sequence[str] | None = None,
+        *,
+        timeout: float | None = 60.0,
+        concurrency: int = 10,
+    ) -> int:
+        """``drain`` on the running event loop."""
+        worker: Any = importlib.import_module(f"{__package__}.worker")
+        runs: int = await worker.adrain(self, queues, timeout=timeout, concurrency=concurrency)
+        return runs

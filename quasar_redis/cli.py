@@ -3,11 +3,14 @@
 - ``quasar demo``: a realistic mix of jobs through in-process workers, with live progress and a
   summary (``demo.py``).
 - ``quasar example``: the quick start, every edge of the lifecycle by hand (``example.py``).
-- ``quasar worker MODULE:APP``: run a worker for an application's tasks.
+- ``quasar worker MODULE:APP``: run a worker for an application's tasks (``--burst``: until its
+  queues are empty; ``--reload``: restarted on a code change).
 - ``quasar events``: print (and follow) a namespace's event stream.
 
 ``--redis-url`` defaults to ``QUASAR_REDIS_URL``, then ``REDIS_URL``; without either ``demo`` and
-``example`` run on an embedded in-memory server (``memory://``, fakeredis).
+``example`` run on an embedded in-memory server (``memory://``, fakeredis). Every URL shown is
+redacted (``redis://:***@host``). A mistake (a bad option, a module that does not import, Redis
+out of reach or refusing the password) is one line ``Error: ...`` and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shlex
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import click
 import redis
@@ -28,21 +33,58 @@ from rich.console import Console
 from . import __version__
 from . import demo as demo_module
 from ._keys import KeySpace
+from ._loading import load_app
+from ._urls import check_url, redact, redact_text, where
 from ._waits import block_ms
-from .app import MEMORY_URL, URL_VARIABLES, App
-from .errors import QuasarError
-from .example import Example, open_quasar, where
+from .app import MEMORY_URL, URL_VARIABLES
+from .errors import ConfigurationError, QuasarError
+from .example import Example, open_quasar
 from .worker import Worker
+
+F = TypeVar("F", bound=Callable[..., Any])
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+EVENTS_BLOCK_MS = 5_000
+
+
+def url_checked(memory: bool) -> Any:
+    """A ``--redis-url`` callback: a Redis URL (``memory://`` too when ``memory``), else a usage
+    error that shows the URL redacted."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check_url(value, memory=memory)
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return check
+
 
 # demo and example: --redis-url, else QUASAR_REDIS_URL, else REDIS_URL, else memory://
 redis_url_or_memory = click.option(
     "--redis-url",
     envvar=list(URL_VARIABLES),
     default=MEMORY_URL,
+    callback=url_checked(memory=True),
     help="Redis to run on (also QUASAR_REDIS_URL, REDIS_URL); default: memory://, an embedded "
     "fakeredis server.",
 )
-EVENTS_BLOCK_MS = 5_000
+
+
+def log_level_option(default: str, help: str) -> Callable[[F], F]:
+    return click.option(
+        "--log-level",
+        default=default,
+        show_default=True,
+        type=click.Choice(LOG_LEVELS, case_sensitive=False),
+        help=help,
+    )
+
+
+def quasar_error(exc: QuasarError) -> click.ClickException:
+    """One line for the user: the error's kind and message, any URL in it redacted."""
+    return click.ClickException(redact_text(f"{type(exc).__name__}: {exc}"))
 
 
 # --- commands ----------------------------------------------------------------------------------
@@ -88,13 +130,7 @@ def main() -> None:
     type=click.FloatRange(0, min_open=True),
     help="Give up (exit 1) when the jobs have not all finished after this many seconds.",
 )
-@click.option(
-    "--log-level",
-    default="WARNING",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    help="INFO shows one line per job outcome.",
-)
+@log_level_option("WARNING", "INFO shows one line per job outcome.")
 def demo(
     redis_url: str,
     jobs: int,
@@ -121,28 +157,11 @@ def example(redis_url: str, namespace: str | None) -> None:
         with open_quasar(redis_url, namespace) as q:
             Example(q).run()
     except QuasarError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        raise quasar_error(exc) from None
     click.echo("done")
 
 
 # --- the worker --------------------------------------------------------------------------------
-
-
-def load_app(path: str) -> App:
-    """The ``App`` named by ``MODULE:ATTRIBUTE`` (the current folder is importable)."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter("expected MODULE:APP, e.g. myproject.tasks:app")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise click.BadParameter(f"{path!r} is not a quasar_redis App")
-    return app
 
 
 def prefetch_option(
@@ -158,8 +177,21 @@ def prefetch_option(
 
 @main.command()
 @click.argument("app_path", metavar="MODULE:APP")
-@click.option("--queue", "-q", "queues", multiple=True, help="Queue to work (repeatable).")
-@click.option("--concurrency", "-c", default=10, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    help="Queue to work (repeatable); default: default.",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Jobs run at once.",
+)
 @click.option(
     "--prefetch",
     default="auto",
@@ -169,23 +201,73 @@ def prefetch_option(
     help="Jobs claimed ahead of free slots; 'auto': as many as should start within 10 ms by "
     "recent run times, at most --concurrency (see docs/workers.md).",
 )
-@click.option("--lease-ms", default=30_000, show_default=True, type=click.IntRange(1))
 @click.option(
-    "--grace", default=30.0, show_default=True, help="Seconds running jobs get to finish."
+    "--lease-ms",
+    default=30_000,
+    show_default=True,
+    type=click.IntRange(1000),
+    help="Lease of a job whose task sets none, in ms; renewed while the job runs.",
 )
-@click.option("--worker-id", default=None, help="Default: <host>-<pid>-<random>.")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--grace",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds running jobs get to finish at a stop.",
+)
+@click.option(
+    "--connect-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds to try to reach Redis at start before giving up (exit 1).",
+)
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Stop (exit 0) once nothing of the queues is claimable and no job runs; jobs "
+    "scheduled for later stay.",
+)
+@click.option(
+    "--max-jobs",
+    default=None,
+    type=click.IntRange(1),
+    help="Stop (exit 0) after running this many jobs.",
+)
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="Development: restart the worker when a .py file under the current folder changes "
+    "(needs watchfiles: pip install 'quasar_redis[dev]').",
+)
+@click.option(
+    "--worker-id", default=None, help="Its name in leases and logs; default: <host>-<pid>-<random>."
+)
+@log_level_option("INFO", "INFO logs one line per job outcome.")
+@click.pass_context
 def worker(
+    ctx: click.Context,
     app_path: str,
     queues: tuple[str, ...],
     concurrency: int,
     prefetch: int | Literal["auto"],
     lease_ms: int,
     grace: float,
+    connect_timeout: float,
+    burst: bool,
+    max_jobs: int | None,
+    reload: bool,
     worker_id: str | None,
     log_level: str,
 ) -> None:
-    """Run a worker for the tasks of MODULE:APP until SIGTERM / SIGINT (twice: at once)."""
+    """Run a worker for the tasks of MODULE:APP until SIGTERM / SIGINT (twice: at once).
+
+    MODULE is a module name (tasks, myproject.tasks), importable from the current folder; APP
+    the name of its quasar_redis App.
+    """
+    if reload:
+        reloading(ctx)
+        return
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -199,13 +281,57 @@ def worker(
             worker_id=worker_id,
             lease_ms=lease_ms,
             grace=grace,
+            connect_timeout=connect_timeout,
+            burst=burst,
+            max_jobs=max_jobs,
         )
-    except (ValueError, QuasarError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    runner.run(install_signals=True)
+        runner.run(install_signals=True)
+    except QuasarError as exc:
+        raise quasar_error(exc) from None
     if any(th.name.startswith("quasar-task") for th in threading.enumerate()):
         logging.shutdown()  # a plain-function job still runs past the grace period: leave it
         os._exit(0)
+
+
+def reloading(ctx: click.Context) -> None:
+    """``--reload``: run this worker command (without ``--reload``) in a child process, started
+    again whenever a .py file under the current folder changes."""
+    try:  # optional (quasar_redis[dev]): imported only when asked for
+        watchfiles: Any = importlib.import_module("watchfiles")
+    except ImportError:
+        raise click.ClickException(
+            "--reload needs watchfiles: pip install 'quasar_redis[dev]'"
+        ) from None
+    command = [sys.executable, "-m", "quasar_redis", "worker", *command_args(ctx)]
+    click.echo(f"quasar worker --reload: watching {os.getcwd()} for .py changes", err=True)
+    watchfiles.run_process(
+        os.getcwd(),
+        target=shlex.join(command),
+        target_type="command",
+        watch_filter=watchfiles.PythonFilter(),
+        callback=lambda changes: click.echo(
+            f"quasar worker --reload: {len(changes)} change(s), restarting", err=True
+        ),
+    )
+
+
+def command_args(ctx: click.Context) -> list[str]:
+    """The command line of ``ctx``'s command as it was parsed, without ``--reload``."""
+    args: list[str] = []
+    for param in ctx.command.params:
+        value = ctx.params[param.name or ""]
+        if isinstance(param, click.Argument):
+            args.append(str(value))
+        elif param.name != "reload" and value is not None and value is not False:
+            args += _option_args(param, value)
+    return args
+
+
+def _option_args(param: click.Parameter, value: Any) -> list[str]:
+    flag = param.opts[0]
+    if isinstance(param, click.Option) and param.is_flag:
+        return [flag]
+    return [part for one in (value if param.multiple else (value,)) for part in (flag, str(one))]
 
 
 # --- events ------------------------------------------------------------------------------------
@@ -255,7 +381,10 @@ def follow_stream(client: Any, stream: str, last: Any) -> None:
 
 @main.command()
 @click.option(
-    "--redis-url", envvar=list(URL_VARIABLES), help="Redis (also QUASAR_REDIS_URL, REDIS_URL)."
+    "--redis-url",
+    envvar=list(URL_VARIABLES),
+    callback=url_checked(memory=True),
+    help="Redis (also QUASAR_REDIS_URL, REDIS_URL).",
 )
 @click.option("--namespace", required=True, help="The namespace whose events to print.")
 @click.option(
@@ -282,7 +411,7 @@ def events(redis_url: str | None, namespace: str, follow: bool, count: int) -> N
     try:
         stream = KeySpace(namespace).events
     except QuasarError as exc:
-        raise click.BadParameter(str(exc), param_hint="--namespace") from exc
+        raise click.BadParameter(str(exc), param_hint="--namespace") from None
     client = redis.Redis.from_url(redis_url, socket_timeout=EVENTS_BLOCK_MS / 1000 + 10)
     try:
         last = print_recent(client, stream, count)
@@ -291,6 +420,6 @@ def events(redis_url: str | None, namespace: str, follow: bool, count: int) -> N
     except KeyboardInterrupt:
         pass
     except redis.RedisError as exc:
-        raise click.ClickException(f"Redis at {redis_url}: {exc}") from exc
+        raise click.ClickException(redact_text(f"Redis at {redact(redis_url)}: {exc}")) from None
     finally:
         client.close()

@@ -34,9 +34,10 @@ from rich.table import Table
 from . import _types as t
 from ._calls import NewJob
 from ._demo_jobs import QUEUES, declare, plan
+from ._urls import redact, redact_text, where
 from .app import MEMORY_URL, App
 from .errors import QuasarError
-from .example import delete_namespace, holds_keys, where
+from .example import delete_namespace, holds_keys
 from .worker import Worker, WorkerStats
 
 ENQUEUE_BATCH = 500
@@ -339,7 +340,9 @@ def open_app(url: str, namespace: str, console: Console) -> Iterator[App]:
         root = app.client.keys.root
         client.ping()
         if holds_keys(client, root):
-            raise click.ClickException(f"namespace {namespace!r} already holds keys at {url}")
+            raise click.ClickException(
+                f"namespace {namespace!r} already holds keys at {redact(url)}"
+            )
         try:
             yield app
         finally:
@@ -347,7 +350,7 @@ def open_app(url: str, namespace: str, console: Console) -> Iterator[App]:
             n = delete_namespace(client, root)
             say(console, f"deleted the {n} keys of namespace {namespace!r}")
     except redis.RedisError as exc:
-        raise click.ClickException(f"Redis at {url}: {exc}") from exc
+        raise click.ClickException(redact_text(f"Redis at {redact(url)}: {exc}")) from exc
     finally:
         client.close()
 
@@ -402,5 +405,5 @@ def run(url: str, namespace: str, cfg: DemoConfig, console: Console) -> Outcome:
         console.print(counts_table(exc.snap))
         raise click.ClickException(f"the demo did not finish in {cfg.timeout}s: {exc}") from exc
     except QuasarError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        raise click.ClickException(redact_text(f"{type(exc).__name__}: {exc}")) from exc
     return outcome

@@ -4,9 +4,13 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
 
     QuasarError
     ├── ConfigurationError (also ValueError)   bad namespace, client with decode_responses=True
-    ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call
+    ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call, or
+    │   │                                      a worker setting out of its bounds
     │   └── InvalidTaskCall                    the task API: a call refused before it is sent
     ├── RedisUnavailable                       connection refused, dropped, or timed out
+    ├── AccessDenied                           Redis refused us: never transient
+    │   ├── AuthenticationError                a wrong password or user name, or none given
+    │   └── PermissionDenied                   the ACL user may not run a command or use a key
     ├── CorruptDataError                       data in Redis that no script of ours wrote
     │   ├── CorruptJobError                    a job hash with a missing or malformed field
     │   └── CorruptKeyError                    a key of ours holding the wrong type
@@ -31,11 +35,24 @@ class ConfigurationError(QuasarError, ValueError):
 
 
 class InvalidArgument(QuasarError, ValueError):
-    """Bad input to a read or maintenance call (transitions refuse with ``InvalidJob`` instead)."""
+    """Bad input to a read or maintenance call (transitions refuse with ``InvalidJob`` instead),
+    or a ``Worker`` setting out of its bounds."""
 
 
 class RedisUnavailable(QuasarError):
     """Redis could not be reached, or the connection broke and retries did not help."""
+
+
+class AccessDenied(QuasarError):
+    """Redis refused the connection's credentials or permissions: trying again cannot help."""
+
+
+class AuthenticationError(AccessDenied):
+    """Redis refused the password or user name (or wants one): fix the URL's credentials."""
+
+
+class PermissionDenied(AccessDenied):
+    """The Redis user may not run a command or touch a key quasar_redis needs (an ACL)."""
 
 
 class CorruptDataError(QuasarError):

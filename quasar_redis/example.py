@@ -17,6 +17,7 @@ import click
 import redis
 
 from . import _types as t
+from ._urls import redact, redact_text
 from .app import MEMORY_URL, Connector
 from .client import Quasar
 
@@ -200,14 +201,16 @@ def real_quasar(url: str, namespace: str) -> Iterator[Quasar]:
         client.ping()
         q = Quasar(client, namespace)
         if holds_keys(client, q.keys.root):
-            raise click.ClickException(f"namespace {namespace!r} already holds keys at {url}")
+            raise click.ClickException(
+                f"namespace {namespace!r} already holds keys at {redact(url)}"
+            )
         try:
             yield q
         finally:
             n = delete_namespace(client, q.keys.root)
             click.echo(f"deleted the {n} keys of namespace {namespace!r}")
     except redis.RedisError as exc:
-        raise click.ClickException(f"Redis at {url}: {exc}") from exc
+        raise click.ClickException(redact_text(f"Redis at {redact(url)}: {exc}")) from exc
     finally:
         client.close()
 
@@ -225,8 +228,3 @@ def embedded_quasar(namespace: str) -> Iterator[Quasar]:
 def open_quasar(url: str, namespace: str) -> contextlib.AbstractContextManager[Quasar]:
     """``embedded_quasar`` for ``memory://``, else ``real_quasar``."""
     return embedded_quasar(namespace) if url == MEMORY_URL else real_quasar(url, namespace)
-
-
-def where(url: str) -> str:
-    """Where a run on ``url`` goes, for the first line the commands print."""
-    return "an embedded fakeredis server" if url == MEMORY_URL else url

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -59,6 +60,14 @@ def delete_namespace(client: Any, namespace: str) -> None:
     keys = list(client.scan_iter(match=f"quasar:{{{namespace}}}:*", count=1000))
     for i in range(0, len(keys), 500):
         client.delete(*keys[i : i + 500])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.01) -> T:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,14 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from .helpers import real_redis, wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from .helpers import free_port, real_redis, wait_for
 
 
 @dataclass

@@ -630,7 +630,9 @@ def run_through_restart(server: RedisServer, fleet: Fleet, q: Quasar, prefetch: 
     def start(name: str) -> WorkerProcess:
         return fleet.start(f"R{name}", lease_ms=wt.LONG_LEASE_MS, concurrency=16, prefetch=prefetch)
 
-    survivors = [start("1"), start("2")]
+    # Both serve before the kill: a worker still starting when Redis goes away only comes up
+    # once it is back, and may find the work done by then.
+    survivors = [fleet.started(w) for w in (start("1"), start("2"))]
     # Jobs that hold their lease across the restart: the kill is under load, whatever the speed.
     held = enqueue(q, [new_job("wt.gated", str(gate), priority=-1) for _ in range(8)])
     acknowledged = held + enqueue(q, [new_job("wt.quick") for _ in range(1000)])

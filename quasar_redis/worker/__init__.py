@@ -16,9 +16,11 @@ the outcome instead.
 The modules, by role: ``_lifecycle`` (the ``Worker``: serve, stop, drain), ``_claiming`` (the claim
 loops and the idle wait; ``_outbox``, the outcomes a claim carries; ``_resend``, calls sent again),
 ``_running`` (slots, runs, outcomes; ``_prefetch``), ``_job`` (a held job and its ``JobPhase``),
-``_outcomes``, ``_lease_keeper`` and ``_maintenance``.
+``_outcomes``, ``_lease_keeper`` and ``_maintenance``; ``_startup`` (settings checked, Redis
+reached, the start line) and ``_drain`` (burst mode on this loop, for tests).
 """
 
+from ._drain import adrain, drain
 from ._job import PHASE_CHANGES, CancelFlag, HeldJob, JobContext, JobPhase, current_job
 from ._lease_keeper import LEASE_CHANGES, Lease, LeaseEvent, LeaseKeeper, LeaseState, PhaseError
 from ._lifecycle import Worker, default_worker_id
@@ -50,6 +52,8 @@ __all__ = [
     "PhaseError",
     "Worker",
     "WorkerStats",
+    "adrain",
     "current_job",
     "default_worker_id",
+    "drain",
 ]

@@ -18,12 +18,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import redis.exceptions as rex
 from redis.exceptions import RedisError
 
 from .. import _types as t
 from .._calls import Call
+from .._urls import redact_text
 from ..aio import AsyncQuasar
-from ..errors import QuasarError, RedisUnavailable
+from ..errors import (
+    AccessDenied,
+    AuthenticationError,
+    PermissionDenied,
+    QuasarError,
+    RedisUnavailable,
+)
 from ._lease_keeper import Item
 from ._outbox import Outbox
 from ._resend import Resends
@@ -45,6 +53,8 @@ class Claimer:
         queues: list[str],
         lanes: int,
         idle_wait: float,
+        burst: bool = False,
+        max_jobs: int | None = None,
     ) -> None:
         self.client = client
         self.runner = runner
@@ -52,6 +62,8 @@ class Claimer:
         self.queues = queues
         self.lanes = lanes
         self.idle_wait = idle_wait
+        self.burst = burst  # stop once nothing is claimable and nothing held
+        self.max_jobs = max_jobs  # claim that many jobs in all, then stop once they are done
         self.worker_id, self.lease_ms = runner.worker_id, runner.lease_ms
         self.stopping, self.slot, self.poke = runner.stopping, runner.slot, runner.poke
         self.resends = Resends()
@@ -81,8 +93,12 @@ class Claimer:
                 raise loop.exception()  # type: ignore[misc]
 
     def free(self) -> int:
-        """Free slots (``Runner.room``), minus those claims in flight asked for."""
-        return self.runner.room() - self.asked
+        """Free slots (``Runner.room``; with ``max_jobs``, no more than the jobs left to claim),
+        minus those claims in flight asked for."""
+        room = self.runner.room()
+        if self.max_jobs is not None:
+            room = min(room, self.max_jobs - self.runner.stats.claimed)
+        return room - self.asked
 
     async def _claim_loop(self, lane: int) -> None:
         backoff = 0.05
@@ -90,19 +106,19 @@ class Claimer:
             _end_if_cancelled()
             free = self.free()
             if free <= 0 and not self.resends.waiting(lane):
-                # Full (as many outcomes on their way as jobs running, or the other loop's claim
-                # asked for the rest): unless a claim is in flight (its loop takes the outcomes
-                # when it is back), what ended meanwhile goes through the lease keeper.
-                if not self.in_flight:
-                    self.outbox.flush()
-                self.slot.clear()
-                await self.slot.wait()
+                await self._full()
                 continue
             try:
                 got, next_at = await self._claim(lane, free)
             except (QuasarError, RedisError, OSError) as exc:  # never die on Redis: back off
+                denied = access_denied(exc)
+                if denied is not None:  # refused credentials or permissions: no retry helps
+                    raise denied from exc
                 log.warning(
-                    "worker %s: claim failed (%s); retrying in %.2fs", self.worker_id, exc, backoff
+                    "worker %s: claim failed (%s); retrying in %.2fs",
+                    self.worker_id,
+                    redact_text(str(exc)),
+                    backoff,
                 )
                 self._stop_carrying()
                 await pause(self.stopping, backoff)
@@ -111,17 +127,56 @@ class Claimer:
                 continue
             backoff = 0.05
             if got == 0:
-                _end_if_cancelled()
-                self._stop_carrying()
-                try:
-                    await self.idle(lane, next_at)
-                finally:
-                    self.outbox.carrying += 1
+                await self._none_claimed(lane, next_at)
             elif got < free:
                 # The queues ran dry: let the jobs just claimed start before the next claim (most
                 # likely an empty one) goes out. A full claim sends the next one first instead,
                 # so that Redis works on it while these jobs run.
                 await asyncio.sleep(0)
+
+    async def _full(self) -> None:
+        """No slot free (as many outcomes on their way as jobs running, or the other loop's claim
+        asked for the rest): wait for one; or, ``max_jobs`` all claimed and done, stop."""
+        spent = self.max_jobs is not None and self.runner.stats.claimed >= self.max_jobs
+        if spent and self._all_done():
+            self._finish(f"ran {self.max_jobs} jobs (max_jobs)")
+            return
+        await self._wait_for_slot()
+
+    async def _wait_for_slot(self) -> None:
+        """Until a slot may have freed. The outcomes waiting for a claim go through the lease
+        keeper meanwhile, unless a claim in flight takes them when it is back."""
+        if not self.in_flight:
+            self.outbox.flush()
+        self.slot.clear()
+        await self.slot.wait()
+
+    async def _none_claimed(self, lane: int, next_at: int | None) -> None:
+        """The queues had nothing to claim: wait for work (idle), or in burst mode wait for the
+        jobs held to end, and stop once none is."""
+        _end_if_cancelled()
+        if self.burst:
+            if self._all_done():
+                self._finish("nothing left to claim (burst)")
+            else:  # a job that ends may retry at once, or enqueue others: claim again then
+                await self._wait_for_slot()
+            return
+        self._stop_carrying()
+        try:
+            await self.idle(lane, next_at)
+        finally:
+            self.outbox.carrying += 1
+
+    def _all_done(self) -> bool:
+        """No job held (none waiting, running or reporting) and no claim in flight."""
+        return not self.runner.held and not self.in_flight and not self.resends.pending()
+
+    def _finish(self, why: str) -> None:
+        """Stop serving: the other claim loop too (nothing is held, so nothing to hand back)."""
+        if not self.stopping.is_set():
+            log.info("worker %s: %s, stopping", self.worker_id, why)
+        self.stopping.set()
+        self.slot.set()
 
     async def _claim(self, lane: int, free: int) -> tuple[int, int | None]:
         got, next_at = 0, None
@@ -243,6 +298,9 @@ class Claimer:
         if answered and claim is not None:
             await self._woken(queue, asked, pop.result()[1])
         elif pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
+            denied = access_denied(pop.exception())
+            if denied is not None:
+                raise denied
             await pause(self.stopping, 0.1)  # Redis trouble: the claim that follows reports it
 
     def _answered(
@@ -309,6 +367,17 @@ async def pause(stopping: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds``, or until ``stopping`` is set."""
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(stopping.wait(), timeout=seconds)
+
+
+def access_denied(exc: BaseException) -> AccessDenied | None:
+    """The ``AccessDenied`` an error means (refused credentials or permissions), else None."""
+    if isinstance(exc, AccessDenied):
+        return exc
+    if isinstance(exc, rex.AuthenticationError):
+        return AuthenticationError(redact_text(str(exc)) or "Redis refused the credentials")
+    if isinstance(exc, rex.NoPermissionError):
+        return PermissionDenied(redact_text(str(exc)))
+    return None
 
 
 def _end_if_cancelled() -> None:

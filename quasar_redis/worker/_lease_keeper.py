@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import _types as t
 from .._calls import Call
+from .._urls import redact_text
 from ..client import Quasar
 from ..errors import QuasarError, RedisUnavailable
 
@@ -344,7 +345,9 @@ class LeaseKeeper:
             except RedisUnavailable as exc:
                 if time.monotonic() >= deadline:
                     return [exc] * len(calls)
-                log.warning("Redis unavailable (%s); retrying in %.2fs", exc, delay)
+                log.warning(
+                    "Redis unavailable (%s); retrying in %.2fs", redact_text(str(exc)), delay
+                )
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
             except QuasarError as exc:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from .._keys import check_name
 from ..app import App
+from ..errors import InvalidArgument
 from ._claiming import Claimer
 from ._lease_keeper import LeaseKeeper
 from ._maintenance import Maintenance
@@ -28,6 +29,7 @@ from ._outbox import Outbox
 from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
 from ._running import Runner
+from ._startup import announce, check_settings, connect
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -38,6 +40,12 @@ def default_worker_id() -> str:
 
 class Worker:
     """Runs the tasks of ``app`` for ``queues`` with up to ``concurrency`` jobs at once.
+
+    At start it tries to reach Redis for ``connect_timeout`` seconds (then RedisUnavailable);
+    refused credentials or permissions raise AuthenticationError / PermissionDenied at once, at
+    start or later. ``burst``: stop once nothing of its queues is claimable and none of its jobs
+    runs (jobs scheduled for later stay). ``max_jobs``: stop once it has run that many (each
+    attempt counts). Settings out of bounds raise InvalidArgument.
 
     ``run()`` serves on an event loop of its own until SIGTERM / SIGINT; ``await serve()`` on
     the running loop until ``stop()``. ``with worker:`` serves in a thread of its own for the
@@ -59,13 +67,20 @@ class Worker:
         maintenance_interval: float = 1.0,
         prune_max_age: float | None = 7 * 86_400.0,
         prune_max_count: int | None = 100_000,
+        connect_timeout: float = 10.0,
+        burst: bool = False,
+        max_jobs: int | None = None,
     ) -> None:
-        if concurrency < 1 or lease_ms < 1 or not queues:
-            raise ValueError("concurrency and lease_ms must be positive, and queues not empty")
-        if prefetch != "auto" and (
-            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
-        ):
-            raise ValueError(f"prefetch must be a nonnegative integer or 'auto': got {prefetch!r}")
+        if isinstance(queues, str) or not queues:
+            raise InvalidArgument(f"queues must be a non-empty list of names: got {queues!r}")
+        check_settings(
+            concurrency=concurrency,
+            lease_ms=lease_ms,
+            grace=grace,
+            connect_timeout=connect_timeout,
+            max_jobs=max_jobs,
+            prefetch=prefetch,
+        )
         self.app = app
         self.queues = [check_name(q, "queue") for q in queues]
         self.concurrency = concurrency
@@ -77,6 +92,9 @@ class Worker:
         self.maintenance_interval = maintenance_interval
         self.prune_max_age = prune_max_age
         self.prune_max_count = prune_max_count
+        self.connect_timeout = connect_timeout
+        self.burst = burst
+        self.max_jobs = max_jobs
         self.stats = WorkerStats()
         # Jobs it may hold beyond ``concurrency`` now (prefetch="auto": from recent run times).
         self._prefetch = Prefetch(prefetch, concurrency)
@@ -92,6 +110,7 @@ class Worker:
         self._claimer: Claimer | None = None
         # ``with`` / ``async with``: the thread or task serving, and what ended it
         self._thread: threading.Thread | None = None
+        self._started: threading.Event | None = None  # set once it serves (or cannot)
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
 
@@ -101,11 +120,7 @@ class Worker:
         """Run until stopped (SIGTERM / SIGINT when ``install_signals``)."""
         asyncio.run(self._serve_and_close(install_signals))
 
-    async def _serve_and_close(
-        self, install_signals: bool, started: threading.Event | None = None
-    ) -> None:
-        if started is not None:  # set once serve() waits for something
-            asyncio.get_running_loop().call_soon(started.set)
+    async def _serve_and_close(self, install_signals: bool) -> None:
         try:
             await self.serve(install_signals=install_signals)
         finally:
@@ -120,15 +135,12 @@ class Worker:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
+        await connect(self.app, self.connect_timeout, self._stopping)
         keeper, runner, claimer, pool = self._open(loop)
         maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
-        log.info(
-            "worker %s started: queues %s, concurrency %d, prefetch %s",
-            self.worker_id,
-            ",".join(self.queues),
-            self.concurrency,
-            self.prefetch,
-        )
+        announce(self.worker_id, self.app, self.queues, self._settings())
+        if self._started is not None:  # ``with``: the block begins
+            self._started.set()
         try:
             await claimer.run()
         finally:
@@ -180,9 +192,17 @@ class Worker:
             queues=self.queues,
             lanes=self._prefetch.lanes,
             idle_wait=self.idle_wait,
+            burst=self.burst,
+            max_jobs=self.max_jobs,
         )
         keeper.start()
         return keeper, runner, self._claimer, pool
+
+    def _settings(self) -> str:
+        """The settings the start line shows."""
+        text = f"concurrency {self.concurrency}, prefetch {self.prefetch}"
+        text += ", burst" if self.burst else ""
+        return text if self.max_jobs is None else f"{text}, max_jobs {self.max_jobs}"
 
     def _maintenance(self, runner: Runner, claimer: Claimer) -> Maintenance:
         return Maintenance(
@@ -238,14 +258,19 @@ class Worker:
     # with / async with --------------------------------------------------------------------------
 
     def __enter__(self) -> Worker:
-        """Serve in a thread of its own, on an event loop of its own, until the block ends."""
-        started = threading.Event()
+        """Serve in a thread of its own, on an event loop of its own, until the block ends.
+
+        The block begins once it serves; an error that keeps it from serving (Redis refused or
+        out of reach) is raised here."""
+        self._started = started = threading.Event()
         self._error = None
         self._thread = threading.Thread(
-            target=self._serve_in_thread, args=(started,), name="quasar-worker", daemon=True
+            target=self._serve_in_thread, name="quasar-worker", daemon=True
         )
         self._thread.start()
         started.wait()
+        if self._error is not None:
+            self.__exit__(None, None, None)
         return self
 
     def __exit__(
@@ -264,13 +289,14 @@ class Worker:
         if error is not None:
             raise error
 
-    def _serve_in_thread(self, started: threading.Event) -> None:
+    def _serve_in_thread(self) -> None:
         try:
-            asyncio.run(self._serve_and_close(False, started))
+            asyncio.run(self._serve_and_close(False))
         except BaseException as exc:  # raised in the thread that leaves the ``with`` block
             self._error = exc
         finally:
-            started.set()
+            if self._started is not None:
+                self._started.set()
 
     async def __aenter__(self) -> Worker:
         """Serve as a task of the running event loop until the block ends."""

@@ -11,6 +11,7 @@ import time
 
 from redis.exceptions import RedisError
 
+from .._urls import redact_text
 from ..aio import AsyncQuasar
 from ..errors import QuasarError
 from ._claiming import Claimer, pause
@@ -48,7 +49,11 @@ class Maintenance:
                 await self._sync_clock()
                 await self._maintain(prune=rounds % 10 == 0)
             except (QuasarError, RedisError, OSError) as exc:
-                log.warning("worker %s: maintenance failed: %s", self.runner.worker_id, exc)
+                log.warning(
+                    "worker %s: maintenance failed: %s",
+                    self.runner.worker_id,
+                    redact_text(str(exc)),
+                )
             rounds += 1
             await pause(self.stopping, self.interval * random.uniform(0.8, 1.2))
 

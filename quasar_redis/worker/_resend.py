@@ -36,6 +36,10 @@ class Resends:
         """Whether a call of this claim loop waits to be sent again."""
         return any(key[0] == lane for key in self._calls)
 
+    def pending(self) -> bool:
+        """Whether any call waits to be sent again."""
+        return bool(self._calls)
+
     def drop_all(self) -> list[Item]:
         """Forget every call (the worker stops); the outcomes they carried."""
         carried = [item for _, items in self._calls.values() for item in items]

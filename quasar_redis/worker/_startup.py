@@ -1,0 +1,148 @@
+"""A worker's start: its settings checked, Redis reached (or a clear refusal), and the start line
+that says what it serves.
+
+An unreachable Redis at start is tried again for ``connect_timeout`` seconds, then refused
+(``RedisUnavailable``); refused credentials or permissions (``AccessDenied``) end it at once,
+since trying again cannot help. Once it serves, a lost connection is tried again for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions as rex
+
+from .._urls import check_url, redact_text, where
+from ..errors import AuthenticationError, InvalidArgument, PermissionDenied, RedisUnavailable
+from ._claiming import access_denied, pause
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger("quasar_redis.worker")
+
+#: The shortest lease a worker takes: the lease keeper renews at about a third of it.
+MIN_LEASE_MS = 100
+#: The wait between two tries to reach Redis at start.
+CONNECT_RETRY_S = 0.5
+
+
+def check_settings(
+    *,
+    concurrency: int,
+    lease_ms: int,
+    grace: float,
+    connect_timeout: float,
+    max_jobs: int | None,
+    prefetch: Any,
+) -> None:
+    """InvalidArgument, naming the setting, for a value out of its bounds."""
+    bounds = [
+        (_whole(concurrency, 1), f"concurrency must be an integer >= 1: got {concurrency!r}"),
+        (
+            _whole(lease_ms, MIN_LEASE_MS),
+            f"lease_ms must be an integer >= {MIN_LEASE_MS}: got {lease_ms!r}",
+        ),
+        (_at_least(grace, 0.0), f"grace must be a number of seconds >= 0: got {grace!r}"),
+        (
+            _at_least(connect_timeout, 0.0) and connect_timeout > 0,
+            f"connect_timeout must be a number of seconds > 0: got {connect_timeout!r}",
+        ),
+        (
+            max_jobs is None or _whole(max_jobs, 1),
+            f"max_jobs must be None or an integer >= 1: got {max_jobs!r}",
+        ),
+        (
+            prefetch == "auto" or _whole(prefetch, 0),
+            f"prefetch must be a nonnegative integer or 'auto': got {prefetch!r}",
+        ),
+    ]
+    for ok, message in bounds:
+        if not ok:
+            raise InvalidArgument(message)
+
+
+def _whole(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _at_least(value: Any, least: float) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= least
+    )
+
+
+async def connect(app: App, timeout: float, stopping: asyncio.Event) -> None:
+    """PING Redis until it answers, for at most ``timeout`` seconds (or until ``stopping``).
+
+    ConfigurationError for a URL that is not a Redis URL; AuthenticationError / PermissionDenied
+    at once when Redis refuses; RedisUnavailable, saying what was tried, after ``timeout``.
+    """
+    url = check_url(app.connector.url)
+    client = app.aclient().redis
+    deadline = time.monotonic() + timeout
+    tries = 0
+    while not stopping.is_set():
+        tries += 1
+        try:
+            await asyncio.wait_for(client.ping(), max(deadline - time.monotonic(), 0.05))
+            return
+        except (rex.RedisError, OSError, asyncio.TimeoutError) as exc:
+            _refused(exc, url)
+            last = exc
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RedisUnavailable(
+                f"cannot reach Redis at {where(url)}: {tries} tries in {timeout:g}s "
+                f"(connect_timeout), the last: {redact_text(str(last)) or type(last).__name__}"
+            )
+        await pause(stopping, min(CONNECT_RETRY_S, left))
+
+
+def _refused(exc: BaseException, url: str) -> None:
+    denied = access_denied(exc)
+    if isinstance(denied, AuthenticationError):
+        raise AuthenticationError(f"Redis at {where(url)} refused the credentials: {denied}")
+    if denied is not None:
+        raise PermissionDenied(f"Redis at {where(url)}: {denied}")
+
+
+def announce(worker_id: str, app: App, queues: Sequence[str], settings: str) -> None:
+    """Log the start line (the queues and the tasks served; the server, redacted; the namespace)
+    and a warning for a queue without a task, and for a task on a queue not served."""
+    served = set(queues)
+    tasks = sorted(app.tasks.values(), key=lambda task: task.name)
+    names = ", ".join(f"{task.name} ({task.queue})" for task in tasks if task.queue in served)
+    log.info(
+        "worker %s started: queues %s; tasks %s; Redis %s, namespace %r; %s",
+        worker_id,
+        ", ".join(queues),
+        names or "none",
+        where(app.connector.url),
+        app.namespace,
+        settings,
+    )
+    with_task = {task.queue for task in tasks}
+    for queue in queues:
+        if queue not in with_task:
+            log.warning(
+                "worker %s: no task of this app is declared on queue %r",
+                worker_id,
+                queue,
+            )
+    for task in tasks:
+        if task.queue not in served:
+            log.warning(
+                "worker %s: task %s is on queue %r, which this worker does not serve",
+                worker_id,
+                task.name,
+                task.queue,
+            )
