@@ -90,7 +90,36 @@ def quasar_error(exc: QuasarError) -> click.ClickException:
 # --- commands ----------------------------------------------------------------------------------
 
 
-@click.group()
+class OneLineErrors(click.Group):
+    """A mistake on the command line is one line, ``Error: ...`` (exit 2), with where to look
+    for help, rather than click's usage block above it."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        *,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"Error: {exc.format_message()}{where}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)  # (an int: what ctx.exit(code) asked for)
+
+
+@click.group(cls=OneLineErrors)
 @click.version_option(__version__)
 def main() -> None:
     """quasar_redis: a distributed job queue on Redis."""

@@ -105,7 +105,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 )
 def test_mistakes_through_the_installed_quasar(project: Path, args: list[str], said: str) -> None:
     code, output = installed(*args, cwd=project)
-    assert said in one_error_line(code, output)
+    line = one_error_line(code, output)
+    assert said in line
+    assert output.strip() == line  # that line alone: no usage block, no traceback
 
 
 # --- through CliRunner ------------------------------------------------------------------------
