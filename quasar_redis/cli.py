@@ -21,6 +21,7 @@ import os
 import shlex
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -317,9 +318,21 @@ def worker(
         runner.run(install_signals=True)
     except QuasarError as exc:
         raise quasar_error(exc) from None
-    if any(th.name.startswith("quasar-task") for th in threading.enumerate()):
+    if job_threads_outlive(1.0):
         logging.shutdown()  # a plain-function job still runs past the grace period: leave it
         os._exit(0)
+
+
+def job_threads_outlive(seconds: float) -> bool:
+    """Whether a plain-function job's thread still runs ``seconds`` after the worker stopped (a
+    job past its grace period); the pool's idle threads end in that time."""
+    deadline = time.monotonic() + seconds
+    for thread in threading.enumerate():
+        if thread.name.startswith("quasar-task"):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                return True
+    return False
 
 
 def reloading(ctx: click.Context) -> None:

@@ -268,3 +268,24 @@ def test_worker_refuses_a_bad_prefetch(bad: str, said: str) -> None:
     result = CliRunner().invoke(main, ["worker", "tests.worker_tasks:app", "--prefetch", bad])
     assert result.exit_code == 2
     assert "--prefetch" in result.output and said in result.output, result.output
+
+
+def test_only_a_job_still_running_keeps_the_worker_command_from_a_clean_exit() -> None:
+    # `quasar worker` ends the process at once (os._exit) only when a plain-function job runs
+    # past the grace period: the pool's idle threads, still ending, must not count (in-process,
+    # as under CliRunner, that os._exit ended the test run itself).
+    import threading as th
+
+    from quasar_redis.cli import job_threads_outlive
+
+    ending = th.Thread(target=time.sleep, args=(0.2,), name="quasar-task_0")
+    ending.start()
+    assert not job_threads_outlive(2.0)
+    release = th.Event()
+    stuck = th.Thread(target=release.wait, args=(30,), name="quasar-task_1")
+    stuck.start()
+    try:
+        assert job_threads_outlive(0.2)
+    finally:
+        release.set()
+        stuck.join()
