@@ -175,3 +175,13 @@ def test_a_malformed_enqueue_call_is_refused_whole(q: Quasar, position: int, val
     result = q.execute(Call(good.script, tuple(args), good.parse))
     assert result == BatchRefused(0, InvalidJob("malformed enqueue call"))
     assert snapshot(q) == before
+
+
+def test_namespaces_sharing_a_tag_keep_their_jobs_apart(redis_client: Any, namespace: str) -> None:
+    mine = Quasar(redis_client, namespace, functions=False)
+    other = Quasar(redis_client, "other", tag=namespace, functions=False)
+    applied(mine.enqueue("s", id="j", payload=1, now=T0))
+    assert other.get_job("j") is None
+    assert applied(other.enqueue("s", id="j", payload=2, now=T0)).id == "j"
+    assert other.counts("default").available == mine.counts("default").available == 1
+    assert other.keys.root == f"quasar:{{{namespace}}}:other:"
