@@ -256,7 +256,9 @@ end
 -- Queue names found valid go to ctx.names_ok (a batch names the same few again and again).
 local function check_job(ctx, id, h, not_numeric)
   if not_numeric then return corrupt(id, "field '" .. not_numeric .. "' is not an integer") end
-  if h.s == nil then return corrupt(id, "field 's' is missing") end
+  -- (the fields every job has: a script reads sq when it places a job in the ready index)
+  local missing = (h.s == nil and "s") or (h.sq == nil and "sq")
+  if missing then return corrupt(id, "field '" .. missing .. "' is missing") end
   local need = STATE_NEEDS[h.st]
   if need == nil then return corrupt(id, "field 'st' holds an unknown state") end
   if h[need] == nil then return corrupt(id, "field '" .. need .. "' is not an integer") end

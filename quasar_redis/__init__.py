@@ -83,6 +83,7 @@ from .errors import (
     PermissionDenied,
     ProtocolError,
     QuasarError,
+    RedisFull,
     RedisUnavailable,
 )
 from .retry import Exponential, Fixed, Never, PermanentFailure, RetryPolicy, Snooze
@@ -169,6 +170,7 @@ __all__ = [
     "Quasar",
     "QuasarError",
     "QueueCounts",
+    "RedisFull",
     "RedisUnavailable",
     "Release",
     "ReportedAndClaimed",

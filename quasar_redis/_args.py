@@ -14,6 +14,9 @@ from ._codec import EncodeError, encode
 #: One script argument, as redis-py sends it.
 Arg = str | bytes
 
+#: The default limit on a payload's (and a result's) encoded size (``Limits.max_payload_bytes``).
+MAX_PAYLOAD_BYTES = 1 << 20
+
 
 def now_arg(now: int | None) -> str:
     return "" if now is None else int_arg(now)
@@ -60,7 +63,23 @@ def report_token_args(token: t.LeaseToken) -> tuple[Arg, ...]:
     return lease_args(token, "")[:6]
 
 
-def outcome_group(outcome: t.Outcome) -> tuple[Arg, ...] | t.JobRefused:
+def result_arg(result: Any, max_bytes: int) -> bytes | t.JobRefused:
+    """A result encoded (``b""`` for None), or the refusal of one that cannot be encoded or is
+    over the limit a payload has (``Limits.max_payload_bytes``)."""
+    try:
+        raw = b"" if result is None else encode(result)
+    except EncodeError as exc:
+        return t.JobRefused(t.InvalidJob(f"result {exc}"))
+    if len(raw) > max_bytes:
+        return t.JobRefused(
+            t.InvalidJob(f"result is {len(raw)} bytes, over the limit of {max_bytes}")
+        )
+    return raw
+
+
+def outcome_group(
+    outcome: t.Outcome, max_result: int = MAX_PAYLOAD_BYTES
+) -> tuple[Arg, ...] | t.JobRefused:
     if (
         type(outcome) is t.Complete
         and outcome.result is None
@@ -71,10 +90,9 @@ def outcome_group(outcome: t.Outcome) -> tuple[Arg, ...] | t.JobRefused:
     token = report_token_args(outcome.token)
     match outcome:
         case t.Complete(_, result, output_ref, ttl):
-            try:
-                raw = b"" if result is None else encode(result)
-            except EncodeError as exc:
-                return t.JobRefused(t.InvalidJob(f"result {exc}"))
+            raw = result_arg(result, max_result)
+            if isinstance(raw, t.JobRefused):
+                return raw
             return (
                 "complete",
                 *token,

@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from . import _types as t
-from ._args import Arg, int_arg, lease_args, now_arg, outcome_group, text_arg
+from ._args import (
+    MAX_PAYLOAD_BYTES,
+    Arg,
+    int_arg,
+    lease_args,
+    now_arg,
+    outcome_group,
+    result_arg,
+    text_arg,
+)
 from ._codec import EncodeError, encode
 from ._general import text
 from ._keys import KeySpace
@@ -55,7 +64,7 @@ def new_call_id() -> str:
 class Limits:
     """Limits a client enforces on what it sends (checked again inside the scripts)."""
 
-    max_payload_bytes: int = 1 << 20
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
     max_dependencies: int = 100
     max_batch: int = 1000
 
@@ -279,12 +288,10 @@ class CallBuilder:
         result: Any,
         now: int | None = None,
     ) -> Call[t.JobResult]:
-        early: t.JobResult | None = None
-        try:
-            raw = b"" if result is None else encode(result)
-        except EncodeError as exc:
-            raw, early = b"", t.JobRefused(t.InvalidJob(f"result {exc}"))
-        args = (now_arg(now), *lease_args(token, worker_id), text_arg(output_ref), raw)
+        raw = result_arg(result, self.limits.max_payload_bytes)
+        early = raw if isinstance(raw, t.JobRefused) else None
+        sent = b"" if isinstance(raw, t.JobRefused) else raw
+        args = (now_arg(now), *lease_args(token, worker_id), text_arg(output_ref), sent)
         call = self._call("complete", args, parse_job_result)
         return Call(call.script, call.args, call.parse, early)
 
@@ -322,14 +329,14 @@ class CallBuilder:
         self, outcomes: Sequence[t.Outcome]
     ) -> tuple[list[Arg], list[t.OutcomeResult | QuasarError] | None]:
         """A report's item count and groups, or the refusal of every outcome Python cannot send
-        (none, too many, a result msgpack cannot encode)."""
+        (none, too many, a result msgpack cannot encode or over the payload limit)."""
         if not outcomes or len(outcomes) > self.limits.max_batch:
             reason = f"a report holds 1 to {self.limits.max_batch} outcomes"
             return [], [t.JobRefused(t.InvalidJob(reason))] * max(1, len(outcomes))
         items: list[Arg] = [str(len(outcomes))]
         for outcome in outcomes:
-            group = outcome_group(outcome)
-            if isinstance(group, t.JobRefused):  # a result msgpack cannot encode
+            group = outcome_group(outcome, self.limits.max_payload_bytes)
+            if isinstance(group, t.JobRefused):  # a result unencodable or over the limit
                 return [], [group] * len(outcomes)
             items.extend(group)
         return items, None

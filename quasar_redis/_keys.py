@@ -1,8 +1,9 @@
 """Every Redis key name of quasar_redis, built in one place (mirrored by ``lua/_lib.lua``).
 
-All keys of a namespace start with ``<prefix>:{<tag>}:``; the hash tag puts them in one cluster
-slot, so every script touches one slot. The tag is the namespace unless given: a later step splits
-a namespace into partitions, each with its own tag.
+All keys of a namespace start with ``<prefix>:{<namespace>}:``; the hash tag puts them in one
+cluster slot, so every script touches one slot. A namespace given a ``tag`` of its own keeps its
+keys under ``<prefix>:{<tag>}:<namespace>:``: in the tag's slot, and still its own whatever other
+namespace shares the tag.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class KeySpace:
     @property
     def root(self) -> str:
         """The prefix every key of the namespace starts with; passed to scripts as KEYS[1]."""
-        return f"{self.prefix}:{{{self.tag or self.namespace}}}:"
+        if self.tag and self.tag != self.namespace:
+            return f"{self.prefix}:{{{self.tag}}}:{self.namespace}:"
+        return f"{self.prefix}:{{{self.namespace}}}:"
 
     def job(self, job_id: str) -> str:
         return f"{self.root}job:{job_id}"

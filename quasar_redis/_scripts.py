@@ -66,6 +66,21 @@ NAMES = (
     "list",
 )
 
+#: Flags of the functions (Redis 7 reads them at FUNCTION LOAD; a script without flags runs under
+#: Redis's older rules). ``no-writes``: the call only reads, so it runs on a full Redis (and a
+#: replica). ``allow-oom``: the call runs on a full Redis: prune deletes, and cancel rewrites a
+#: job in place (plus a call record and an event) so that an operator can drain a full queue;
+#: the rest is refused whole, before it writes anything. Scripts (EVALSHA) carry no flags: a
+#: ``#!lua`` line would break them on Redis 6.2 and fakeredis; there Redis refuses only a
+#: script's first write, so reads and prune run on a full Redis too.
+FLAGS = {
+    "get": "no-writes",
+    "counts": "no-writes",
+    "list": "no-writes",
+    "prune": "allow-oom",
+    "cancel": "allow-oom",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Script:
@@ -237,7 +252,8 @@ def library() -> Library:
     own in a block of its own (so each script's locals are its own)."""
     lib, bodies = _sources()
     pool = _pool()
-    version = hashlib.sha1((lib + "".join(bodies.values())).encode()).hexdigest()[:12]
+    sources = lib + "".join(bodies.values()) + repr(sorted(FLAGS.items()))
+    version = hashlib.sha1(sources.encode()).hexdigest()[:12]
     name = f"quasar_{version}"
     parts = [f"#!lua name={name}\n", lib]
     shared = pool.shared()
@@ -247,15 +263,15 @@ def library() -> Library:
             parts.append(f"\n-- ===== {block.file}.lua, shared =====\n")
         parts.append(block.text)
     parts.append(
-        "\nlocal function register(name, main)\n"
-        "  redis.register_function(name, function(keys, args)\n"
-        "    return run_call(keys, args, main)\n"
-        "  end)\n"
+        "\nlocal function register(name, main, flags)\n"
+        "  redis.register_function{function_name = name, flags = flags,\n"
+        "    callback = function(keys, args) return run_call(keys, args, main) end}\n"
         "end\n"
     )
     for script in bodies:
         own = pool.rest(script, set(shared)).rstrip()
-        own = own[: -len(ENDING)] + f'register("{name}_{script}", main)\n'
+        flags = f'"{FLAGS[script]}"' if script in FLAGS else ""
+        own = own[: -len(ENDING)] + f'register("{name}_{script}", main, {{{flags}}})\n'
         parts.append(f"\n-- ===== {script}.lua =====\ndo\n{own}end\n")
     return Library(name, "".join(parts))
 

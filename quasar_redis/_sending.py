@@ -31,7 +31,13 @@ import redis.exceptions as rex
 
 from ._calls import Call
 from ._scripts import Library, Script
-from .errors import AuthenticationError, PermissionDenied, ProtocolError, RedisUnavailable
+from .errors import (
+    AuthenticationError,
+    PermissionDenied,
+    ProtocolError,
+    RedisFull,
+    RedisUnavailable,
+)
 
 T = TypeVar("T")
 
@@ -160,6 +166,11 @@ def map_error(exc: BaseException) -> BaseException:
         return PermissionDenied(str(exc))
     if isinstance(exc, CONNECTION_ERRORS):
         return RedisUnavailable(str(exc) or type(exc).__name__)
+    if isinstance(exc, rex.OutOfMemoryError) or "used memory > 'maxmemory'" in str(exc):
+        return RedisFull(
+            f"Redis is out of memory ({exc}): nothing was written; raise maxmemory or free "
+            "memory (prune finished jobs, cancel unwanted ones), then try again"
+        )
     if isinstance(exc, rex.ResponseError):
         return ProtocolError(f"script error: {exc}")
     return exc

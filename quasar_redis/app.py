@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -130,16 +131,20 @@ def args_of(payload: Any) -> tuple[list[Any], dict[str, Any]]:
     return list(payload.get("a", [])), kwargs
 
 
-def _ms(seconds: float | None) -> int | None:
-    return None if seconds is None else round(seconds * 1000)
-
-
-def _at_ms(run_at: datetime | float | None) -> int | None:
-    if run_at is None:
+def _ms(task: str, what: str, seconds: float | None) -> int | None:
+    """Seconds as whole ms; ``InvalidTaskCall`` for infinity or NaN, which have none."""
+    if seconds is None:
         return None
+    if not math.isfinite(seconds):
+        problem = f"{what} must be a finite number of seconds, not {seconds!r}"
+        raise InvalidTaskCall(task, t.InvalidJob(problem))
+    return round(seconds * 1000)
+
+
+def _at_ms(task: str, run_at: datetime | float | None) -> int | None:
     if isinstance(run_at, datetime):
         return round(run_at.timestamp() * 1000)
-    return round(run_at * 1000)
+    return _ms(task, "run_at", run_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,12 +206,12 @@ class Task(Generic[P, R]):
             stage=self.name,
             payload=self.app.encode_call(self, args, kwargs),
             id=o.id,
-            queue=o.queue or self.queue,
+            queue=self.queue if o.queue is None else o.queue,
             dependencies=[_dep_id(d) for d in o.depends_on],
             priority=self.priority if o.priority is None else o.priority,
-            max_attempts=o.max_attempts or self.max_attempts,
-            available_at=_at_ms(o.run_at),
-            delay_ms=_ms(o.delay),
+            max_attempts=self.max_attempts if o.max_attempts is None else o.max_attempts,
+            available_at=_at_ms(self.name, o.run_at),
+            delay_ms=_ms(self.name, "delay", o.delay),
             on_dependency_failure=o.on_dependency_failure,
         )
 

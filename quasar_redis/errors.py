@@ -8,6 +8,7 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     │   │                                      a worker setting out of its bounds
     │   └── InvalidTaskCall                    the task API: a call refused before it is sent
     ├── RedisUnavailable                       connection refused, dropped, or timed out
+    ├── RedisFull                              Redis is out of memory (maxmemory): nothing written
     ├── AccessDenied                           Redis refused us: never transient
     │   ├── AuthenticationError                a wrong password or user name, or none given
     │   └── PermissionDenied                   the ACL user may not run a command or use a key
@@ -41,6 +42,12 @@ class InvalidArgument(QuasarError, ValueError):
 
 class RedisUnavailable(QuasarError):
     """Redis could not be reached, or the connection broke and retries did not help."""
+
+
+class RedisFull(QuasarError):
+    """Redis refused the call because it is out of memory (``maxmemory`` reached, with the
+    ``noeviction`` policy): nothing was written. Reads, ``prune`` and ``cancel`` still run, so
+    a full queue can be inspected and drained; raise ``maxmemory`` or free memory to go on."""
 
 
 class AccessDenied(QuasarError):

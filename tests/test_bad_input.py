@@ -10,6 +10,7 @@ import pytest
 from quasar_redis import (
     BatchRefused,
     ClaimRefused,
+    Complete,
     ConfigurationError,
     InvalidJob,
     JobRefused,
@@ -174,4 +175,26 @@ def test_a_malformed_enqueue_call_is_refused_whole(q: Quasar, position: int, val
     before = snapshot(q)
     result = q.execute(Call(good.script, tuple(args), good.parse))
     assert result == BatchRefused(0, InvalidJob("malformed enqueue call"))
+    assert snapshot(q) == before
+
+
+def test_namespaces_sharing_a_tag_keep_their_jobs_apart(redis_client: Any, namespace: str) -> None:
+    mine = Quasar(redis_client, namespace, functions=False)
+    other = Quasar(redis_client, "other", tag=namespace, functions=False)
+    applied(mine.enqueue("s", id="j", payload=1, now=T0))
+    assert other.get_job("j") is None
+    assert applied(other.enqueue("s", id="j", payload=2, now=T0)).id == "j"
+    assert other.counts("default").available == mine.counts("default").available == 1
+    assert other.keys.root == f"quasar:{{{namespace}}}:other:"
+
+
+def test_a_result_over_the_payload_limit_is_refused_and_nothing_written(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", now=T0))
+    token = claimed(q.claim_job("j", "w", 1000, now=T0)).token
+    big = b"x" * (1 << 20)  # encoded with its msgpack header: over the limit of 1 MiB
+    before = snapshot(q)
+    says = f"result is {(1 << 20) + 5} bytes, over the limit of {1 << 20}"
+    assert refused_reason(q.complete(token, "w", result=big, now=T0)) == says
+    [report] = q.report_many("w", [Complete(token, big)], now=T0)
+    assert refused_reason(report) == says
     assert snapshot(q) == before

@@ -21,6 +21,7 @@ from .helpers import T0, applied, claimed, snapshot
     ("damage", "says"),
     [
         (lambda q: q.redis.hdel(q.keys.job("j"), "s"), "field 's' is missing"),
+        (lambda q: q.redis.hdel(q.keys.job("j"), "sq"), "field 'sq' is missing"),
         (lambda q: q.redis.hset(q.keys.job("j"), "a", "one"), "field 'a' is not an integer"),
         (lambda q: q.redis.hset(q.keys.job("j"), "f", "1.5"), "field 'f' is not an integer"),
         (lambda q: q.redis.hset(q.keys.job("j"), "st", "Z"), "unknown state"),
@@ -88,6 +89,23 @@ def test_queue_key_of_the_wrong_type_raises_and_changes_nothing(q: Quasar) -> No
             q.enqueue("s", id="x", queue="other", available_at=later, now=T0)
         assert snapshot(q) == before
         q.redis.delete(key)
+
+
+def test_a_leased_job_missing_a_field_every_job_has_refuses_its_holder(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", now=T0))
+    token = claimed(q.claim_job("j", "w", 1000, now=T0)).token
+    q.redis.hdel(q.keys.job("j"), "sq")  # read when the job goes back to the ready index
+    before = snapshot(q)
+    for call in (
+        lambda: q.fail(token, "w", "boom", now=T0 + 1),
+        lambda: q.fail(token, "w", "boom", retry_delay_ms=50, now=T0 + 1),
+        lambda: q.complete(token, "w", now=T0 + 1),
+        lambda: q.release(token, "w", now=T0 + 1),
+        lambda: q.heartbeat(token, "w", 1000, now=T0 + 1),
+    ):
+        with pytest.raises(CorruptJobError, match="field 'sq' is missing"):
+            call()
+    assert snapshot(q) == before
 
 
 def test_sweep_reports_a_damaged_leased_job_and_leaves_it(q: Quasar) -> None:

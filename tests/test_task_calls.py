@@ -132,3 +132,35 @@ def test_a_script_on_the_embedded_server_may_declare_tasks() -> None:
 
     app = App("memory://")
     assert app.task(in_a_script(send)).name.startswith("__main__.")
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"delay": float("inf")}, "delay must be a finite number of seconds, not inf"),
+        ({"delay": float("nan")}, "delay must be a finite number of seconds, not nan"),
+        ({"run_at": float("-inf")}, "run_at must be a finite number of seconds, not -inf"),
+    ],
+)
+def test_a_time_that_is_no_number_of_seconds_is_refused(
+    app: App, options: dict[str, Any], says: str
+) -> None:
+    task: Task[..., Any] = app.task(add, name="add")
+    assert refused(app, lambda: task.options(**options).enqueue(1, 2)).error.reason == says
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"max_attempts": 0}, "max_attempts must be positive"),
+        ({"queue": ""}, "queue must be 1-64 characters"),
+    ],
+)
+def test_an_option_given_is_checked_not_replaced_by_the_tasks_own(
+    app: App, options: dict[str, Any], says: str
+) -> None:
+    task: Task[..., Any] = app.task(add, name="add", max_attempts=5, queue="q")
+    with pytest.raises(JobRefusedError) as caught:
+        task.options(**options).enqueue(1, 2)
+    assert isinstance(caught.value.error, InvalidJob) and says in caught.value.error.reason
+    assert snapshot(app.client) == {}
