@@ -769,9 +769,12 @@ end
 -- run). Returns a list of {id, h, reason} in cascade order, or nil and a refusal; checks all first.
 local function cancel_closure(ctx, root_id, root_h, only_policy_cancel)
   local out, seen = {}, {[root_id] = true}
-  local frontier = {{root_id, root_h, only_policy_cancel}}
-  while #frontier > 0 do
-    local item = table.remove(frontier, 1)
+  -- A work list read by index (taking items off its front would be quadratic).
+  local frontier, next_item = {{root_id, root_h, only_policy_cancel}}, 1
+  while next_item <= #frontier do
+    local item = frontier[next_item]
+    frontier[next_item] = false -- (done with: its table can go)
+    next_item = next_item + 1
     local parent, policy_only = item[1], item[3]
     local deps, err = load_all(ctx, dependents_of(ctx, parent, item[2]))
     if deps == nil then return nil, err end

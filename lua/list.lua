@@ -2,83 +2,122 @@
 -- Order: Available: the claimable ones in claim order, then those due but not yet promoted (by
 -- available_at); Scheduled by available_at; Blocked by available_at; Retryable by available_at;
 -- Executing by lease expiry; Completed / Discarded / Cancelled by finish time.
+-- Two ways to page: by offset (available / scheduled: at most OFFSET_MAX jobs in) or by cursor (ARGV[7] given: "" for
+-- the first page, then the cursor the last page returned), which resumes after the last index
+-- entry read, wherever that is now, at O(log N) whatever the depth.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] queue
 -- ARGV[4]  status: available | scheduled | retryable | executing | completed | discarded |
---          cancelled | blocked   ARGV[5] offset (>= 0)   ARGV[6] limit (1..1000)
+--          cancelled | blocked   ARGV[5] offset (>= 0; available and scheduled: at most OFFSET_MAX)   ARGV[6] limit (1..1000)
+-- ARGV[7]  cursor (optional: absent for a page by offset)
 --
 -- Replies
---   {"Jobs", now, job...}
+--   {"Jobs", now, job...}                          (by offset)
+--   {"Page", now, next cursor ("" at the end), job...}  (by cursor)
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
--- A job whose hash is missing or damaged is left out of the page. Cost: O(log N + offset +
--- limit), plus the retry-waiting jobs skipped over for Available / Scheduled.
+-- A job whose hash is missing or damaged is left out of the page. Cost: by offset O(log N +
+-- offset + limit), plus the RetryWaiting entries skipped for Available / Scheduled; by cursor
+-- O(log² N + limit): a page reads at most limit + SCAN_EXTRA index entries, so it may hold
+-- fewer than limit jobs (even none) before the end, which only an empty cursor marks.
 
 local CHUNK_READ = 100
+local OFFSET_MAX = 1000
+local SCAN_EXTRA = 100
 local PLAIN = {retryable = "retrying", executing = "leased", completed = "succeeded",
   discarded = "failed", cancelled = "cancelled", blocked = "blocked"}
 
 local function is_waiting(h) return h.st == "W" end
-
--- Up to `want` jobs from an index, in its order, that pass `keep`; appended to out.
--- range(start, count) reads the index; member_id turns a member into a job id.
-local function collect(ctx, out, want, range, member_id, keep)
-  local start = 0
-  while #out < want do
-    local members = range(start, CHUNK_READ)
-    for _, member in ipairs(members) do
-      local id = member_id(member)
-      local h = load_job(ctx, id)
-      if h and keep(h) then
-        out[#out + 1] = {id, h}
-        if #out >= want then break end
-      end
-    end
-    if #members < CHUNK_READ then break end
-    start = start + CHUNK_READ
-  end
-  return out
-end
-
-local function by_score(key, lo, hi)
-  return function(start, count)
-    return redis.call("ZRANGEBYSCORE", key, lo, hi, "LIMIT", start, count)
-  end
-end
-
-local function by_rank(key)
-  return function(start, count) return redis.call("ZRANGE", key, start, start + count - 1) end
-end
-
+local function keep_all() return true end
 local function same(member) return member end
 
-local function available(ctx, queue, now, want)
-  local out, due = {}, fmt(ctx, now)
-  collect(ctx, out, want, by_rank(key_q(ctx, queue, "ready")), ready_id, is_waiting)
-  collect(ctx, out, want, by_score(key_q(ctx, queue, "delayed"), "-inf", due), same, is_waiting)
-  return out
-end
-
-local function scheduled(ctx, queue, now, want)
-  local out, later = {}, "(" .. fmt(ctx, now)
-  collect(ctx, out, want, by_score(key_q(ctx, queue, "delayed"), later, "+inf"), same, is_waiting)
-  return out
-end
-
-local function page(ctx, queue, status, now, offset, limit)
+-- The runs of index entries a status pages through, in order: {key, below, upto, member_id,
+-- keep}: the entries of key scored above `below` ("" for none) and at most `upto`, whose job
+-- passes keep (member_id turns an entry into a job id).
+local function segments(ctx, queue, status, now)
   local plain = PLAIN[status]
-  if plain then
-    local out = {}
-    local keep = function() return true end
-    local range = function(start, count)
-      local k = key_q(ctx, queue, plain)
-      return redis.call("ZRANGE", k, offset + start, offset + start + count - 1)
-    end
-    collect(ctx, out, limit, range, same, keep)
-    return out, 0
+  if plain then return {{key_q(ctx, queue, plain), "", "+inf", same, keep_all}} end
+  local delayed, due = key_q(ctx, queue, "delayed"), fmt(ctx, now)
+  if status == "scheduled" then return {{delayed, due, "+inf", same, is_waiting}} end
+  return {{key_q(ctx, queue, "ready"), "", "+inf", ready_id, is_waiting},
+    {delayed, "", due, same, is_waiting}}
+end
+
+-- The ranks [first, stop) of a segment's entries.
+local function bounds(seg)
+  local first = seg[2] == "" and 0 or redis.call("ZCOUNT", seg[1], "-inf", seg[2])
+  return first, redis.call("ZCOUNT", seg[1], "-inf", seg[3])
+end
+
+-- Whether a sorts after b as Redis compares members: byte by byte (Lua's own comparison follows
+-- the server's locale).
+local function bytes_after(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
   end
-  local pick = status == "available" and available or scheduled
-  return pick(ctx, queue, now, offset + limit), offset
+  return #a > #b
+end
+
+-- The rank of the first entry of key after (score, member): right after the member while it is
+-- still there with that score, else found among the entries of equal score by bisection.
+local function rank_after(key, score, member)
+  local rank = redis.call("ZRANK", key, member)
+  if rank and redis.call("ZSCORE", key, member) == score then return rank + 1 end
+  local lo = redis.call("ZCOUNT", key, "-inf", "(" .. score)
+  local hi = redis.call("ZCOUNT", key, "-inf", score)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if bytes_after(redis.call("ZRANGE", key, mid, mid)[1], member) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+-- Cursors: "<status>:<segment>:<score>:<member in hex>", the last entry read.
+local function cursor(status, last)
+  if last == nil then return "" end
+  local hex = string.gsub(last[3], ".", function(c) return string.format("%02x", string.byte(c)) end)
+  return status .. ":" .. last[1] .. ":" .. last[2] .. ":" .. hex
+end
+
+-- The position {segment, rank} a cursor resumes at, or nil and a refusal.
+local function resume(status, segs, text)
+  if text == "" then return {1, 0} end
+  local name, seg, score, hex = string.match(text, "^([a-z]+):(%d+):(%-?%d+):(%x*)$")
+  seg = tonumber(seg)
+  if name ~= status or segs[seg] == nil or #hex % 2 == 1 or #hex > 2 * (ID_MAX + 16) then
+    return nil, invalid("after must be a cursor a page of this status returned")
+  end
+  local member = string.gsub(hex, "%x%x", function(x) return string.char(tonumber(x, 16)) end)
+  return {seg, rank_after(segs[seg][1], score, member)}
+end
+
+-- The jobs from position `from` on: `skip` kept ones left out, then up to `want`, reading at
+-- most `budget` entries. Returns them and the last entry read {segment, score, member}, or nil
+-- when the segments ran out.
+local function scan(ctx, segs, from, skip, want, budget)
+  local out, read, last = {}, 0, nil
+  for s = from[1], #segs do
+    local key, member_id, keep = segs[s][1], segs[s][4], segs[s][5]
+    local first, stop = bounds(segs[s])
+    local rank = s == from[1] and math.max(from[2], first) or first
+    while rank < stop do
+      if read >= budget then return out, last end
+      local n = math.min(CHUNK_READ, stop - rank, budget - read)
+      local entries = redis.call("ZRANGE", key, rank, rank + n - 1, "WITHSCORES")
+      for i = 1, #entries, 2 do
+        read, rank, last = read + 1, rank + 1, {s, entries[i + 1], entries[i]}
+        local id = member_id(entries[i])
+        local h = load_job(ctx, id)
+        if h and keep(h) then
+          if skip > 0 then skip = skip - 1 else out[#out + 1] = {id, h} end
+          if #out >= want then return out, last end
+        end
+      end
+      if #entries < 2 * n then break end
+    end
+  end
+  return out, nil
 end
 
 local function main(ctx)
@@ -93,12 +132,29 @@ local function main(ctx)
   end
   local offset, limit = int(args[5]), int(args[6])
   if offset == nil or offset < 0 then return invalid("offset must be a nonnegative integer") end
+  -- (an index of one status holds only its jobs: its offset is a rank, found in O(log N))
+  if offset > OFFSET_MAX and not PLAIN[status] then
+    return invalid("offset must be at most " .. OFFSET_MAX .. " for " .. status
+      .. " (page further by cursor)")
+  end
   if limit == nil or limit < 1 or limit > 1000 then
     return invalid("limit must be between 1 and 1000")
   end
-  local out = {"Jobs", fmt(ctx, now)}
-  local items, skip = page(ctx, queue, status, now, offset, limit)
-  for i = skip + 1, #items do out[#out + 1] = job_reply(ctx, items[i][1], items[i][2]) end
+  local segs, out = segments(ctx, queue, status, now), nil
+  local items
+  if args[7] == nil then
+    out = {"Jobs", fmt(ctx, now)}
+    local from, skip = {1, 0}, offset
+    if PLAIN[status] then from, skip = {1, offset}, 0 end
+    items = scan(ctx, segs, from, skip, limit, math.huge)
+  else
+    local from, err = resume(status, segs, args[7])
+    if from == nil then return err end
+    local last
+    items, last = scan(ctx, segs, from, 0, limit, limit + SCAN_EXTRA)
+    out = {"Page", fmt(ctx, now), cursor(status, last)}
+  end
+  for _, item in ipairs(items) do out[#out + 1] = job_reply(ctx, item[1], item[2]) end
   return out
 end
 

@@ -41,6 +41,7 @@ from ._replies import (
     parse_job_info,
     parse_job_result,
     parse_jobs,
+    parse_page,
     parse_report,
     parse_report_claimed,
     parse_slim_batch,
@@ -142,6 +143,10 @@ def _job_group(job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
         job.on_dependency_failure,
         "1" if job.id is None else "",  # made here at random: no record of the call needed
     )
+
+
+def _status_arg(status: t.Status | str) -> Arg:
+    return status.value if isinstance(status, t.Status) else text_arg(status)
 
 
 def _claim_args(
@@ -428,6 +433,12 @@ class CallBuilder:
     def list_jobs(
         self, queue: str, status: t.Status | str, offset: int, limit: int, now: int | None = None
     ) -> Call[list[t.Job]]:
-        name = status.value if isinstance(status, t.Status) else text_arg(status)
-        args = (now_arg(now), text_arg(queue), name, int_arg(offset), int_arg(limit))
+        args = (now_arg(now), text_arg(queue), _status_arg(status), int_arg(offset), int_arg(limit))
         return self._call("list", args, parse_jobs)
+
+    def page_jobs(
+        self, queue: str, status: t.Status | str, after: str | None, limit: int, now: int | None
+    ) -> Call[t.JobPage]:
+        cursor = "" if after is None else text_arg(after)
+        args = (now_arg(now), text_arg(queue), _status_arg(status), "0", int_arg(limit), cursor)
+        return self._call("list", args, parse_page)

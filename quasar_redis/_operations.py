@@ -232,5 +232,26 @@ class Operations:
         limit: int = 100,
         now: int | None = None,
     ) -> Call[list[t.Job]]:
-        """A page of ``queue``'s jobs in ``status`` (or ``"blocked"``), oldest first."""
+        """A page of ``queue``'s jobs in ``status`` (or ``"blocked"``), oldest first.
+
+        ``offset`` into ``available`` or ``scheduled`` is at most 1,000: page further with
+        ``page_jobs``.
+        """
         return self.calls.list_jobs(queue, status, offset, limit, now)
+
+    def page_jobs(
+        self,
+        queue: str,
+        status: t.Status | str,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        now: int | None = None,
+    ) -> Call[t.JobPage]:
+        """A page of ``queue``'s jobs in ``status``, in ``list_jobs``' order, by cursor.
+
+        ``after``: the ``next_cursor`` of the page before (None: the first page). Each call
+        costs the same at any depth; a page may hold fewer than ``limit`` jobs (even none)
+        before the end, which ``next_cursor is None`` marks.
+        """
+        return self.calls.page_jobs(queue, status, after, limit, now)

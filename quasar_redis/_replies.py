@@ -49,6 +49,7 @@ APPLIED = (
     "Found",
     "JobApplied",
     "Jobs",
+    "Page",
     "Promoted",
     "Pruned",
     "Swept",
@@ -272,6 +273,12 @@ def parse_counts(reply: Any) -> t.QueueCounts:
 def parse_jobs(reply: Any) -> list[t.Job]:
     reply = _read_only("Jobs")(reply)
     return [parse_job(j) for j in reply[2:]]
+
+
+def parse_page(reply: Any) -> t.JobPage:
+    reply = _read_only("Page")(reply)
+    cursor = text(reply[2])
+    return t.JobPage(tuple(parse_job(j) for j in reply[3:]), cursor or None)
 
 
 def parse_sweep(reply: Any) -> t.SweepReport:

@@ -432,6 +432,15 @@ class QueueCounts:
         return {status: getattr(self, status.value) for status in Status}
 
 
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of jobs by cursor (``page_jobs``): ``next_cursor`` resumes after it, None at the end.
+    A page may hold fewer jobs than asked for (even none) before the end."""
+
+    jobs: tuple[Job, ...]
+    next_cursor: str | None
+
+
 # --- outcomes a lease holder reports (``report_many``) ------------------------------------------
 
 

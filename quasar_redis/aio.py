@@ -252,6 +252,7 @@ class AsyncQuasar(ClientBase):
     get_job = coroutine(Operations.get_job)
     counts = coroutine(Operations.counts)
     list_jobs = coroutine(Operations.list_jobs)
+    page_jobs = coroutine(Operations.page_jobs)
 
     # the worker's waits ------------------------------------------------------------------------
 

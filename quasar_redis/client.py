@@ -138,6 +138,7 @@ class Quasar(ClientBase):
     get_job = blocking(Operations.get_job)
     counts = blocking(Operations.counts)
     list_jobs = blocking(Operations.list_jobs)
+    page_jobs = blocking(Operations.page_jobs)
 
 
 def _packed_sender(client: Any) -> Callable[[Command], Any] | None:

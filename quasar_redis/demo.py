@@ -258,17 +258,17 @@ async def latencies(app: App, due_now: frozenset[str]) -> list[int]:
     client = app.aclient()
     out: list[int] = []
     for queue in QUEUES:
-        offset = 0
+        cursor: str | None = None
         while True:
-            page = await client.list_jobs(queue, t.Status.COMPLETED, offset=offset, limit=1000)
+            page = await client.page_jobs(queue, t.Status.COMPLETED, after=cursor, limit=1000)
             out.extend(
                 job.attempted_at - job.inserted_at
-                for job in page
+                for job in page.jobs
                 if job.id in due_now and job.fencing_version == 1 and job.attempted_at is not None
             )
-            if not page:  # (a page may hold fewer than ``limit`` jobs before the end)
+            cursor = page.next_cursor
+            if cursor is None:
                 break
-            offset += len(page)
     return out
 
 
