@@ -1,0 +1,81 @@
+"""The worker when its own making of an outcome goes wrong: a retry policy that raises or answers
+no delay, a snooze Redis cannot keep. Each job ends Failed with a typed error and frees its lease;
+none stays leased while the worker lives."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from quasar_redis import App, Snooze, current_job
+from quasar_redis.errors import InvalidArgument
+from quasar_redis.retry import FromFunction, as_policy
+
+from . import test_worker as tw
+from .helpers import wait_for
+
+app = tw.app  # the fixture: an App on each backend
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, -1, 1e13, "1", True])
+def test_a_snooze_or_a_fixed_retry_delay_redis_cannot_keep_is_refused_at_once(bad: Any) -> None:
+    with pytest.raises(InvalidArgument, match="snooze delay"):
+        Snooze(bad)
+    if isinstance(bad, float | int) and not isinstance(bad, bool):
+        with pytest.raises(InvalidArgument, match="retry delay"):
+            as_policy(bad)
+
+
+def _raises(attempt: int, error: BaseException) -> float | None:
+    raise RuntimeError("policy broke")
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [(_raises, "RuntimeError: policy broke"), (math.inf, "finite"), (math.nan, "finite")],
+    ids=["raises", "inf", "nan"],
+)
+def test_a_retry_policy_that_raises_or_answers_no_delay_fails_the_job(
+    app: App, answer: Any, says: str
+) -> None:
+    policy = FromFunction(answer if callable(answer) else lambda attempt, error: answer)
+
+    def flaky() -> None:
+        raise ValueError("boom")
+
+    task = tw.declare(app, flaky, max_attempts=5, retry=policy)
+    with tw.worker_of(app) as worker:
+        job = tw.failure_of(task.enqueue())
+        wait_for(lambda: not tw.runner_of(worker).held, 10, "the worker to let the job go")
+        assert worker.stats.failed == 1
+    assert job.attempt == 1
+    assert job.error.kind == "WorkerError"
+    assert "retry policy" in job.error.message and says in job.error.message
+    assert "ValueError: boom" in job.error.message
+
+
+class _Unchecked(Snooze):
+    """A snooze whose delay skipped the check."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, "never")
+        self.delay = math.inf
+
+
+def test_a_snooze_redis_cannot_keep_fails_the_job(app: App) -> None:
+    def forever() -> None:
+        if current_job().attempt == 1:
+            raise _Unchecked()
+
+    def infinite() -> None:
+        raise Snooze(math.inf)
+
+    unchecked = tw.declare(app, forever, max_attempts=3)
+    refused = tw.declare(app, infinite, max_attempts=1)
+    with tw.worker_of(app) as worker:
+        jobs = [tw.failure_of(unchecked.enqueue()), tw.failure_of(refused.enqueue())]
+        wait_for(lambda: not tw.runner_of(worker).held, 10, "the worker to let the jobs go")
+    assert jobs[0].error.kind == "WorkerError" and "snooze" in jobs[0].error.message
+    assert jobs[1].error.kind == "InvalidArgument" and "snooze delay" in jobs[1].error.message
