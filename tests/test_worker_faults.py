@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from quasar_redis import App, Snooze, current_job
-from quasar_redis.errors import InvalidArgument
+from quasar_redis.errors import InvalidArgument, RedisUnavailable
 from quasar_redis.retry import FromFunction, as_policy
 
 from . import test_worker as tw
@@ -79,3 +79,46 @@ def test_a_snooze_redis_cannot_keep_fails_the_job(app: App) -> None:
         wait_for(lambda: not tw.runner_of(worker).held, 10, "the worker to let the jobs go")
     assert jobs[0].error.kind == "WorkerError" and "snooze" in jobs[0].error.message
     assert jobs[1].error.kind == "InvalidArgument" and "snooze delay" in jobs[1].error.message
+
+
+# --- heartbeats whose answer was lost -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beats", [1, 3], ids=["ends-at-once", "runs-on"])
+def test_a_heartbeat_whose_reply_was_lost_is_sent_again_with_its_call_id(
+    app: App, monkeypatch: pytest.MonkeyPatch, beats: int
+) -> None:
+    """Redis renews the lease but the reply is lost: the heartbeat sent next is the same call
+    (same call id), answered with the new token, so the lease holds and the job completes. A job
+    that ends at once has its outcome wait for that answer (and its token)."""
+    keeper_client = app.new_client()
+    execute_many = keeper_client.execute_many
+    sent: list[str] = []  # call ids of heartbeats, in order
+
+    def losing_the_first_reply(calls: Any) -> list[Any]:
+        results = execute_many(calls)
+        beats = [call.call_id for call in calls if call.script.name == "heartbeat"]
+        sent.extend(beats)
+        if beats and len(sent) == len(beats):
+            raise RedisUnavailable("reply lost")
+        return results
+
+    monkeypatch.setattr(keeper_client, "execute_many", losing_the_first_reply)
+    monkeypatch.setattr(app, "new_client", lambda: keeper_client)
+    runs: list[int] = []
+
+    def slow() -> str:
+        runs.append(current_job().attempt)
+        wait_for(lambda: len(sent) >= beats, 15, "heartbeats")
+        return "done"
+
+    task = tw.declare(app, slow, lease_ms=600, max_attempts=1)
+    try:
+        with tw.worker_of(app, lease_ms=600) as worker:
+            assert task.enqueue().result(timeout=20) == "done"
+            assert worker.stats.lost == 0
+    finally:
+        keeper_client.redis.close()
+    assert runs == [1]
+    assert sent[0] == sent[1], "the heartbeat whose reply was lost went out as a new call"
+    assert len(set(sent)) == len(sent) - 1

@@ -27,6 +27,7 @@ from .._calls import Call
 from .._urls import redact_text
 from ..client import Quasar
 from ..errors import QuasarError, RedisUnavailable
+from ._transient import passes
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -98,7 +99,7 @@ class Lease:
     ``on_lost`` is called, from the keeper's thread, with the lease and the refusal.
     """
 
-    __slots__ = ("claim", "lease_ms", "on_lost", "renewed_at", "state", "token")
+    __slots__ = ("beat", "claim", "lease_ms", "on_lost", "renewed_at", "state", "token")
 
     def __init__(
         self, claim: t.Claim, lease_ms: int, on_lost: Callable[[Lease, t.JobError], None]
@@ -109,6 +110,9 @@ class Lease:
         self.token: t.LeaseToken = claim.token
         self.renewed_at = 0.0  # monotonic time of the claim or last heartbeat
         self.state = HELD
+        # a heartbeat sent whose answer was lost, and when it was first sent: sent again as it is
+        # (same call id), since Redis may have renewed the lease and made the token stale
+        self.beat: tuple[Call[t.ClaimResult], float] | None = None
 
     @property
     def job_id(self) -> str:
@@ -213,7 +217,7 @@ class LeaseKeeper:
         with self._lock:
             for item in items:
                 lease = item[0]
-                if lease.state is BEATING:
+                if lease.state is BEATING or lease.beat is not None:  # its token may be stale
                     left.append(item)
                 else:
                     lease.apply(FINISH)
@@ -275,6 +279,7 @@ class LeaseKeeper:
 
     def _send_outcomes(self, batch: list[Item]) -> None:
         """One report call per BATCH outcomes (all in one pipeline)."""
+        self._settle_beats(batch)
         chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
         calls = [
             self.client.calls.report(
@@ -287,6 +292,24 @@ class LeaseKeeper:
             results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
         self.forget(batch)
         self.dispatch([(item[2], r) for item, r in zip(batch, results, strict=True)])
+
+    def _settle_beats(self, batch: list[Item]) -> None:
+        """Heartbeats of these finishing leases whose answer was lost, sent again (same call id)
+        so that each outcome goes out with its lease's newest token."""
+        leases = [lease for lease, _, _ in batch if lease.beat is not None]
+        if not leases:
+            return
+        beats = [lease.beat for lease in leases if lease.beat is not None]
+        results = self._execute([call for call, _ in beats])
+        for lease, result, (_, sent_at) in zip(leases, results, beats, strict=True):
+            lease.beat = None
+            if isinstance(result, t.ClaimApplied):
+                self._renewed(lease, result, sent_at)
+
+    def _renewed(self, lease: Lease, result: t.ClaimApplied, sent_at: float) -> None:
+        with self._lock:  # the outcome, if one is queued, goes out after this, with this token
+            lease.token = result.claim.token
+            lease.renewed_at = sent_at
 
     def _heartbeat_due(self) -> None:
         now = time.monotonic()
@@ -301,14 +324,11 @@ class LeaseKeeper:
         self._next_due = min(later, default=now + 0.5)
         if not due:
             return
-        calls = [
-            self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms)
-            for lease in due
-        ]
+        beats = [lease.beat or self._beat(lease, now) for lease in due]
         try:
-            results = self._execute(calls, give_up_after=0.0)
-            for lease, result in zip(due, results, strict=True):
-                self._after_heartbeat(lease, result, now)
+            results = self._execute([call for call, _ in beats], give_up_after=0.0)
+            for lease, result, (_, sent_at) in zip(due, results, beats, strict=True):
+                self._after_heartbeat(lease, result, sent_at)
                 if not lease.lost:
                     self._next_due = min(self._next_due, _due(lease))
         finally:  # only now, the new tokens in place, may carry() take these leases' outcomes
@@ -316,11 +336,17 @@ class LeaseKeeper:
                 for lease in due:
                     lease.apply(BEAT_ENDED)
 
+    def _beat(self, lease: Lease, now: float) -> tuple[Call[t.ClaimResult], float]:
+        """A new heartbeat of ``lease``, kept on it until answered."""
+        lease.beat = (self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms), now)
+        return lease.beat
+
     def _after_heartbeat(self, lease: Lease, result: Any, sent_at: float) -> None:
+        """``sent_at``: when the heartbeat was first sent (Redis renewed the lease after)."""
+        if not isinstance(result, BaseException) or not passes(result):
+            lease.beat = None  # answered: the next heartbeat is a new call
         if isinstance(result, t.ClaimApplied):
-            with self._lock:  # the outcome, if one is queued, goes out after this, with this token
-                lease.token = result.claim.token
-                lease.renewed_at = sent_at
+            self._renewed(lease, result, sent_at)
         elif isinstance(result, t.ClaimRefused):
             with self._lock:
                 lease.apply(REFUSED)
