@@ -5,16 +5,29 @@ none stays leased while the worker lives."""
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections import Counter
 from typing import Any
 
 import pytest
+import redis
+import redis.exceptions as rex
 
 from quasar_redis import App, Snooze, current_job
-from quasar_redis.errors import InvalidArgument, RedisUnavailable
+from quasar_redis.errors import (
+    CorruptJobError,
+    InvalidArgument,
+    PermissionDenied,
+    ProtocolError,
+    RedisUnavailable,
+)
 from quasar_redis.retry import FromFunction, as_policy
+from quasar_redis.worker._transient import passes
 
 from . import test_worker as tw
-from .helpers import wait_for
+from .helpers import delete_namespace, wait_for
+from .servers import RedisServer
 
 app = tw.app  # the fixture: an App on each backend
 
@@ -122,3 +135,111 @@ def test_a_heartbeat_whose_reply_was_lost_is_sent_again_with_its_call_id(
     assert runs == [1]
     assert sent[0] == sent[1], "the heartbeat whose reply was lost went out as a new call"
     assert len(set(sent)) == len(sent) - 1
+
+
+# --- errors that pass ----------------------------------------------------------------------------
+
+
+def test_outcomes_refused_while_redis_is_out_of_memory_are_reported_once_it_has_room(
+    private_server: RedisServer, namespace: str
+) -> None:
+    """Redis refuses every call (OOM) for a few seconds just as jobs finish, on 4 s leases: no
+    finished result is dropped, none runs twice, no lease is lost."""
+    made = App(private_server.url, namespace=namespace)
+    admin = redis.Redis.from_url(private_server.url)
+    gate = threading.Event()
+    runs: Counter[int] = Counter()
+
+    def held(n: int) -> int:
+        runs[n] += 1
+        gate.wait(20)
+        return n
+
+    task = tw.declare(made, held, lease_ms=4000, max_attempts=1)
+    try:
+        with tw.worker_of(made, lease_ms=4000, concurrency=5) as worker:
+            handles = [task.enqueue(n) for n in range(5)]
+            wait_for(lambda: sum(runs.values()) == 5, 10, "the jobs to start")
+            admin.config_set("maxmemory", 1)
+            gate.set()
+            time.sleep(3)
+            admin.config_set("maxmemory", 0)
+            assert [handle.result(timeout=30) for handle in handles] == list(range(5))
+            assert worker.stats.lost == 0 and worker.stats.completed == 5
+    finally:
+        admin.config_set("maxmemory", 0)
+        delete_namespace(admin, namespace)
+        admin.close()
+        made.client.redis.close()
+    assert runs == Counter(range(5))
+
+
+def _refused(error: Exception) -> ProtocolError:
+    """The error a client raises for ``error`` from Redis (``from`` it, as the clients do)."""
+    try:
+        raise ProtocolError(f"script error: {error}") from error
+    except ProtocolError as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    ("error", "can_pass"),
+    [
+        (RedisUnavailable("connection refused"), True),
+        (_refused(rex.ResponseError("BUSY Redis is busy running a script.")), True),
+        (
+            _refused(rex.OutOfMemoryError("command not allowed when used memory > 'maxmemory'")),
+            True,
+        ),
+        (_refused(rex.ReadOnlyError("You can't write against a read only replica.")), True),
+        (_refused(rex.ResponseError("CLUSTERDOWN The cluster is down")), True),
+        (_refused(rex.ResponseError("MASTERDOWN Link with MASTER is down")), True),
+        (_refused(rex.ResponseError("Function not found")), True),
+        (_refused(rex.NoScriptError("No matching script.")), True),
+        (_refused(rex.ResponseError("ERR wrong number of arguments")), False),
+        (PermissionDenied("NOPERM"), False),
+        (CorruptJobError("j", "no sq"), False),
+    ],
+)
+def test_the_errors_that_can_pass(error: BaseException, can_pass: bool) -> None:
+    assert passes(error) is can_pass
+
+
+def test_outcomes_refused_by_a_busy_redis_are_sent_again_until_accepted(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each report and claim is refused BUSY a few times (the script never ran): the outcomes
+    go out again, none is dropped, no job runs twice."""
+    client = app.new_client()
+    refusals = Counter[str]()
+
+    def busy(send: Any) -> Any:
+        def sending(calls: Any) -> Any:
+            names = [c.script.name for c in (calls if isinstance(calls, list) else [calls])]
+            name = next((n for n in names if n.startswith("report")), None)
+            if name is not None and refusals[name] < 3:
+                refusals[name] += 1
+                raise _refused(rex.ResponseError("BUSY Redis is busy running a script."))
+            return send(calls)
+
+        return sending
+
+    monkeypatch.setattr(client, "execute", busy(client.execute))
+    monkeypatch.setattr(client, "execute_many", busy(client.execute_many))
+    monkeypatch.setattr(app, "new_client", lambda: client)
+    runs: Counter[int] = Counter()
+
+    def quick(n: int) -> int:
+        runs[n] += 1
+        return n
+
+    task = tw.declare(app, quick, max_attempts=1)
+    try:
+        with tw.worker_of(app, concurrency=4) as worker:
+            handles = [task.enqueue(n) for n in range(8)]
+            assert [handle.result(timeout=30) for handle in handles] == list(range(8))
+            assert worker.stats.lost == 0
+    finally:
+        client.redis.close()
+    assert runs == Counter(range(8))
+    assert refusals["report"] == 3

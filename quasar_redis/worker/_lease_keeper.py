@@ -278,33 +278,66 @@ class LeaseKeeper:
                 return batch
 
     def _send_outcomes(self, batch: list[Item]) -> None:
-        """One report call per BATCH outcomes (all in one pipeline)."""
-        self._settle_beats(batch)
-        chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
-        calls = [
-            self.client.calls.report(
-                self.worker_id, [build(lease.token) for lease, build, _ in chunk]
-            )
-            for chunk in chunks
-        ]
-        results: list[Any] = []
-        for chunk, reply in zip(chunks, self._execute(calls, pipeline=False), strict=True):
-            results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
+        """One report call per BATCH outcomes (all in one pipeline), sent until answered."""
+        results = self._report(batch)
         self.forget(batch)
         self.dispatch([(item[2], r) for item, r in zip(batch, results, strict=True)])
 
-    def _settle_beats(self, batch: list[Item]) -> None:
-        """Heartbeats of these finishing leases whose answer was lost, sent again (same call id)
-        so that each outcome goes out with its lease's newest token."""
-        leases = [lease for lease, _, _ in batch if lease.beat is not None]
+    def _report(self, batch: list[Item]) -> list[Any]:
+        """The outcomes' results. Sent again while the error can pass (``passes``) until the
+        leases have surely run out (``retry_for`` at least): the same calls once one may have
+        been applied (Redis unreachable); while every try was refused before it ran, rebuilt from
+        the leases' tokens, renewed meanwhile. Each waits for its lease's lost heartbeat first."""
+        deadline = max([time.monotonic() + self.retry_for] + [_end(x) for x, _, _ in batch])
+        chunks: list[list[Item]] = []
+        calls: list[Call[Any]] = []
+        unsure, tries, delay = False, 0, 0.05
+        while True:
+            error = None if unsure else self._renew(batch, renew_due=tries > 0)
+            if error is None:
+                if not unsure:  # none sent may have been applied: built from the newest tokens
+                    chunks, calls = self._report_calls(batch)
+                try:
+                    return _flat(chunks, self._send(calls))
+                except QuasarError as exc:
+                    if not passes(exc):
+                        return [exc] * len(batch)
+                    error, unsure = exc, unsure or isinstance(exc, RedisUnavailable)
+            if time.monotonic() >= deadline:
+                why = redact_text(str(error))
+                log.error("%d outcomes not reported: their leases ran out (%s)", len(batch), why)
+                return [error] * len(batch)
+            why = redact_text(str(error))
+            log.warning("Redis cannot take outcomes now (%s); retrying in %.2fs", why, delay)
+            time.sleep(delay)
+            self._heartbeat_due()  # the other leases are renewed meanwhile
+            tries, delay = tries + 1, min(delay * 2, 2.0)
+
+    def _report_calls(self, batch: list[Item]) -> tuple[list[list[Item]], list[Call[Any]]]:
+        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
+        chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
+        report = self.client.calls.report
+        worker_id = self.worker_id
+        calls = [report(worker_id, [build(x.token) for x, build, _ in chunk]) for chunk in chunks]
+        return chunks, calls
+
+    def _renew(self, batch: list[Item], *, renew_due: bool) -> BaseException | None:
+        """Heartbeats of finishing leases: those whose answer was lost (sent again as they
+        were) and, with ``renew_due``, those due. The error that keeps one waiting, if any."""
+        now = time.monotonic()
+        leases = [x for x, _, _ in batch if x.beat is not None or (renew_due and now >= _due(x))]
         if not leases:
-            return
-        beats = [lease.beat for lease in leases if lease.beat is not None]
-        results = self._execute([call for call, _ in beats])
-        for lease, result, (_, sent_at) in zip(leases, results, beats, strict=True):
-            lease.beat = None
+            return None
+        beats = [lease.beat or self._beat(lease, now) for lease in leases]
+        waiting = None
+        for lease, result, (_, sent_at) in zip(leases, self._beats(beats), beats, strict=True):
+            if isinstance(result, BaseException) and passes(result):
+                waiting = result  # sent again next time
+                continue
+            lease.beat = None  # a refusal: the outcome is refused too, and tells the loss
             if isinstance(result, t.ClaimApplied):
                 self._renewed(lease, result, sent_at)
+        return waiting
 
     def _renewed(self, lease: Lease, result: t.ClaimApplied, sent_at: float) -> None:
         with self._lock:  # the outcome, if one is queued, goes out after this, with this token
@@ -326,7 +359,7 @@ class LeaseKeeper:
             return
         beats = [lease.beat or self._beat(lease, now) for lease in due]
         try:
-            results = self._execute([call for call, _ in beats], give_up_after=0.0)
+            results = self._beats(beats)
             for lease, result, (_, sent_at) in zip(due, results, beats, strict=True):
                 self._after_heartbeat(lease, result, sent_at)
                 if not lease.lost:
@@ -356,28 +389,19 @@ class LeaseKeeper:
         else:  # Redis unreachable, or a damaged job: try again in a moment
             lease.renewed_at = time.monotonic() - lease.lease_ms / 3000 + 0.2
 
-    def _execute(
-        self, calls: list[Call[Any]], give_up_after: float | None = None, *, pipeline: bool = True
-    ) -> list[Any]:
-        """Results of ``calls`` (the same calls re-sent while Redis is unreachable); one call goes
-        without a pipeline unless ``pipeline``."""
-        deadline = time.monotonic() + (self.retry_for if give_up_after is None else give_up_after)
-        delay = 0.05
-        while True:
-            try:
-                if not pipeline and len(calls) == 1:
-                    return [self.client.execute(calls[0])]
-                return self.client.execute_many(calls)
-            except RedisUnavailable as exc:
-                if time.monotonic() >= deadline:
-                    return [exc] * len(calls)
-                log.warning(
-                    "Redis unavailable (%s); retrying in %.2fs", redact_text(str(exc)), delay
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-            except QuasarError as exc:
-                return [exc] * len(calls)
+    def _send(self, calls: list[Call[Any]]) -> list[Any]:
+        """The replies of ``calls`` (one call without a pipeline)."""
+        if len(calls) == 1:
+            return [self.client.execute(calls[0])]
+        return self.client.execute_many(calls)
+
+    def _beats(self, beats: list[tuple[Call[t.ClaimResult], float]]) -> list[Any]:
+        """The results of heartbeats, sent once in one pipeline (an exception for each if the
+        pipeline failed)."""
+        try:
+            return self.client.execute_many([call for call, _ in beats])
+        except QuasarError as exc:
+            return [exc] * len(beats)
 
 
 def log_loss(client: Quasar, job_id: str, error: t.JobError, then: str) -> None:
@@ -403,6 +427,20 @@ def log_loss(client: Quasar, job_id: str, error: t.JobError, then: str) -> None:
 def _run_all(pairs: list[tuple[Any, Any]]) -> None:
     for done, result in pairs:
         done(result)
+
+
+def _flat(chunks: list[list[Item]], replies: list[Any]) -> list[Any]:
+    """One result per outcome from the replies of their report calls (a call's error for each
+    of its outcomes)."""
+    results: list[Any] = []
+    for chunk, reply in zip(chunks, replies, strict=True):
+        results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
+    return results
+
+
+def _end(lease: Lease) -> float:
+    """When the lease runs out, by the worker's clock (from the last renewal sent)."""
+    return lease.renewed_at + lease.lease_ms / 1000
 
 
 def _due(lease: Lease) -> float:
