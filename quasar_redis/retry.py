@@ -7,18 +7,39 @@ A policy answers "how long until the next attempt?" for a failed attempt: a dela
 
 from __future__ import annotations
 
+import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+from .errors import InvalidArgument
+
+#: Redis keeps times below this (ms since the epoch, year 2527): no job can be due later.
+LAST_TIME_MS = 17592186044415
+
+
+def delay_ms(seconds: Any, what: str) -> int:
+    """``seconds`` as whole milliseconds; InvalidArgument unless it is a finite, nonnegative
+    number that does not take the job past the last time Redis keeps (``LAST_TIME_MS``)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidArgument(f"{what} must be a number of seconds, not {seconds!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidArgument(f"{what} must be a finite, nonnegative number of seconds: {seconds}")
+    ms = round(seconds * 1000)
+    if ms > LAST_TIME_MS - time.time() * 1000:
+        raise InvalidArgument(f"{what} of {seconds}s goes past the year 2527")
+    return ms
 
 
 class Snooze(Exception):
-    """Raised by a task: run me again after ``delay`` seconds, without using an attempt."""
+    """Raised by a task: run me again after ``delay`` seconds, without using an attempt.
+
+    InvalidArgument (a ValueError) for a delay that is not a finite, nonnegative number."""
 
     def __init__(self, delay: float = 0.0) -> None:
-        if delay < 0:
-            raise ValueError("snooze delay must be nonnegative")
+        delay_ms(delay, "a snooze delay")
         super().__init__(f"snoozed for {delay}s")
         self.delay = delay
 
@@ -87,8 +108,7 @@ def as_policy(value: PolicyLike) -> RetryPolicy:
     if isinstance(value, RetryPolicy):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError("a retry delay must be nonnegative")
+        delay_ms(value, "a retry delay")
         return Fixed(float(value))
     if callable(value):
         return FromFunction(value)

@@ -36,6 +36,7 @@ from ._lease_keeper import Item
 from ._outbox import Outbox
 from ._resend import Resends
 from ._running import Runner
+from ._transient import passes
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -198,7 +199,7 @@ class Claimer:
                 self.resends.keep(lane, queue, call, carried)
                 raise
             except BaseException as exc:
-                self._settle(carried, [exc] * len(carried))
+                self._unsent(carried, exc)
                 raise
             finally:
                 self.asked -= want
@@ -238,6 +239,15 @@ class Claimer:
         if carried:
             self.outbox.keeper.forget(carried)
             self.runner.deliver([(item[2], r) for item, r in zip(carried, results, strict=True)])
+
+    def _unsent(self, carried: list[Item], exc: BaseException) -> None:
+        """A claim carrying ``carried`` failed with ``exc`` (not for want of Redis): refused
+        before it ran, by an error that can pass, its outcomes go to the lease keeper, which sends
+        them again; any other error is their result."""
+        if not passes(exc):
+            self._settle(carried, [exc] * len(carried))
+        elif carried:
+            self.outbox.keeper.report_many(carried)
 
     def _stop_carrying(self) -> None:
         """This loop sends no claim for now: outcomes go to the lease keeper unless another

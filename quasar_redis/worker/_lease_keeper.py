@@ -27,6 +27,7 @@ from .._calls import Call
 from .._urls import redact_text
 from ..client import Quasar
 from ..errors import QuasarError, RedisUnavailable
+from ._transient import passes
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -98,7 +99,7 @@ class Lease:
     ``on_lost`` is called, from the keeper's thread, with the lease and the refusal.
     """
 
-    __slots__ = ("claim", "lease_ms", "on_lost", "renewed_at", "state", "token")
+    __slots__ = ("beat", "claim", "lease_ms", "on_lost", "renewed_at", "state", "token")
 
     def __init__(
         self, claim: t.Claim, lease_ms: int, on_lost: Callable[[Lease, t.JobError], None]
@@ -109,6 +110,9 @@ class Lease:
         self.token: t.LeaseToken = claim.token
         self.renewed_at = 0.0  # monotonic time of the claim or last heartbeat
         self.state = HELD
+        # a heartbeat sent whose answer was lost, and when it was first sent: sent again as it is
+        # (same call id), since Redis may have renewed the lease and made the token stale
+        self.beat: tuple[Call[t.ClaimResult], float] | None = None
 
     @property
     def job_id(self) -> str:
@@ -213,7 +217,7 @@ class LeaseKeeper:
         with self._lock:
             for item in items:
                 lease = item[0]
-                if lease.state is BEATING:
+                if lease.state is BEATING or lease.beat is not None:  # its token may be stale
                     left.append(item)
                 else:
                     lease.apply(FINISH)
@@ -274,19 +278,71 @@ class LeaseKeeper:
                 return batch
 
     def _send_outcomes(self, batch: list[Item]) -> None:
-        """One report call per BATCH outcomes (all in one pipeline)."""
-        chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
-        calls = [
-            self.client.calls.report(
-                self.worker_id, [build(lease.token) for lease, build, _ in chunk]
-            )
-            for chunk in chunks
-        ]
-        results: list[Any] = []
-        for chunk, reply in zip(chunks, self._execute(calls, pipeline=False), strict=True):
-            results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
+        """One report call per BATCH outcomes (all in one pipeline), sent until answered."""
+        results = self._report(batch)
         self.forget(batch)
         self.dispatch([(item[2], r) for item, r in zip(batch, results, strict=True)])
+
+    def _report(self, batch: list[Item]) -> list[Any]:
+        """The outcomes' results. Sent again while the error can pass (``passes``) until the
+        leases have surely run out (``retry_for`` at least): the same calls once one may have
+        been applied (Redis unreachable); while every try was refused before it ran, rebuilt from
+        the leases' tokens, renewed meanwhile. Each waits for its lease's lost heartbeat first."""
+        deadline = max([time.monotonic() + self.retry_for] + [_end(x) for x, _, _ in batch])
+        chunks: list[list[Item]] = []
+        calls: list[Call[Any]] = []
+        unsure, tries, delay = False, 0, 0.05
+        while True:
+            error = None if unsure else self._renew(batch, renew_due=tries > 0)
+            if error is None:
+                if not unsure:  # none sent may have been applied: built from the newest tokens
+                    chunks, calls = self._report_calls(batch)
+                try:
+                    return _flat(chunks, self._send(calls))
+                except QuasarError as exc:
+                    if not passes(exc):
+                        return [exc] * len(batch)
+                    error, unsure = exc, unsure or isinstance(exc, RedisUnavailable)
+            if time.monotonic() >= deadline:
+                why = redact_text(str(error))
+                log.error("%d outcomes not reported: their leases ran out (%s)", len(batch), why)
+                return [error] * len(batch)
+            why = redact_text(str(error))
+            log.warning("Redis cannot take outcomes now (%s); retrying in %.2fs", why, delay)
+            time.sleep(delay)
+            self._heartbeat_due()  # the other leases are renewed meanwhile
+            tries, delay = tries + 1, min(delay * 2, 2.0)
+
+    def _report_calls(self, batch: list[Item]) -> tuple[list[list[Item]], list[Call[Any]]]:
+        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
+        chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
+        report = self.client.calls.report
+        worker_id = self.worker_id
+        calls = [report(worker_id, [build(x.token) for x, build, _ in chunk]) for chunk in chunks]
+        return chunks, calls
+
+    def _renew(self, batch: list[Item], *, renew_due: bool) -> BaseException | None:
+        """Heartbeats of finishing leases: those whose answer was lost (sent again as they
+        were) and, with ``renew_due``, those due. The error that keeps one waiting, if any."""
+        now = time.monotonic()
+        leases = [x for x, _, _ in batch if x.beat is not None or (renew_due and now >= _due(x))]
+        if not leases:
+            return None
+        beats = [lease.beat or self._beat(lease, now) for lease in leases]
+        waiting = None
+        for lease, result, (_, sent_at) in zip(leases, self._beats(beats), beats, strict=True):
+            if isinstance(result, BaseException) and passes(result):
+                waiting = result  # sent again next time
+                continue
+            lease.beat = None  # a refusal: the outcome is refused too, and tells the loss
+            if isinstance(result, t.ClaimApplied):
+                self._renewed(lease, result, sent_at)
+        return waiting
+
+    def _renewed(self, lease: Lease, result: t.ClaimApplied, sent_at: float) -> None:
+        with self._lock:  # the outcome, if one is queued, goes out after this, with this token
+            lease.token = result.claim.token
+            lease.renewed_at = sent_at
 
     def _heartbeat_due(self) -> None:
         now = time.monotonic()
@@ -301,14 +357,11 @@ class LeaseKeeper:
         self._next_due = min(later, default=now + 0.5)
         if not due:
             return
-        calls = [
-            self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms)
-            for lease in due
-        ]
+        beats = [lease.beat or self._beat(lease, now) for lease in due]
         try:
-            results = self._execute(calls, give_up_after=0.0)
-            for lease, result in zip(due, results, strict=True):
-                self._after_heartbeat(lease, result, now)
+            results = self._beats(beats)
+            for lease, result, (_, sent_at) in zip(due, results, beats, strict=True):
+                self._after_heartbeat(lease, result, sent_at)
                 if not lease.lost:
                     self._next_due = min(self._next_due, _due(lease))
         finally:  # only now, the new tokens in place, may carry() take these leases' outcomes
@@ -316,11 +369,17 @@ class LeaseKeeper:
                 for lease in due:
                     lease.apply(BEAT_ENDED)
 
+    def _beat(self, lease: Lease, now: float) -> tuple[Call[t.ClaimResult], float]:
+        """A new heartbeat of ``lease``, kept on it until answered."""
+        lease.beat = (self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms), now)
+        return lease.beat
+
     def _after_heartbeat(self, lease: Lease, result: Any, sent_at: float) -> None:
+        """``sent_at``: when the heartbeat was first sent (Redis renewed the lease after)."""
+        if not isinstance(result, BaseException) or not passes(result):
+            lease.beat = None  # answered: the next heartbeat is a new call
         if isinstance(result, t.ClaimApplied):
-            with self._lock:  # the outcome, if one is queued, goes out after this, with this token
-                lease.token = result.claim.token
-                lease.renewed_at = sent_at
+            self._renewed(lease, result, sent_at)
         elif isinstance(result, t.ClaimRefused):
             with self._lock:
                 lease.apply(REFUSED)
@@ -330,28 +389,19 @@ class LeaseKeeper:
         else:  # Redis unreachable, or a damaged job: try again in a moment
             lease.renewed_at = time.monotonic() - lease.lease_ms / 3000 + 0.2
 
-    def _execute(
-        self, calls: list[Call[Any]], give_up_after: float | None = None, *, pipeline: bool = True
-    ) -> list[Any]:
-        """Results of ``calls`` (the same calls re-sent while Redis is unreachable); one call goes
-        without a pipeline unless ``pipeline``."""
-        deadline = time.monotonic() + (self.retry_for if give_up_after is None else give_up_after)
-        delay = 0.05
-        while True:
-            try:
-                if not pipeline and len(calls) == 1:
-                    return [self.client.execute(calls[0])]
-                return self.client.execute_many(calls)
-            except RedisUnavailable as exc:
-                if time.monotonic() >= deadline:
-                    return [exc] * len(calls)
-                log.warning(
-                    "Redis unavailable (%s); retrying in %.2fs", redact_text(str(exc)), delay
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-            except QuasarError as exc:
-                return [exc] * len(calls)
+    def _send(self, calls: list[Call[Any]]) -> list[Any]:
+        """The replies of ``calls`` (one call without a pipeline)."""
+        if len(calls) == 1:
+            return [self.client.execute(calls[0])]
+        return self.client.execute_many(calls)
+
+    def _beats(self, beats: list[tuple[Call[t.ClaimResult], float]]) -> list[Any]:
+        """The results of heartbeats, sent once in one pipeline (an exception for each if the
+        pipeline failed)."""
+        try:
+            return self.client.execute_many([call for call, _ in beats])
+        except QuasarError as exc:
+            return [exc] * len(beats)
 
 
 def log_loss(client: Quasar, job_id: str, error: t.JobError, then: str) -> None:
@@ -377,6 +427,20 @@ def log_loss(client: Quasar, job_id: str, error: t.JobError, then: str) -> None:
 def _run_all(pairs: list[tuple[Any, Any]]) -> None:
     for done, result in pairs:
         done(result)
+
+
+def _flat(chunks: list[list[Item]], replies: list[Any]) -> list[Any]:
+    """One result per outcome from the replies of their report calls (a call's error for each
+    of its outcomes)."""
+    results: list[Any] = []
+    for chunk, reply in zip(chunks, replies, strict=True):
+        results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
+    return results
+
+
+def _end(lease: Lease) -> float:
+    """When the lease runs out, by the worker's clock (from the last renewal sent)."""
+    return lease.renewed_at + lease.lease_ms / 1000
 
 
 def _due(lease: Lease) -> float:

@@ -11,12 +11,16 @@ from typing import Any
 from .. import _types as t
 from .._codec import Encoded
 from ..app import Task
+from ..errors import InvalidArgument
+from ..retry import Snooze, delay_ms
 from ..serializers import MSGPACK, name_of
 
 REASON_MAX = 8000
 Build = Callable[[t.LeaseToken], t.Outcome]
 #: ``OutcomeApplied.state`` of a failure that will be retried (state names are the states' names).
 RETRY_WAITING = t.RetryWaiting.__name__
+#: The error kind of a job whose outcome the worker could not make (``worker_error``).
+WORKER_ERROR = "WorkerError"
 
 
 class OutcomeKind(enum.Enum):
@@ -72,7 +76,7 @@ def success(value: Any, task: Task[Any, Any] | None = None) -> Outcome:
         serializer = MSGPACK if task is None else task.app.serializer
         try:
             data = Encoded(serializer.dumps(value))
-        except (TypeError, ValueError, OverflowError) as exc:
+        except Exception as exc:  # a serializer may raise anything: the result is what is wrong
             reason = f"the result cannot be encoded as {name_of(serializer)}: {exc}"
             return permanent("BadResult", reason)
     return Outcome(OutcomeKind.COMPLETED, lambda tok: _complete(tok, data, "inline", ttl))
@@ -81,13 +85,34 @@ def success(value: Any, task: Task[Any, Any] | None = None) -> Outcome:
 def failure(
     task: Task[Any, Any], job: t.Job, exc: BaseException, kind: str, reason: str
 ) -> Outcome:
-    """A run that raised ``exc``: retried after the task's policy's delay, or failed for good."""
-    delay = task.retry.delay(job.attempt, exc)
-    if delay is None:
-        return permanent(kind, reason)
-    delay_ms = max(0, round(delay * 1000))
-    build: Build = lambda tok: t.Fail(tok, _reason(reason), delay_ms, kind)  # noqa: E731
-    return Outcome(OutcomeKind.FAILED, build, delay_ms)
+    """A run that raised ``exc``: retried after the task's policy's delay, or failed for good
+    (``WorkerError`` if the policy raises or answers no delay Redis can keep)."""
+    policy = task.retry
+    try:
+        delay = policy.delay(job.attempt, exc)
+        if delay is None:
+            return permanent(kind, reason)
+        ms = delay_ms(delay, "a retry delay")
+    except Exception as error:
+        return worker_error(f"the retry policy {policy!r} after {kind}: {reason}", error)
+    build: Build = lambda tok: t.Fail(tok, _reason(reason), ms, kind)  # noqa: E731
+    return Outcome(OutcomeKind.FAILED, build, ms)
+
+
+def snoozed(snooze: Snooze) -> Outcome:
+    """A run that raised ``snooze``: back to waiting after its delay (``WorkerError`` if the
+    delay is none Redis can keep, as from a subclass that skipped the check)."""
+    try:
+        ms = delay_ms(snooze.delay, "a snooze delay")
+    except (InvalidArgument, AttributeError) as error:
+        return worker_error("a snooze", error)
+    return release(ms, OutcomeKind.SNOOZED)
+
+
+def worker_error(what: str, error: BaseException) -> Outcome:
+    """The worker could not make an outcome of ``what``, which raised ``error``: the job fails
+    for good (kind ``WorkerError``), so that its lease is freed."""
+    return permanent(WORKER_ERROR, f"{what}: {error_kind(error)}: {error}")
 
 
 def permanent(kind: str, reason: str) -> Outcome:

@@ -143,6 +143,9 @@ class Runner:
                 if running.lost or running.phase is not HANDING_BACK:
                     return
                 outcome = o.HANDED_BACK
+            except Exception as exc:  # the worker's own making of the outcome: the job must end
+                log.exception("job %s: making its outcome failed", running.ctx.job.id)
+                outcome = o.worker_error("making the outcome of its run", exc)
             finally:
                 current.reset(token)
             if running.state is LEASE_LOST:  # (running.lost, without a call: once a job)
@@ -173,7 +176,7 @@ class Runner:
             else:
                 value = await asyncio.wait_for(self._call(task, args, kwargs), task.timeout)
         except Snooze as snooze:
-            return o.release(round(snooze.delay * 1000), o.OutcomeKind.SNOOZED)
+            return o.snoozed(snooze)
         except PermanentFailure as exc:
             return o.permanent(o.error_kind(exc), str(exc) or "permanent failure")
         except (TimeoutError, asyncio.TimeoutError) as exc:  # one class from Python 3.11 on
@@ -310,6 +313,17 @@ class Runner:
             )
             return
         if running.lost:  # lost while the outcome was on its way: lost() counted it
+            return
+        if isinstance(result, t.JobRefused) and isinstance(result.error, t.InvalidJob):
+            log.error(
+                "job %s stage=%s attempt=%d: Redis refused its outcome (%s): %s; it runs again "
+                "once its lease runs out",
+                job.id,
+                job.stage,
+                job.attempt,
+                outcome.kind.value,
+                result.error.reason,
+            )
             return
         if isinstance(result, t.JobRefused):
             then = f"its outcome from attempt {job.attempt} was refused"
