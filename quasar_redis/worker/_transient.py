@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis.exceptions as rex
 
-from ..errors import ProtocolError, RedisUnavailable
+from ..errors import ProtocolError, RedisFull, RedisUnavailable
 
 #: Redis error codes of a server that cannot answer now but will: busy with a script, loading its
 #: data, out of memory, a replica, a cluster moving slots or without a master, a script or
@@ -29,8 +29,9 @@ CLASSES = tuple(
 
 
 def passes(exc: BaseException) -> bool:
-    """Whether ``exc``, raised by a call, may pass: Redis unreachable, or an error of ``CODES``."""
-    if isinstance(exc, RedisUnavailable):
+    """Whether ``exc``, raised by a call, may pass: Redis unreachable or out of memory
+    (``RedisFull``), or an error of ``CODES``."""
+    if isinstance(exc, RedisUnavailable | RedisFull):
         return True
     if not isinstance(exc, ProtocolError):
         return False
