@@ -75,8 +75,8 @@ class EvictionPolicyWarning(RuntimeWarning):
     """Redis may evict keys (``maxmemory-policy`` is not ``noeviction``): jobs can be lost."""
 
 
-def warn_policy(reply: Any) -> None:
-    """Warn when ``CONFIG GET maxmemory-policy`` says Redis may evict keys."""
+def policy_of(reply: Any) -> str | None:
+    """The policy a ``CONFIG GET maxmemory-policy`` reply names (None: it names none)."""
     policy: Any = None
     if isinstance(reply, dict):
         values = list(reply.values())
@@ -85,6 +85,12 @@ def warn_policy(reply: Any) -> None:
             policy = next(iter(policy.values()), None)
     if isinstance(policy, bytes):
         policy = policy.decode()
+    return policy if isinstance(policy, str) and policy else None
+
+
+def warn_policy(reply: Any) -> None:
+    """Warn when ``CONFIG GET maxmemory-policy`` says Redis may evict keys."""
+    policy = policy_of(reply)
     if policy and policy != "noeviction":
         warnings.warn(
             f"Redis maxmemory-policy is {policy!r}, not 'noeviction': Redis may evict job keys "
@@ -295,6 +301,11 @@ class Sending:
         if unusable is None:
             raise exc
         self.functions = not unusable
+
+    def _asking_policy(self) -> Flow[str | None]:
+        """Redis's ``maxmemory-policy``; None where CONFIG is refused (some managed Redis)."""
+        reply = yield Ask("config_get", ("maxmemory-policy",))
+        return None if isinstance(reply, Exception) else policy_of(reply)
 
     def _checking_policy(self) -> Flow[None]:
         """Once per client: warn when Redis may evict keys (a refused CONFIG says nothing)."""

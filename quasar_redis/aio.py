@@ -166,6 +166,11 @@ class AsyncQuasar(ClientBase):
         replies = iter(await pipe.execute(raise_on_error=False))
         return [None if command is None else next(replies) for command in commands]
 
+    async def eviction_policy(self) -> str | None:
+        """Redis's ``maxmemory-policy`` (anything but "noeviction" may lose jobs: see
+        docs/guarantees.md); None where Redis refuses CONFIG, as some managed services do."""
+        return await self._drive(self._asking_policy())
+
     async def aclose(self) -> None:
         """Close the redis-py client if ``from_url`` made it; one passed in stays open."""
         if self._owns_redis:

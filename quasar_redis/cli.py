@@ -265,6 +265,12 @@ def prefetch_option(
     help="Stop (exit 0) after running this many jobs.",
 )
 @click.option(
+    "--allow-eviction",
+    is_flag=True,
+    help="Serve even where Redis's maxmemory-policy may evict keys (jobs may be lost: see "
+    "docs/guarantees.md); refused by default.",
+)
+@click.option(
     "--reload",
     is_flag=True,
     help="Development: restart the worker when a .py file under the current folder changes "
@@ -286,6 +292,7 @@ def worker(
     connect_timeout: float,
     burst: bool,
     max_jobs: int | None,
+    allow_eviction: bool,
     reload: bool,
     worker_id: str | None,
     log_level: str,
@@ -314,6 +321,7 @@ def worker(
             connect_timeout=connect_timeout,
             burst=burst,
             max_jobs=max_jobs,
+            allow_eviction=allow_eviction,
         )
         runner.run(install_signals=True)
     except QuasarError as exc:

@@ -91,6 +91,11 @@ class Quasar(ClientBase):
         replies = iter(pipe.execute(raise_on_error=False))
         return [None if command is None else next(replies) for command in commands]
 
+    def eviction_policy(self) -> str | None:
+        """Redis's ``maxmemory-policy`` (anything but "noeviction" may lose jobs: see
+        docs/guarantees.md); None where Redis refuses CONFIG, as some managed services do."""
+        return self._drive(self._asking_policy())
+
     def close(self) -> None:
         """Close the redis-py client if ``from_url`` made it; one passed in stays open."""
         if self._owns_redis:

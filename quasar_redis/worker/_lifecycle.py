@@ -29,7 +29,7 @@ from ._outbox import Outbox
 from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
 from ._running import Runner
-from ._startup import announce, check_settings, connect
+from ._startup import announce, check_eviction, check_settings, connect
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -45,7 +45,8 @@ class Worker:
     refused credentials or permissions raise AuthenticationError / PermissionDenied at once, at
     start or later. ``burst``: stop once nothing of its queues is claimable and none of its jobs
     runs (jobs scheduled for later stay). ``max_jobs``: stop once it has run that many (each
-    attempt counts). Settings out of bounds raise InvalidArgument.
+    attempt counts). Settings out of bounds raise InvalidArgument. A Redis whose
+    ``maxmemory-policy`` may evict keys is refused (ConfigurationError) unless ``allow_eviction``.
 
     ``run()`` serves on an event loop of its own until SIGTERM / SIGINT; ``await serve()`` on
     the running loop until ``stop()``. ``with worker:`` serves in a thread of its own for the
@@ -70,6 +71,7 @@ class Worker:
         connect_timeout: float = 10.0,
         burst: bool = False,
         max_jobs: int | None = None,
+        allow_eviction: bool = False,
     ) -> None:
         if isinstance(queues, str) or not queues:
             raise InvalidArgument(f"queues must be a non-empty list of names: got {queues!r}")
@@ -95,6 +97,7 @@ class Worker:
         self.connect_timeout = connect_timeout
         self.burst = burst
         self.max_jobs = max_jobs
+        self.allow_eviction = allow_eviction
         self.stats = WorkerStats()
         # Jobs it may hold beyond ``concurrency`` now (prefetch="auto": from recent run times).
         self._prefetch = Prefetch(prefetch, concurrency)
@@ -136,6 +139,7 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
         await connect(self.app, self.connect_timeout, self._stopping)
+        await check_eviction(self.app, self.allow_eviction)
         keeper, runner, claimer, pool = self._open(loop)
         maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
         announce(self.worker_id, self.app, self.queues, self._settings())

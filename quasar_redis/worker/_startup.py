@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions as rex
 
 from .._urls import check_url, redact_text, where
-from ..errors import AuthenticationError, InvalidArgument, PermissionDenied, RedisUnavailable
+from ..errors import (
+    AuthenticationError,
+    ConfigurationError,
+    InvalidArgument,
+    PermissionDenied,
+    RedisUnavailable,
+)
 from ._claiming import access_denied, pause
 
 if TYPE_CHECKING:
@@ -105,6 +111,23 @@ async def connect(app: App, timeout: float, stopping: asyncio.Event) -> None:
                 f"(connect_timeout), the last: {redact_text(str(last)) or type(last).__name__}"
             )
         await pause(stopping, min(CONNECT_RETRY_S, left))
+
+
+async def check_eviction(app: App, allowed: bool) -> None:
+    """ConfigurationError when Redis may evict keys (``maxmemory-policy`` not "noeviction"), unless
+    ``allowed``: evicted job hashes, indexes or call records lose jobs silently."""
+    policy = await app.aclient().eviction_policy()
+    if policy is None or policy == "noeviction":
+        return
+    at = where(app.connector.url)
+    if allowed:
+        log.warning("Redis at %s has maxmemory-policy %r: it may evict job keys", at, policy)
+        return
+    raise ConfigurationError(
+        f"Redis at {at} has maxmemory-policy {policy!r}, which may evict job keys and lose jobs "
+        "silently (docs/guarantees.md): set maxmemory-policy noeviction, or accept it with "
+        "Worker(allow_eviction=True) / quasar worker --allow-eviction"
+    )
 
 
 def _refused(exc: BaseException, url: str) -> None:
