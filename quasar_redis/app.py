@@ -39,6 +39,7 @@ from ._calls import Limits, NewJob
 from ._codec import Encoded
 from ._handles import JobHandle
 from ._keys import check_name
+from ._urls import MEMORY_URL
 from .aio import AsyncQuasar
 from .client import Quasar
 from .errors import (
@@ -58,7 +59,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-MEMORY_URL = "memory://"
 URL_VARIABLES = ("QUASAR_REDIS_URL", "REDIS_URL")
 
 

@@ -35,9 +35,9 @@ from . import __version__
 from . import demo as demo_module
 from ._keys import KeySpace
 from ._loading import load_app
-from ._urls import check_url, redact, redact_text, where
+from ._urls import MEMORY_URL, check_url, redact, redact_text, where
 from ._waits import block_ms
-from .app import MEMORY_URL, URL_VARIABLES
+from .app import URL_VARIABLES
 from .errors import ConfigurationError, QuasarError
 from .example import Example, open_quasar
 from .worker import Worker

@@ -34,8 +34,8 @@ from rich.table import Table
 from . import _types as t
 from ._calls import NewJob
 from ._demo_jobs import QUEUES, declare, plan
-from ._urls import redact, redact_text, where
-from .app import MEMORY_URL, App
+from ._urls import MEMORY_URL, redact, redact_text, where
+from .app import App
 from .errors import QuasarError
 from .example import delete_namespace, holds_keys
 from .worker import Worker, WorkerStats

@@ -17,8 +17,8 @@ import click
 import redis
 
 from . import _types as t
-from ._urls import redact, redact_text
-from .app import MEMORY_URL, Connector
+from ._urls import MEMORY_URL, redact, redact_text
+from .app import Connector
 from .client import Quasar
 
 QUEUE = "images"

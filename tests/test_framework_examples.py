@@ -41,8 +41,7 @@ def shop(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def fastapi_shop() -> Any:
-    pytest.importorskip("fastapi")
-    return importlib.import_module("fastapi_shop")
+    return importlib.import_module("fastapi_shop")  # (fastapi is in the test extra: no skip)
 
 
 async def requests(module: Any, calls: list[tuple[str, str, dict[str, int]]]) -> list[Any]:
@@ -87,8 +86,7 @@ def test_fastapi_with_a_worker_process(shop: str) -> None:
 
 
 def test_django_views_enqueue_and_a_worker_runs_the_jobs(shop: str) -> None:
-    pytest.importorskip("django")
-    from django.conf import settings
+    from django.conf import settings  # (django is in the test extra: no skip)
 
     if not settings.configured:
         settings.configure(
