@@ -1,4 +1,5 @@
--- get (read only): one job, with the dependency it waits on when it is blocked.
+-- get (read only): one job, with the dependency it waits on when it is blocked. An id no job
+-- may have (id_error) is refused InvalidJob.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] job id
@@ -21,6 +22,8 @@ local function main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
   if now == nil then return e end
+  local bad = id_error(args[3], "job_id")
+  if bad then return bad end
   local h, err = load_job(ctx, args[3])
   if h == nil then return err end
   return applied("Found", fmt(ctx, now), job_reply(ctx, args[3], h), waiting_on(ctx, h))
