@@ -374,7 +374,7 @@ local function check_types(ctx, keys, want)
   return nil
 end
 
-local QUEUE_ZSETS = {"ready", "delayed", "retrying", "leased", "blocked",
+local QUEUE_ZSETS = {"ready", "delayed", "delayed_pr", "retrying", "leased", "blocked",
   "succeeded", "failed", "cancelled", "expiring"}
 
 -- Refusal when a key of the queue (or the namespace) has the wrong type; checked once per call.
@@ -615,6 +615,9 @@ end
 -- available_at) and in one of delayed / ready. L jobs sit in leased (by expires_at); finished
 -- jobs in succeeded / failed / cancelled (by finished_at). Counts and pages by status are
 -- derived from these (counts.lua, list.lua): no index holds every waiting job twice.
+-- Every job in delayed is also in delayed_pr, as ready would hold it (score priority, the same
+-- member): so a claim finds the best due jobs among many come due at once, priority by priority
+-- (promote.lua's promote_best), where delayed gives them by due time alone.
 
 -- Members sort by available_at, then sequence: both as fixed-width big-endian bytes (6 and 5:
 -- available_at below 2^48 ms, sequence below 2^40), then the id. Binary rather than hex keeps a
@@ -668,9 +671,13 @@ local function unplace(ctx, id, h, member)
     if h.st == "R" then zrem(ctx, key_q(ctx, q, "retrying"), id) end
     if blocked(h) then
       zrem(ctx, key_q(ctx, q, "blocked"), id)
+    elseif member then
+      zrem(ctx, key_q(ctx, q, "ready"), member)
     else
-      zrem(ctx, key_q(ctx, q, "ready"), member or ready_member(ctx, id, h))
-      if not member then zrem(ctx, key_q(ctx, q, "delayed"), id) end
+      member = ready_member(ctx, id, h)
+      zrem(ctx, key_q(ctx, q, "ready"), member)
+      zrem(ctx, key_q(ctx, q, "delayed"), id)
+      zrem(ctx, key_q(ctx, q, "delayed_pr"), member)
     end
   elseif h.st == "L" then
     zrem(ctx, key_q(ctx, q, "leased"), id)
@@ -691,6 +698,7 @@ local function place(ctx, id, h, now)
       wake(ctx, q)
     else
       zadd(ctx, key_q(ctx, q, "delayed"), h.at, id)
+      zadd(ctx, key_q(ctx, q, "delayed_pr"), h.pr, ready_member(ctx, id, h))
     end
   elseif h.st == "L" then
     zadd(ctx, key_q(ctx, q, "leased"), h.x, id)

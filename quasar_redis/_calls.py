@@ -28,7 +28,7 @@ from ._args import (
 )
 from ._codec import EncodeError, encode
 from ._general import text
-from ._ids import id_error
+from ._ids import id_error, sendable
 from ._keys import KeySpace
 from ._replies import (
     first_claim,
@@ -122,9 +122,9 @@ def _job_group(job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
     except EncodeError as exc:
         return t.InvalidJob(f"payload {exc}")
     job_id: Any = job.id
-    if job_id is not None and (bad := id_error(job_id)) is not None:
-        return t.InvalidJob(bad)
-    if isinstance(job_id, bytes):  # UTF-8 text (id_error): the id is that text
+    if job_id is not None and not sendable(job_id):  # the script checks the rest, in batch order
+        return t.InvalidJob(id_error(job_id) or "id must be UTF-8 text")
+    if isinstance(job_id, bytes) and id_error(job_id) is None:  # UTF-8: the id is that text
         job_id = job_id.decode()
     deps: list[str] = []
     for dep in job.dependencies:

@@ -84,3 +84,11 @@ def id_error(value: object, what: str = "id") -> str | None:
                 f" (U+{ord(char):04X})"
             )
     return f"{what} must be UTF-8 text" if broken else None
+
+
+def sendable(value: object) -> bool:
+    """Whether ``value`` can be sent to a script as it is (which then applies the rule itself):
+    bytes, or a ``str`` without lone surrogates (which no UTF-8 encoding takes)."""
+    if isinstance(value, bytes) or (type(value) is str and value.isascii()):
+        return True
+    return isinstance(value, str) and not any("\ud800" <= c <= "\udfff" for c in value)
