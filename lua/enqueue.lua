@@ -171,7 +171,7 @@ end
 -- What a new job's write touches, by the index it goes to (see writes_error): 5 TYPE calls.
 local WRITES = {
   ready = {"ready", wake = true, namespace = true},
-  delayed = {"delayed", namespace = true},
+  delayed = {"delayed", "delayed_pr", namespace = true},
   blocked = {"blocked", namespace = true},
 }
 

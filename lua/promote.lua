@@ -50,30 +50,28 @@ end
 
 -- Moves the best due jobs of a queue's delayed_pr to ready, best first, up to `want`: priority
 -- value by priority value, from the lowest, each one's due prefix (its members sort by
--- available_at, then enqueue order). Reads past at most IDLE_LEVELS values with nothing due, and
--- none ranked after `upto` (the priority of the `want`-th entry of ready, when ready holds that
--- many: a job of a later value would not be picked this call). Entries move as they are: a job
--- gone or changed since is found out by the claim, which drops or re-indexes what it cannot
--- lease. Returns how many it moved, and the refusal that stopped it before any write.
+-- available_at, then enqueue order). Reads at most IDLE_LEVELS values with nothing due, and,
+-- past the first value, none ranked after the `want`-th entry of ready (a job of a later value
+-- would not be picked this call). Entries move as they are: a job gone or changed since is found
+-- out by the claim, which drops or re-indexes what it cannot lease. Returns how many it moved,
+-- and the refusal that stopped it before any write.
 local function promote_best(ctx, queue, now, want)
   local k, ready = key_q(ctx, queue, "delayed_pr"), key_q(ctx, queue, "ready")
-  local from, idle, moved, upto = "-inf", 0, 0, nil
-  while moved < want and idle < IDLE_LEVELS do
-    local entries, bad = zread_typed(ctx, "ZRANGEBYSCORE", k, from, upto or "+inf", "WITHSCORES",
-      "LIMIT", "0", fmt(ctx, want - moved))
+  local from, upto, idle, moved, checked = "-inf", "+inf", 0, 0, false
+  while true do
+    local entries, bad = zread_typed(ctx, "ZRANGEBYSCORE", k, from, upto, "WITHSCORES", "LIMIT",
+      "0", fmt(ctx, want - moved))
     if entries == nil then return moved, bad end
     if entries[1] == nil then break end
-    if upto == nil then -- (read once, when there is something to promote)
-      local last = zread(ctx, "ZRANGE", ready, fmt(ctx, want - 1), fmt(ctx, want - 1), "WITHSCORES")
-      upto = last[2] or "+inf"
-      if last[2] and tonumber(entries[2]) > tonumber(upto) then break end
-    end
-    bad = writes_error(ctx, queue, PROMOTE_WRITES)
-    if bad then return moved, bad end
     local level, due = entries[2], 0
     for i = 1, #entries, 2 do
       local member = entries[i]
       if entries[i + 1] ~= level or member_at(member) > now then break end
+      if not checked then
+        bad = writes_error(ctx, queue, PROMOTE_WRITES)
+        if bad then return moved, bad end
+        checked = true
+      end
       zrem(ctx, k, member)
       zrem(ctx, key_q(ctx, queue, "delayed"), ready_id(member))
       zadd(ctx, ready, level, member)
@@ -82,6 +80,12 @@ local function promote_best(ctx, queue, now, want)
     end
     if due == 0 then idle = idle + 1 end
     moved = moved + due
+    if moved >= want or idle >= IDLE_LEVELS then break end
+    if from == "-inf" then -- (past the first value: read where ready's own pick ends)
+      local last = zread(ctx, "ZRANGE", ready, fmt(ctx, want - 1), fmt(ctx, want - 1), "WITHSCORES")
+      upto = last[2] or "+inf"
+    end
+    if upto ~= "+inf" and tonumber(level) >= tonumber(upto) then break end
     from = "(" .. level
   end
   return moved
