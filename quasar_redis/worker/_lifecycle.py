@@ -29,6 +29,7 @@ from ._outbox import Outbox
 from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
 from ._processes import ProcessPool
+from ._registry import Registry
 from ._running import Runner
 from ._startup import announce, check_eviction, check_settings, connect
 
@@ -155,6 +156,13 @@ class Worker:
             await processes.start()
         keeper, runner, claimer, pool = self._open(loop, processes)
         maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
+        registry = Registry(
+            client=claimer.client,
+            runner=runner,
+            queues=self.queues,
+            interval=self.maintenance_interval,
+        )
+        announcing = asyncio.create_task(registry.run())
         announce(self.worker_id, self.app, self.queues, self._settings())
         if self._started is not None:  # ``with``: the block begins
             self._started.set()
@@ -167,7 +175,9 @@ class Worker:
             claimer.report_unanswered()
             await self._drain(runner)
             maintenance.cancel()
-            await asyncio.gather(maintenance, return_exceptions=True)
+            announcing.cancel()
+            await asyncio.gather(maintenance, announcing, return_exceptions=True)
+            await registry.retire()
             claimer.outbox.flush()
             await asyncio.to_thread(keeper.stop)
             assert self._keeper is not None
