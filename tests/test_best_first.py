@@ -6,8 +6,10 @@ from __future__ import annotations
 import random
 
 from quasar_redis import (
+    BatchApplied,
     ClaimRefused,
     ClaimsApplied,
+    JobApplied,
     NewJob,
     NothingClaimable,
     Quasar,
@@ -21,7 +23,7 @@ LEASE = 60_000
 def enqueue(q: Quasar, jobs: list[NewJob]) -> None:
     for start in range(0, len(jobs), 1000):
         result = q.enqueue_many(jobs[start : start + 1000], now=T0, ids_only=True)
-        assert result.__class__.__name__ == "BatchApplied", result
+        assert isinstance(result, BatchApplied), result
 
 
 def claim_id(q: Quasar, now: int) -> str:
@@ -104,7 +106,7 @@ def clock_stepped_back(q: Quasar, ahead: int) -> int:
     returns a now before T0, as after a failover to a server whose clock is behind."""
     enqueue(q, [NewJob("s", id=f"ahead{i:03d}", priority=-1) for i in range(ahead)])
     result = q.enqueue("s", id="due", now=T0 - 5000)
-    assert result.__class__.__name__ == "JobApplied", result
+    assert isinstance(result, JobApplied), result
     return T0 - 1000
 
 
