@@ -193,51 +193,45 @@ end
 
 -- What an id may hold (docs/lifecycle.md, "Job ids"): 1 to ID_MAX bytes of UTF-8 text without
 -- whitespace, control or format characters: no code point of Unicode's categories Zs, Zl, Zp,
--- Cc or Cf (as of Unicode 15.0), listed below as ranges {low, high, low, high, ...}.
--- quasar_redis/_ids.py holds the same rule and table (a test checks that they agree).
-local ID_REFUSED = {0x0, 0x20, 0x7F, 0xA0, 0xAD, 0xAD, 0x600, 0x605, 0x61C, 0x61C, 0x6DD, 0x6DD,
-  0x70F, 0x70F, 0x890, 0x891, 0x8E2, 0x8E2, 0x1680, 0x1680, 0x180E, 0x180E, 0x2000, 0x200F,
-  0x2028, 0x202F, 0x205F, 0x2064, 0x2066, 0x206F, 0x3000, 0x3000, 0xFEFF, 0xFEFF, 0xFFF9, 0xFFFB,
-  0x110BD, 0x110BD, 0x110CD, 0x110CD, 0x13430, 0x1343F, 0x1BCA0, 0x1BCA3, 0x1D173, 0x1D17A,
-  0xE0001, 0xE0001, 0xE0020, 0xE007F}
-
--- The first refused code point of a non-ASCII id, -1 when it is not UTF-8, or nil. Strict
--- UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF.
-local function refused_code(s)
-  local byte, i, n = string.byte, 1, #s
-  while i <= n do
-    local c, cp, len = byte(s, i), nil, nil
-    if c < 0x80 then cp, len = c, 1
-    elseif c >= 0xC2 and c <= 0xDF then cp, len = c - 0xC0, 2
-    elseif c >= 0xE0 and c <= 0xEF then cp, len = c - 0xE0, 3
-    elseif c >= 0xF0 and c <= 0xF4 then cp, len = c - 0xF0, 4
-    else return -1 end
-    for k = i + 1, i + len - 1 do
-      local b = byte(s, k)
-      if b == nil or b < 0x80 or b > 0xBF then return -1 end
-      cp = cp * 64 + b - 0x80
-    end
-    if (len == 3 and (cp < 0x800 or (cp >= 0xD800 and cp <= 0xDFFF)))
-        or (len == 4 and (cp < 0x10000 or cp > 0x10FFFF)) then
-      return -1
-    end
-    for r = 1, #ID_REFUSED, 2 do
-      if cp < ID_REFUSED[r] then break end
-      if cp <= ID_REFUSED[r + 1] then return cp end
-    end
-    i = i + len
-  end
-  return nil
-end
-
+-- Cc or Cf (as of Unicode 15.0). An ASCII id needs one pattern match; any other is decoded,
+-- strictly (no overlong forms, no surrogates, nothing past U+10FFFF), and each code point looked
+-- up in ID_REFUSED, ranges {low, high, low, high, ...}. quasar_redis/_ids.py holds the same rule
+-- and table (a test checks that they agree).
 local function id_error(s, what)
   if #s == 0 then return invalid(what .. " must not be empty") end
   if #s > ID_MAX then return invalid(what .. " must be at most " .. ID_MAX .. " bytes") end
-  local bad = nil
-  if string.find(s, "[\128-\255]") then
-    bad = refused_code(s)
-  elseif string.find(s, "[%c ]") then -- (ASCII: the controls and the space)
-    bad = string.byte(s, string.find(s, "[%c ]"))
+  local bad = nil -- the first refused code point, or -1 when the id is not UTF-8
+  if not string.find(s, "[\128-\255]") then
+    bad = string.find(s, "[%c ]") and string.byte(s, string.find(s, "[%c ]")) -- (controls, space)
+  else
+    local ID_REFUSED = {0x0, 0x20, 0x7F, 0xA0, 0xAD, 0xAD, 0x600, 0x605, 0x61C, 0x61C, 0x6DD,
+      0x6DD, 0x70F, 0x70F, 0x890, 0x891, 0x8E2, 0x8E2, 0x1680, 0x1680, 0x180E, 0x180E, 0x2000,
+      0x200F, 0x2028, 0x202F, 0x205F, 0x2064, 0x2066, 0x206F, 0x3000, 0x3000, 0xFEFF, 0xFEFF,
+      0xFFF9, 0xFFFB, 0x110BD, 0x110BD, 0x110CD, 0x110CD, 0x13430, 0x1343F, 0x1BCA0, 0x1BCA3,
+      0x1D173, 0x1D17A, 0xE0001, 0xE0001, 0xE0020, 0xE007F}
+    local byte, i, n = string.byte, 1, #s
+    while i <= n and bad == nil do
+      local c, cp, len = byte(s, i), nil, nil
+      if c < 0x80 then cp, len = c, 1
+      elseif c >= 0xC2 and c <= 0xDF then cp, len = c - 0xC0, 2
+      elseif c >= 0xE0 and c <= 0xEF then cp, len = c - 0xE0, 3
+      elseif c >= 0xF0 and c <= 0xF4 then cp, len = c - 0xF0, 4
+      else cp, len = -1, 1 end
+      for k = i + 1, i + len - 1 do
+        local b = byte(s, k)
+        if cp < 0 or b == nil or b < 0x80 or b > 0xBF then cp = -1 else cp = cp * 64 + b - 0x80 end
+      end
+      if cp < 0 or (len == 3 and (cp < 0x800 or (cp >= 0xD800 and cp <= 0xDFFF)))
+          or (len == 4 and (cp < 0x10000 or cp > 0x10FFFF)) then
+        bad = -1
+      else
+        for r = 1, #ID_REFUSED, 2 do
+          if cp < ID_REFUSED[r] then break end
+          if cp <= ID_REFUSED[r + 1] then bad = cp end
+        end
+      end
+      i = i + len
+    end
   end
   if bad == -1 then return invalid(what .. " must be UTF-8 text") end
   if bad then

@@ -33,9 +33,6 @@
 -- the first delivery made, with the same tokens, and leases nothing more.
 
 local MAINTENANCE = 100
--- Entries of ready a claim drops, re-indexes or skips as damaged, at most (docs/lifecycle.md,
--- "Best first, and its bounds"): past it, it answers NothingClaimable(now) if it leased nothing.
-local REPAIR_MAX = 100
 
 -- QueuePaused while `queue` is paused (pause.lua), or nil; CorruptKey when the paused set is no
 -- set. One SISMEMBER: a claim of a queue never paused pays no more.
@@ -99,10 +96,10 @@ local RETRY_LEASE_WRITES = {"ready", "leased", "retrying"}
 -- key of the wrong type, is skipped and left as it is (damaged keeps the refusals, skipped the
 -- ids): the jobs around it are still claimed.
 local function take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped,
-    budget)
+    budget, ahead)
   local dropped = 0
   local loaded, cid = ctx.loaded, ctx.args[1]
-  local ahead = #damaged + (budget < REPAIR_MAX and math.min(budget, 32) or 0)
+  ahead = ahead + #damaged
   local members = zread(ctx, "ZRANGE", key_q(ctx, queue, "ready"), "0",
     fmt(ctx, limit - #rec - 1 + ahead))
   for _, member in ipairs(members) do
@@ -167,12 +164,17 @@ local function claim_queue(ctx, now, queue, worker, lease_ms, limit)
   _, bad2 = expire_queue(ctx, queue, now, MAINTENANCE, {}, {})
   if bad2 then return bad2 end
   local out, rec, damaged, skipped = {"ClaimsApplied", fmt(ctx, now)}, {}, {}, {}
-  local budget = REPAIR_MAX
+  -- Entries of ready it drops, re-indexes or skips as damaged, at most (docs/lifecycle.md,
+  -- "Best first, and its bounds"): past it, it answers NothingClaimable(now) if it leased
+  -- nothing. A pass after the first reads up to 32 entries ahead.
+  local REPAIR_MAX = 100
+  local budget, ahead = REPAIR_MAX, 0
   while #rec < limit and budget > 0 do
     local dropped = take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped,
-      budget)
+      budget, ahead)
     if dropped == 0 then break end
     budget = budget - dropped
+    ahead = math.min(budget, 32)
   end
   if #rec == 0 then
     -- (with the budget spent, what lies further in ready may be due: claim again now)

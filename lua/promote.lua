@@ -38,16 +38,6 @@ local function promote_queue(ctx, queue, now, limit)
   return moved
 end
 
--- How many priority values holding nothing due promote_best reads, at most, before it stops
--- (docs/lifecycle.md, "Best first, and its bounds").
-local IDLE_LEVELS = 32
-
--- The available_at of a ready / delayed_pr member (its first 6 bytes, big-endian).
-local function member_at(member)
-  local a, b, c, d, e, f = string.byte(member, 1, 6)
-  return ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
-end
-
 -- Moves the best due jobs of a queue's delayed_pr to ready, best first, up to `want`: priority
 -- value by priority value, from the lowest, each one's due prefix (its members sort by
 -- available_at, then enqueue order). Reads at most IDLE_LEVELS values with nothing due, and,
@@ -56,6 +46,9 @@ end
 -- out by the claim, which drops or re-indexes what it cannot lease. Returns how many it moved,
 -- and the refusal that stopped it before any write.
 local function promote_best(ctx, queue, now, want)
+  -- How many priority values holding nothing due it reads, at most (docs/lifecycle.md, "Best
+  -- first, and its bounds"); a member's due time is its first 6 bytes, big-endian.
+  local IDLE_LEVELS, byte = 32, string.byte
   local k, ready = key_q(ctx, queue, "delayed_pr"), key_q(ctx, queue, "ready")
   local from, upto, idle, moved, checked = "-inf", "+inf", 0, 0, false
   while true do
@@ -66,7 +59,9 @@ local function promote_best(ctx, queue, now, want)
     local level, due = entries[2], 0
     for i = 1, #entries, 2 do
       local member = entries[i]
-      if entries[i + 1] ~= level or member_at(member) > now then break end
+      local a, b, c, d, e, f = byte(member, 1, 6)
+      local at = ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
+      if entries[i + 1] ~= level or at > now then break end
       if not checked then
         bad = writes_error(ctx, queue, PROMOTE_WRITES)
         if bad then return moved, bad end
