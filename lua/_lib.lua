@@ -191,10 +191,52 @@ local function stage_error(s)
   return nil
 end
 
+-- What an id may hold (docs/lifecycle.md, "Job ids"): 1 to ID_MAX bytes of UTF-8 text without
+-- whitespace, control or format characters: no code point of Unicode's categories Zs, Zl, Zp,
+-- Cc or Cf (as of Unicode 15.0). An ASCII id needs one pattern match; any other is decoded,
+-- strictly (no overlong forms, no surrogates, nothing past U+10FFFF), and each code point looked
+-- up in ID_REFUSED, ranges {low, high, low, high, ...}. quasar_redis/_ids.py holds the same rule
+-- and table (a test checks that they agree).
 local function id_error(s, what)
+  if #s == 0 then return invalid(what .. " must not be empty") end
   if #s > ID_MAX then return invalid(what .. " must be at most " .. ID_MAX .. " bytes") end
-  if string.find(s, "[%c%s]") then
-    return invalid(what .. " must not contain whitespace or control characters")
+  local bad = nil -- the first refused code point, or -1 when the id is not UTF-8
+  if not string.find(s, "[\128-\255]") then
+    bad = string.find(s, "[%c ]") and string.byte(s, string.find(s, "[%c ]")) -- (controls, space)
+  else
+    local ID_REFUSED = {0x0, 0x20, 0x7F, 0xA0, 0xAD, 0xAD, 0x600, 0x605, 0x61C, 0x61C, 0x6DD,
+      0x6DD, 0x70F, 0x70F, 0x890, 0x891, 0x8E2, 0x8E2, 0x1680, 0x1680, 0x180E, 0x180E, 0x2000,
+      0x200F, 0x2028, 0x202F, 0x205F, 0x2064, 0x2066, 0x206F, 0x3000, 0x3000, 0xFEFF, 0xFEFF,
+      0xFFF9, 0xFFFB, 0x110BD, 0x110BD, 0x110CD, 0x110CD, 0x13430, 0x1343F, 0x1BCA0, 0x1BCA3,
+      0x1D173, 0x1D17A, 0xE0001, 0xE0001, 0xE0020, 0xE007F}
+    local byte, i, n = string.byte, 1, #s
+    while i <= n and bad == nil do
+      local c, cp, len = byte(s, i), nil, nil
+      if c < 0x80 then cp, len = c, 1
+      elseif c >= 0xC2 and c <= 0xDF then cp, len = c - 0xC0, 2
+      elseif c >= 0xE0 and c <= 0xEF then cp, len = c - 0xE0, 3
+      elseif c >= 0xF0 and c <= 0xF4 then cp, len = c - 0xF0, 4
+      else cp, len = -1, 1 end
+      for k = i + 1, i + len - 1 do
+        local b = byte(s, k)
+        if cp < 0 or b == nil or b < 0x80 or b > 0xBF then cp = -1 else cp = cp * 64 + b - 0x80 end
+      end
+      if cp < 0 or (len == 3 and (cp < 0x800 or (cp >= 0xD800 and cp <= 0xDFFF)))
+          or (len == 4 and (cp < 0x10000 or cp > 0x10FFFF)) then
+        bad = -1
+      else
+        for r = 1, #ID_REFUSED, 2 do
+          if cp < ID_REFUSED[r] then break end
+          if cp <= ID_REFUSED[r + 1] then bad = cp end
+        end
+      end
+      i = i + len
+    end
+  end
+  if bad == -1 then return invalid(what .. " must be UTF-8 text") end
+  if bad then
+    return invalid(what .. " must not contain whitespace, control or format characters ("
+      .. string.format("U+%04X", bad) .. ")")
   end
   return nil
 end
@@ -329,7 +371,7 @@ local function check_types(ctx, keys, want)
   return nil
 end
 
-local QUEUE_ZSETS = {"ready", "delayed", "retrying", "leased", "blocked",
+local QUEUE_ZSETS = {"ready", "delayed", "delayed_pr", "retrying", "leased", "blocked",
   "succeeded", "failed", "cancelled", "expiring"}
 
 -- Refusal when a key of the queue (or the namespace) has the wrong type; checked once per call.
@@ -574,6 +616,9 @@ end
 -- available_at) and in one of delayed / ready. L jobs sit in leased (by expires_at); finished
 -- jobs in succeeded / failed / cancelled (by finished_at). Counts and pages by status are
 -- derived from these (counts.lua, list.lua): no index holds every waiting job twice.
+-- Every job in delayed is also in delayed_pr, as ready would hold it (score priority, the same
+-- member): so a claim finds the best due jobs among many come due at once, priority by priority
+-- (promote.lua's promote_best), where delayed gives them by due time alone.
 
 -- Members sort by available_at, then sequence: both as fixed-width big-endian bytes (6 and 5:
 -- available_at below 2^48 ms, sequence below 2^40), then the id. Binary rather than hex keeps a
@@ -627,9 +672,13 @@ local function unplace(ctx, id, h, member)
     if h.st == "R" then zrem(ctx, key_q(ctx, q, "retrying"), id) end
     if blocked(h) then
       zrem(ctx, key_q(ctx, q, "blocked"), id)
+    elseif member then
+      zrem(ctx, key_q(ctx, q, "ready"), member)
     else
-      zrem(ctx, key_q(ctx, q, "ready"), member or ready_member(ctx, id, h))
-      if not member then zrem(ctx, key_q(ctx, q, "delayed"), id) end
+      member = ready_member(ctx, id, h)
+      zrem(ctx, key_q(ctx, q, "ready"), member)
+      zrem(ctx, key_q(ctx, q, "delayed"), id)
+      zrem(ctx, key_q(ctx, q, "delayed_pr"), member)
     end
   elseif h.st == "L" then
     zrem(ctx, key_q(ctx, q, "leased"), id)
@@ -650,6 +699,7 @@ local function place(ctx, id, h, now)
       wake(ctx, q)
     else
       zadd(ctx, key_q(ctx, q, "delayed"), h.at, id)
+      zadd(ctx, key_q(ctx, q, "delayed_pr"), h.pr, ready_member(ctx, id, h))
     end
   elseif h.st == "L" then
     zadd(ctx, key_q(ctx, q, "leased"), h.x, id)
@@ -912,6 +962,8 @@ local function open_fenced(ctx, allow_any)
   local args = ctx.args
   local now, e = clock(args[2])
   if now == nil then return nil, e end
+  local bad = id_error(args[3], "job_id")
+  if bad then return nil, bad end
   local h, err = load_job(ctx, args[3])
   if h == nil then return nil, err end
   local c = {now = now, id = args[3], h = h}

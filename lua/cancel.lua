@@ -1,9 +1,9 @@
 -- cancel: any live state (Waiting, RetryWaiting, Leased) -> Cancelled(reason, now). A leased
 -- job's worker is then refused (StaleLease) at its next heartbeat or completion. Dependents of
 -- the cancelled job can never run and are cancelled in the same script, naming the dependency.
--- Checks, in order (docs/lifecycle.md, cancel): MissingJob; InvalidJob for a fence given that is
--- no integer, FenceChanged; TerminalJob; our limit on the reason; the queue's keys (CorruptKey);
--- every dependent the cascade reaches (CorruptJob).
+-- Checks, in order (docs/lifecycle.md, cancel): InvalidJob for a malformed id; MissingJob;
+-- InvalidJob for a fence given that is no integer, FenceChanged; TerminalJob; our limit on the
+-- reason; the queue's keys (CorruptKey); every dependent the cascade reaches (CorruptJob).
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id

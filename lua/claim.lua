@@ -1,8 +1,10 @@
 -- claim: Waiting / RetryWaiting (due, dependencies met) -> Leased, by queue, up to `limit` jobs.
 -- Best first: lowest priority value, then earliest available_at, then enqueue order. Before it
--- picks, it promotes due scheduled jobs of the queue and expires run-out leases of the queue
--- (both bounded: promote.lua's promote_queue and sweep.lua's expire_queue, on this queue only),
--- so it never offers a job a claim by id would refuse.
+-- picks, it promotes the best due scheduled jobs of the queue (promote.lua's promote_best:
+-- however many came due, the `limit` best of them, priority by priority), then the earliest due
+-- ones (promote_queue), and expires run-out leases of the queue (sweep.lua's expire_queue), all
+-- bounded and on this queue only; it never offers a job a claim by id would refuse. The bounds
+-- and what they allow are in docs/lifecycle.md ("Best first, and its bounds").
 -- Checks, in order: InvalidJob (worker, lease duration, queue name, limit); QueuePaused while
 -- the queue is paused (pause.lua: nothing is promoted, expired or leased then); then the keys the
 -- claim writes (CorruptKey); then, job by job from the head of the ready index, the job itself
@@ -23,7 +25,8 @@
 --   {"ClaimsApplied", "", {"Claim", job, token}...}   a re-sent call: token = {job_id,
 --                                     input_revision, worker, fence, expires_at, nonce} as first
 --                                     handed out (the job as it is now)
---   {"NothingClaimable", next_at}   next_at: when the next delayed job or lease comes due, or ""
+--   {"NothingClaimable", next_at}   next_at: when the next delayed job or lease comes due, or "";
+--                                     now when it met REPAIR_MAX entries it could not lease
 --   {"QueuePaused", queue}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason} | {"CorruptJob", id, reason}
 -- The nonce of the i-th claim is "<call id>.<i>". A re-sent call (same call id) gets the claims
@@ -92,13 +95,15 @@ local RETRY_LEASE_WRITES = {"ready", "leased", "retrying"}
 -- index entries it dropped (left behind by hand). A damaged job, or one whose move would write a
 -- key of the wrong type, is skipped and left as it is (damaged keeps the refusals, skipped the
 -- ids): the jobs around it are still claimed.
-local function take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped)
+local function take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped,
+    budget, ahead)
   local dropped = 0
   local loaded, cid = ctx.loaded, ctx.args[1]
+  ahead = ahead + #damaged
   local members = zread(ctx, "ZRANGE", key_q(ctx, queue, "ready"), "0",
-    fmt(ctx, limit - 1 + #damaged))
+    fmt(ctx, limit - #rec - 1 + ahead))
   for _, member in ipairs(members) do
-    if #rec >= limit then break end
+    if #rec >= limit or dropped >= budget then break end
     local id = ready_id(member)
     local h, err, bad = nil, nil, nil
     if not skipped[id] then h, err = load_job(ctx, id) end
@@ -152,16 +157,30 @@ end
 local function claim_queue(ctx, now, queue, worker, lease_ms, limit)
   local bad = paused_error(ctx, queue) or writes_error(ctx, queue, LEASE_WRITES)
   if bad then return bad end
-  local _, bad2 = promote_queue(ctx, queue, now, MAINTENANCE)
+  local _, bad2 = promote_best(ctx, queue, now, limit)
+  if bad2 then return bad2 end
+  _, bad2 = promote_queue(ctx, queue, now, MAINTENANCE)
   if bad2 then return bad2 end
   _, bad2 = expire_queue(ctx, queue, now, MAINTENANCE, {}, {})
   if bad2 then return bad2 end
   local out, rec, damaged, skipped = {"ClaimsApplied", fmt(ctx, now)}, {}, {}, {}
-  for _ = 1, 3 do
-    local dropped = take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped)
-    if dropped == 0 or #rec >= limit then break end
+  -- Entries of ready it drops, re-indexes or skips as damaged, at most (docs/lifecycle.md,
+  -- "Best first, and its bounds"): past it, it answers NothingClaimable(now) if it leased
+  -- nothing. A pass after the first reads up to 32 entries ahead.
+  local REPAIR_MAX = 100
+  local budget, ahead = REPAIR_MAX, 0
+  while #rec < limit and budget > 0 do
+    local dropped = take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped,
+      budget, ahead)
+    if dropped == 0 then break end
+    budget = budget - dropped
+    ahead = math.min(budget, 32)
   end
-  if #rec == 0 then return damaged[1] or refuse("NothingClaimable", next_due(ctx, queue)) end
+  if #rec == 0 then
+    -- (with the budget spent, what lies further in ready may be due: claim again now)
+    local next_at = budget > 0 and next_due(ctx, queue) or fmt(ctx, now)
+    return damaged[1] or refuse("NothingClaimable", next_at)
+  end
   return out, table.concat(rec, " ")
 end
 

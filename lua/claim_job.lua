@@ -1,10 +1,10 @@
 -- claim_job: Waiting / RetryWaiting / Leased-and-expired -> Leased, one job by id.
--- Checks, in order (docs/lifecycle.md, claim_job): MissingJob; TerminalJob; LeaseHeld(expires_at)
--- while a lease runs; then claim_ready below: InvalidJob (empty worker, lease < 1),
--- NotAvailable(available_at), AttemptLimitReached, our limit on the worker id, then, for a
--- blocked job, dependency_error: MissingDependency(dep) / IncompleteDependency(dep); then
--- QueuePaused(queue) while the job's queue is paused (pause.lua: a job that could otherwise be
--- leased is not, by id either); the queue's keys (CorruptKey). The write is lease() (as
+-- Checks, in order (docs/lifecycle.md, claim_job): InvalidJob for a malformed id; MissingJob;
+-- TerminalJob; LeaseHeld(expires_at) while a lease runs; then claim_ready below: InvalidJob (empty
+-- worker, lease < 1), NotAvailable(available_at), AttemptLimitReached, our limit on the worker id,
+-- then, for a blocked job, dependency_error: MissingDependency(dep) / IncompleteDependency(dep);
+-- then QueuePaused(queue) while the job's queue is paused (pause.lua: a job that could otherwise
+-- be leased is not, by id either); the queue's keys (CorruptKey). The write is lease() (as
 -- claim.lua's).
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
@@ -40,6 +40,8 @@ local function main(ctx)
   local now, e = clock(args[2])
   if now == nil then return e end
   local id, worker = args[3], args[4]
+  local bad_id = id_error(id, "job_id")
+  if bad_id then return bad_id end
   local h, err = load_job(ctx, id)
   if h == nil then return err end
   local again = recorded(ctx)

@@ -118,6 +118,8 @@ local function limit_checks(ctx, a, max_payload, max_deps, m)
   end
   local seen = {}
   for _, d in ipairs(a.deps) do
+    local bad = id_error(d, "dependency")
+    if bad then return bad end
     if seen[d] then return invalid("dependency " .. d .. " is listed twice") end
     seen[d] = true
   end
@@ -169,7 +171,7 @@ end
 -- What a new job's write touches, by the index it goes to (see writes_error): 5 TYPE calls.
 local WRITES = {
   ready = {"ready", wake = true, namespace = true},
-  delayed = {"delayed", namespace = true},
+  delayed = {"delayed", "delayed_pr", namespace = true},
   blocked = {"blocked", namespace = true},
 }
 

@@ -1,10 +1,10 @@
 -- expire: Leased (lease run out) -> RetryWaiting("worker lease expired", now) while attempts
 -- remain, else Failed. Recovery of a dead worker's job, one job, with the fence the caller saw.
--- Checks, in order (docs/lifecycle.md, expire): MissingJob; InvalidJob for a fence that is no
--- integer, FenceChanged; then by state: StaleLease for a waiting job, TerminalJob for a finished
--- one; the queue's keys (CorruptKey); LeaseHeld(expires_at) for a lease not yet run out; the
--- job's failure history key (CorruptKey). Applied: the attempt is kept in the job's failure
--- history (kind LeaseExpired, no traceback).
+-- Checks, in order (docs/lifecycle.md, expire): InvalidJob for a malformed id; MissingJob;
+-- InvalidJob for a fence that is no integer, FenceChanged; then by state: StaleLease for a waiting
+-- job, TerminalJob for a finished one; the queue's keys (CorruptKey); LeaseHeld(expires_at) for a
+-- lease not yet run out; the job's failure history key (CorruptKey). Applied: the attempt is kept
+-- in the job's failure history (kind LeaseExpired, no traceback).
 -- The write is expire_job below; sweep.lua (every queue) and claim.lua (its queue) apply it too.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)

@@ -1,5 +1,5 @@
 -- get (read only): one job, with the dependency it waits on when it is blocked, and its failure
--- history (keep_error in _lib.lua).
+-- history (keep_error in _lib.lua). An id no job may have (id_error) is refused InvalidJob.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] job id
@@ -24,6 +24,8 @@ local function main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
   if now == nil then return e end
+  local bad = id_error(args[3], "job_id")
+  if bad then return bad end
   local h, err = load_job(ctx, args[3])
   if h == nil then return err end
   local errors = NONE

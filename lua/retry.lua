@@ -1,8 +1,9 @@
 -- retry (operator_retry): Failed -> RetryWaiting(reason, now) with max_attempts + 1, so the job
 -- runs once more. Dependents still blocked on it run once it succeeds. The next claim gets a new
 -- nonce, as every claim does.
--- Checks, in order (docs/lifecycle.md, retry): MissingJob; InvalidJob for a fence given that is
--- no integer, FenceChanged; NotFailed; our limit on the reason; the queue's keys (CorruptKey).
+-- Checks, in order (docs/lifecycle.md, retry): InvalidJob for a malformed id; MissingJob;
+-- InvalidJob for a fence given that is no integer, FenceChanged; NotFailed; our limit on the
+-- reason; the queue's keys (CorruptKey).
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id

@@ -28,6 +28,7 @@ from ._args import (
 )
 from ._codec import EncodeError, encode
 from ._general import text
+from ._ids import id_error, sendable
 from ._keys import KeySpace
 from ._replies import (
     first_claim,
@@ -54,7 +55,7 @@ from ._replies import (
     single_result,
 )
 from ._scripts import Script, scripts
-from .errors import QuasarError
+from .errors import InvalidArgument, QuasarError
 
 T = TypeVar("T")
 
@@ -124,16 +125,21 @@ def _job_group(job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
         payload = encode(job.payload)
     except EncodeError as exc:
         return t.InvalidJob(f"payload {exc}")
+    job_id: Any = job.id
+    if job_id is not None and not sendable(job_id):  # the script checks the rest, in batch order
+        return t.InvalidJob(id_error(job_id) or "id must be UTF-8 text")
+    if isinstance(job_id, bytes) and id_error(job_id) is None:  # UTF-8: the id is that text
+        job_id = job_id.decode()
     deps: list[str] = []
     for dep in job.dependencies:
         dep_id = dependency_id(dep)
-        if not isinstance(dep_id, str) or not dep_id or any(c.isspace() for c in dep_id):
-            return t.InvalidJob(f"dependency {dep_id!r} is not a job id")
-        deps.append(dep_id)
+        if (bad := id_error(dep_id, "dependency")) is not None:
+            return t.InvalidJob(bad)
+        deps.append(dep_id if isinstance(dep_id, str) else dep_id.decode())
     if job.on_dependency_failure not in POLICIES:
         return t.InvalidJob("on_dependency_failure must be 'block' or 'cancel'")
     return (
-        text_arg(new_call_id() if job.id is None else job.id),
+        text_arg(new_call_id() if job_id is None else job_id),
         text_arg(job.queue),
         text_arg(job.stage),
         payload,
@@ -190,6 +196,22 @@ class CallBuilder:
 
     def _call(self, name: str, args: Sequence[Arg], parse: Callable[[Any], T]) -> Call[T]:
         return Call(self._scripts[name], (new_call_id(), *args), parse)
+
+    def _by_id(
+        self,
+        name: str,
+        job_id: Any,
+        now: int | None,
+        rest: tuple[Arg, ...],
+        parse: Callable[[Any], T],
+        refused: Callable[[t.InvalidJob], T],
+    ) -> Call[T]:
+        """The call of a transition of one job by its id; answered without Redis (an
+        ``InvalidJob``) when ``job_id`` is no job id (``_ids``), as the script would answer."""
+        bad = id_error(job_id, "job_id")
+        if bad is not None:
+            return Call(self._scripts[name], (), parse, refused(t.InvalidJob(bad)))
+        return self._call(name, (now_arg(now), text_arg(job_id), *rest), parse)
 
     # enqueue ----------------------------------------------------------------------------------
 
@@ -299,8 +321,8 @@ class CallBuilder:
     def claim_job(
         self, job_id: str, worker_id: str, lease_ms: int, now: int | None = None
     ) -> Call[t.ClaimResult]:
-        args = (now_arg(now), text_arg(job_id), text_arg(worker_id), int_arg(lease_ms))
-        return self._call("claim_job", args, parse_claim_result)
+        rest = (text_arg(worker_id), int_arg(lease_ms))
+        return self._by_id("claim_job", job_id, now, rest, parse_claim_result, t.ClaimRefused)
 
     def complete(
         self,
@@ -417,22 +439,22 @@ class CallBuilder:
     # fenced operator calls and maintenance -----------------------------------------------------
 
     def expire(self, job_id: str, expected_fence: int, now: int | None = None) -> Call[t.JobResult]:
-        args = (now_arg(now), text_arg(job_id), int_arg(expected_fence))
-        return self._call("expire", args, parse_job_result)
+        rest = (int_arg(expected_fence),)
+        return self._by_id("expire", job_id, now, rest, parse_job_result, t.JobRefused)
 
     def cancel(
         self, job_id: str, expected_fence: int | None, reason: str, now: int | None = None
     ) -> Call[t.CancelResult]:
         fence = "" if expected_fence is None else int_arg(expected_fence)
-        args = (now_arg(now), text_arg(job_id), fence, text_arg(reason))
-        return self._call("cancel", args, parse_cancel_result)
+        rest = (fence, text_arg(reason))
+        return self._by_id("cancel", job_id, now, rest, parse_cancel_result, t.JobRefused)
 
     def retry(
         self, job_id: str, expected_fence: int | None, reason: str, now: int | None = None
     ) -> Call[t.JobResult]:
         fence = "" if expected_fence is None else int_arg(expected_fence)
-        args = (now_arg(now), text_arg(job_id), fence, text_arg(reason))
-        return self._call("retry", args, parse_job_result)
+        rest = (fence, text_arg(reason))
+        return self._by_id("retry", job_id, now, rest, parse_job_result, t.JobRefused)
 
     def sweep(self, limit: int, now: int | None = None) -> Call[t.SweepReport]:
         return self._call("sweep", (now_arg(now), int_arg(limit)), parse_sweep)
@@ -456,6 +478,9 @@ class CallBuilder:
     # inspection ---------------------------------------------------------------------------------
 
     def get(self, job_id: str, now: int | None = None) -> Call[t.JobInfo | None]:
+        bad = id_error(job_id, "job_id")
+        if bad is not None:  # a read: refused as an exception, before anything is sent
+            raise InvalidArgument(bad)
         return self._call("get", (now_arg(now), text_arg(job_id)), parse_job_info)
 
     def counts(self, queue: str, now: int | None = None) -> Call[t.QueueCounts]:
@@ -470,7 +495,9 @@ class CallBuilder:
     def page_jobs(
         self, queue: str, status: t.Status | str, after: str | None, limit: int, now: int | None
     ) -> Call[t.JobPage]:
-        cursor = "" if after is None else text_arg(after)
+        if after is not None and not (isinstance(after, str) and after.isascii()):
+            raise InvalidArgument("after must be a cursor a page of this status returned")
+        cursor = "" if after is None else after
         args = (now_arg(now), text_arg(queue), _status_arg(status), "0", int_arg(limit), cursor)
         return self._call("list", args, parse_page)
 

@@ -17,6 +17,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 QUEUE_SETS = (
     "ready",
     "delayed",
+    "delayed_pr",  # the same jobs by priority, for the claims (lua/promote.lua promote_best)
     "retrying",
     "leased",
     "blocked",

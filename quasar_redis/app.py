@@ -38,6 +38,7 @@ from ._binding import CallCheck, script_name_problem, unencodable
 from ._calls import Limits, NewJob
 from ._codec import Encoded
 from ._handles import JobHandle
+from ._ids import id_error
 from ._keys import check_name
 from ._urls import MEMORY_URL
 from .aio import AsyncQuasar
@@ -200,14 +201,19 @@ class Task(Generic[P, R]):
 
     def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
         """The job this call would enqueue, for ``App.enqueue_many``; ``InvalidTaskCall`` for a
-        call the function cannot take or whose arguments cannot be encoded."""
+        call the function cannot take, whose arguments cannot be encoded, or whose ``id`` or
+        ``depends_on`` names no job id (``docs/lifecycle.md``, job ids)."""
         o = self.options_
+        deps = [_dep_id(d) for d in o.depends_on]
+        for value, what in [(o.id, "id"), *((d, "dependency") for d in deps)]:
+            if value is not None and (problem := id_error(value, what)) is not None:
+                raise InvalidTaskCall(self.name, t.InvalidJob(problem))
         return NewJob(
             stage=self.name,
             payload=self.app.encode_call(self, args, kwargs),
             id=o.id,
             queue=self.queue if o.queue is None else o.queue,
-            dependencies=[_dep_id(d) for d in o.depends_on],
+            dependencies=deps,
             priority=self.priority if o.priority is None else o.priority,
             max_attempts=self.max_attempts if o.max_attempts is None else o.max_attempts,
             available_at=_at_ms(self.name, o.run_at),

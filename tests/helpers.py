@@ -112,17 +112,32 @@ def claimed(result: ClaimResult) -> Claim:
 
 
 def where(q: Quasar, job_id: str, queue: str = "default") -> set[str]:
-    """The queue structures that hold ``job_id``."""
+    """The queue structures that hold ``job_id`` (``delayed_pr`` checked to mirror ``delayed``
+    and not named)."""
     found = set()
     for what in QUEUE_SETS:
         key = q.keys.queue(queue, what)
         raw = q.redis.zrange(key, 0, -1)
-        if what == "ready":
+        if what in ("ready", "delayed_pr"):
             raw = [m[11:] for m in raw]  # after available_at and sequence (6 and 5 bytes)
         members = [m.decode() for m in raw]
         if job_id in members:
             found.add(what)
-    return found
+    assert ("delayed" in found) == ("delayed_pr" in found), found
+    assert_delayed_mirrored(q, queue)
+    return found - {"delayed_pr"}
+
+
+def assert_delayed_mirrored(q: Quasar, queue: str) -> None:
+    """``delayed_pr`` holds exactly the jobs of ``delayed``, each as ``ready`` would hold it."""
+    by_time = q.redis.zrange(q.keys.queue(queue, "delayed"), 0, -1)
+    by_priority = q.redis.zrange(q.keys.queue(queue, "delayed_pr"), 0, -1, withscores=True)
+    assert sorted(m[11:] for m, _ in by_priority) == sorted(by_time)
+    for member, score in by_priority:
+        job = q.redis.hmget(q.keys.job(member[11:].decode()), "at", "pr")
+        if job[0] is not None:
+            at = int.from_bytes(member[:6], "big")
+            assert (at, score) == (int(job[0]), float(job[1] or 0)), member
 
 
 def snapshot(q: Quasar) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def refused_reason(result: object) -> str:
         ({"delay_ms": "soon"}, "delay must be an integer"),
         ({"payload": object()}, "payload cannot be encoded as msgpack"),
         ({"payload": b"x" * 2000}, "payload is 200"),
-        ({"dependencies": ["a b"]}, "is not a job id"),
+        ({"dependencies": ["a b"]}, "dependency must not contain whitespace"),
         ({"dependencies": ["d", "d"]}, "dependency d is listed twice"),
         ({"dependencies": [f"d{i}" for i in range(6)]}, "at most 5 dependencies"),
         ({"on_dependency_failure": "ignore"}, "on_dependency_failure must be"),

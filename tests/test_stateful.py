@@ -68,7 +68,7 @@ from quasar_redis import (
     Waiting,
 )
 
-from .helpers import delete_namespace, real_redis
+from .helpers import assert_delayed_mirrored, delete_namespace, real_redis
 from .model import Model
 
 IDS = ("a", "b", "c", "d", "e", "f", "g")
@@ -635,6 +635,7 @@ class QuasarMachine(RuleBasedStateMachine):
         counts: list[QueueCounts] = results[len(held) :]
         for queue, got in zip(QUEUES, counts, strict=True):
             self.expect(got, self.model.counts(queue, self.now), f"counts of {queue}")
+            assert_delayed_mirrored(self.q, queue)
 
 
 def run_machine(opener: Opener) -> None:
