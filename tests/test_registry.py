@@ -226,3 +226,16 @@ def test_a_worker_killed_with_sigkill_leaves_the_registry_within_its_lapse(
                 proc.wait(30)
         delete_namespace(client, namespace)
         client.close()
+
+
+def test_a_worker_id_the_registry_cannot_name_is_left_out_with_a_warning(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    def noop() -> int:
+        return 1
+
+    task = app.task(noop, name="noop")
+    with Worker(app, worker_id="has a space", maintenance_interval=0.1, idle_wait=1.0):
+        assert task.enqueue().result(timeout=30) == 1  # it serves all the same
+        wait_for(lambda: "not in the worker registry" in caplog.text, 30, "the warning", every=0.05)
+        assert app.client.workers() == []
