@@ -115,9 +115,13 @@ end
 local function num(s) return SMALL_NUM[s] or tonumber(s) end
 
 -- The record of this call if it was applied before (see "Re-sent calls" above), or nil. A key of
--- another type is no record of ours: it is ignored here and never overwritten.
+-- another type is no record of ours: it is ignored here and never overwritten. Any other error
+-- (a GET the user's ACL refuses) is raised: a record not read would apply a re-sent call twice.
 local function recorded(ctx)
   local value = redis.pcall("GET", key_call(ctx))
+  if type(value) == "table" and value.err and not string.find(value.err, "WRONGTYPE", 1, true) then
+    error(value)
+  end
   if type(value) ~= "string" then return nil end
   return value
 end
@@ -283,6 +287,7 @@ local function load_job(ctx, id)
   local k = key_job(ctx, id)
   local raw = redis.pcall("HGETALL", k)
   if raw.err then
+    if not string.find(raw.err, "WRONGTYPE", 1, true) then error(raw) end -- (an ACL refusal...)
     local kind = redis.call("TYPE", k)["ok"]
     return nil, corrupt(id, "key holds a " .. kind .. ", not a hash")
   end
@@ -941,9 +946,31 @@ local function decode_items(s)
   return items
 end
 
--- Every call runs through here: `main` with a context made for this call alone (see "Per-call
--- state" above), then the buffered writes, events and wake-ups.
-local function run_call(keys, args, main)
+-- The caller's ACL, checked before anything is written (Redis 7+: redis.acl_check_cmd; Redis 6.2
+-- and fakeredis lack it): `uses` lists every command the call may run, its keys all under
+-- keys[1]. A refusal names the permission missing (NOPERM, PermissionDenied in Python).
+local function acl_error(root, uses)
+  local allowed = redis.acl_check_cmd
+  if allowed == nil then return nil end
+  for _, cmd in ipairs(uses) do
+    if not allowed(cmd, root) then
+      if allowed(cmd) then
+        return redis.error_reply("NOPERM this Redis user may not use the keys " .. root ..
+          "* (grant ~" .. root .. "*)")
+      end
+      return redis.error_reply("NOPERM this Redis user may not run " .. cmd .. " (grant +" ..
+        string.lower(cmd) .. ")")
+    end
+  end
+  return nil
+end
+
+-- Every call runs through here: the caller's permissions checked, then `main` with a context
+-- made for this call alone (see "Per-call state" above), then the buffered writes, events and
+-- wake-ups. `uses`: the commands the call may run, listed by the loader from its source.
+local function run_call(keys, args, main, uses)
+  local denied = acl_error(keys[1], uses)
+  if denied then return denied end
   local ctx = {
     prefix = keys[1], events = keys[2], args = args,
     queue_keys = {}, text_of = {}, names_ok = {}, loaded = {}, changed = {}, implicit_ins = {},
