@@ -351,9 +351,11 @@ class Sending:
                 raise map_error(reply) from reply
 
     def _library_refused(self, exc: BaseException) -> None:
-        """FUNCTION LOAD failed: scripts from now on, or nothing to do, or a real error."""
+        """FUNCTION LOAD failed: scripts from now on, or nothing to do, or a real error. A user
+        the ACL refuses FUNCTION LOAD stays on functions: the library is an admin's to load
+        (``load_scripts``), and the next call finds it once loaded."""
         unusable = library_load_error(exc)
-        if unusable is None:
+        if unusable is None or isinstance(exc, rex.NoPermissionError):
             raise exc
         self.functions = not unusable
 

@@ -1,0 +1,431 @@
+"""Least-privilege Redis users (docs/security.md): the roles follow the scripts, each role does its
+whole job and nothing more, and a missing permission is a ``PermissionDenied`` naming it that
+changes nothing.
+
+The users live on a redis-server of the test session's own (``private_server``): ``ACL
+SETUSER`` is server-wide, never run on a shared server.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from quasar_redis import (
+    App,
+    BatchApplied,
+    CancelApplied,
+    Cancelled,
+    Complete,
+    Failed,
+    JobFailedError,
+    NewJob,
+    Quasar,
+    Succeeded,
+    Task,
+    Worker,
+    current_job,
+)
+from quasar_redis._scripts import NAMES, READS, WRITES, _code, commands, lua_dir, scripts
+from quasar_redis._sending import functions_unusable, map_error
+from quasar_redis.acl import ROLES, key_pattern, rules, setuser
+from quasar_redis.cli import main
+from quasar_redis.errors import ConfigurationError, PermissionDenied
+
+from .clients import clients, kind
+from .helpers import applied, claimed, delete_namespace
+from .servers import RedisServer
+
+__all__ = ["kind"]  # (the fixture: the tests taking it run through both clients)
+
+Make = Callable[..., Quasar]
+
+
+# --- the roles follow the scripts ----------------------------------------------------------------
+
+
+def test_each_role_grants_exactly_what_its_operations_run() -> None:
+    for role in ROLES.values():
+        needed = {c for op in role.operations for c in scripts()[op].uses}
+        assert set(role.in_scripts) == needed, role.name
+        assert set(role.operations) <= set(NAMES), role.name
+
+
+def test_every_operation_belongs_to_a_role() -> None:
+    assert {op for role in ROLES.values() for op in role.operations} == set(NAMES)
+
+
+def test_the_scan_finds_every_command_the_lua_sources_name(private_server: RedisServer) -> None:
+    # Independent of the scan: every string literal of the sources that names a Redis command.
+    admin: Any = redis.Redis.from_url(private_server.url)
+    known = {c.decode().upper() for c in admin.command_list()}
+    admin.close()
+    named = set()
+    for path in Path(str(lua_dir())).glob("*.lua"):
+        named |= set(re.findall(r'"([A-Z_]+)"', _code(path.read_text()))) & known
+    scanned = {c for s in scripts().values() for c in commands(s.source)[0]}
+    assert named <= scanned
+    assert scanned <= READS | WRITES  # every command is known as a read or a write
+    for script in scripts().values():
+        assert commands(script.source)[1] == [], script.name  # every wrapper call is followed
+
+
+def test_the_scan_follows_calls_and_wrappers_and_flags_what_it_cannot() -> None:
+    source = (
+        "local function run(ctx, cmd, k)\n  return redis.call(cmd, k)\nend\n"
+        'local function main(ctx)\n  redis.call("FLUSHALL")\n  redis.pcall("GET", "k")\n'
+        '  run(ctx, "HDEL", key_of(ctx, "x"))\n  run(ctx, chosen, "y")\n'
+        '  -- redis.call("DEBUG")\nend\n'
+    )
+    found, unknown = commands(source)
+    assert found == {"FLUSHALL", "GET", "HDEL"}
+    assert unknown == ['run(ctx, chosen, "y")']
+
+
+def test_a_script_lists_reads_only_where_it_may_not_write() -> None:
+    for name in ("get", "counts", "list"):
+        assert set(scripts()[name].uses) <= READS, name
+    assert "XADD" in scripts()["enqueue"].uses
+
+
+def test_rules_name_the_namespace_keys_and_the_roles_commands_only() -> None:
+    words = rules(["reader"], ["orders"])
+    assert words[:4] == ["resetkeys", "~quasar:{orders}:*", "resetchannels", "-@all"]
+    assert "+hset" not in words and "+zcount" in words and "+fcall" in words
+    assert key_pattern("orders", tag="shop", key_prefix="app") == "~app:{shop}:orders:*"
+    both = rules(["producer", "worker"], ["a", "b"], paths="functions")
+    assert "~quasar:{a}:*" in both and "~quasar:{b}:*" in both
+    assert "+fcall" in both and "+evalsha" not in both and "+blpop" in both and "+sadd" in both
+    assert "+fcall" not in rules(["producer"], ["a"], paths="scripts")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: rules(["admin"], ["a"]),
+        lambda: rules([], ["a"]),
+        lambda: rules(["reader"], []),
+        lambda: rules(["reader"], ["a{b}"]),
+        lambda: rules(["reader"], ["a"], paths="all"),  # type: ignore[arg-type]
+        lambda: setuser("two words", ["reader"], ["a"]),
+    ],
+)
+def test_bad_rules_are_refused(call: Callable[[], Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        call()
+
+
+def test_setuser_stores_a_hash_of_the_password_never_the_password() -> None:
+    words = setuser("u", ["reader"], ["a"], password="s3cret")
+    assert words[:5] == ["ACL", "SETUSER", "u", "reset", "on"]
+    assert not any("s3cret" in w for w in words)
+    assert any(w.startswith("#") and len(w) == 65 for w in words)
+
+
+def test_a_noperm_gives_up_functions_only_when_it_refuses_them() -> None:
+    refused = redis.exceptions.NoPermissionError
+    assert functions_unusable(refused("this user has no permissions to run the 'fcall' command"))
+    assert functions_unusable(
+        refused("User u has no permissions to run the 'function|load' command")
+    )
+    assert not functions_unusable(refused("this Redis user may not run XADD (grant +xadd)"))
+    assert not functions_unusable(refused("this user has no permissions to run the 'xadd' command"))
+    denied = map_error(refused("User u has no permissions to run the 'function|load' command"))
+    assert isinstance(denied, PermissionDenied) and denied.permission == "+function|load"
+    assert "quasar acl load" in str(denied)
+    inside = map_error(
+        redis.exceptions.ResponseError(
+            "The user executing the script can't run this command or subcommand script: x"
+        )
+    )
+    assert isinstance(inside, PermissionDenied) and "quasar acl setuser" in str(inside)
+
+
+def test_quasar_acl_prints_roles_and_setuser() -> None:
+    runner = CliRunner()
+    out = runner.invoke(main, ["acl", "roles"])
+    assert out.exit_code == 0 and all(f"{name}:" in out.output for name in ROLES)
+    out = runner.invoke(main, ["acl", "setuser", "w", "worker", "--namespace", "orders"])
+    assert out.exit_code == 0, out.output
+    assert out.output.startswith("ACL SETUSER w reset on resetkeys '~quasar:{orders}:*'")
+    bad = runner.invoke(main, ["acl", "setuser", "w", "boss", "--namespace", "orders"])
+    assert bad.exit_code == 2 and "unknown role 'boss'" in bad.output
+
+
+# --- users on a server of our own ----------------------------------------------------------------
+
+
+class Users:
+    """Makes users on the private server (deleted at the end) and clients logged in as them."""
+
+    def __init__(self, server: RedisServer, namespace: str) -> None:
+        self.url, self.namespace = server.url, namespace
+        self.admin: Any = redis.Redis.from_url(server.url)
+        self.names: list[str] = []
+        self.opened: list[redis.Redis] = []
+
+    def make(
+        self,
+        roles: list[str],
+        *,
+        without: tuple[str, ...] = (),
+        keys: list[str] | None = None,
+        paths: Any = "both",
+    ) -> Any:
+        """A client of a new user of ``roles`` on the namespace, lacking ``without`` (rules,
+        such as "+xadd"); ``keys``: its key patterns instead of the namespace's."""
+        name, password = f"u-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+        words = setuser(name, roles, [self.namespace], password=password, paths=paths)
+        words = [w for w in words if w not in without]
+        if keys is not None:
+            words = [w for w in words if not w.startswith("~")] + keys
+        self.admin.execute_command(*words)
+        self.names.append(name)
+        client: Any = redis.Redis.from_url(self.url, username=name, password=password)
+        self.opened.append(client)
+        return client
+
+    def url_of(self, client: redis.Redis) -> str:
+        kw = client.connection_pool.connection_kwargs
+        return f"redis://{kw['username']}:{kw['password']}@127.0.0.1:{kw['port']}/0"
+
+    def grant(self, client: redis.Redis, *words: str) -> None:
+        self.admin.execute_command(
+            "ACL", "SETUSER", client.connection_pool.connection_kwargs["username"], *words
+        )
+
+    def close(self) -> None:
+        for client in self.opened:
+            client.close()
+        for name in self.names:
+            self.admin.execute_command("ACL", "DELUSER", name)
+        delete_namespace(self.admin, self.namespace)
+        self.admin.close()
+
+
+@pytest.fixture
+def users(private_server: RedisServer, namespace: str) -> Iterator[Users]:
+    made = Users(private_server, namespace)
+    Quasar(made.admin, namespace).load_scripts()  # what an admin does once per version
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def snapshot(admin: redis.Redis, namespace: str) -> dict[bytes, Any]:
+    """Every key of the namespace with its serialized value."""
+    return {k: admin.dump(k) for k in sorted(admin.scan_iter(match=f"quasar:{{{namespace}}}:*"))}
+
+
+def refused(call: Callable[[], Any], permission: str | None = None) -> PermissionDenied:
+    with pytest.raises(PermissionDenied) as denied:
+        call()
+    if permission is not None:
+        assert denied.value.permission == permission, denied.value
+    return denied.value
+
+
+def test_a_producer_enqueues_reads_back_and_does_nothing_else(users: Users, kind: str) -> None:
+    admin = Quasar(users.admin, users.namespace)
+    with clients(kind, users.make(["producer"])) as make:
+        p = make(users.namespace)
+        applied(p.enqueue("build", {"n": 1}, id="a"))
+        batch = p.enqueue_many([NewJob("build", id="b", dependencies=("a",)), NewJob("s", id="c")])
+        assert isinstance(batch, BatchApplied) and [j.id for j in batch.jobs] == ["b", "c"]
+        assert p.get_job("a") is not None
+        before = snapshot(users.admin, users.namespace)
+        refused(lambda: p.claim("default", "w", 10_000), "+del")
+        refused(lambda: p.cancel("a"), "+del")
+        refused(lambda: p.counts("default"), "+zcard")
+        assert snapshot(users.admin, users.namespace) == before
+        assert p.functions  # a refused command inside a call keeps the functions
+    assert admin.counts("default").available == 2
+
+
+def test_an_operator_inspects_cancels_retries_prunes_and_sweeps(users: Users, kind: str) -> None:
+    admin = Quasar(users.admin, users.namespace)
+    applied(admin.enqueue("s", id="a"))
+    applied(admin.enqueue("s", id="b"))
+    applied(admin.enqueue("s", id="later", delay_ms=3_600_000))
+    token = claimed(admin.claim_job("a", "w", 10_000)).token
+    applied(admin.permanent_fail(token, "w", "broken"))
+    expiring = claimed(admin.claim_job("b", "w", 100)).token
+    with clients(kind, users.make(["operator"])) as make:
+        o = make(users.namespace)
+        info = o.get_job("a")
+        assert info is not None and isinstance(info.job.state, Failed)
+        assert o.counts("default").discarded == 1
+        assert [j.id for j in o.list_jobs("default", "discarded")] == ["a"]
+        applied(o.retry("a"))
+        swept = o.sweep_expired(now=expiring.expires_at + 1)
+        assert list(swept.expired) == ["b"]
+        later = int(time.time() * 1000) + 7_200_000
+        assert o.promote_due(now=later) == 1
+        cancelled = o.cancel("later", now=later)
+        assert isinstance(cancelled, CancelApplied) and isinstance(cancelled.job.state, Cancelled)
+        assert o.prune(max_count=0, now=later + 120_000) == 1
+        before = snapshot(users.admin, users.namespace)
+        refused(lambda: o.enqueue("s", id="new"), "+exists")
+        refused(lambda: o.enqueue_many([NewJob("s", id="new")]), "+exists")
+        assert snapshot(users.admin, users.namespace) == before
+        assert o.functions
+
+
+def test_a_reader_reads_and_may_change_nothing(users: Users, kind: str) -> None:
+    admin = Quasar(users.admin, users.namespace)
+    applied(admin.enqueue("s", id="a"))
+    with clients(kind, users.make(["reader"])) as make:
+        r = make(users.namespace)
+        assert r.get_job("a") is not None and r.counts("default").available == 1
+        assert [j.id for j in r.list_jobs("default", "available")] == ["a"]
+        before = snapshot(users.admin, users.namespace)
+        for call in (
+            lambda: r.cancel("a"),
+            lambda: r.enqueue("s", id="b"),
+            lambda: r.claim("default", "w", 10_000),
+            lambda: r.prune(max_count=0),
+            r.promote_due,
+        ):
+            refused(call)
+        assert snapshot(users.admin, users.namespace) == before
+
+
+def _declare(made: App) -> dict[str, Task[..., Any]]:
+    """The tasks of the worker test, on ``made``: one succeeds, one fails once, one outlives its
+    lease several times over (renewed), one always fails."""
+
+    def ok(n: int) -> int:
+        return n * 2
+
+    def flaky() -> int:
+        if current_job().attempt < 2:
+            raise ValueError("first attempt fails")
+        return current_job().attempt
+
+    def slow() -> str:
+        time.sleep(1.0)  # several renewals (heartbeats) of a 300 ms lease
+        return "done"
+
+    def broken() -> None:
+        raise ValueError("always")
+
+    return {
+        f.__name__: made.task(f, name=f.__name__, max_attempts=2) for f in (ok, flaky, slow, broken)
+    }
+
+
+def test_a_worker_user_runs_a_real_worker(users: Users) -> None:
+    producer = App(users.url_of(users.make(["producer"])), namespace=users.namespace)
+    worker_app = App(users.url_of(users.make(["worker"])), namespace=users.namespace)
+    _declare(worker_app)
+    tasks = _declare(producer)
+    try:
+        handles = {
+            "ok": tasks["ok"].enqueue(21),
+            "flaky": tasks["flaky"].enqueue(),
+            "slow": tasks["slow"].enqueue(),
+            "broken": tasks["broken"].enqueue(),
+        }
+        with Worker(worker_app, lease_ms=300, maintenance_interval=0.1, idle_wait=1.0) as w:
+            assert handles["ok"].result(timeout=30) == 42
+            assert handles["flaky"].result(timeout=30) == 2
+            assert handles["slow"].result(timeout=30) == "done"
+            with pytest.raises(JobFailedError):
+                handles["broken"].result(timeout=30)
+        assert (w.stats.completed, w.stats.retried, w.stats.failed, w.stats.lost) == (3, 2, 1, 0)
+        info = Quasar(users.admin, users.namespace).get_job(handles["slow"].id)
+        assert info is not None and isinstance(info.job.state, Succeeded)
+        assert info.job.attempt == 1  # the lease was renewed, never lost
+    finally:
+        for made in (producer, worker_app):
+            made.client.redis.close()
+
+
+# --- one permission missing ----------------------------------------------------------------------
+
+Scenario = Callable[[Quasar], Callable[[Quasar], Any]]
+
+
+def _leased(a: Quasar, lease_ms: int = 60_000) -> Any:
+    applied(a.enqueue("s", id="j"))
+    return claimed(a.claim_job("j", "w", lease_ms)).token
+
+
+def _failed(a: Quasar) -> None:
+    applied(a.permanent_fail(_leased(a), "w", "broken"))
+
+
+def _on(prepare: Callable[[Quasar], Any], then: Callable[[Quasar, Any], Any]) -> Scenario:
+    def scenario(a: Quasar) -> Callable[[Quasar], Any]:
+        got = prepare(a)
+        return lambda u: then(u, got)
+
+    return scenario
+
+
+FAR = 4_000_000_000_000  # a "now" long after every lease and delay of the scenarios
+
+#: For every operation: the state an admin makes, then the call the user makes, which applies.
+SCENARIOS: dict[str, Scenario] = {
+    "enqueue": _on(lambda a: None, lambda u, _: u.enqueue("s", id="n", dependencies=["d"])),
+    "claim": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.claim("default", "w", 60_000)),
+    "claim_job": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.claim_job("j", "w", 9_000)),
+    "complete": _on(_leased, lambda u, tok: u.complete(tok, "w", result=1)),
+    "fail": _on(_leased, lambda u, tok: u.fail(tok, "w", "boom")),
+    "permanent_fail": _on(_leased, lambda u, tok: u.permanent_fail(tok, "w", "boom")),
+    "heartbeat": _on(_leased, lambda u, tok: u.heartbeat(tok, "w", 60_000)),
+    "release": _on(_leased, lambda u, tok: u.release(tok, "w")),
+    "report": _on(_leased, lambda u, tok: u.report_many("w", [Complete(tok)])),
+    "report_claim": _on(
+        _leased, lambda u, tok: u.report_and_claim("w", [Complete(tok)], "default", 9_000, 1)
+    ),
+    "expire": _on(lambda a: _leased(a, 100), lambda u, tok: u.expire("j", 1, now=FAR)),
+    "sweep": _on(lambda a: _leased(a, 100), lambda u, _: u.sweep_expired(now=FAR)),
+    "promote": _on(
+        lambda a: a.enqueue("s", id="j", delay_ms=60_000), lambda u, _: u.promote_due(now=FAR)
+    ),
+    "cancel": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.cancel("j")),
+    "retry": _on(_failed, lambda u, _: u.retry("j")),
+    "prune": _on(_failed, lambda u, _: u.prune(max_count=0, now=FAR)),
+    "get": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.get_job("j")),
+    "counts": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.counts("default")),
+    "list": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.list_jobs("default", "available")),
+}
+
+CASES = [(op, cmd) for op in NAMES for cmd in scripts()[op].uses]
+
+
+def test_every_operation_has_a_scenario() -> None:
+    assert set(SCENARIOS) == set(NAMES)
+
+
+@pytest.mark.parametrize(("op", "cmd"), CASES, ids=[f"{op}-{cmd}" for op, cmd in CASES])
+def test_a_user_missing_one_command_is_refused_and_nothing_changes(
+    users: Users, op: str, cmd: str
+) -> None:
+    client_kind = ("sync", "async")[CASES.index((op, cmd)) % 2]  # both clients, alternately
+    admin = Quasar(users.admin, users.namespace)
+    if op == "enqueue":
+        applied(admin.enqueue("s", id="d"))  # (a dependency: the enqueue reads a job)
+    call = SCENARIOS[op](admin)
+    user = users.make(list(ROLES), without=(f"+{cmd.lower()}",))
+    with clients(client_kind, user) as make:
+        u = make(users.namespace)
+        before = snapshot(users.admin, users.namespace)
+        denied = refused(lambda: call(u), f"+{cmd.lower()}")
+        assert cmd in str(denied)
+        assert snapshot(users.admin, users.namespace) == before
+        assert u.functions  # a refusal inside a function is no reason to give functions up
+        users.grant(user, f"+{cmd.lower()}")
+        result = call(u)  # the same call applies once the permission is there
+        assert "Refused" not in type(result).__name__, result
+        assert snapshot(users.admin, users.namespace) != before or op in ("get", "counts", "list")
