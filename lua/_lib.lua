@@ -287,7 +287,7 @@ local function load_job(ctx, id)
   local k = key_job(ctx, id)
   local raw = redis.pcall("HGETALL", k)
   if raw.err then
-    if not string.find(raw.err, "WRONGTYPE", 1, true) then error(raw) end -- (an ACL refusal...)
+    if not string.find(raw.err, "WRONGTYPE", 1, true) then error(raw) end -- (an ACL refusal, say)
     local kind = redis.call("TYPE", k)["ok"]
     return nil, corrupt(id, "key holds a " .. kind .. ", not a hash")
   end

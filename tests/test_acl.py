@@ -8,6 +8,7 @@ SETUSER`` is server-wide, never run on a shared server.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import uuid
@@ -34,7 +35,7 @@ from quasar_redis import (
     Worker,
     current_job,
 )
-from quasar_redis._scripts import NAMES, READS, WRITES, _code, commands, lua_dir, scripts
+from quasar_redis._scripts import NAMES, READS, WRITES, _code, commands, library, lua_dir, scripts
 from quasar_redis._sending import functions_unusable, map_error
 from quasar_redis.acl import ROLES, key_pattern, rules, setuser
 from quasar_redis.cli import main
@@ -429,3 +430,129 @@ def test_a_user_missing_one_command_is_refused_and_nothing_changes(
         result = call(u)  # the same call applies once the permission is there
         assert "Refused" not in type(result).__name__, result
         assert snapshot(users.admin, users.namespace) != before or op in ("get", "counts", "list")
+
+
+# --- reads a script cannot make ------------------------------------------------------------------
+
+
+def _keys_but(namespace: str, left_out: str) -> list[str]:
+    """Key patterns of every kind of key of ``namespace`` but ``left_out`` (a misconfigured
+    user: the check each call makes first, on the namespace's root, passes)."""
+    root = f"quasar:{{{namespace}}}:"
+    kinds = ["job:*", "dependents:*", "call:*", "q:*", "queues", "seq", "events"]
+    return [f"~{root}"] + [f"~{root}{k}" for k in kinds if k != left_out]
+
+
+def test_a_resent_call_whose_record_cannot_be_read_is_refused_not_applied_twice(
+    users: Users, kind: str
+) -> None:
+    admin = Quasar(users.admin, users.namespace)
+    applied(admin.enqueue("s", id="a"))
+    applied(admin.enqueue("s", id="b"))
+    first = admin.calls.claim_one("default", "w", 60_000, None)
+    assert claimed(admin.execute(first)).job.id == "a"
+    blind = users.make(["worker"], keys=_keys_but(users.namespace, "call:*"))
+    no_get = users.make(["worker"], without=("+get",))
+    for user in (blind, no_get):
+        with clients(kind, user) as make:
+            u = make(users.namespace)
+            before = snapshot(users.admin, users.namespace)
+            refused(functools.partial(u.execute, first))  # re-sent: must not lease "b" as well
+            assert snapshot(users.admin, users.namespace) == before
+    assert admin.counts("default").executing == 1
+    assert claimed(admin.execute(first)).job.id == "a"  # (and the record still answers)
+
+
+def test_a_job_the_user_may_not_read_is_a_permission_error_not_a_wrong_type(
+    users: Users, kind: str
+) -> None:
+    applied(Quasar(users.admin, users.namespace).enqueue("s", id="a"))
+    with clients(kind, users.make(["reader"], keys=_keys_but(users.namespace, "job:*"))) as make:
+        denied = refused(lambda: make(users.namespace).get_job("a"))
+    assert "hash" not in str(denied) and "access" in str(denied)
+
+
+# --- loading the scripts -------------------------------------------------------------------------
+
+
+def test_a_user_that_may_not_load_the_library_is_told_to_ask_an_admin(
+    users: Users, kind: str
+) -> None:
+    users.admin.function_delete(library().name)  # a new version, or a restart without persistence
+    producer = users.make(["producer"], paths="functions")
+    with clients(kind, producer) as make:
+        p = make(users.namespace)
+        denied = refused(lambda: p.enqueue("s", id="a"), "+function|load")
+        assert "quasar acl load" in str(denied)
+        assert p.functions  # still: the library is an admin's to load
+        assert snapshot(users.admin, users.namespace) == {}
+        out = CliRunner().invoke(main, ["acl", "load", "--redis-url", users.url])
+        assert out.exit_code == 0 and library().name in out.output, out.output
+        applied(p.enqueue("s", id="a"))
+        assert p.functions
+
+
+def test_a_user_of_scripts_loads_them_itself(users: Users, kind: str) -> None:
+    users.admin.script_flush()
+    with clients(kind, users.make(["producer"], paths="scripts")) as make:
+        p = make(users.namespace)
+        applied(p.enqueue("s", id="a"))  # FCALL refused: scripts, loaded on NOSCRIPT
+        assert not p.functions
+
+
+def test_quasar_acl_load_as_a_user_that_may_not_is_one_line_and_exit_1(users: Users) -> None:
+    url = users.url_of(users.make(["producer"]))
+    out = CliRunner().invoke(main, ["acl", "load", "--redis-url", url])
+    assert out.exit_code == 1 and "PermissionDenied" in out.output and "function|load" in out.output
+
+
+def test_quasar_acl_setuser_apply_makes_a_user_that_works(users: Users) -> None:
+    env = {"QUASAR_TEST_PASSWORD": "pw-" + uuid.uuid4().hex}
+    name = f"u-{uuid.uuid4().hex[:8]}"
+    users.names.append(name)
+    args = ["acl", "setuser", name, "reader", "--namespace", users.namespace, "--apply"]
+    args += ["--password-env", "QUASAR_TEST_PASSWORD", "--redis-url", users.url]
+    out = CliRunner().invoke(main, args, env=env)
+    assert out.exit_code == 0, out.output
+    client = redis.Redis.from_url(users.url, username=name, password=env["QUASAR_TEST_PASSWORD"])
+    try:
+        assert Quasar(client, users.namespace).counts("default").available == 0
+        with pytest.raises(PermissionDenied):
+            Quasar(client, users.namespace).enqueue("s")
+    finally:
+        client.close()
+
+
+def _unchecked(client: Any, q: Quasar, call: Any) -> Any:
+    """``call`` sent as its script with no permission check up front, as on Redis 6.2 (where
+    ``redis.acl_check_cmd`` is missing): each command is refused where the script runs it."""
+    source = re.sub(
+        r"run_call\(KEYS, ARGV, main, \{[^}]*\}\)",
+        "run_call(KEYS, ARGV, main, {})",
+        call.script.source,
+    )
+    keys = (q.keys.root, q.keys.events)
+    try:
+        return call.parse(client.eval(source, len(keys), *keys, *call.args))
+    except redis.RedisError as exc:
+        raise map_error(exc) from exc
+
+
+def test_without_the_check_up_front_a_refused_read_is_named_and_nothing_changes(
+    users: Users,
+) -> None:
+    admin = Quasar(users.admin, users.namespace)
+    applied(admin.enqueue("s", id="a"))
+    applied(admin.enqueue("s", id="b"))
+    first = admin.calls.claim_one("default", "w", 60_000, None)
+    assert claimed(admin.execute(first)).job.id == "a"
+    before = snapshot(users.admin, users.namespace)
+    no_get = users.make(["worker"], without=("+get",))
+    users.grant(no_get, "+eval")
+    denied = refused(lambda: _unchecked(no_get, admin, first))  # re-sent: no second lease
+    assert "can't run this command" in str(denied)
+    no_hgetall = users.make(["reader"], without=("+hgetall",))
+    users.grant(no_hgetall, "+eval")
+    denied = refused(lambda: _unchecked(no_hgetall, admin, admin.calls.get("a", None)))
+    assert "hash" not in str(denied)
+    assert snapshot(users.admin, users.namespace) == before
