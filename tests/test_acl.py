@@ -443,14 +443,20 @@ def _keys_but(namespace: str, left_out: str) -> list[str]:
     return [f"~{root}"] + [f"~{root}{k}" for k in kinds if k != left_out]
 
 
-def test_a_resent_call_whose_record_cannot_be_read_is_refused_not_applied_twice(
-    users: Users, kind: str
-) -> None:
+def _claimed_once(users: Users) -> tuple[Quasar, Any]:
+    """An admin client, and a claim it sent (of "a"; "b" is claimable too): to send again."""
     admin = Quasar(users.admin, users.namespace)
     applied(admin.enqueue("s", id="a"))
     applied(admin.enqueue("s", id="b"))
     first = admin.calls.claim_one("default", "w", 60_000, None)
     assert claimed(admin.execute(first)).job.id == "a"
+    return admin, first
+
+
+def test_a_resent_call_whose_record_cannot_be_read_is_refused_not_applied_twice(
+    users: Users, kind: str
+) -> None:
+    admin, first = _claimed_once(users)
     blind = users.make(["worker"], keys=_keys_but(users.namespace, "call:*"))
     no_get = users.make(["worker"], without=("+get",))
     for user in (blind, no_get):
@@ -541,11 +547,7 @@ def _unchecked(client: Any, q: Quasar, call: Any) -> Any:
 def test_without_the_check_up_front_a_refused_read_is_named_and_nothing_changes(
     users: Users,
 ) -> None:
-    admin = Quasar(users.admin, users.namespace)
-    applied(admin.enqueue("s", id="a"))
-    applied(admin.enqueue("s", id="b"))
-    first = admin.calls.claim_one("default", "w", 60_000, None)
-    assert claimed(admin.execute(first)).job.id == "a"
+    admin, first = _claimed_once(users)
     before = snapshot(users.admin, users.namespace)
     no_get = users.make(["worker"], without=("+get",))
     users.grant(no_get, "+eval")
