@@ -558,3 +558,14 @@ def test_without_the_check_up_front_a_refused_read_is_named_and_nothing_changes(
     denied = refused(lambda: _unchecked(no_hgetall, admin, admin.calls.get("a", None)))
     assert "hash" not in str(denied)
     assert snapshot(users.admin, users.namespace) == before
+
+
+def test_a_worker_may_not_enqueue_count_or_list(users: Users, kind: str) -> None:
+    applied(Quasar(users.admin, users.namespace).enqueue("s", id="a"))
+    with clients(kind, users.make(["worker"])) as make:
+        w = make(users.namespace)
+        before = snapshot(users.admin, users.namespace)
+        refused(lambda: w.enqueue("s", id="b"), "+exists")
+        refused(lambda: w.counts("default"), "+zcount")
+        refused(lambda: w.list_jobs("default", "available"), "+zcount")
+        assert snapshot(users.admin, users.namespace) == before
