@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 import redis
+from redis.cluster import RedisCluster
 
 from ._scripts import library, scripts
 from ._urls import check_url, redact_text
@@ -81,6 +82,9 @@ def roles() -> None:
     help="functions: FCALL (Redis 7+); scripts: EVALSHA (Redis 6.2, Cluster); both.",
 )
 @click.option(
+    "--cluster", is_flag=True, help="Also what a Redis Cluster client sends (set it on every node)."
+)
+@click.option(
     "--password-env",
     metavar="VARIABLE",
     help="An environment variable holding the user's password (stored as its SHA-256).",
@@ -94,6 +98,7 @@ def setuser_command(
     tag: str,
     key_prefix: str,
     paths: Paths,
+    cluster: bool,
     password_env: str | None,
     apply: bool,
     redis_url: str | None,
@@ -114,6 +119,7 @@ def setuser_command(
             tag=tag,
             key_prefix=key_prefix,
             paths=paths,
+            cluster=cluster,
         )
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
@@ -126,7 +132,10 @@ def setuser_command(
         return
     if redis_url is None:
         raise click.UsageError("--apply needs --redis-url (or QUASAR_REDIS_URL, REDIS_URL)")
-    _run(redis_url, lambda client: client.execute_command(*words))
+    if cluster:  # (every node, replicas too: a failover must find the user there)
+        _run(redis_url, lambda c: c.execute_command(*words, target_nodes=c.ALL_NODES), cluster)
+    else:
+        _run(redis_url, lambda c: c.execute_command(*words))
     click.echo(f"user {user}: {' '.join(role_names)} on {' '.join(namespaces)}")
 
 
@@ -156,8 +165,8 @@ def load(redis_url: str | None, functions: bool) -> None:
     click.echo(f"loaded {what}{len(scripts())} scripts")
 
 
-def _run(url: str, action: Any) -> None:
-    connection = redis.Redis.from_url(url)
+def _run(url: str, action: Any, cluster: bool = False) -> None:
+    connection: Any = (RedisCluster if cluster else redis.Redis).from_url(url)
     try:
         action(connection)
     except (QuasarError, redis.RedisError) as exc:

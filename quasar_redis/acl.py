@@ -37,6 +37,11 @@ PATHS: dict[str, tuple[str, ...]] = {
     "both": ("FCALL", "EVALSHA", "SCRIPT|LOAD"),
 }
 
+#: What a Redis Cluster client (``redis.cluster.RedisCluster``) sends itself: the slot map at
+#: start and after a move (CLUSTER SLOTS / SHARDS), the commands' key positions (COMMAND), and
+#: ASKING while a slot migrates.
+CLUSTER = ("ASKING", "CLUSTER|SHARDS", "CLUSTER|SLOTS", "COMMAND")
+
 
 @dataclass(frozen=True, slots=True)
 class Role:
@@ -130,16 +135,19 @@ def rules(
     tag: str = "",
     key_prefix: str = "quasar",
     paths: Paths = "both",
+    cluster: bool = False,
 ) -> list[str]:
     """``ACL SETUSER`` rules (after the user name) giving the union of ``roles`` over the keys
-    of ``namespaces``, and nothing else: no other key, command or channel."""
+    of ``namespaces``, and nothing else: no other key, command or channel. ``cluster``: also
+    what a Redis Cluster client needs (``CLUSTER``); set the user on every node."""
     chosen = [role(name) for name in roles]
     spaces = list(namespaces)
     if not chosen or not spaces:
         raise ConfigurationError("rules need at least one role and one namespace")
     if paths not in PATHS:
         raise ConfigurationError(f"paths must be one of {', '.join(PATHS)}: got {paths!r}")
-    commands = sorted({c for r in chosen for c in r.commands} | set(PATHS[paths]))
+    extra = set(PATHS[paths]) | set(CLUSTER if cluster else ())
+    commands = sorted({c for r in chosen for c in r.commands} | extra)
     keys = [key_pattern(ns, tag=tag, key_prefix=key_prefix) for ns in spaces]
     return ["resetkeys", *keys, "resetchannels", "-@all", *(f"+{c.lower()}" for c in commands)]
 
@@ -153,6 +161,7 @@ def setuser(
     tag: str = "",
     key_prefix: str = "quasar",
     paths: Paths = "both",
+    cluster: bool = False,
 ) -> list[str]:
     """The whole ``ACL SETUSER`` command (its words) for a new user of ``roles``: ``reset``
     first, so that nothing it held before remains; the password stored as its SHA-256 only
@@ -160,5 +169,5 @@ def setuser(
     if not user or any(ch.isspace() for ch in user):
         raise ConfigurationError(f"a user name is one word: got {user!r}")
     secret = [] if password is None else ["#" + hashlib.sha256(password.encode()).hexdigest()]
-    found = rules(roles, namespaces, tag=tag, key_prefix=key_prefix, paths=paths)
+    found = rules(roles, namespaces, tag=tag, key_prefix=key_prefix, paths=paths, cluster=cluster)
     return ["ACL", "SETUSER", user, "reset", "on", *secret, *found]
