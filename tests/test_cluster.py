@@ -442,18 +442,18 @@ def test_role_users_made_by_quasar_acl_work_on_every_node(
 
     namespace = namespace_on(rc, 1)
     url = f"redis://{HOST}:{local_cluster.startup_port}/0"
-    made = {}
+    made: dict[str, Any] = {}
     for role in ("producer", "worker"):
         name, password = f"{role}-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
         args = ["acl", "setuser", name, role, "--namespace", namespace, "--cluster", "--apply"]
         args += ["--redis-url", url, "--password-env", "ROLE_PASSWORD"]
         out = CliRunner().invoke(main, args, env={"ROLE_PASSWORD": password})
         assert out.exit_code == 0, out.output
-        made[role] = RedisCluster(
+        made[name] = RedisCluster(
             host=HOST, port=local_cluster.startup_port, username=name, password=password
         )
     try:
-        producer, worker = (Quasar(made[r], namespace) for r in ("producer", "worker"))
+        producer, worker = (Quasar(client, namespace) for client in made.values())
         applied(producer.enqueue("s", id="a"))
         with pytest.raises(PermissionDenied):
             producer.claim("default", "w", LEASE)
@@ -465,8 +465,5 @@ def test_role_users_made_by_quasar_acl_work_on_every_node(
             client.close()
         for port in local_cluster.ports:
             with local_cluster.node_client(port) as node:
-                for client in made.values():
-                    node.execute_command(
-                        "ACL", "DELUSER", client.get_connection_kwargs()["username"]
-                    )
+                node.execute_command("ACL", "DELUSER", *made)
     check_placement(rc, local_cluster, namespace)
