@@ -569,3 +569,34 @@ def test_a_worker_may_not_enqueue_count_or_list(users: Users, kind: str) -> None
         refused(lambda: w.counts("default"), "+zcount")
         refused(lambda: w.list_jobs("default", "available"), "+zcount")
         assert snapshot(users.admin, users.namespace) == before
+
+
+def test_load_scripts_loads_the_library_and_every_script(users: Users, kind: str) -> None:
+    users.admin.function_delete(library().name)
+    users.admin.script_flush()
+    with clients(kind, users.admin) as make:
+        assert make(users.namespace).load_scripts() is None
+        make(users.namespace).load_scripts()  # again: harmless
+    assert users.admin.function_list(library=library().name)
+    assert all(users.admin.script_exists(*(s.sha for s in scripts().values())))
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["acl", "load"], "needs --redis-url"),
+        (["acl", "setuser", "u", "reader", "--namespace", "a", "--apply"], "needs --redis-url"),
+        (["acl", "setuser", "u", "reader", "--namespace", "a{b}"], "namespace"),
+        (["acl", "setuser", "u", "reader"], "--namespace"),
+        (["acl", "setuser", "u", "reader", "--namespace", "a", "--paths", "all"], "'all'"),
+        (
+            ["acl", "setuser", "u", "reader", "--namespace", "a", "--password-env", "NOPE_X"],
+            "NOPE_X",
+        ),
+    ],
+)
+def test_quasar_acl_mistakes_are_one_line_and_exit_2(args: list[str], says: str) -> None:
+    out = CliRunner().invoke(
+        main, args, env=dict.fromkeys(("QUASAR_REDIS_URL", "REDIS_URL", "QUASAR_NAMESPACE"))
+    )
+    assert out.exit_code == 2 and says in out.output, out.output
