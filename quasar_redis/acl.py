@@ -74,20 +74,24 @@ ROLES: dict[str, Role] = {
             "enqueues jobs (enqueue, enqueue_many, the task API) and reads them back, awaiting "
             "their results",
             _words("enqueue get"),
-            _words("EXISTS GET HGETALL HSET INCRBY LTRIM RPUSH SADD SET TIME TYPE XADD ZADD ZREM"),
+            _words(
+                "EXISTS GET HGETALL HSET INCRBY LTRIM RPUSH SADD SET SISMEMBER TIME TYPE XADD ZADD "
+                "ZREM"
+            ),
             _words("PING XREAD XREVRANGE"),
         ),
         Role(
             "worker",
             "runs a Worker: claims jobs, keeps their leases, reports outcomes, promotes due "
-            "jobs, recovers expired leases and prunes finished jobs",
+            "jobs, recovers expired leases, prunes finished jobs, announces itself in the "
+            "worker registry",
             _words(
                 "claim claim_job heartbeat complete fail permanent_fail release report "
-                "report_claim expire sweep promote prune get"
+                "report_claim expire sweep promote prune get announce retire"
             ),
             _words(
-                "DEL GET HGETALL HSET LTRIM RPUSH SET SMEMBERS SREM TIME TYPE XADD ZADD ZCARD "
-                "ZRANGE ZRANGEBYSCORE ZREM"
+                "DEL GET HGETALL HSET HSETNX LTRIM PEXPIRE RPUSH SET SISMEMBER SMEMBERS SREM TIME "
+                "TYPE XADD ZADD ZCARD ZRANGE ZRANGEBYSCORE ZREM ZREMRANGEBYSCORE"
             ),
             # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
             # and end their own wait early at shutdown (CLIENT ID, CLIENT UNBLOCK)
@@ -95,20 +99,25 @@ ROLES: dict[str, Role] = {
         ),
         Role(
             "operator",
-            "inspects (get_job, counts, list_jobs, events), cancels, retries, expires, sweeps, "
-            "promotes and prunes; neither enqueues nor claims",
-            _words("get counts list cancel retry expire sweep promote prune"),
+            "inspects (get_job, counts, list_jobs, queues, workers, events), cancels, retries, "
+            "expires, sweeps, promotes, prunes, pauses and resumes queues; does not enqueue",
             _words(
-                "DEL GET HGETALL HSET LTRIM RPUSH SET SMEMBERS SREM TIME TYPE XADD ZADD ZCARD "
-                "ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZREM ZSCORE"
+                "get counts list cancel retry expire sweep promote prune pause resume queues "
+                "workers"
+            ),
+            _words(
+                "DEL GET HGETALL HMGET HSET LTRIM RPUSH SADD SET SISMEMBER SMEMBERS SREM TIME "
+                "TYPE XADD ZADD ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZREM ZREMRANGEBYSCORE "
+                "ZSCORE"
             ),
             _words("PING XREAD XREVRANGE"),
         ),
         Role(
             "reader",
-            "reads only (get_job, counts, list_jobs, events): dashboards and monitoring",
-            _words("get counts list"),
-            _words("HGETALL TIME TYPE ZCARD ZCOUNT ZRANGE ZRANK ZSCORE"),
+            "reads only (get_job, counts, list_jobs, queues, events): dashboards and "
+            "monitoring; not workers(), which drops lapsed entries of the registry (a write)",
+            _words("get counts list queues"),
+            _words("HGETALL SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE ZRANK ZSCORE"),
             _words("PING XREAD XREVRANGE"),
         ),
     )

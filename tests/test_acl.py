@@ -35,6 +35,7 @@ from quasar_redis import (
     Worker,
     current_job,
 )
+from quasar_redis._calls import WorkerEntry
 from quasar_redis._scripts import NAMES, READS, WRITES, _code, commands, library, lua_dir, scripts
 from quasar_redis._sending import functions_unusable, map_error
 from quasar_redis.acl import ROLES, key_pattern, rules, setuser
@@ -42,7 +43,7 @@ from quasar_redis.cli import main
 from quasar_redis.errors import ConfigurationError, PermissionDenied
 
 from .clients import clients, kind
-from .helpers import applied, claimed, delete_namespace
+from .helpers import applied, claimed, delete_namespace, wait_for
 from .servers import RedisServer
 
 __all__ = ["kind"]  # (the fixture: the tests taking it run through both clients)
@@ -274,6 +275,10 @@ def test_an_operator_inspects_cancels_retries_prunes_and_sweeps(users: Users, ki
         cancelled = o.cancel("later", now=later)
         assert isinstance(cancelled, CancelApplied) and isinstance(cancelled.job.state, Cancelled)
         assert o.prune(max_count=0, now=later + 120_000) == 1
+        assert o.pause("default") is True
+        assert [(i.name, i.paused) for i in o.queues()] == [("default", True)]
+        assert o.resume("default") is True
+        assert o.workers() == []
         before = snapshot(users.admin, users.namespace)
         refused(lambda: o.enqueue("s", id="new"), "+exists")
         refused(lambda: o.enqueue_many([NewJob("s", id="new")]), "+exists")
@@ -288,6 +293,7 @@ def test_a_reader_reads_and_may_change_nothing(users: Users, kind: str) -> None:
         r = make(users.namespace)
         assert r.get_job("a") is not None and r.counts("default").available == 1
         assert [j.id for j in r.list_jobs("default", "available")] == ["a"]
+        assert [i.name for i in r.queues()] == ["default"]
         before = snapshot(users.admin, users.namespace)
         for call in (
             lambda: r.cancel("a"),
@@ -295,6 +301,8 @@ def test_a_reader_reads_and_may_change_nothing(users: Users, kind: str) -> None:
             lambda: r.claim("default", "w", 10_000),
             lambda: r.prune(max_count=0),
             r.promote_due,
+            lambda: r.pause("default"),
+            r.workers,
         ):
             refused(call)
         assert snapshot(users.admin, users.namespace) == before
@@ -336,14 +344,17 @@ def test_a_worker_user_runs_a_real_worker(users: Users) -> None:
             "slow": tasks["slow"].enqueue(),
             "broken": tasks["broken"].enqueue(),
         }
+        admin = Quasar(users.admin, users.namespace)
         with Worker(worker_app, lease_ms=300, maintenance_interval=0.1, idle_wait=1.0) as w:
+            wait_for(lambda: [x.id for x in admin.workers()] == [w.worker_id], 30, "announced")
             assert handles["ok"].result(timeout=30) == 42
             assert handles["flaky"].result(timeout=30) == 2
             assert handles["slow"].result(timeout=30) == "done"
             with pytest.raises(JobFailedError):
                 handles["broken"].result(timeout=30)
         assert (w.stats.completed, w.stats.retried, w.stats.failed, w.stats.lost) == (3, 2, 1, 0)
-        info = Quasar(users.admin, users.namespace).get_job(handles["slow"].id)
+        assert admin.workers() == []  # retired as it stopped
+        info = admin.get_job(handles["slow"].id)
         assert info is not None and isinstance(info.job.state, Succeeded)
         assert info.job.attempt == 1  # the lease was renewed, never lost
     finally:
@@ -373,6 +384,8 @@ def _on(prepare: Callable[[Quasar], Any], then: Callable[[Quasar, Any], Any]) ->
     return scenario
 
 
+ENTRY = WorkerEntry("w1", "host", 1, ("default",), 1, (), "0")
+LAPSED = WorkerEntry("w2", "host", 2, ("default",), 1, (), "0")
 FAR = 4_000_000_000_000  # a "now" long after every lease and delay of the scenarios
 
 #: For every operation: the state an admin makes, then the call the user makes, which applies.
@@ -400,8 +413,25 @@ SCENARIOS: dict[str, Scenario] = {
     "get": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.get_job("j")),
     "counts": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.counts("default")),
     "list": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.list_jobs("default", "available")),
+    "pause": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.pause("default")),
+    "resume": _on(
+        lambda a: (a.enqueue("s", id="j"), a.pause("default")), lambda u, _: u.resume("default")
+    ),
+    "queues": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.queues()),
+    "announce": _on(lambda a: None, lambda u, _: u.execute(u.calls.announce(ENTRY, 60_000))),
+    "retire": _on(
+        lambda a: a.execute(a.calls.announce(ENTRY, 60_000)),
+        lambda u, _: u.execute(u.calls.retire(ENTRY.id)),
+    ),
+    "workers": _on(  # one live, one lapsed long ago (dropped: a write)
+        lambda a: a.execute_many(
+            [a.calls.announce(ENTRY, 60_000), a.calls.announce(LAPSED, 1_000, now=1)]
+        ),
+        lambda u, _: u.workers(),
+    ),
 }
 
+READING = ("get", "counts", "list", "queues")  # (workers drops the entry that lapsed)
 CASES = [(op, cmd) for op in NAMES for cmd in scripts()[op].uses]
 
 
@@ -429,7 +459,7 @@ def test_a_user_missing_one_command_is_refused_and_nothing_changes(
         users.grant(user, f"+{cmd.lower()}")
         result = call(u)  # the same call applies once the permission is there
         assert "Refused" not in type(result).__name__, result
-        assert snapshot(users.admin, users.namespace) != before or op in ("get", "counts", "list")
+        assert snapshot(users.admin, users.namespace) != before or op in READING
 
 
 # --- reads a script cannot make ------------------------------------------------------------------
@@ -600,3 +630,10 @@ def test_quasar_acl_mistakes_are_one_line_and_exit_2(args: list[str], says: str)
         main, args, env=dict.fromkeys(("QUASAR_REDIS_URL", "REDIS_URL", "QUASAR_NAMESPACE"))
     )
     assert out.exit_code == 2 and says in out.output, out.output
+
+
+def test_the_roles_table_of_the_docs_is_the_roles_data() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \|.*\| `([^`]+)` \|$", text, re.MULTILINE)
+    documented = {name: tuple(cmds.replace("\\|", "|").split()) for name, cmds in rows}
+    assert documented == {r.name: tuple(c.lower() for c in r.commands) for r in ROLES.values()}
