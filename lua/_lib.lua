@@ -117,14 +117,22 @@ end
 -- The number in a stored integer field (checked when the job was loaded).
 local function num(s) return SMALL_NUM[s] or tonumber(s) end
 
--- The record of this call if it was applied before (see "Re-sent calls" above), or nil. A key of
--- another type is no record of ours: it is ignored here and never overwritten. Any other error
--- (a GET the user's ACL refuses) is raised: a record not read would apply a re-sent call twice.
-local function recorded(ctx)
-  local value = redis.pcall("GET", key_call(ctx))
-  if type(value) == "table" and value.err and not string.find(value.err, "WRONGTYPE", 1, true) then
-    error(value)
+-- redis.pcall for a key that may hold another type: a WRONGTYPE error comes back (the caller
+-- says what is wrong), any other (a command or key the user's ACL refuses) is raised, never
+-- taken for an absent or damaged value.
+local function pcall_typed(...)
+  local reply = redis.pcall(...)
+  if type(reply) == "table" and reply.err and not string.find(reply.err, "WRONGTYPE", 1, true) then
+    error(reply)
   end
+  return reply
+end
+
+-- The record of this call if it was applied before (see "Re-sent calls" above), or nil. A key of
+-- another type is no record of ours: it is ignored here and never overwritten. (A record not
+-- read because GET was refused would apply a re-sent call twice: pcall_typed raises.)
+local function recorded(ctx)
+  local value = pcall_typed("GET", key_call(ctx))
   if type(value) ~= "string" then return nil end
   return value
 end
@@ -288,9 +296,8 @@ end
 -- in a batch's jobs are mostly the same few, and a pattern match costs more than a table lookup.
 local function load_job(ctx, id)
   local k = key_job(ctx, id)
-  local raw = redis.pcall("HGETALL", k)
+  local raw = pcall_typed("HGETALL", k)
   if raw.err then
-    if not string.find(raw.err, "WRONGTYPE", 1, true) then error(raw) end -- (an ACL refusal, say)
     local kind = redis.call("TYPE", k)["ok"]
     return nil, corrupt(id, "key holds a " .. kind .. ", not a hash")
   end
@@ -494,7 +501,7 @@ local function finish(ctx, reply)
   for queue, n in pairs(ctx.woken or NONE) do
     -- A paused queue's workers are not woken for it (its claims are refused): resume.lua
     -- pushes its tokens then. (Not a set: no pause of ours; pushed as before.)
-    if redis.pcall("SISMEMBER", key_paused(ctx), queue) ~= 1 then
+    if pcall_typed("SISMEMBER", key_paused(ctx), queue) ~= 1 then
       local tokens = {}
       for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
       local k = key_q(ctx, queue, "wake")

@@ -15,6 +15,9 @@ the library it becomes the registration of ``main`` as the function ``quasar_<ve
 ``<version>`` being a hash of the sources, so that clients of different versions sharing one
 server each find their own functions.
 
+Each script carries the Redis commands it may run (``commands``, read from its source), which
+``run_call`` checks against the caller's ACL before anything is written (Redis 7+).
+
 Only the parts of ``_lib.lua`` a script uses are prepended to it: Redis runs a script's whole
 chunk on every call, and each ``local function`` and table it defines costs time on every call
 (about 12 us for the whole library), so a script carries the definitions it reaches and no more.

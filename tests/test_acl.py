@@ -587,6 +587,11 @@ def test_without_the_check_up_front_a_refused_read_is_named_and_nothing_changes(
     users.grant(no_hgetall, "+eval")
     denied = refused(lambda: _unchecked(no_hgetall, admin, admin.calls.get("a", None)))
     assert "hash" not in str(denied)
+    no_sismember = users.make(["worker"], without=("+sismember",))
+    users.grant(no_sismember, "+eval")
+    claim = admin.calls.claim_one("default", "w", 60_000, None)
+    denied = refused(lambda: _unchecked(no_sismember, admin, claim))
+    assert "expected a set" not in str(denied)
     assert snapshot(users.admin, users.namespace) == before
 
 
