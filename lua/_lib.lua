@@ -122,7 +122,7 @@ local function num(s) return SMALL_NUM[s] or tonumber(s) end
 -- taken for an absent or damaged value.
 local function pcall_typed(...)
   local reply = redis.pcall(...)
-  if type(reply) == "table" and reply.err and not string.find(reply.err, "WRONGTYPE", 1, true) then
+  if type(reply) == "table" and reply.err and not string.find(tostring(reply.err), "WRONGTYPE", 1, true) then
     error(reply)
   end
   return reply
