@@ -642,3 +642,47 @@ def test_the_roles_table_of_the_docs_is_the_roles_data() -> None:
     rows = re.findall(r"^\| `(\w+)` \|.*\| `([^`]+)` \|$", text, re.MULTILINE)
     documented = {name: tuple(cmds.replace("\\|", "|").split()) for name, cmds in rows}
     assert documented == {r.name: tuple(c.lower() for c in r.commands) for r in ROLES.values()}
+
+
+# What the package sends outside the scripts: redis-py methods called on a redis-py client, and
+# commands spelled out. The demo and the example clean up their throwaway namespaces (SCAN, DEL)
+# as whatever user runs them; the rest is a role's, loading, or optional where refused.
+OPTIONAL_DIRECT = {"CONFIG|GET"}  # the eviction-policy check: skipped where refused
+LOADING = {"FUNCTION|LOAD", "SCRIPT|LOAD", "FCALL", "EVALSHA"}
+NOT_A_ROLES = ("demo.py", "example.py", "_demo_jobs.py", "acl.py")  # (acl.py: the roles' data)
+NOT_COMMANDS = {"DEBUG", "INFO"}  # (the command line's log levels)
+CONTAINERS = ("CLIENT", "CONFIG", "FUNCTION", "SCRIPT", "CLUSTER", "ACL")
+_CALLED = re.compile(r"\b(?:redis|client|conn|connection)\.([a-z_]+)\(|Ask\(\s*\"([a-z_]+)\"")
+_SPELLED = re.compile(r'\(\s*"([A-Z]{3,})"(?:\s*,\s*"([A-Z]+)")?')
+
+
+def _command_of(name: str) -> str:
+    """``config_get`` -> CONFIG|GET, ``CLIENT ID`` -> CLIENT|ID, ``xread`` -> XREAD."""
+    first, _, rest = name.upper().replace(" ", "_").partition("_")
+    return f"{first}|{rest}" if first in CONTAINERS and rest else name.upper()
+
+
+def _direct_commands(known: set[str]) -> dict[str, set[str]]:
+    """Each Redis command (of ``known``) the package sends itself, with the files sending it."""
+    package = Path(__file__).resolve().parent.parent / "quasar_redis"
+    found: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        if path.name in NOT_A_ROLES:
+            continue
+        text = path.read_text()
+        names = {a or b for a, b in _CALLED.findall(text) if hasattr(redis.Redis, a or b)}
+        names |= {f"{a} {b}" if a in CONTAINERS else a for a, b in _SPELLED.findall(text)}
+        for command in map(_command_of, names):
+            if command.split("|")[0] in known and command not in NOT_COMMANDS:
+                found.setdefault(command, set()).add(path.name)
+    return found
+
+
+def test_every_command_the_package_sends_itself_is_a_roles(private_server: RedisServer) -> None:
+    admin: Any = redis.Redis.from_url(private_server.url)
+    known = {c.decode().upper() for c in admin.command_list()}
+    admin.close()
+    sent = _direct_commands(known)
+    granted = {c for role in ROLES.values() for c in role.direct} | OPTIONAL_DIRECT | LOADING
+    assert {c: files for c, files in sent.items() if c not in granted} == {}
+    assert {"BLPOP", "CLIENT|ID", "CLIENT|UNBLOCK", "PING", "XREAD", "XREVRANGE"} <= set(sent)
