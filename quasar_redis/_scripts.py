@@ -102,8 +102,8 @@ FLAGS = {
 #: reads alone (its shared ending could write, but never does). A command in neither set is
 #: caught by the tests before it ships (tests/test_acl.py), so that the ACL roles
 #: (``quasar_redis.acl``) follow the scripts.
-_READ_NAMES = "EXISTS GET HGETALL HMGET SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE"
-_WRITE_NAMES = "DEL HSET HSETNX INCRBY LTRIM PEXPIRE RPUSH SADD SET SREM XADD ZADD ZREM"
+_READ_NAMES = "EXISTS GET HGETALL HMGET LRANGE SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE"
+_WRITE_NAMES = "DEL HSET HSETNX INCRBY LPUSH LTRIM PEXPIRE RPUSH SADD SET SREM XADD ZADD ZREM"
 READS = frozenset(f"{_READ_NAMES} ZRANGEBYSCORE ZRANK ZSCORE".split())
 WRITES = frozenset(f"{_WRITE_NAMES} ZREMRANGEBYSCORE".split())
 

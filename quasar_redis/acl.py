@@ -75,8 +75,8 @@ ROLES: dict[str, Role] = {
             "their results",
             _words("enqueue get"),
             _words(
-                "EXISTS GET HGETALL HSET INCRBY LTRIM RPUSH SADD SET SISMEMBER TIME TYPE XADD ZADD "
-                "ZREM"
+                "EXISTS GET HGETALL HSET INCRBY LRANGE LTRIM RPUSH SADD SET SISMEMBER TIME TYPE "
+                "XADD ZADD ZREM"
             ),
             _words("PING XREAD XREVRANGE"),
         ),
@@ -90,8 +90,9 @@ ROLES: dict[str, Role] = {
                 "report_claim expire sweep promote prune get announce retire"
             ),
             _words(
-                "DEL GET HGETALL HSET HSETNX LTRIM PEXPIRE RPUSH SET SISMEMBER SMEMBERS SREM TIME "
-                "TYPE XADD ZADD ZCARD ZRANGE ZRANGEBYSCORE ZREM ZREMRANGEBYSCORE"
+                "DEL GET HGETALL HSET HSETNX LPUSH LRANGE LTRIM PEXPIRE RPUSH SET SISMEMBER "
+                "SMEMBERS SREM TIME TYPE XADD ZADD ZCARD ZRANGE ZRANGEBYSCORE ZREM "
+                "ZREMRANGEBYSCORE"
             ),
             # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
             # and end their own wait early at shutdown (CLIENT ID, CLIENT UNBLOCK)
@@ -106,9 +107,9 @@ ROLES: dict[str, Role] = {
                 "workers"
             ),
             _words(
-                "DEL GET HGETALL HMGET HSET LTRIM RPUSH SADD SET SISMEMBER SMEMBERS SREM TIME "
-                "TYPE XADD ZADD ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZREM ZREMRANGEBYSCORE "
-                "ZSCORE"
+                "DEL GET HGETALL HMGET HSET LPUSH LRANGE LTRIM RPUSH SADD SET SISMEMBER SMEMBERS "
+                "SREM TIME TYPE XADD ZADD ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZREM "
+                "ZREMRANGEBYSCORE ZSCORE"
             ),
             _words("PING XREAD XREVRANGE"),
         ),
@@ -117,7 +118,7 @@ ROLES: dict[str, Role] = {
             "reads only (get_job, counts, list_jobs, queues, events): dashboards and "
             "monitoring; not workers(), which drops lapsed entries of the registry (a write)",
             _words("get counts list queues"),
-            _words("HGETALL SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE ZRANK ZSCORE"),
+            _words("HGETALL LRANGE SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE ZRANK ZSCORE"),
             _words("PING XREAD XREVRANGE"),
         ),
     )
