@@ -691,3 +691,22 @@ def test_every_command_the_package_sends_itself_is_a_roles(private_server: Redis
     granted = {c for role in ROLES.values() for c in role.direct} | OPTIONAL_DIRECT | LOADING
     assert {c: files for c, files in sent.items() if c not in granted} == {}
     assert {"BLPOP", "CLIENT|ID", "CLIENT|UNBLOCK", "PING", "XREAD", "XREVRANGE"} <= set(sent)
+
+
+def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
+    # (docs/security.md, "What a role cannot stop": Redis grants commands, not scripts)
+    beyond = {
+        role.name: {
+            name
+            for name, script in scripts().items()
+            if set(script.uses) <= set(role.in_scripts) and name not in role.operations
+        }
+        for role in ROLES.values()
+    }
+    lease_calls = {"claim", "claim_job", "complete", "fail", "permanent_fail", "heartbeat"}
+    assert beyond == {
+        "producer": {"claim_job", "heartbeat", "release", "retry", "pause"},
+        "worker": {"cancel", "retry"},
+        "operator": lease_calls | {"release", "report", "report_claim", "retire"},
+        "reader": set(),
+    }
