@@ -975,13 +975,16 @@ local function decode_items(s)
   return items
 end
 
--- The caller's ACL, checked before anything is written (Redis 7+: redis.acl_check_cmd; Redis 6.2
--- and fakeredis lack it): `uses` lists every command the call may run, its keys all under
--- keys[1]. A refusal names the permission missing (NOPERM, PermissionDenied in Python).
-local function acl_error(root, uses)
-  local allowed = redis.acl_check_cmd
-  if allowed == nil then return nil end
-  for _, cmd in ipairs(uses) do
+-- Every call runs through here: the caller's permissions checked, then `main` with a context
+-- made for this call alone (see "Per-call state" above), then the buffered writes, events and
+-- wake-ups.
+-- The check (Redis 7+: redis.acl_check_cmd; Redis 6.2 and fakeredis lack it) comes before
+-- anything is written: `uses` lists every command the call may run (the loader reads it from the
+-- script's source), its keys all under keys[1]. A refusal names the permission missing (NOPERM,
+-- PermissionDenied in Python).
+local function run_call(keys, args, main, uses)
+  local allowed, root = redis.acl_check_cmd, keys[1]
+  for _, cmd in ipairs(allowed and uses or NONE) do
     if not allowed(cmd, root) then
       if allowed(cmd) then
         return redis.error_reply("NOPERM this Redis user may not use the keys " .. root ..
@@ -991,15 +994,6 @@ local function acl_error(root, uses)
         string.lower(cmd) .. ")")
     end
   end
-  return nil
-end
-
--- Every call runs through here: the caller's permissions checked, then `main` with a context
--- made for this call alone (see "Per-call state" above), then the buffered writes, events and
--- wake-ups. `uses`: the commands the call may run, listed by the loader from its source.
-local function run_call(keys, args, main, uses)
-  local denied = acl_error(keys[1], uses)
-  if denied then return denied end
   local ctx = {
     prefix = keys[1], events = keys[2], args = args,
     queue_keys = {}, text_of = {}, names_ok = {}, loaded = {}, changed = {}, implicit_ins = {},
