@@ -117,10 +117,22 @@ end
 -- The number in a stored integer field (checked when the job was loaded).
 local function num(s) return SMALL_NUM[s] or tonumber(s) end
 
+-- redis.pcall for a key that may hold another type: a WRONGTYPE error comes back (the caller
+-- says what is wrong), any other (a command or key the user's ACL refuses) is raised, never
+-- taken for an absent or damaged value.
+local function pcall_typed(...)
+  local reply = redis.pcall(...)
+  if type(reply) == "table" and reply.err and not string.find(tostring(reply.err), "WRONGTYPE", 1, true) then
+    error(reply)
+  end
+  return reply
+end
+
 -- The record of this call if it was applied before (see "Re-sent calls" above), or nil. A key of
--- another type is no record of ours: it is ignored here and never overwritten.
+-- another type is no record of ours: it is ignored here and never overwritten. (A record not
+-- read because GET was refused would apply a re-sent call twice: pcall_typed raises.)
 local function recorded(ctx)
-  local value = redis.pcall("GET", key_call(ctx))
+  local value = pcall_typed("GET", key_call(ctx))
   if type(value) ~= "string" then return nil end
   return value
 end
@@ -326,7 +338,7 @@ end
 -- in a batch's jobs are mostly the same few, and a pattern match costs more than a table lookup.
 local function load_job(ctx, id)
   local k = key_job(ctx, id)
-  local raw = redis.pcall("HGETALL", k)
+  local raw = pcall_typed("HGETALL", k)
   if raw.err then
     local kind = redis.call("TYPE", k)["ok"]
     return nil, corrupt(id, "key holds a " .. kind .. ", not a hash")
@@ -531,7 +543,7 @@ local function finish(ctx, reply)
   for queue, n in pairs(ctx.woken or NONE) do
     -- A paused queue's workers are not woken for it (its claims are refused): resume.lua
     -- pushes its tokens then. (Not a set: no pause of ours; pushed as before.)
-    if redis.pcall("SISMEMBER", key_paused(ctx), queue) ~= 1 then
+    if pcall_typed("SISMEMBER", key_paused(ctx), queue) ~= 1 then
       local tokens = {}
       for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
       local k = key_q(ctx, queue, "wake")
@@ -1015,9 +1027,25 @@ local function decode_items(s)
   return items
 end
 
--- Every call runs through here: `main` with a context made for this call alone (see "Per-call
--- state" above), then the buffered writes, events and wake-ups.
-local function run_call(keys, args, main)
+-- Every call runs through here: the caller's permissions checked, then `main` with a context
+-- made for this call alone (see "Per-call state" above), then the buffered writes, events and
+-- wake-ups.
+-- The check (Redis 7+: redis.acl_check_cmd; Redis 6.2 and fakeredis lack it) comes before
+-- anything is written: `uses` lists every command the call may run (the loader reads it from the
+-- script's source), its keys all under keys[1]. A refusal names the permission missing (NOPERM,
+-- PermissionDenied in Python).
+local function run_call(keys, args, main, uses)
+  local allowed, root = redis.acl_check_cmd, keys[1]
+  for _, cmd in ipairs(allowed and uses or NONE) do
+    if not allowed(cmd, root) then
+      if allowed(cmd) then
+        return redis.error_reply("NOPERM this Redis user may not use the keys " .. root ..
+          "* (grant ~" .. root .. "*)")
+      end
+      return redis.error_reply("NOPERM this Redis user may not run " .. cmd .. " (grant +" ..
+        string.lower(cmd) .. ")")
+    end
+  end
   local ctx = {
     prefix = keys[1], events = keys[2], args = args,
     queue_keys = {}, text_of = {}, names_ok = {}, loaded = {}, changed = {}, implicit_ins = {},

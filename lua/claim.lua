@@ -38,7 +38,7 @@ local MAINTENANCE = 100
 -- set. One SISMEMBER: a claim of a queue never paused pays no more.
 local function paused_error(ctx, queue)
   local k = key_paused(ctx)
-  local paused = redis.pcall("SISMEMBER", k, queue)
+  local paused = pcall_typed("SISMEMBER", k, queue)
   if paused == 0 then return nil end
   if paused == 1 then return refuse("QueuePaused", queue) end
   return refuse("CorruptKey", k, "holds a " .. redis.call("TYPE", k)["ok"] .. ", expected a set")

@@ -30,7 +30,7 @@ local function main(ctx)
   if h == nil then return err end
   local errors = NONE
   if h.ek then -- (only a job that failed an attempt, or was retried, has a history)
-    errors = redis.pcall("LRANGE", key_errors(ctx, args[3]), "0", "-1") -- (5 at most)
+    errors = pcall_typed("LRANGE", key_errors(ctx, args[3]), "0", "-1") -- (5 at most)
     if errors.err then errors = NONE end
   end
   return applied("Found", fmt(ctx, now), job_reply(ctx, args[3], h), waiting_on(ctx, h), errors)

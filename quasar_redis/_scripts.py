@@ -15,6 +15,9 @@ the library it becomes the registration of ``main`` as the function ``quasar_<ve
 ``<version>`` being a hash of the sources, so that clients of different versions sharing one
 server each find their own functions.
 
+Each script carries the Redis commands it may run (``commands``, read from its source), which
+``run_call`` checks against the caller's ACL before anything is written (Redis 7+).
+
 Only the parts of ``_lib.lua`` a script uses are prepended to it: Redis runs a script's whole
 chunk on every call, and each ``local function`` and table it defines costs time on every call
 (about 12 us for the whole library), so a script carries the definitions it reaches and no more.
@@ -95,12 +98,23 @@ FLAGS = {
 }
 
 
+#: The Redis commands the scripts run, by kind: a script flagged ``no-writes`` is checked for its
+#: reads alone (its shared ending could write, but never does). A command in neither set is
+#: caught by the tests before it ships (tests/test_acl.py), so that the ACL roles
+#: (``quasar_redis.acl``) follow the scripts.
+_READ_NAMES = "EXISTS GET HGETALL HMGET LRANGE SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE"
+_WRITE_NAMES = "DEL HSET HSETNX INCRBY LPUSH LTRIM PEXPIRE RPUSH SADD SET SREM XADD ZADD ZREM"
+READS = frozenset(f"{_READ_NAMES} ZRANGEBYSCORE ZRANK ZSCORE".split())
+WRITES = frozenset(f"{_WRITE_NAMES} ZREMRANGEBYSCORE".split())
+
+
 @dataclass(frozen=True, slots=True)
 class Script:
     name: str
     source: str = field(repr=False)
     sha: str
     function: str = ""  # its name in the function library
+    uses: tuple[str, ...] = ()  # the Redis commands it may run, checked against the caller's ACL
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +253,50 @@ class _Pool:
         return "".join(self.blocks[i].text for i in sorted(self.of(name) - shared))
 
 
+_LITERAL_CALL = re.compile(r'redis\.p?call\(\s*"([A-Z_]+)"')
+_OTHER_CALL = re.compile(r'redis\.p?call\(\s*[^"\s]')
+_COMMAND = re.compile(r'"([A-Z_]+)"')
+
+
+def _code(source: str) -> str:
+    """``source`` without its comments (strings kept)."""
+    return _NOT_CODE.sub(lambda m: m.group() if m.group()[0] in "\"'" else " ", source)
+
+
+def commands(source: str) -> tuple[frozenset[str], list[str]]:
+    """The Redis commands a Lua source may run: those named in ``redis.call`` / ``redis.pcall``,
+    and at the call sites of its wrappers (a definition that passes a command it was given to
+    ``redis.call``, as ``zread(ctx, "ZRANGE", ...)`` does); and the wrapper calls whose command
+    is not a literal (which no scan can follow)."""
+    code = _code(source)
+    found = set(_LITERAL_CALL.findall(code))
+    wrappers: set[str] = set()
+    for names, block in _cut(code):
+        if _OTHER_CALL.search(block):
+            wrappers |= names
+    unknown = []
+    for name in sorted(wrappers):
+        for match in re.finditer(rf"(?<![\w.:])(?<!function ){name}\(([^)]*)\)", code):
+            command = _COMMAND.search(match.group(1))
+            if command is None:
+                unknown.append(match.group())
+            else:
+                found.add(command.group(1))
+    return frozenset(found), unknown
+
+
+def uses(name: str, source: str) -> tuple[str, ...]:
+    """The commands the script ``name`` (assembled as ``source``) may run, sorted."""
+    found, _ = commands(source)
+    if FLAGS.get(name) == "no-writes":
+        found -= WRITES
+    return tuple(sorted(found))
+
+
+def _lua_list(items: tuple[str, ...]) -> str:
+    return "{" + ", ".join(f'"{item}"' for item in items) + "}"
+
+
 def assemble(lib: str, body: str) -> str:
     """``body`` after the definitions of ``lib`` it reaches, in the library's order."""
     return _Pool(lib, {"script": body}).script("script")
@@ -276,15 +334,16 @@ def library() -> Library:
             parts.append(f"\n-- ===== {block.file}.lua, shared =====\n")
         parts.append(block.text)
     parts.append(
-        "\nlocal function register(name, main, flags)\n"
+        "\nlocal function register(name, main, flags, uses)\n"
         "  redis.register_function{function_name = name, flags = flags,\n"
-        "    callback = function(keys, args) return run_call(keys, args, main) end}\n"
+        "    callback = function(keys, args) return run_call(keys, args, main, uses) end}\n"
         "end\n"
     )
     for script in bodies:
         own = pool.rest(script, set(shared)).rstrip()
         flags = f'"{FLAGS[script]}"' if script in FLAGS else ""
-        own = own[: -len(ENDING)] + f'register("{name}_{script}", main, {{{flags}}})\n'
+        listed = _lua_list(uses(script, pool.script(script)))
+        own = own[: -len(ENDING)] + f'register("{name}_{script}", main, {{{flags}}}, {listed})\n'
         parts.append(f"\n-- ===== {script}.lua =====\ndo\n{own}end\n")
     return Library(name, "".join(parts))
 
@@ -296,7 +355,9 @@ def scripts() -> dict[str, Script]:
     prefix = library().name
     out = {}
     for name in pool.bodies:
-        source = pool.script(name, f"\n-- ===== {name}.lua =====\n")
+        source = pool.script(name, f"\n-- ===== {name}.lua =====\n").rstrip()
+        used = uses(name, source)
+        source = source[: -len(ENDING)] + f"return run_call(KEYS, ARGV, main, {_lua_list(used)})\n"
         sha = hashlib.sha1(source.encode()).hexdigest()
-        out[name] = Script(name, source, sha, f"{prefix}_{name}")
+        out[name] = Script(name, source, sha, f"{prefix}_{name}", used)
     return out

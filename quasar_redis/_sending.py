@@ -22,6 +22,7 @@ scripts from now on; a script missing (NOSCRIPT), then ``SCRIPT LOAD``.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import Any, TypeVar
 import redis.exceptions as rex
 
 from ._calls import Call
-from ._scripts import Library, Script
+from ._scripts import Library, Script, scripts
 from .errors import (
     AuthenticationError,
     PermissionDenied,
@@ -107,12 +108,52 @@ def is_noscript(exc: BaseException) -> bool:
 
 
 def functions_unusable(exc: BaseException) -> bool:
-    """Redis before 7 (no FCALL / FUNCTION), or a user not allowed to use them."""
+    """Redis before 7 (no FCALL / FUNCTION), or a user not allowed to use them. A refusal of
+    anything else (a command a function runs, a key) is no reason to give functions up."""
     text = str(exc).lower()
-    return isinstance(exc, rex.NoPermissionError) or (
-        isinstance(exc, rex.ResponseError)
-        and (text.startswith(("unknown command", "err unknown command", "noperm")))
+    if isinstance(exc, rex.NoPermissionError) or text.startswith("noperm"):
+        return "'fcall" in text or "'function" in text
+    return isinstance(exc, rex.ResponseError) and text.startswith(
+        ("unknown command", "err unknown command")
     )
+
+
+#: How Redis words a command a script ran, or a key it touched, that the user's ACL refuses
+#: (Redis 6.2, and 7+ on a command the script did not list up front).
+SCRIPT_REFUSALS = ("the user executing the script can't", "no permissions to access")
+
+#: What a user refused the scripts themselves can do.
+LOADING_HINT = (
+    ": an admin user loads the scripts once (quasar acl load, or load_scripts() on a client), "
+    "and `quasar acl setuser` prints the rules of each role (docs/security.md)"
+)
+
+
+def _permission(text: str) -> str | None:
+    """The ACL rule a refusal asks for: ours say "(grant +xadd)", Redis's own "to run the
+    'xadd' command" (``function|load`` for a subcommand)."""
+    found = re.search(r"\(grant (\S+)\)", text) or re.search(r"to run the '([\w|]+)' command", text)
+    if found is None:
+        return None
+    rule = found.group(1)
+    return rule if rule[0] in "+~" else f"+{rule.lower()}"
+
+
+def permission_denied(exc: BaseException) -> PermissionDenied | None:
+    """The ``PermissionDenied`` an error of a script call means, naming what is missing."""
+    text = str(exc)
+    lower = text.lower()
+    if isinstance(exc, rex.NoPermissionError) or lower.startswith("noperm"):
+        text = text.removeprefix("NOPERM ")
+        if any(f"'{c}" in lower for c in ("fcall", "function", "evalsha", "script")):
+            text += LOADING_HINT
+        return PermissionDenied(text, _permission(text))
+    if isinstance(exc, rex.ResponseError) and any(r in lower for r in SCRIPT_REFUSALS):
+        return PermissionDenied(
+            f"the Redis user may not run a command, or use a key, that a script needs ({text}): "
+            "`quasar acl setuser` prints the rules of each role (docs/security.md)"
+        )
+    return None
 
 
 @dataclass
@@ -168,8 +209,9 @@ def map_error(exc: BaseException) -> BaseException:
     """Our exception for a redis-py one raised by a script call."""
     if isinstance(exc, rex.AuthenticationError):  # (a ConnectionError, but never transient)
         return AuthenticationError(str(exc) or "Redis refused the credentials")
-    if isinstance(exc, rex.NoPermissionError):
-        return PermissionDenied(str(exc))
+    denied = permission_denied(exc)
+    if denied is not None:
+        return denied
     if isinstance(exc, CONNECTION_ERRORS):
         return RedisUnavailable(str(exc) or type(exc).__name__)
     if isinstance(exc, rex.OutOfMemoryError) or "used memory > 'maxmemory'" in str(exc):
@@ -295,10 +337,25 @@ class Sending:
             if isinstance(reply, Exception):
                 raise reply
 
+    def _preloading(self) -> Flow[None]:
+        """Load the function library (where this client uses functions) and every script, so
+        that users who may not load them (an ACL) find them there."""
+        if self.functions:
+            reply = yield ("FUNCTION", "LOAD", self.library.source)
+            denied = isinstance(reply, Exception) and permission_denied(reply) is not None
+            if isinstance(reply, Exception) and (denied or library_load_error(reply) is None):
+                raise map_error(reply) from reply  # (Redis 6.2, "unknown command": scripts only)
+        for script in scripts().values():
+            reply = yield Ask("script_load", (script.source,))
+            if isinstance(reply, Exception):
+                raise map_error(reply) from reply
+
     def _library_refused(self, exc: BaseException) -> None:
-        """FUNCTION LOAD failed: scripts from now on, or nothing to do, or a real error."""
+        """FUNCTION LOAD failed: scripts from now on, or nothing to do, or a real error. A user
+        the ACL refuses FUNCTION LOAD stays on functions: the library is an admin's to load
+        (``load_scripts``), and the next call finds it once loaded."""
         unusable = library_load_error(exc)
-        if unusable is None:
+        if unusable is None or isinstance(exc, rex.NoPermissionError):
             raise exc
         self.functions = not unusable
 

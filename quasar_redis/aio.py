@@ -166,6 +166,14 @@ class AsyncQuasar(ClientBase):
         replies = iter(await pipe.execute(raise_on_error=False))
         return [None if command is None else next(replies) for command in commands]
 
+    async def load_scripts(self) -> None:
+        """Load the function library (Redis 7+, where this client uses functions) and every
+        script into Redis, for users that may run them but not load them (an ACL: see
+        docs/security.md). Run it once per version of quasar_redis as an admin user, and again
+        after a restart that lost them (scripts are never persisted; functions are, with the
+        data). Loading what is there already is harmless."""
+        return await self._drive(self._preloading())
+
     async def eviction_policy(self) -> str | None:
         """Redis's ``maxmemory-policy`` (anything but "noeviction" may lose jobs: see
         docs/guarantees.md); None where Redis refuses CONFIG, as some managed services do."""

@@ -34,6 +34,7 @@ from rich.console import Console
 
 from . import __version__
 from . import demo as demo_module
+from ._cli_acl import acl
 from ._keys import KeySpace
 from ._loading import load_app
 from ._urls import MEMORY_URL, check_url, redact, redact_text, where
@@ -125,6 +126,9 @@ class OneLineErrors(click.Group):
 @click.version_option(__version__)
 def main() -> None:
     """quasar_redis: a distributed job queue on Redis."""
+
+
+main.add_command(acl)
 
 
 @main.command()

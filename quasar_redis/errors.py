@@ -59,7 +59,15 @@ class AuthenticationError(AccessDenied):
 
 
 class PermissionDenied(AccessDenied):
-    """The Redis user may not run a command or touch a key quasar_redis needs (an ACL)."""
+    """The Redis user may not run a command or touch a key quasar_redis needs (an ACL).
+
+    ``permission`` is what to grant, as an ``ACL SETUSER`` rule (``"+xadd"``,
+    ``"~quasar:{orders}:*"``), where Redis said; docs/security.md has the rules of each role.
+    A call refused so by a script on Redis 7+ changed nothing."""
+
+    def __init__(self, message: str, permission: str | None = None) -> None:
+        super().__init__(message)
+        self.permission = permission
 
 
 class CorruptDataError(QuasarError):

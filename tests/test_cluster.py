@@ -428,3 +428,42 @@ def test_async_client_on_cluster(rc: RedisCluster, local_cluster: LocalCluster) 
     assert isinstance(out["cancelled"], CancelApplied)
     assert (out["counts"].completed, out["counts"].cancelled) == (1, 1)
     check_placement(rc, local_cluster, namespace)
+
+
+def test_role_users_made_by_quasar_acl_work_on_every_node(
+    rc: RedisCluster, local_cluster: LocalCluster
+) -> None:
+    """A producer and a worker of `quasar acl setuser --cluster --apply` (set on every node)
+    enqueue, claim and complete on the cluster; a producer may not claim."""
+    from click.testing import CliRunner
+
+    from quasar_redis.cli import main
+    from quasar_redis.errors import PermissionDenied
+
+    namespace = namespace_on(rc, 1)
+    url = f"redis://{HOST}:{local_cluster.startup_port}/0"
+    made: dict[str, Any] = {}
+    for role in ("producer", "worker"):
+        name, password = f"{role}-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+        args = ["acl", "setuser", name, role, "--namespace", namespace, "--cluster", "--apply"]
+        args += ["--redis-url", url, "--password-env", "ROLE_PASSWORD"]
+        out = CliRunner().invoke(main, args, env={"ROLE_PASSWORD": password})
+        assert out.exit_code == 0, out.output
+        made[name] = RedisCluster(
+            host=HOST, port=local_cluster.startup_port, username=name, password=password
+        )
+    try:
+        producer, worker = (Quasar(client, namespace) for client in made.values())
+        applied(producer.enqueue("s", id="a"))
+        with pytest.raises(PermissionDenied):
+            producer.claim("default", "w", LEASE)
+        lease = claimed(worker.claim("default", "w", LEASE))
+        done = applied(worker.complete(lease.token, "w", result=1))
+        assert isinstance(done.state, Succeeded)
+    finally:
+        for client in made.values():
+            client.close()
+        for port in local_cluster.ports:
+            with local_cluster.node_client(port) as node:
+                node.execute_command("ACL", "DELUSER", *made)
+    check_placement(rc, local_cluster, namespace)

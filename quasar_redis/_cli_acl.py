@@ -1,0 +1,175 @@
+"""``quasar acl``: the Redis users of each role (docs/security.md).
+
+- ``quasar acl roles``: every role, what it may do and the commands it takes.
+- ``quasar acl setuser NAME ROLE... --namespace NS``: the ``ACL SETUSER`` command making a user
+  of those roles for those namespaces, printed for ``redis-cli`` (``--apply``: run on
+  ``--redis-url`` as the admin user of the URL).
+- ``quasar acl load``: load the function library and the scripts as an admin user, for users
+  who may run them but not load them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any
+
+import click
+import redis
+from redis.cluster import RedisCluster
+
+from ._scripts import library, scripts
+from ._urls import check_url, redact_text
+from .acl import PATHS, ROLES, Paths, setuser
+from .app import URL_VARIABLES
+from .client import Quasar
+from .errors import ConfigurationError, QuasarError
+
+
+def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_url(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+redis_url_option = click.option(
+    "--redis-url",
+    envvar=list(URL_VARIABLES),
+    callback=_url,
+    help="Redis, as an admin user (also QUASAR_REDIS_URL, REDIS_URL).",
+)
+
+
+def _fail(exc: Exception) -> click.ClickException:
+    return click.ClickException(redact_text(f"{type(exc).__name__}: {exc}"))
+
+
+@click.group()
+def acl() -> None:
+    """Least-privilege Redis users: the roles, their ACL rules, loading the scripts."""
+
+
+@acl.command()
+def roles() -> None:
+    """Every role, what its users may do, and the Redis commands it takes."""
+    for role in ROLES.values():
+        click.echo(f"{role.name}: {role.summary}")
+        click.echo(f"  operations: {' '.join(role.operations)}")
+        click.echo(f"  commands: {' '.join(c.lower() for c in role.commands)}")
+
+
+@acl.command("setuser")
+@click.argument("user")
+@click.argument("role_names", metavar="ROLE...", nargs=-1, required=True)
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    required=True,
+    envvar="QUASAR_NAMESPACE",
+    help="A namespace the user may use (repeat for several).",
+)
+@click.option("--tag", default="", help="The clients' tag= (hash tag), if they are given one.")
+@click.option("--key-prefix", default="quasar", show_default=True, help="The clients' key_prefix=.")
+@click.option(
+    "--paths",
+    type=click.Choice(list(PATHS)),
+    default="both",
+    show_default=True,
+    help="functions: FCALL (Redis 7+); scripts: EVALSHA (Redis 6.2, Cluster); both.",
+)
+@click.option(
+    "--cluster", is_flag=True, help="Also what a Redis Cluster client sends (set it on every node)."
+)
+@click.option(
+    "--password-env",
+    metavar="VARIABLE",
+    help="An environment variable holding the user's password (stored as its SHA-256).",
+)
+@click.option("--apply", is_flag=True, help="Run the command on --redis-url instead of printing.")
+@redis_url_option
+def setuser_command(
+    user: str,
+    role_names: tuple[str, ...],
+    namespaces: tuple[str, ...],
+    tag: str,
+    key_prefix: str,
+    paths: Paths,
+    cluster: bool,
+    password_env: str | None,
+    apply: bool,
+    redis_url: str | None,
+) -> None:
+    """Print the ACL SETUSER command for USER with the union of the ROLEs (see `quasar acl
+    roles`): the namespaces' keys and the roles' commands, nothing else."""
+    password = None
+    if password_env is not None:
+        password = os.environ.get(password_env)
+        if not password:
+            raise click.BadParameter(f"${password_env} is not set", param_hint="--password-env")
+    try:
+        words = setuser(
+            user,
+            role_names,
+            namespaces,
+            password=password,
+            tag=tag,
+            key_prefix=key_prefix,
+            paths=paths,
+            cluster=cluster,
+        )
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    if not apply:
+        click.echo(shlex.join(words))
+        if password is None:
+            click.echo(
+                "# add a password (>secret, or --password-env) before it can log in", err=True
+            )
+        return
+    if redis_url is None:
+        raise click.UsageError("--apply needs --redis-url (or QUASAR_REDIS_URL, REDIS_URL)")
+    if cluster:  # (every node, replicas too: a failover must find the user there)
+        _run(redis_url, lambda c: c.execute_command(*words, target_nodes=c.ALL_NODES), cluster)
+    else:
+        _run(redis_url, lambda c: c.execute_command(*words))
+    click.echo(f"user {user}: {' '.join(role_names)} on {' '.join(namespaces)}")
+
+
+@acl.command()
+@redis_url_option
+@click.option(
+    "--functions/--no-functions",
+    default=True,
+    show_default=True,
+    help="Load the function library too (Redis 7+); the scripts are always loaded.",
+)
+def load(redis_url: str | None, functions: bool) -> None:
+    """Load the function library and every script, as an admin user: users who may run them
+    but not load them then find them there. Once per version of quasar_redis, and the scripts
+    again after a restart (Redis keeps functions with the data, never scripts)."""
+    if redis_url is None:
+        raise click.UsageError("quasar acl load needs --redis-url (or QUASAR_REDIS_URL, REDIS_URL)")
+    client: Any = None
+
+    def loading(connection: Any) -> None:
+        nonlocal client
+        client = Quasar(connection, functions=functions, check_eviction_policy=False)
+        client.load_scripts()
+
+    _run(redis_url, loading)
+    what = f"library {library().name} and " if client is not None and client.functions else ""
+    click.echo(f"loaded {what}{len(scripts())} scripts")
+
+
+def _run(url: str, action: Any, cluster: bool = False) -> None:
+    connection: Any = (RedisCluster if cluster else redis.Redis).from_url(url)
+    try:
+        action(connection)
+    except (QuasarError, redis.RedisError) as exc:
+        raise _fail(exc) from None
+    finally:
+        connection.close()

@@ -1,0 +1,183 @@
+"""Least-privilege Redis users: the ACL rules of each role, for one namespace or several.
+
+A role is the operations (scripts) its users call and every Redis command they run, inside
+those scripts and from the client itself; ``rules`` turns roles into ``ACL SETUSER`` rules whose
+keys are those of the namespace (``~<key root>*``) and whose commands are those listed, nothing
+more (``-@all``, no pub/sub channels). docs/security.md explains each role; ``quasar acl
+setuser`` prints the command. The lists are written out here, to be read and reviewed;
+tests/test_acl.py checks them against the Lua sources, so that they follow the scripts.
+
+How the scripts reach Redis decides the rest (``paths``):
+
+- ``functions`` (Redis 7+): ``+fcall``. Loading the library (``FUNCTION LOAD``) is an admin's:
+  a library is server-wide, and whoever may load one may replace another's. An admin loads it
+  once per version of quasar_redis (``quasar acl load``, or ``load_scripts()`` on a client);
+  Redis keeps it with the data.
+- ``scripts`` (Redis 6.2, Redis Cluster clients, ``functions=False``): ``+evalsha`` and
+  ``+script|load``. A script runs with its caller's permissions, so loading one grants nothing;
+  Redis forgets scripts on a restart and the client loads them again on ``NOSCRIPT``.
+- ``both`` (the default): either, as the server allows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ._keys import KeySpace
+from .errors import ConfigurationError
+
+Paths = Literal["functions", "scripts", "both"]
+
+PATHS: dict[str, tuple[str, ...]] = {
+    "functions": ("FCALL",),
+    "scripts": ("EVALSHA", "SCRIPT|LOAD"),
+    "both": ("FCALL", "EVALSHA", "SCRIPT|LOAD"),
+}
+
+#: What a Redis Cluster client (``redis.cluster.RedisCluster``) sends itself: the slot map at
+#: start and after a move (CLUSTER SLOTS / SHARDS), the commands' key positions (COMMAND), and
+#: ASKING while a slot migrates.
+CLUSTER = ("ASKING", "CLUSTER|SHARDS", "CLUSTER|SLOTS", "COMMAND")
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """What the users of one role do, and the Redis commands it takes.
+
+    ``operations``: the scripts (``lua/<name>.lua``) they call; ``in_scripts``: every command
+    those scripts may run; ``direct``: the commands the client sends itself."""
+
+    name: str
+    summary: str
+    operations: tuple[str, ...]
+    in_scripts: tuple[str, ...]
+    direct: tuple[str, ...]
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """Every Redis command the role runs, sorted."""
+        return tuple(sorted(set(self.in_scripts) | set(self.direct)))
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+ROLES: dict[str, Role] = {
+    role.name: role
+    for role in (
+        Role(
+            "producer",
+            "enqueues jobs (enqueue, enqueue_many, the task API) and reads them back, awaiting "
+            "their results",
+            _words("enqueue get"),
+            _words(
+                "EXISTS GET HGETALL HSET INCRBY LRANGE LTRIM RPUSH SADD SET SISMEMBER TIME TYPE "
+                "XADD ZADD ZREM"
+            ),
+            _words("PING XREAD XREVRANGE"),
+        ),
+        Role(
+            "worker",
+            "runs a Worker: claims jobs, keeps their leases, reports outcomes, promotes due "
+            "jobs, recovers expired leases, prunes finished jobs, announces itself in the "
+            "worker registry",
+            _words(
+                "claim claim_job heartbeat complete fail permanent_fail release report "
+                "report_claim expire sweep promote prune get announce retire"
+            ),
+            _words(
+                "DEL GET HGETALL HSET HSETNX LPUSH LRANGE LTRIM PEXPIRE RPUSH SET SISMEMBER "
+                "SMEMBERS SREM TIME TYPE XADD ZADD ZCARD ZRANGE ZRANGEBYSCORE ZREM "
+                "ZREMRANGEBYSCORE"
+            ),
+            # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
+            # and end their own wait early at shutdown (CLIENT ID, CLIENT UNBLOCK)
+            _words("BLPOP CLIENT|ID CLIENT|UNBLOCK PING RPUSH TIME"),
+        ),
+        Role(
+            "operator",
+            "inspects (get_job, counts, list_jobs, queues, workers, events), cancels, retries, "
+            "expires, sweeps, promotes, prunes, pauses and resumes queues; does not enqueue",
+            _words(
+                "get counts list cancel retry expire sweep promote prune pause resume queues "
+                "workers"
+            ),
+            _words(
+                "DEL GET HGETALL HMGET HSET LPUSH LRANGE LTRIM RPUSH SADD SET SISMEMBER SMEMBERS "
+                "SREM TIME TYPE XADD ZADD ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZREM "
+                "ZREMRANGEBYSCORE ZSCORE"
+            ),
+            _words("PING XREAD XREVRANGE"),
+        ),
+        Role(
+            "reader",
+            "reads only (get_job, counts, list_jobs, queues, events): dashboards and "
+            "monitoring; not workers(), which drops lapsed entries of the registry (a write)",
+            _words("get counts list queues"),
+            _words("HGETALL LRANGE SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE ZRANK ZSCORE"),
+            _words("PING XREAD XREVRANGE"),
+        ),
+    )
+}
+
+
+def role(name: str) -> Role:
+    """The role ``name``; ConfigurationError naming the roles there are for any other."""
+    found = ROLES.get(name)
+    if found is None:
+        raise ConfigurationError(f"unknown role {name!r}: one of {', '.join(ROLES)}")
+    return found
+
+
+def key_pattern(namespace: str, *, tag: str = "", key_prefix: str = "quasar") -> str:
+    """The ACL key pattern of a namespace: every key it has, and no key of another."""
+    return f"~{KeySpace(namespace, tag, key_prefix).root}*"
+
+
+def rules(
+    roles: Iterable[str],
+    namespaces: Iterable[str],
+    *,
+    tag: str = "",
+    key_prefix: str = "quasar",
+    paths: Paths = "both",
+    cluster: bool = False,
+) -> list[str]:
+    """``ACL SETUSER`` rules (after the user name) giving the union of ``roles`` over the keys
+    of ``namespaces``, and nothing else: no other key, command or channel. ``cluster``: also
+    what a Redis Cluster client needs (``CLUSTER``); set the user on every node."""
+    chosen = [role(name) for name in roles]
+    spaces = list(namespaces)
+    if not chosen or not spaces:
+        raise ConfigurationError("rules need at least one role and one namespace")
+    if paths not in PATHS:
+        raise ConfigurationError(f"paths must be one of {', '.join(PATHS)}: got {paths!r}")
+    extra = set(PATHS[paths]) | set(CLUSTER if cluster else ())
+    commands = sorted({c for r in chosen for c in r.commands} | extra)
+    keys = [key_pattern(ns, tag=tag, key_prefix=key_prefix) for ns in spaces]
+    return ["resetkeys", *keys, "resetchannels", "-@all", *(f"+{c.lower()}" for c in commands)]
+
+
+def setuser(
+    user: str,
+    roles: Sequence[str],
+    namespaces: Sequence[str],
+    *,
+    password: str | None = None,
+    tag: str = "",
+    key_prefix: str = "quasar",
+    paths: Paths = "both",
+    cluster: bool = False,
+) -> list[str]:
+    """The whole ``ACL SETUSER`` command (its words) for a new user of ``roles``: ``reset``
+    first, so that nothing it held before remains; the password stored as its SHA-256 only
+    (none given: add one, ``>password``, before the user can log in)."""
+    if not user or any(ch.isspace() for ch in user):
+        raise ConfigurationError(f"a user name is one word: got {user!r}")
+    secret = [] if password is None else ["#" + hashlib.sha256(password.encode()).hexdigest()]
+    found = rules(roles, namespaces, tag=tag, key_prefix=key_prefix, paths=paths, cluster=cluster)
+    return ["ACL", "SETUSER", user, "reset", "on", *secret, *found]
