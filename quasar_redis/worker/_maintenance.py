@@ -19,6 +19,9 @@ from ._running import Runner
 
 log = logging.getLogger("quasar_redis.worker")
 
+#: Steps of cascade work a maintenance round carries on at most (each a bounded call).
+CASCADE_STEPS = 50
+
 
 class Maintenance:
     """Rounds about every ``interval`` seconds (±20 %) until ``stopping``; every tenth prunes."""
@@ -64,6 +67,9 @@ class Maintenance:
                 break
         for _ in range(10):
             if len((await client.sweep_expired(limit=1000)).expired) < 1000:
+                break
+        for _ in range(CASCADE_STEPS):  # (work left by clients that went away)
+            if not (await client.resume_cascades()).more:
                 break
         if prune:  # (also with no limits: the jobs whose task's result_ttl ran out)
             age = None if self.prune_max_age is None else round(self.prune_max_age * 1000)
