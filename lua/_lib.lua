@@ -790,7 +790,7 @@ end
 -- worker's maintenance once a root has been idle for CASCADE_IDLE_MS (its caller went away).
 -- Until the cascade reaches a dependent, the dependent stays blocked (it still counts the parent
 -- among its pending dependencies): nothing runs early, and get names the parent it waits on.
-local CASCADE_STEP = 100
+local CASCADE_STEP = 50
 local CASCADE_IDLE_MS = 5000
 local CASCADE_REASON = {c = " was cancelled", f = " failed"}
 local NO_PLAN = {visits = NONE, inline = NONE, deferred = NONE}

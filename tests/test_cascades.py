@@ -16,7 +16,6 @@ from quasar_redis import (
     IncompleteDependency,
     JobApplied,
     NewJob,
-    NothingClaimable,
     Quasar,
     Status,
     SweepReport,
@@ -76,7 +75,7 @@ def test_a_wide_cancel_is_carried_on_to_its_end(q: Quasar) -> None:
     counts = q.counts("default", now=T0 + 1)
     assert (counts.cancelled, counts.blocked) == (len(expected) + 1, 0)
     assert cascade_keys(q) == []
-    assert "cw" not in q.redis.hgetall(q.keys.job("root")).keys()
+    assert "cw" not in q.redis.hgetall(q.keys.job("root"))
     info = q.get_job("gg", now=T0 + 1)
     assert info is not None and info.job.state == Cancelled("dependency g0 was cancelled", T0 + 1)
 
@@ -138,9 +137,7 @@ def test_a_wide_completion_releases_every_dependent_once(q: Quasar) -> None:
     # it has no dependency pending any more: a failed attempt goes back to be claimed
     applied(q.fail(early.token, "w", "again", now=T0 + 2))
     assert where(q, unreached[0]) == {"retrying", "ready"}
-    assert set(q.redis.smembers(q.keys.dependents("root"))) == {
-        i.encode() for i in [*ids, "both"]
-    }
+    assert set(q.redis.smembers(q.keys.dependents("root"))) == {i.encode() for i in [*ids, "both"]}
     assert cascade_keys(q) == []
 
 
