@@ -75,8 +75,14 @@ local function key_seq(ctx) return ctx.prefix .. "seq" end
 -- an item's dependents still to visit. A root is the id of the call that started the cascade and
 -- holds no whitespace, nor does a job id: no two of these keys can be the same.
 local function key_cascades(ctx) return ctx.prefix .. "cascades" end
-local function key_cascade(ctx, root) return ctx.prefix .. "cascade:" .. root end
-local function key_visits(ctx, root, id) return ctx.prefix .. "cascade:" .. root .. " " .. id end
+-- (the list of a root's items, or with `id` the set of that parent's dependents still to visit)
+local function key_cascade(ctx, root, id)
+  if id == nil then return ctx.prefix .. "cascade:" .. root end
+  return ctx.prefix .. "cascade:" .. root .. " " .. id
+end
+-- The names of the namespace's paused queues (pause.lua, resume.lua). (The worker registry's
+-- keys are announce.lua's registry_keys.)
+local function key_paused(ctx) return ctx.prefix .. "paused" end
 -- Queue keys are built once per call (a claim or report names the same few per job), in
 -- ctx.queue_keys[queue][what].
 local function key_q(ctx, queue, what)
@@ -488,28 +494,28 @@ local function wake(ctx, queue)
   end
 end
 
--- Whether the cascade this call started (its root: the call id) has work left in Redis: this
--- call left some, or, for a re-sent call, the first delivery did and it is not done yet.
-local function work_left(ctx)
-  local cs = ctx.cascade
-  if cs == nil or cs.step then return false end
-  if cs.deferred then return true end
-  return cs.resent == true
-    and type(redis.pcall("ZSCORE", key_cascades(ctx), ctx.args[1])) == "string"
-end
-
 -- A call that leaves cascade work replies {"More", reply}: the client carries the work on
--- (cascade.lua) before it hands the reply's result to its caller.
+-- (cascade.lua) before it hands the reply's result to its caller. Work is left when the cascade
+-- this call started (its root: the call id) has some in Redis: this call left it, or, for a
+-- re-sent call, the first delivery did and it is not done yet.
 local function finish(ctx, reply)
   flush_index(ctx)
   flush_events(ctx)
-  if work_left(ctx) then reply = {"More", reply} end
+  local cs = ctx.cascade
+  if cs and not cs.step and (cs.deferred or (cs.resent
+      and type(redis.pcall("ZSCORE", key_cascades(ctx), ctx.args[1])) == "string")) then
+    reply = {"More", reply}
+  end
   for queue, n in pairs(ctx.woken or NONE) do
-    local tokens = {}
-    for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
-    local k = key_q(ctx, queue, "wake")
-    if redis.call("RPUSH", k, unpack(tokens)) > WAKE_MAX then
-      redis.call("LTRIM", k, WAKE_KEEP, "-1")
+    -- A paused queue's workers are not woken for it (its claims are refused): resume.lua
+    -- pushes its tokens then. (Not a set: no pause of ours; pushed as before.)
+    if redis.pcall("SISMEMBER", key_paused(ctx), queue) ~= 1 then
+      local tokens = {}
+      for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
+      local k = key_q(ctx, queue, "wake")
+      if redis.call("RPUSH", k, unpack(tokens)) > WAKE_MAX then
+        redis.call("LTRIM", k, WAKE_KEEP, "-1")
+      end
     end
   end
   return reply
@@ -767,16 +773,11 @@ local function dependency_error(ctx, h)
   return nil
 end
 
-local function dependents_of(ctx, id, h)
-  if not h.hd then return NONE end
-  return redis.call("SMEMBERS", key_dependents(ctx, id))
-end
-
 -- Cascades -----------------------------------------------------------------------------------
 -- When a job is cancelled, fails or succeeds, its dependents are visited: a cancelled job's live
 -- dependents are cancelled (and theirs, transitively), so are a failed job's dependents that
 -- asked for it, and a succeeded job's waiting dependents count one pending dependency less
--- (released at none). A call visits at most CASCADE_STEP dependents in all, so that no call holds
+-- (released at none). A call visits at most CASCADE.step dependents in all, so that no call holds
 -- Redis long whatever the tree: a parent whose dependents do not fit in the room left is left as
 -- cascade work under the call's root (its call id):
 --   cascades                 zset: roots with work left, by when their caller last carried it on
@@ -787,13 +788,14 @@ end
 --                            there when the parent moved)
 -- and the parent's hash counts its items left in `cw`. The call replies {"More", reply}
 -- (finish); cascade.lua carries the work on, step by step: the caller's client at once, and a
--- worker's maintenance once a root has been idle for CASCADE_IDLE_MS (its caller went away).
+-- worker's maintenance once a root has been idle for CASCADE.idle_ms (its caller went away).
 -- Until the cascade reaches a dependent, the dependent stays blocked (it still counts the parent
 -- among its pending dependencies): nothing runs early, and get names the parent it waits on.
-local CASCADE_STEP = 50
-local CASCADE_IDLE_MS = 5000
-local CASCADE_REASON = {c = " was cancelled", f = " failed"}
-local NO_PLAN = {visits = NONE, inline = NONE, deferred = NONE}
+-- CASCADE.step: the dependents a call visits at most; idle_ms: how long a root waits for its
+-- caller before a worker's maintenance takes it up; reason: what a cancelled dependent says;
+-- none: the plan of a parent with no dependents.
+local CASCADE = {step = 50, idle_ms = 5000, reason = {c = " was cancelled", f = " failed"},
+  none = {visits = NONE, inline = NONE, deferred = NONE}}
 
 -- The call's cascade state, ctx.cascade (made at the first parent with dependents: most calls
 -- never need it): the room left, the root, the ids this call cancelled, whether it left work;
@@ -801,7 +803,7 @@ local NO_PLAN = {visits = NONE, inline = NONE, deferred = NONE}
 local function cascade_state(ctx)
   local cs = ctx.cascade
   if cs == nil or cs.room == nil then
-    cs = {room = CASCADE_STEP, root = ctx.args[1], cancelled = {}, deferred = false,
+    cs = {room = CASCADE.step, root = ctx.args[1], cancelled = {}, deferred = false,
       resent = cs ~= nil and cs.resent, step = false, damaged = nil}
     ctx.cascade = cs
   end
@@ -814,7 +816,7 @@ end
 local function visit_action(kind, pid, ph, dh)
   if TERMINAL[dh.st] then return nil end
   if kind == "c" or (kind == "f" and dh.odf == "cancel") then
-    return "C", "dependency " .. pid .. CASCADE_REASON[kind]
+    return "C", "dependency " .. pid .. CASCADE.reason[kind]
   end
   if (kind == "s" or (ph and ph.st == "S")) and (dh.st == "W" or dh.st == "R") and blocked(dh) then
     return "R"
@@ -845,7 +847,7 @@ end
 -- whose dependents do not fit is deferred, those the room left takes (SRANDMEMBER) visited now.
 -- members: the dependents to visit (a step's), else those of the parent's dependents set.
 local function plan_cascade(ctx, kind, id, h, members)
-  if members == nil and not h.hd then return NO_PLAN end
+  if members == nil and not h.hd then return CASCADE.none end
   local cs = cascade_state(ctx)
   local room = cs.room
   local plan, seen = {visits = {}, inline = {}, deferred = {}}, {[id] = true}
@@ -916,7 +918,7 @@ local function apply_cascade(ctx, plan, now)
     if item[1] == "c" then redis.call("DEL", key_dependents(ctx, item[2])) end
   end
   for _, item in ipairs(plan.deferred) do
-    local pid, visits = item[2], key_visits(ctx, cs.root, item[2])
+    local pid, visits = item[2], key_cascade(ctx, cs.root, item[2])
     redis.call("RENAME", key_dependents(ctx, pid), visits)
     if item[5] then
       flush_args("SREM", visits, item[5])
@@ -935,7 +937,7 @@ end
 -- it (and theirs); the rest stay blocked, visibly. Everything the call visits is checked (loaded)
 -- before the first write; a refusal or nil.
 local function move_or_fail(ctx, id, h, now, changes)
-  local plan = NO_PLAN
+  local plan = CASCADE.none
   if changes.st == "F" then
     local err
     plan, err = plan_cascade(ctx, "f", id, h)
@@ -952,6 +954,21 @@ local function retry_or_fail(ctx, h, kind, reason, now, delay)
     return {st = "R", at = fmt(ctx, now + delay), ek = kind, em = reason}
   end
   return {st = "F", fin = fmt(ctx, now), ek = kind, em = reason}
+end
+
+-- The failure history of a job (docs/lifecycle.md, "Failure history"): its last 5 failed
+-- attempts, newest first, in the list KEYS[1].."errors:"..id (type-checked by each caller before
+-- its first write), each "<attempt> <at> <kind> <length of message>:<message><traceback>".
+-- Prune deletes it with the job.
+local function key_errors(ctx, id) return ctx.prefix .. "errors:" .. id end
+
+-- Keeps the failed attempt of job `id` (its attempt h.a, at now) in its history.
+local function keep_error(ctx, id, h, kind, reason, trace, now)
+  local kept, k = 5, key_errors(ctx, id)
+  local entry = h.a .. " " .. fmt(ctx, now) .. " " .. kind .. " " .. #reason .. ":" .. reason
+  if redis.call("LPUSH", k, entry .. trace) > kept then
+    redis.call("LTRIM", k, "0", fmt(ctx, kept - 1))
+  end
 end
 
 -- Refusal for kind / reason arguments of fail-like calls.
@@ -984,12 +1001,12 @@ end
 
 -- The body of complete.lua / fail.lua / permanent_fail.lua / release.lua: the lease opened, a
 -- re-sent call answered from its record, else `edge` (the script's own: a refusal, or nil once
--- the job has moved) with the script's three arguments, then the record.
-local function lease_outcome(ctx, edge, a, b, k)
+-- the job has moved) with the script's arguments (up to four), then the record.
+local function lease_outcome(ctx, edge, a, b, k, d)
   local c, err = open_lease(ctx)
   if c == nil then return err end
   if c.record then return job_applied(ctx, c, "") end
-  local bad = edge(ctx, c, a, b, k)
+  local bad = edge(ctx, c, a, b, k, d)
   if bad then return bad end
   record(ctx, "A")
   return job_applied(ctx, c, fmt(ctx, c.now))

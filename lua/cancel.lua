@@ -1,7 +1,7 @@
 -- cancel: any live state (Waiting, RetryWaiting, Leased) -> Cancelled(reason, now). A leased
 -- job's worker is then refused (StaleLease) at its next heartbeat or completion. Dependents of
 -- the cancelled job can never run and are cancelled too, naming the dependency: in this call up
--- to CASCADE_STEP of them, the rest left as cascade work (see "Cascades" in _lib.lua).
+-- to CASCADE.step of them, the rest left as cascade work (see "Cascades" in _lib.lua).
 -- Checks, in order (docs/lifecycle.md, cancel): MissingJob; InvalidJob for a fence given that is
 -- no integer, FenceChanged; TerminalJob; our limit on the reason; the queue's keys (CorruptKey);
 -- every dependent this call's part of the cascade reaches (CorruptJob).

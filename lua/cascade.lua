@@ -1,5 +1,5 @@
 -- cascade: carries on the cascade work a call left in Redis (see "Cascades" in _lib.lua), one
--- bounded step: at most CASCADE_STEP dependents visited, each as the call that started the
+-- bounded step: at most CASCADE.step dependents visited, each as the call that started the
 -- cascade would have visited it (cancelled, or one pending dependency less), their own
 -- dependents planned in the room left or left as work in turn. The client of a call that replied
 -- {"More", ...} calls it with that call's id until no work is left; a worker's maintenance calls
@@ -9,7 +9,7 @@
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)
 -- ARGV[3]  root: the id of the call whose cascade to carry on, or "" for any root no call has
---          carried on for CASCADE_IDLE_MS
+--          carried on for CASCADE.idle_ms
 --
 -- Replies
 --   {"Cascaded", now, more, {cancelled ids...}, {damaged ids...}}   more: "1" while work is left
@@ -27,7 +27,7 @@ local function root_of(ctx, given, now)
     return nil
   end
   return redis.call("ZRANGEBYSCORE", key_cascades(ctx), "-inf",
-    fmt(ctx, now - CASCADE_IDLE_MS), "LIMIT", "0", "1")[1]
+    fmt(ctx, now - CASCADE.idle_ms), "LIMIT", "0", "1")[1]
 end
 
 -- The parent leaves the root's work: its item count goes down (gone at none).
@@ -49,7 +49,7 @@ local function step_item(ctx, cs, root, now)
   if not CASCADE_KINDS[kind] or string.sub(top, 2, 2) ~= " " or pid == "" then
     return true -- (not an item of ours: dropped)
   end
-  local visits = key_visits(ctx, root, pid)
+  local visits = key_cascade(ctx, root, pid)
   local members = redis.call("SPOP", visits, fmt(ctx, cs.room))
   local ph = load_job(ctx, pid) -- (nil when gone or damaged: visits need it only when failed)
   local plan, bad = plan_cascade(ctx, kind, pid, ph, members)

@@ -1,5 +1,5 @@
 -- complete: Leased -> Succeeded(output_ref, now). Releases every dependent whose dependencies
--- have now all succeeded: in this call up to CASCADE_STEP of them, the rest left as cascade work
+-- have now all succeeded: in this call up to CASCADE.step of them, the rest left as cascade work
 -- (see "Cascades" in _lib.lua).
 -- With a result retention (result_ttl ms), the job is also indexed in `expiring` at the time it
 -- may be deleted: now + the retention, at least the re-send window (CALL_TTL_MS); prune.lua

@@ -8,12 +8,13 @@
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue   ARGV[4] worker id
 -- ARGV[5]  lease duration ms   ARGV[6] claim limit (1..1000)
--- ARGV[7]  item count N (1..1000), then N groups of 10 as in report.lua
+-- ARGV[7]  item count N (1..1000), then N groups of 11 as in report.lua
 --
 -- Replies
 --   {"ReportClaimed", now, {result...}, claim}   the results as report.lua gives them, and the
 --                                  claim's reply as claim.lua gives it (ClaimsApplied with each
---                                  job's fields before the lease, NothingClaimable, a refusal)
+--                                  job's fields before the lease, NothingClaimable, a refusal:
+--                                  QueuePaused for a paused queue, whose outcomes still count)
 --   {"InvalidJob", reason}         a malformed call (nothing applied)
 -- Re-sent calls: the call record is "<n>:<claim record><items>" when the claim leased jobs (n the
 -- length of the claim's record, as claim.lua keeps it) or "-<items>" when it did not (the

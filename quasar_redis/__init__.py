@@ -56,6 +56,8 @@ from ._types import (
     OutcomeResult,
     PermanentFail,
     QueueCounts,
+    QueueInfo,
+    QueuePaused,
     Release,
     ReportedAndClaimed,
     RetryWaiting,
@@ -65,6 +67,7 @@ from ._types import (
     SweepReport,
     TerminalJob,
     Waiting,
+    WorkerInfo,
     status_of,
 )
 from .aio import AsyncQuasar
@@ -174,6 +177,8 @@ __all__ = [
     "Quasar",
     "QuasarError",
     "QueueCounts",
+    "QueueInfo",
+    "QueuePaused",
     "RedisFull",
     "RedisUnavailable",
     "Release",
@@ -191,6 +196,7 @@ __all__ = [
     "TerminalJob",
     "Waiting",
     "Worker",
+    "WorkerInfo",
     "WorkerStats",
     "__version__",
     "current_job",

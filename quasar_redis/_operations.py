@@ -111,10 +111,14 @@ class Operations:
         *,
         retry_delay_ms: int = 0,
         kind: str = "Error",
+        traceback: str = "",
         now: int | None = None,
     ) -> Call[t.JobResult]:
-        """Fail this attempt: RetryWaiting after ``retry_delay_ms`` while attempts remain."""
-        return self.calls.fail(token, worker_id, reason, retry_delay_ms, kind, now)
+        """Fail this attempt: RetryWaiting after ``retry_delay_ms`` while attempts remain.
+
+        The attempt (``kind``, ``reason``, ``traceback``: at most 8,192 bytes) is kept in the
+        job's failure history (``get_job(...).errors``)."""
+        return self.calls.fail(token, worker_id, reason, retry_delay_ms, kind, now, traceback)
 
     def permanent_fail(
         self,
@@ -123,10 +127,12 @@ class Operations:
         reason: str,
         *,
         kind: str = "Error",
+        traceback: str = "",
         now: int | None = None,
     ) -> Call[t.JobResult]:
-        """Fail the job for good, whatever attempts remain."""
-        return self.calls.permanent_fail(token, worker_id, reason, kind, now)
+        """Fail the job for good, whatever attempts remain (kept in its failure history as
+        ``fail`` keeps an attempt)."""
+        return self.calls.permanent_fail(token, worker_id, reason, kind, now, traceback)
 
     def heartbeat(
         self, token: t.LeaseToken, worker_id: str, lease_ms: int, *, now: int | None = None
@@ -225,7 +231,8 @@ class Operations:
     # inspection -------------------------------------------------------------------------------
 
     def get_job(self, job_id: str, *, now: int | None = None) -> Call[t.JobInfo | None]:
-        """The job, its status and the dependency it waits on; None if there is no such job."""
+        """The job, its status, the dependency it waits on and its last failed attempts
+        (``JobInfo.errors``); None if there is no such job."""
         return self.calls.get(job_id, now)
 
     def counts(self, queue: str, *, now: int | None = None) -> Call[t.QueueCounts]:
@@ -264,3 +271,24 @@ class Operations:
         before the end, which ``next_cursor is None`` marks.
         """
         return self.calls.page_jobs(queue, status, after, limit, now)
+
+    # queues and workers -----------------------------------------------------------------------
+
+    def pause(self, queue: str, *, now: int | None = None) -> Call[bool]:
+        """Stop leasing jobs of ``queue`` to any worker (atomically: every claim checks it);
+        enqueue and inspection go on. True if it was not paused before. An unknown or
+        malformed queue name raises InvalidArgument."""
+        return self.calls.pause(queue, now)
+
+    def resume(self, queue: str, *, now: int | None = None) -> Call[bool]:
+        """Lease jobs of a paused ``queue`` again, waking its idle workers. True if it was
+        paused."""
+        return self.calls.resume(queue, now)
+
+    def queues(self, *, now: int | None = None) -> Call[list[t.QueueInfo]]:
+        """Every queue of the namespace, sorted by name: its counts and whether it is paused."""
+        return self.calls.queues(now)
+
+    def workers(self, *, now: int | None = None) -> Call[list[t.WorkerInfo]]:
+        """The live workers of the namespace, by id, as each last announced itself."""
+        return self.calls.workers(now)

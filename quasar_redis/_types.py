@@ -234,6 +234,14 @@ class NothingClaimable:
     next_at: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class QueuePaused:
+    """A claim of a paused queue (``pause``), or of a job of one: nothing is leased from it
+    until ``resume``."""
+
+    queue: str
+
+
 JobError: TypeAlias = (
     MissingJob
     | DuplicateJob
@@ -249,6 +257,7 @@ JobError: TypeAlias = (
     | NotFailed
     | FenceChanged
     | NothingClaimable
+    | QueuePaused
 )
 
 # --- jobs and tokens -------------------------------------------------------------------------
@@ -258,11 +267,16 @@ DependencyPolicy: TypeAlias = Literal["block", "cancel"]
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
-    """The last error of a job: its kind (an exception's class name, ``Timeout``,
-    ``LeaseExpired`` ...) and its message."""
+    """An error of a job: its kind (an exception's class name, ``Timeout``, ``LeaseExpired``
+    ...) and its message. In a failure history (``JobInfo.errors``) also its traceback (the
+    worker keeps its last 4 KB; empty when there is none), the attempt that failed and when
+    (ms, server clock); ``Job.error``, the job's last error, has the kind and message only."""
 
     kind: str
     message: str
+    traceback: str = ""
+    attempt: int = 0
+    at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,11 +340,13 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """Inspection of one job: the job, the server time, and the dependency it waits on."""
+    """Inspection of one job: the job, the server time, the dependency it waits on, and its
+    last failed attempts (at most 5, oldest first)."""
 
     job: Job
     now: int
     waiting_on: str | None
+    errors: tuple[ErrorInfo, ...] = ()
 
     @property
     def status(self) -> Status:
@@ -443,6 +459,34 @@ class QueueCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue of the namespace (``queues``): its counts and whether it is paused."""
+
+    name: str
+    counts: QueueCounts
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker as it last announced itself (``workers``); times in ms, server clock.
+
+    ``running``: the ids of the jobs it held then; ``started_at``: its first announcement (since
+    its entry last lapsed); ``last_seen``: its last one.
+    """
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    running: tuple[str, ...]
+    version: str
+    started_at: int
+    last_seen: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobPage:
     """A page of jobs by cursor (``page_jobs``): ``next_cursor`` resumes after it, None at the end.
     A page may hold fewer jobs than asked for (even none) before the end."""
@@ -468,21 +512,24 @@ class Complete:
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """Fail this attempt (``fail``): retried after ``retry_delay_ms`` while attempts remain."""
+    """Fail this attempt (``fail``): retried after ``retry_delay_ms`` while attempts remain.
+    ``traceback`` (at most 8,192 bytes) is kept in the job's failure history."""
 
     token: LeaseToken
     reason: str
     retry_delay_ms: int = 0
     kind: str = "Error"
+    traceback: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class PermanentFail:
-    """Fail the job for good (``permanent_fail``)."""
+    """Fail the job for good (``permanent_fail``); ``traceback`` as ``Fail``'s."""
 
     token: LeaseToken
     reason: str
     kind: str = "Error"
+    traceback: str = ""
 
 
 @dataclass(frozen=True, slots=True)

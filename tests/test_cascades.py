@@ -1,4 +1,4 @@
-"""Cascades in bounded steps: a cancel, failure or completion visits at most CASCADE_STEP
+"""Cascades in bounded steps: a cancel, failure or completion visits at most CASCADE.step
 dependents in its own call and leaves the rest as cascade work in Redis, which the client carries
 on before it returns (and a worker's maintenance, for a client that went away). Between steps the
 state is consistent and says what is true; re-sent calls get their first reply."""
@@ -26,12 +26,9 @@ from quasar_redis._scripts import lua_dir
 
 from .helpers import T0, applied, claimed, snapshot, where
 
-STEP = int(
-    re.search(r"local CASCADE_STEP = (\d+)", (lua_dir() / "_lib.lua").read_text()).group(1)  # type: ignore[union-attr]
-)
-IDLE_MS = int(
-    re.search(r"local CASCADE_IDLE_MS = (\d+)", (lua_dir() / "_lib.lua").read_text()).group(1)  # type: ignore[union-attr]
-)
+_LIB = (lua_dir() / "_lib.lua").read_text()
+STEP = int(re.search(r"local CASCADE = \{step = (\d+),", _LIB).group(1))  # type: ignore[union-attr]
+IDLE_MS = int(re.search(r"idle_ms = (\d+),", _LIB).group(1))  # type: ignore[union-attr]
 WIDE = STEP * 2 + STEP // 2  # dependents: more than two steps' worth
 
 

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,6 @@ from quasar_redis import (
     CancelApplied,
     ClaimApplied,
     Complete,
-    Connector,
     Exponential,
     Failed,
     Fixed,
@@ -76,22 +75,6 @@ def eventually(check: Callable[[], bool], timeout: float) -> bool:
             return False
         time.sleep(0.01)
     return True
-
-
-@pytest.fixture
-def app(backend: str, namespace: str) -> Iterator[App]:
-    if backend == "fake":
-        made = App(connector=Connector("memory://"), namespace=namespace)
-        yield made
-        made.client.redis.close()
-        return
-    real_redis().close()  # skip (or fail under QUASAR_REQUIRE_REDIS=1) without a server
-    made = App(REDIS_URL, namespace=namespace)
-    try:
-        yield made
-    finally:
-        delete_namespace(made.client.redis, namespace)
-        made.client.redis.close()
 
 
 def declare(app: App, fn: Callable[..., Any], **options: Any) -> Task[..., Any]:
@@ -992,7 +975,7 @@ def test_outcomes_ride_the_next_claim_and_each_is_reported_once(
         result = await execute(self, call)
         if call.script.name == "report_claim":
             count = int(call.args[6])
-            carried.extend(str(call.args[8 + 10 * i]) for i in range(count))
+            carried.extend(str(call.args[8 + 11 * i]) for i in range(count))
         return result
 
     keeper_client = app.new_client()
@@ -1002,7 +985,7 @@ def test_outcomes_ride_the_next_claim_and_each_is_reported_once(
         for call in calls:
             if call.script.name == "report":
                 count = int(call.args[3])
-                by_keeper.extend(str(call.args[5 + 10 * i]) for i in range(count))
+                by_keeper.extend(str(call.args[5 + 11 * i]) for i in range(count))
 
     def many(calls: Any) -> list[Any]:
         reports(calls)

@@ -36,6 +36,7 @@ from ._lease_keeper import LOST as LEASE_LOST
 from ._lease_keeper import Lease, LeaseKeeper, log_loss
 from ._outbox import Outbox
 from ._prefetch import Prefetch
+from ._processes import ProcessPool
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -59,6 +60,7 @@ class Runner:
         keeper: LeaseKeeper,
         outbox: Outbox,
         pool: ThreadPoolExecutor,
+        processes: ProcessPool | None = None,
         stopping: asyncio.Event,
         slot: asyncio.Event,
         poke: asyncio.Event,
@@ -73,6 +75,7 @@ class Runner:
         self.keeper = keeper
         self.outbox = outbox
         self.pool = pool
+        self.processes = processes  # plain functions run here when set, else in ``pool``
         self.stopping = stopping  # set: no job starts any more
         self.slot = slot  # set when a slot may have freed (a full claim loop waits on it)
         self.poke = poke  # set to look for work again (ends an idle wait)
@@ -166,19 +169,18 @@ class Runner:
         try:
             args, kwargs = task.app.call_of(job)
         except (TypeError, CorruptDataError) as exc:
-            return o.permanent("BadPayload", str(exc))
+            return o.permanent("BadPayload", str(exc), exc)
         try:
-            if task.timeout is None:
-                if task.is_async:
-                    value = await task.fn(*args, **kwargs)
-                else:
-                    value = await self._call(task, args, kwargs)
+            if task.timeout is None or (self.processes is not None and not task.is_async):
+                value = await self._call(task, args, kwargs, running.ctx)
             else:
-                value = await asyncio.wait_for(self._call(task, args, kwargs), task.timeout)
+                value = await asyncio.wait_for(
+                    self._call(task, args, kwargs, running.ctx), task.timeout
+                )
         except Snooze as snooze:
             return o.snoozed(snooze)
         except PermanentFailure as exc:
-            return o.permanent(o.error_kind(exc), str(exc) or "permanent failure")
+            return o.permanent(o.error_kind(exc), str(exc) or "permanent failure", exc)
         except (TimeoutError, asyncio.TimeoutError) as exc:  # one class from Python 3.11 on
             running.ctx.cancelled.set()
             timed_out = task.timeout is not None and _past(running.started, task.timeout)
@@ -191,9 +193,13 @@ class Runner:
             return o.failure(task, job, exc, o.error_kind(exc), str(exc) or repr(exc))
         return o.success(value, task)
 
-    async def _call(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    async def _call(
+        self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any], job: JobContext
+    ) -> Any:
         if task.is_async:
             return await task.fn(*args, **kwargs)
+        if self.processes is not None:  # its timeout counts from when its process takes it
+            return await self.processes.run(task, args, kwargs, job, task.timeout)
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, task.fn, *args, **kwargs)
         return await self.loop.run_in_executor(self.pool, call)
@@ -335,7 +341,9 @@ class Runner:
             self._poke_in(outcome.delay_ms)
         kind = o.kind_of(outcome, result)
         o.count(self.stats, kind)
-        if log.isEnabledFor(logging.INFO):
+        if outcome.error:
+            _log_failure(running, outcome, kind)
+        elif log.isEnabledFor(logging.INFO):
             log.info(
                 "job %s stage=%s attempt=%d status=%s duration=%.3fs",
                 job.id,
@@ -348,6 +356,25 @@ class Runner:
     def _poke_in(self, delay_ms: int) -> None:
         """Look for work again after ``delay_ms`` (a job of ours retries then), idle or not."""
         self.loop.call_later(delay_ms / 1000 + 0.001, self.poke.set)
+
+
+def _log_failure(running: HeldJob, outcome: o.Outcome, kind: o.OutcomeKind) -> None:
+    """A failed run's line: WARNING when it is retried, else ERROR, with the exception's
+    traceback (``exc_info``) and the job in ``extra`` (``job_id``, ``queue``, ``task``,
+    ``attempt``) for structured-logging handlers."""
+    job = running.ctx.job
+    log.log(
+        logging.WARNING if kind is o.OutcomeKind.RETRYING else logging.ERROR,
+        "job %s stage=%s attempt=%d status=%s duration=%.3fs error=%s",
+        job.id,
+        job.stage,
+        job.attempt,
+        o.describe(outcome, kind),
+        running.duration,
+        outcome.error,
+        exc_info=outcome.exception,
+        extra={"job_id": job.id, "queue": job.queue, "task": job.stage, "attempt": job.attempt},
+    )
 
 
 def _past(started: float, seconds: float) -> bool:
