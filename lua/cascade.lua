@@ -38,9 +38,10 @@ local function item_done(ctx, pid, ph)
 end
 
 -- The top item of the root's list: up to the room left of its dependents visited (taken out of
--- its set: SPOP), then, for a failed or succeeded parent, put back in its dependents set (prune
--- reads it). The item goes back on the list while dependents are left. False when none is left;
--- a refusal when the plan met a damaged key (the dependents taken go back first).
+-- its set: SPOP), then, for a failed or succeeded parent still there, put back in its
+-- dependents set (prune reads it). The item goes back on the list while dependents are left.
+-- False when none is left; a refusal when the plan met a damaged key (the dependents taken go
+-- back first).
 local function step_item(ctx, cs, root, now)
   local list = key_cascade(ctx, root)
   local top = redis.call("RPOP", list)
@@ -59,7 +60,7 @@ local function step_item(ctx, cs, root, now)
     return bad
   end
   apply_cascade(ctx, plan, now)
-  if kind ~= "c" then flush_args("SADD", key_dependents(ctx, pid), members) end
+  if kind ~= "c" and ph then flush_args("SADD", key_dependents(ctx, pid), members) end
   if redis.call("EXISTS", visits) == 1 then
     redis.call("RPUSH", list, top)
   else

@@ -262,3 +262,14 @@ def test_a_job_with_cascade_work_left_is_not_pruned_and_a_large_set_shrinks(q: Q
         assert rounds < 10
     assert rounds > 1 and not q.redis.exists(q.keys.dependents("root"))
     assert len(ids) == WIDE
+
+
+def test_a_pipelined_call_that_leaves_work_is_carried_on_too(q: Quasar) -> None:
+    ids = fan_out(q, WIDE)
+    cancel, counts = q.execute_many(
+        [q.calls.cancel("root", None, "stop", T0 + 1), q.calls.counts("default", T0)]
+    )
+    assert isinstance(cancel, CancelApplied) and sorted(cancel.cascaded) == sorted(ids)
+    # (the pipeline's calls ran before the cancel's cascade was carried on)
+    assert (counts.cancelled, counts.blocked) == (STEP + 1, WIDE - STEP)
+    assert cascade_keys(q) == []
