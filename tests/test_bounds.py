@@ -58,6 +58,7 @@ def assert_within(client: redis.Redis, bound_ms: int, call: Callable[[], Any]) -
     return result
 
 
+@pytest.mark.heavy
 def test_a_cancel_cascade_proceeds_in_short_steps(slowlog: redis.Redis, namespace: str) -> None:
     q = Quasar(slowlog, namespace)
     root = fan_out(q, "block")
@@ -67,6 +68,7 @@ def test_a_cancel_cascade_proceeds_in_short_steps(slowlog: redis.Redis, namespac
     assert q.counts("default", now=T0 + 1).cancelled == FAN_OUT + 1
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("outcome", ["fail", "complete"])
 def test_an_outcome_over_many_dependents_proceeds_in_short_steps(
     slowlog: redis.Redis, namespace: str, outcome: str
