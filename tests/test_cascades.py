@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from quasar_redis import (
+    App,
     CancelApplied,
     Cancelled,
     CascadeReport,
@@ -19,12 +20,13 @@ from quasar_redis import (
     Quasar,
     Status,
     SweepReport,
+    Worker,
 )
 from quasar_redis._calls import Call
 from quasar_redis._replies import work_left
 from quasar_redis._scripts import lua_dir
 
-from .helpers import T0, applied, claimed, snapshot, where
+from .helpers import T0, applied, claimed, snapshot, wait_for, where
 
 _LIB = (lua_dir() / "_lib.lua").read_text()
 STEP = int(re.search(r"local CASCADE = \{step = (\d+),", _LIB).group(1))  # type: ignore[union-attr]
@@ -272,4 +274,23 @@ def test_a_pipelined_call_that_leaves_work_is_carried_on_too(q: Quasar) -> None:
     assert isinstance(cancel, CancelApplied) and sorted(cancel.cascaded) == sorted(ids)
     # (the pipeline's calls ran before the cancel's cascade was carried on)
     assert (counts.cancelled, counts.blocked) == (STEP + 1, WIDE - STEP)
+    assert cascade_keys(q) == []
+
+
+def test_a_worker_carries_on_the_cascade_of_a_client_that_went_away(app: App) -> None:
+    q = app.client
+    ids = fan_out(q, WIDE)
+    _, left = alone(q, q.calls.cancel("root", None, "stop", T0 + 1))  # then its client died
+    assert left
+
+    @app.task(name="s")
+    def s() -> None: ...
+
+    with Worker(app, idle_wait=1.0, maintenance_interval=0.05):
+        wait_for(
+            lambda: q.counts("default", now=T0 + 1).blocked == 0, 30, "the worker's maintenance"
+        )
+    for job_id in ids:  # (cancelled in 1970: the worker's prune may have deleted them since)
+        info = q.get_job(job_id)
+        assert info is None or isinstance(info.job.state, Cancelled), info
     assert cascade_keys(q) == []
