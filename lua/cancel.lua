@@ -1,16 +1,18 @@
 -- cancel: any live state (Waiting, RetryWaiting, Leased) -> Cancelled(reason, now). A leased
 -- job's worker is then refused (StaleLease) at its next heartbeat or completion. Dependents of
--- the cancelled job can never run and are cancelled in the same script, naming the dependency.
--- Checks, in order (docs/lifecycle.md, cancel): InvalidJob for a malformed id; MissingJob;
--- InvalidJob for a fence given that is no integer, FenceChanged; TerminalJob; our limit on the
--- reason; the queue's keys (CorruptKey); every dependent the cascade reaches (CorruptJob).
+-- the cancelled job can never run and are cancelled too, naming the dependency: in this call up
+-- to CASCADE.step of them, the rest left as cascade work (see "Cascades" in _lib.lua).
+-- Checks, in order (docs/lifecycle.md, cancel): InvalidJob for a malformed id; MissingJob; InvalidJob for a fence given that is
+-- no integer, FenceChanged; TerminalJob; our limit on the reason; the queue's keys (CorruptKey);
+-- every dependent this call's part of the cascade reaches (CorruptJob).
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id
 -- ARGV[4]  expected fence ("" = whatever it is now)   ARGV[5] reason
 --
 -- Replies
---   {"JobApplied", now, job, {cascaded ids...}}
+--   {"JobApplied", now, job, {cascaded ids...}}   (in {"More", ...} when work is left: the
+--                                     client then carries it on, cascade.lua)
 --   {"MissingJob", id} | {"FenceChanged"} | {"TerminalJob"} | {"InvalidJob", reason} |
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
@@ -27,14 +29,12 @@ local function main(ctx)
   if TERMINAL[c.h.st] then return refuse("TerminalJob") end
   local bad = text_error(reason, "reason") or check_queue(ctx, c.h.q)
   if bad then return bad end
-  local closure
-  closure, err = cancel_closure(ctx, c.id, c.h, false)
-  if closure == nil then return err end
+  local plan
+  plan, err = plan_cascade(ctx, "c", c.id, c.h)
+  if plan == nil then return err end
   move(ctx, c.id, c.h, c.now, {st = "C", cr = reason, fin = fmt(ctx, c.now)})
-  forget_dependents(ctx, c.id, c.h)
-  apply_cancel_closure(ctx, closure, c.now)
-  local ids = {}
-  for i, item in ipairs(closure) do ids[i] = item[1] end
+  apply_cascade(ctx, plan, c.now)
+  local ids = ctx.cascade and ctx.cascade.cancelled or {}
   record(ctx, "A " .. table.concat(ids, " "))
   return applied("JobApplied", fmt(ctx, c.now), job_reply(ctx, c.id, c.h), ids)
 end

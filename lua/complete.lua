@@ -1,5 +1,6 @@
--- complete: Leased -> Succeeded(output_ref, now). Releases, in the same script, every dependent
--- whose dependencies have now all succeeded.
+-- complete: Leased -> Succeeded(output_ref, now). Releases every dependent whose dependencies
+-- have now all succeeded: in this call up to CASCADE.step of them, the rest left as cascade work
+-- (see "Cascades" in _lib.lua).
 -- With a result retention (result_ttl ms), the job is also indexed in `expiring` at the time it
 -- may be deleted: now + the retention, at least the re-send window (CALL_TTL_MS); prune.lua
 -- deletes it from then on.
@@ -48,13 +49,13 @@ local function complete_job(ctx, c, output_ref, result, ttl)
   bad = text_error(output_ref, "output_ref")
     or writes_error(ctx, c.h.q, delete_at and RETAINED_WRITES or COMPLETION_WRITES)
   if bad then return bad end
-  local dependents, derr = load_dependents(ctx, c.id, c.h)
-  if dependents == nil then return derr end
+  local plan, derr = plan_cascade(ctx, "s", c.id, c.h)
+  if plan == nil then return derr end
   -- An empty result (None) is not stored: the job reads back with no result either way.
   move(ctx, c.id, c.h, c.now, {st = "S", o = output_ref, res = result ~= "" and result or nil,
     fin = fmt(ctx, c.now)})
   if delete_at then zadd(ctx, key_q(ctx, c.h.q, "expiring"), fmt(ctx, delete_at), c.id) end
-  release_dependents(ctx, dependents, c.now)
+  apply_cascade(ctx, plan, c.now)
   return nil
 end
 

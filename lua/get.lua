@@ -6,18 +6,23 @@
 --
 -- Replies
 --   {"Found", now, job, waiting_on, errors}   waiting_on: the first dependency not yet
---                                     succeeded (for a waiting job), or ""; errors: the last
---                                     failed attempts, newest first, as the history keeps them
---                                     (none when its key holds another type)
+--                                     succeeded (for a blocked job), else one that succeeded
+--                                     whose cascade has not reached the job yet, or ""; errors:
+--                                     the last failed attempts, newest first, as the history
+--                                     keeps them (none when its key holds another type)
 --   {"MissingJob", id} | {"CorruptJob", id, reason} | {"InvalidJob", reason}
 
+-- The first dependency not succeeded; else the first succeeded one whose cascade has not
+-- reached this job yet (its `cw`: the job is released when it does).
 local function waiting_on(ctx, h)
   if h.st ~= "W" or not blocked(h) then return "" end
+  local releasing = ""
   for _, dep in ipairs(split(h.dp or "")) do
     local d = load_job(ctx, dep)
     if d == nil or d.st ~= "S" then return dep end
+    if releasing == "" and d.cw then releasing = dep end
   end
-  return ""
+  return releasing
 end
 
 local function main(ctx)

@@ -108,9 +108,12 @@ local function scan(ctx, segs, from, skip, want, budget)
       for i = 1, #entries, 2 do
         read, rank, last = read + 1, rank + 1, {s, entries[i + 1], entries[i]}
         local id = member_id(entries[i])
-        local h = load_job(ctx, id)
-        if h and keep(h) then
-          if skip > 0 then skip = skip - 1 else out[#out + 1] = {id, h} end
+        if skip > 0 then -- (a job skipped over: its state is all the offset needs)
+          local st = redis.pcall("HGET", key_job(ctx, id), "st")
+          if type(st) == "string" and (keep == keep_all or st == "W") then skip = skip - 1 end
+        else
+          local h = load_job(ctx, id)
+          if h and keep(h) then out[#out + 1] = {id, h} end
           if #out >= want then return out, last end
         end
       end

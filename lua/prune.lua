@@ -17,14 +17,38 @@
 
 local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
 
+-- Dependents a prune call looks at, in all, to tell whether finished jobs are still needed.
+local LOOK_MAX = 1000
+local LOOK_SET = 100
+
 -- A finished job that a blocked job still depends on stays (the blocked job names its
--- dependencies when it says what it waits on, and a Failed one may still be retried).
-local function still_needed(ctx, id, h)
-  for _, did in ipairs(dependents_of(ctx, id, h)) do
+-- dependencies when it says what it waits on, and a Failed one may still be retried), and so
+-- does one whose cascade is not done (`cw`: its dependents not yet reached are blocked on it).
+-- Bounded: a dependents set of up to LOOK_SET members is read whole; from a larger one LOOK_SET
+-- are taken out (SPOP) and those still blocked put back, so the dependents that no longer need
+-- the job (finished, released, gone) leave it over successive prunes and it is pruned once none
+-- is left; meanwhile it counts as needed. limits.looks: what the call may still look at (a job
+-- with dependents counts as needed once it is spent: the next prune looks again).
+local function still_needed(ctx, id, h, limits)
+  if h.cw then return true end
+  if not h.hd then return false end
+  local k = key_dependents(ctx, id)
+  local n = redis.call("SCARD", k)
+  if math.min(n, LOOK_SET) > limits.looks then return true end
+  local whole = n <= LOOK_SET
+  local ids = whole and redis.call("SMEMBERS", k) or redis.call("SPOP", k, LOOK_SET)
+  limits.looks = limits.looks - #ids
+  local keep = {}
+  for _, did in ipairs(ids) do
     local d = load_job(ctx, did)
-    if d and d.st == "W" and blocked(d) then return true end
+    if d and d.st == "W" and blocked(d) then
+      if whole then return true end
+      keep[#keep + 1] = did
+    end
   end
-  return false
+  if whole then return false end
+  if keep[1] then redis.call("SADD", k, unpack(keep)) end
+  return true
 end
 
 local function delete_job(ctx, id, h)
@@ -36,11 +60,11 @@ end
 -- The due entries of the queue's `expiring` (at most budget): a Succeeded job is deleted, or
 -- looked at again later while a blocked job depends on it; any other entry (a job gone, damaged
 -- or no longer Succeeded) only leaves the index.
-local function expire_retained(ctx, queue, now, budget)
+local function expire_retained(ctx, queue, now, budget, limits)
   local key, pruned = key_q(ctx, queue, "expiring"), 0
   for _, id in ipairs(redis.call("ZRANGEBYSCORE", key, "-inf", fmt(ctx, now), "LIMIT", 0, budget)) do
     local h = load_job(ctx, id)
-    if h and h.st == "S" and still_needed(ctx, id, h) then
+    if h and h.st == "S" and still_needed(ctx, id, h, limits) then
       redis.call("ZADD", key, fmt(ctx, now + CALL_TTL_MS), id)
     elseif h and h.st == "S" then
       delete_job(ctx, id, h)
@@ -76,7 +100,7 @@ local function prune_set(ctx, key, limits, budget)
     if h == nil and err[1] == "MissingJob" then
       redis.call("ZREM", key, id)
     elseif h and TERMINAL[h.st] and tonumber(h.fin) < limits.guard
-        and not still_needed(ctx, id, h) then
+        and not still_needed(ctx, id, h, limits) then
       delete_job(ctx, id, h)
       redis.call("ZREM", key, id)
       pruned = pruned + 1
@@ -111,11 +135,12 @@ local function main(ctx)
     cutoff = max_age and math.min(now - max_age, now - CALL_TTL_MS) or nil,
     count = max_count or nil,
     guard = now - CALL_TTL_MS,
+    looks = LOOK_MAX,
   }
   local pruned = 0
   for _, queue in ipairs(redis.call("SMEMBERS", key_queues(ctx))) do
     if valid_name(queue, NAME_MAX) and check_queue(ctx, queue) == nil and pruned < limit then
-      pruned = pruned + expire_retained(ctx, queue, now, limit - pruned)
+      pruned = pruned + expire_retained(ctx, queue, now, limit - pruned, limits)
       for _, what in ipairs(FINISHED_SETS) do
         if pruned >= limit then break end
         pruned = pruned + prune_set(ctx, key_q(ctx, queue, what), limits, limit - pruned)

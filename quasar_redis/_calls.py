@@ -34,6 +34,7 @@ from ._replies import (
     first_claim,
     parse_batch_result,
     parse_cancel_result,
+    parse_cascade,
     parse_claim_result,
     parse_claims_result,
     parse_count,
@@ -80,12 +81,15 @@ class Call(Generic[T]):
     """One script call, ready to send: ``args`` after KEYS[1]; ``parse`` reads the reply.
 
     ``early`` is a result known without Redis (a refusal of input Python cannot even encode).
+    ``absorb`` adds to the result what each step of the cascade work the call left adds (the
+    dependents a cancel cancelled): see ``CallBuilder.cascade``.
     """
 
     script: Script
     args: tuple[Arg, ...]
     parse: Callable[[Any], T] = field(repr=False)
     early: T | None = None
+    absorb: Callable[[T, t.CascadeReport], T] | None = field(default=None, repr=False)
 
     @property
     def call_id(self) -> str:
@@ -153,6 +157,16 @@ def _job_group(job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
         job.on_dependency_failure,
         "1" if job.id is None else "",  # made here at random: no record of the call needed
     )
+
+
+def _cancelled_too(result: t.CancelResult, step: t.CascadeReport) -> t.CancelResult:
+    if isinstance(result, t.CancelApplied):
+        return t.CancelApplied(result.job, result.cascaded + step.cancelled)
+    return result
+
+
+def _damaged_too(result: t.SweepReport, step: t.CascadeReport) -> t.SweepReport:
+    return t.SweepReport(result.expired, result.damaged + step.damaged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,7 +461,8 @@ class CallBuilder:
     ) -> Call[t.CancelResult]:
         fence = "" if expected_fence is None else int_arg(expected_fence)
         rest = (fence, text_arg(reason))
-        return self._by_id("cancel", job_id, now, rest, parse_cancel_result, t.JobRefused)
+        call = self._by_id("cancel", job_id, now, rest, parse_cancel_result, t.JobRefused)
+        return Call(call.script, call.args, call.parse, call.early, absorb=_cancelled_too)
 
     def retry(
         self, job_id: str, expected_fence: int | None, reason: str, now: int | None = None
@@ -457,7 +472,17 @@ class CallBuilder:
         return self._by_id("retry", job_id, now, rest, parse_job_result, t.JobRefused)
 
     def sweep(self, limit: int, now: int | None = None) -> Call[t.SweepReport]:
-        return self._call("sweep", (now_arg(now), int_arg(limit)), parse_sweep)
+        call = self._call("sweep", (now_arg(now), int_arg(limit)), parse_sweep)
+        return Call(call.script, call.args, call.parse, absorb=_damaged_too)
+
+    def cascade(self, root: str, now: int | None = None) -> Call[t.CascadeReport]:
+        """One bounded step of cascade work (lua/cascade.lua): that of the call ``root`` (its
+        call id), or with ``root=""`` that of any call whose client went away."""
+        return self._call("cascade", (now_arg(now), text_arg(root)), parse_cascade)
+
+    def carry_on(self, call: Call[Any]) -> Call[t.CascadeReport]:
+        """The next step of the cascade work ``call`` left, at ``call``'s ``now``."""
+        return self._call("cascade", (call.args[1], call.call_id), parse_cascade)
 
     def promote(self, limit: int, now: int | None = None) -> Call[int]:
         return self._call("promote", (now_arg(now), int_arg(limit)), parse_count("Promoted"))

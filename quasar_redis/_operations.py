@@ -204,6 +204,15 @@ class Operations:
         """Expire up to ``limit`` leases that ran out, over every queue."""
         return self.calls.sweep(limit, now)
 
+    def resume_cascades(self, *, now: int | None = None) -> Call[t.CascadeReport]:
+        """One bounded step of cascade work whose client went away (idle for 5 s): dependents
+        of a cancelled, failed or completed job not yet visited. Call again while ``more``.
+
+        A call that leaves cascade work carries it on itself before it returns; workers run
+        this in their maintenance, so that work left by a client that died is done too.
+        """
+        return self.calls.cascade("", now)
+
     def promote_due(self, *, limit: int = 1000, now: int | None = None) -> Call[int]:
         """Make up to ``limit`` due scheduled jobs claimable; returns how many."""
         return self.calls.promote(limit, now)

@@ -43,6 +43,7 @@ APPLIED = (
     "Reported",
     "ReportClaimed",
     "BatchRefused",
+    "Cascaded",
     "Claim",
     "ClaimApplied",
     "ClaimsApplied",
@@ -51,6 +52,7 @@ APPLIED = (
     "Found",
     "JobApplied",
     "Jobs",
+    "More",
     "Page",
     "Paused",
     "Promoted",
@@ -301,6 +303,21 @@ def parse_page(reply: Any) -> t.JobPage:
 def parse_sweep(reply: Any) -> t.SweepReport:
     reply = _read_only("Swept")(reply)
     return t.SweepReport(tuple(text(x) for x in reply[2]), tuple(text(x) for x in reply[3]))
+
+
+def parse_cascade(reply: Any) -> t.CascadeReport:
+    reply = _read_only("Cascaded")(reply)
+    return t.CascadeReport(
+        tuple(text(x) for x in reply[3]), tuple(text(x) for x in reply[4]), reply[2] == b"1"
+    )
+
+
+def work_left(reply: Any) -> tuple[Any, bool]:
+    """A reply and whether its call left cascade work (``{"More", reply}``: the client carries
+    it on with lua/cascade.lua before it hands the result over)."""
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] == b"More":
+        return reply[1], True
+    return reply, False
 
 
 def parse_count(tag: str) -> Callable[[Any], int]:

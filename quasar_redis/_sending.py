@@ -14,6 +14,11 @@ A step is one of:
 - an ``Ask``: a redis-py client method (``script_load``, routed to every primary of a cluster;
   ``config_get``).
 
+A call that leaves cascade work in Redis (a cancel, failure or completion whose dependents did
+not all fit in its bound: its reply is ``{"More", reply}``) is carried on before its result is
+handed over: one bounded step after another (lua/cascade.lua), each a call of its own, until
+none is left.
+
 What the server lacks is loaded and the failed call sent again, at most ``SENDS`` times: the
 function library missing ("function not found": a restart without persistence, a flush), then
 loaded with ``FUNCTION LOAD``; functions unusable (Redis 6.2, an ACL refusing FCALL), then
@@ -30,7 +35,8 @@ from typing import Any, TypeVar
 
 import redis.exceptions as rex
 
-from ._calls import Call
+from ._calls import Call, CallBuilder
+from ._replies import work_left
 from ._scripts import Library, Script, scripts
 from .errors import (
     AuthenticationError,
@@ -252,9 +258,9 @@ def resend(
     return plan, [c if i in again else None for i, c in enumerate(todo)]
 
 
-def parse_all(calls: Sequence[Call[Any]], replies: Sequence[Any]) -> list[Any]:
-    """Results of a pipeline, in order."""
-    results = []
+def parse_all(calls: Sequence[Call[Any]], replies: Sequence[Any]) -> tuple[list[Any], list[int]]:
+    """Results of a pipeline, in order, and the positions of the calls that left cascade work."""
+    results, more = [], []
     for i, call in enumerate(calls):
         if call.early is not None:
             results.append(call.early)
@@ -262,8 +268,11 @@ def parse_all(calls: Sequence[Call[Any]], replies: Sequence[Any]) -> list[Any]:
         reply = replies[i]
         if isinstance(reply, Exception):
             raise map_error(reply) from reply
+        reply, left = work_left(reply)
+        if left:
+            more.append(i)
         results.append(call.parse(reply))
-    return results
+    return results, more
 
 
 class Sending:
@@ -275,6 +284,7 @@ class Sending:
 
     functions: bool
     library: Library
+    calls: CallBuilder
     _script_keys: tuple[str, ...]
     _policy_checked: bool
 
@@ -294,7 +304,11 @@ class Sending:
         for attempt in range(SENDS):
             reply = yield self._command(call)
             if not isinstance(reply, Exception):
-                return call.parse(reply)
+                reply, left = work_left(reply)
+                result = call.parse(reply)
+                if left:
+                    result = yield from self._carrying_on(call, result)
+                return result
             plan = recovery([(reply, call)])
             if not plan or attempt == SENDS - 1:
                 raise map_error(reply) from reply
@@ -322,7 +336,20 @@ class Sending:
                 yield from self._recovering(plan)
         except rex.RedisError as exc:
             raise map_error(exc) from exc
-        return parse_all(calls, replies)
+        results, more = parse_all(calls, replies)
+        for i in more:
+            results[i] = yield from self._carrying_on(calls[i], results[i])
+        return results
+
+    def _carrying_on(self, call: Call[T], result: T) -> Flow[T]:
+        """``call``'s result once the cascade work it left is done: a step at a time (each one
+        bounded call, so other clients' calls run between them), each step's gains absorbed."""
+        while True:
+            step = yield from self._sending(self.calls.carry_on(call))
+            if call.absorb is not None:
+                result = call.absorb(result, step)
+            if not step.more:
+                return result
 
     def _recovering(self, plan: Recovery) -> Flow[None]:
         """Load what is missing: the function library, or scripts (see ``Recovery``)."""

@@ -431,6 +431,16 @@ class SweepReport:
 
 
 @dataclass(frozen=True, slots=True)
+class CascadeReport:
+    """One step of cascade work carried on: the dependents it cancelled, the damaged ones it
+    skipped (left untouched), and whether work is left (``more``)."""
+
+    cancelled: tuple[str, ...]
+    damaged: tuple[str, ...]
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
 class QueueCounts:
     """Jobs of one queue by status at ``now`` (each job in exactly one)."""
 

@@ -16,6 +16,7 @@ from . import _types as t
 from ._base import ClientBase, ClientOptions, needs_command_name
 from ._calls import Call, NewJob, dependency_id
 from ._operations import JobOptions, Operations, public
+from ._replies import work_left
 from ._sending import Ask, Command, Flow, Pipeline, Step, map_error
 from ._waits import block_slice
 from .errors import QuasarError
@@ -260,6 +261,7 @@ class AsyncQuasar(ClientBase):
     cancel = coroutine(Operations.cancel)
     retry = coroutine(Operations.retry)
     sweep_expired = coroutine(Operations.sweep_expired)
+    resume_cascades = coroutine(Operations.resume_cascades)
     promote_due = coroutine(Operations.promote_due)
     prune = coroutine(Operations.prune)
     get_job = coroutine(Operations.get_job)
@@ -325,7 +327,11 @@ class AsyncQuasar(ClientBase):
         if isinstance(reply, Exception):
             return popped is not None, map_error(reply)
         try:
-            return popped is not None, call.parse(reply)
+            reply, left = work_left(reply)
+            result = call.parse(reply)
+            if left:
+                result = await self._drive(self._carrying_on(call, result))
+            return popped is not None, result
         except QuasarError as exc:
             return popped is not None, exc
 

@@ -146,6 +146,7 @@ class Quasar(ClientBase):
     cancel = blocking(Operations.cancel)
     retry = blocking(Operations.retry)
     sweep_expired = blocking(Operations.sweep_expired)
+    resume_cascades = blocking(Operations.resume_cascades)
     promote_due = blocking(Operations.promote_due)
     prune = blocking(Operations.prune)
     get_job = blocking(Operations.get_job)

@@ -18,9 +18,10 @@ from .servers import RedisServer
 
 FAN_OUT = 20_000
 BATCH = 1_000
-# A cascade over FAN_OUT dependents takes about 0.45 s on a 2-core machine; the work list that
-# was emptied from its front took 3.1 s.
-CASCADE_BOUND_MS = 1_500
+# A cascade proceeds in steps of at most 50 dependents, a few ms each (in one call, FAN_OUT
+# dependents held Redis 0.45 s); the bound allows for a loaded 2-core machine and for a SLOWLOG
+# that logs every command. tests/test_scale.py holds 100,000 dependents to 10 ms of CPU a call.
+CASCADE_BOUND_MS = 250
 
 
 @pytest.fixture
@@ -57,7 +58,8 @@ def assert_within(client: redis.Redis, bound_ms: int, call: Callable[[], Any]) -
     return result
 
 
-def test_a_cancel_cascade_is_linear(slowlog: redis.Redis, namespace: str) -> None:
+@pytest.mark.heavy
+def test_a_cancel_cascade_proceeds_in_short_steps(slowlog: redis.Redis, namespace: str) -> None:
     q = Quasar(slowlog, namespace)
     root = fan_out(q, "block")
     result = assert_within(slowlog, CASCADE_BOUND_MS, lambda: q.cancel(root, now=T0 + 1))
@@ -66,8 +68,9 @@ def test_a_cancel_cascade_is_linear(slowlog: redis.Redis, namespace: str) -> Non
     assert q.counts("default", now=T0 + 1).cancelled == FAN_OUT + 1
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("outcome", ["fail", "complete"])
-def test_an_outcome_over_many_dependents_is_linear(
+def test_an_outcome_over_many_dependents_proceeds_in_short_steps(
     slowlog: redis.Redis, namespace: str, outcome: str
 ) -> None:
     q = Quasar(slowlog, namespace)

@@ -19,6 +19,11 @@ from ._running import Runner
 
 log = logging.getLogger("quasar_redis.worker")
 
+#: Each call of a maintenance round handles at most BATCH jobs (a few ms of Redis: see "Bounds"
+#: in docs/redis-layout.md), and a round makes at most ROUNDS calls of each kind.
+BATCH = 100
+ROUNDS = 100
+
 
 class Maintenance:
     """Rounds about every ``interval`` seconds (±20 %) until ``stopping``; every tenth prunes."""
@@ -59,15 +64,23 @@ class Maintenance:
 
     async def _maintain(self, *, prune: bool) -> None:
         client = self.client
-        for _ in range(10):
-            if await client.promote_due(limit=1000) < 1000:
+        for _ in range(ROUNDS):
+            if await client.promote_due(limit=BATCH) < BATCH:
                 break
-        for _ in range(10):
-            if len((await client.sweep_expired(limit=1000)).expired) < 1000:
+        for _ in range(ROUNDS):
+            if len((await client.sweep_expired(limit=BATCH)).expired) < BATCH:
+                break
+        for _ in range(ROUNDS):  # (cascade work left by clients that went away)
+            if not (await client.resume_cascades()).more:
                 break
         if prune:  # (also with no limits: the jobs whose task's result_ttl ran out)
             age = None if self.prune_max_age is None else round(self.prune_max_age * 1000)
-            await client.prune(max_age_ms=age, max_count=self.prune_max_count, limit=1000)
+            for _ in range(ROUNDS):
+                pruned = await client.prune(
+                    max_age_ms=age, max_count=self.prune_max_count, limit=BATCH
+                )
+                if pruned < BATCH:
+                    break
 
     async def _sync_clock(self) -> None:
         try:
