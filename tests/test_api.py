@@ -419,7 +419,7 @@ def test_the_library_stays_well_under_the_200_locals_lua_allows() -> None:
 
     top, *blocks = library().source.split("\ndo\n")  # each script's own block
     count = local_names(top) + max(local_names(block) for block in blocks)
-    assert count <= 160, count
+    assert count <= 180, count  # 20 to spare below Lua's limit of 200
 
 
 def test_definitions_that_cannot_be_assembled_are_refused() -> None:
