@@ -52,6 +52,7 @@ APPLIED = (
     "Page",
     "Promoted",
     "Pruned",
+    "Purged",
     "Swept",
 )
 

@@ -61,6 +61,7 @@ NAMES = (
     "cancel",
     "retry",
     "prune",
+    "purge",
     "get",
     "counts",
     "list",
@@ -68,8 +69,9 @@ NAMES = (
 
 #: Flags of the functions (Redis 7 reads them at FUNCTION LOAD; a script without flags runs under
 #: Redis's older rules). ``no-writes``: the call only reads, so it runs on a full Redis (and a
-#: replica). ``allow-oom``: the call runs on a full Redis: prune deletes, and cancel rewrites a
-#: job in place (plus a call record and an event) so that an operator can drain a full queue;
+#: replica). ``allow-oom``: the call runs on a full Redis: prune and purge delete, and cancel
+#: rewrites a job in place (plus a call record and an event) so that an operator can drain a
+#: full queue;
 #: the rest is refused whole, before it writes anything. Scripts (EVALSHA) carry no flags: a
 #: ``#!lua`` line would break them on Redis 6.2 and fakeredis; there Redis refuses only a
 #: script's first write, so reads and prune run on a full Redis too.
@@ -78,6 +80,7 @@ FLAGS = {
     "counts": "no-writes",
     "list": "no-writes",
     "prune": "allow-oom",
+    "purge": "allow-oom",
     "cancel": "allow-oom",
 }
 

@@ -31,8 +31,9 @@ import click
 import redis
 from rich.console import Console
 
-from . import __version__
+from . import __version__, ops
 from . import demo as demo_module
+from ._connect import sync_client
 from ._keys import KeySpace
 from ._loading import load_app
 from ._urls import MEMORY_URL, check_url, redact, redact_text, where
@@ -124,6 +125,9 @@ class OneLineErrors(click.Group):
 @click.version_option(__version__)
 def main() -> None:
     """quasar_redis: a distributed job queue on Redis."""
+
+
+ops.register(main)  # queues, info, jobs, job, retry, cancel, purge, pause, resume, workers
 
 
 @main.command()
@@ -462,7 +466,7 @@ def events(redis_url: str | None, namespace: str, follow: bool, count: int) -> N
         stream = KeySpace(namespace).events
     except QuasarError as exc:
         raise click.BadParameter(str(exc), param_hint="--namespace") from None
-    client = redis.Redis.from_url(redis_url, socket_timeout=EVENTS_BLOCK_MS / 1000 + 10)
+    client = sync_client(redis_url, socket_timeout=EVENTS_BLOCK_MS / 1000 + 10)
     try:
         last = print_recent(client, stream, count)
         if follow:
