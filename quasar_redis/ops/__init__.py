@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import click
 
+from ._bulk import cancel, purge, retry
 from ._jobs import job, jobs
 
-COMMANDS = (jobs, job)
+COMMANDS = (jobs, job, retry, cancel, purge)
 
 
 def register(group: click.Group) -> None:

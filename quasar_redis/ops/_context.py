@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -40,6 +40,7 @@ SOCKET_TIMEOUT_S = 15.0
 #: exit code of a command that ran but could not do all it was asked (a refused retry, say)
 PARTIAL = 1
 PIPED_WIDTH = 240
+ID_MAX_BYTES = 256
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
@@ -134,6 +135,19 @@ class Operator:
                 f"namespace {self.namespace!r} has no queues on {redact(self.url)} "
                 f"(nothing was ever enqueued in it: check --namespace or {NAMESPACE_VARIABLE})"
             )
+
+    def require_ids(self, job_ids: Sequence[str]) -> None:
+        """A one-line error for an id no job can have (as enqueue refuses it)."""
+        for job_id in job_ids:
+            size = len(job_id.encode("utf-8", "surrogatepass"))
+            if not 0 < size <= ID_MAX_BYTES or any(
+                c.isspace() or not c.isprintable() for c in job_id
+            ):
+                raise click.BadParameter(
+                    f"{job_id!r} is not a job id (1-{ID_MAX_BYTES} bytes, no whitespace or "
+                    "control characters): nothing was changed",
+                    param_hint="ID",
+                )
 
     def require_queue(self, queue: str) -> str:
         """``queue`` if the namespace has it, else a one-line error naming those it has."""

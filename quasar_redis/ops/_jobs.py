@@ -113,6 +113,7 @@ def job(job_id: str, redis_url: str, namespace: str, as_json: bool) -> None:
     """One job, whole: every field, payload and result decoded, its failures with their
     tracebacks, what it waits on, its dependents and its recent events."""
     with operating(redis_url, namespace, as_json) as op:
+        op.require_ids([job_id])
         info = op.q.get_job(job_id)
         if info is None:
             op.require_namespace()

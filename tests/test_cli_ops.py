@@ -1,0 +1,284 @@
+"""The operator commands through the installed ``quasar`` entry point, against real Redis:
+exit codes, output, and ``--json`` parsed. Every refusal is one line, changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quasar_redis import Quasar, Status
+
+from .helpers import REDIS_URL, applied, claimed, delete_namespace, real_redis, snapshot
+from .locked_redis import WRONG, LockedRedis, closed_port, locked
+
+__all__ = ["locked"]  # (the fixture)
+
+QUASAR = Path(sys.executable).parent / "quasar"
+MINUTES_AGO = 5 * 60_000
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        assert self.code == 0, self.err
+        return json.loads(self.out)
+
+    def one_error(self) -> str:
+        """The one ``Error:`` line of a refused command: no traceback, nothing on stdout."""
+        assert self.code != 0, self.out
+        assert "Traceback" not in self.err, self.err
+        assert self.out == "", self.out
+        lines = self.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), self.err
+        return lines[0]
+
+
+def quasar(*args: str, url: str = REDIS_URL, namespace: str | None = None) -> Ran:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "QUASAR_NAMESPACE")}
+    env["QUASAR_REDIS_URL"] = url
+    if namespace is not None:
+        env["QUASAR_NAMESPACE"] = namespace
+    done = subprocess.run(
+        [str(QUASAR), *args],
+        check=False,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return Ran(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def rq(namespace: str) -> Iterator[Quasar]:
+    client = real_redis()
+    try:
+        yield Quasar(client, namespace)
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
+
+
+def server_ms(q: Quasar) -> int:
+    seconds, micros = q.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def finished(
+    q: Quasar, job_id: str, *, fail: bool = False, at: int | None = None, **job: Any
+) -> None:
+    """Enqueue ``job_id`` and finish it (at ``at``, server ms; default now)."""
+    applied(q.enqueue("tasks.send", {"a": [job_id], "k": {}}, id=job_id, now=at, **job))
+    token = claimed(q.claim_job(job_id, "w-1", 60_000, now=at)).token
+    if fail:
+        applied(q.permanent_fail(token, "w-1", f"no mailbox for {job_id}", kind="KeyError", now=at))
+    else:
+        applied(q.complete(token, "w-1", result={"sent": job_id}, now=at))
+
+
+# --- jobs and job ------------------------------------------------------------------------
+
+
+def test_jobs_pages_by_cursor_through_every_status(rq: Quasar, namespace: str) -> None:
+    for i in range(12):
+        applied(rq.enqueue("tasks.send", i, id=f"w{i:02d}", queue="mail"))
+    for i in range(5):
+        finished(rq, f"f{i}", fail=True, queue="mail")
+    seen: list[tuple[str, str]] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        args = ["jobs", "mail", "--limit", "7", "--json"] + (["--after", cursor] if cursor else [])
+        page = quasar(*args, namespace=namespace).json()
+        assert len(page["jobs"]) <= 7
+        seen += [(j["id"], j["status"]) for j in page["jobs"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 3
+    assert seen == [(f"w{i:02d}", "available") for i in range(12)] + [
+        (f"f{i}", "discarded") for i in range(5)
+    ]
+    failed = quasar("jobs", "mail", "--status", "failed", "--json", namespace=namespace).json()
+    assert [j["id"] for j in failed["jobs"]] == [f"f{i}" for i in range(5)]
+    assert failed["jobs"][0]["error"] == "KeyError: no mailbox for f0"
+    table = quasar("jobs", "mail", "-s", "discarded", namespace=namespace)
+    assert table.code == 0
+    assert "f0" in table.out and "KeyError: no mailbox for f0" in table.out
+
+
+def test_job_shows_fields_payload_result_errors_dependencies_and_events(
+    rq: Quasar, namespace: str
+) -> None:
+    finished(rq, "root")
+    applied(rq.enqueue("tasks.send", None, id="gate", delay_ms=3_600_000))
+    payload = {"a": [1], "k": {"to": "x"}}
+    applied(rq.enqueue("tasks.send", payload, id="child", dependencies=["root", "gate"]))
+    document = quasar("job", "root", "--json", namespace=namespace).json()
+    assert document["id"] == "root" and document["status"] == "completed"
+    assert document["state"]["name"] == "Succeeded"
+    assert document["payload"] == {"format": "msgpack", "value": {"a": ["root"], "k": {}}}
+    assert document["result"] == {"format": "msgpack", "value": {"sent": "root"}}
+    assert document["dependents_total"] == 1 and document["dependents"] == {"child": "blocked"}
+    assert [e["event"] for e in document["events"]] == ["available", "executing", "completed"]
+    child = quasar("job", "child", "--json", namespace=namespace).json()
+    assert child["status"] == "blocked" and child["waiting_on"] == "gate"
+    assert child["dependencies"] == {"root": "completed", "gate": "scheduled"}
+    shown = quasar("job", "child", namespace=namespace)
+    assert shown.code == 0
+    for text in ("blocked", "waits on", "gate  scheduled", '{"a": [1], "k": {"to": "x"}}'):
+        assert text in shown.out
+
+
+def test_job_shows_a_failure(rq: Quasar, namespace: str) -> None:
+    finished(rq, "bad", fail=True)
+    document = quasar("job", "bad", "--json", namespace=namespace).json()
+    assert document["error"]["kind"] == "KeyError"
+    assert document["error"]["message"] == "no mailbox for bad"
+    shown = quasar("job", "bad", namespace=namespace).out
+    assert "KeyError: no mailbox for bad" in shown
+
+
+# --- retry, cancel, purge ----------------------------------------------------------------
+
+
+def test_retry_by_id_and_the_refusals_it_reports(rq: Quasar, namespace: str) -> None:
+    finished(rq, "bad", fail=True)
+    finished(rq, "good")
+    ran = quasar("retry", "bad", "good", namespace=namespace)
+    assert ran.code == 1  # one of the two was refused
+    assert ran.out.strip() == "retried 1 job(s); 1 refused"
+    assert ran.err.strip() == "good: not retried: not failed"
+    assert rq.get_job("bad").status == Status.RETRYABLE  # type: ignore[union-attr]
+    again = quasar("retry", "bad", "--json", namespace=namespace)
+    assert again.code == 1
+    assert json.loads(again.out) == {
+        "changed": 0,
+        "cascaded": 0,
+        "refused": [{"id": "bad", "reason": "not failed"}],
+    }
+
+
+def test_retry_all_failed_in_batches(rq: Quasar, namespace: str) -> None:
+    for i in range(130):  # more than a batch
+        finished(rq, f"f{i:03d}", fail=True, queue="mail")
+    finished(rq, "other", fail=True, queue="sms")
+    ran = quasar("retry", "--all-failed", "mail", "--json", namespace=namespace)
+    assert ran.json() == {"changed": 130, "cascaded": 0, "refused": [], "queue": "mail"}
+    counts = rq.counts("mail")
+    assert (counts.retryable, counts.discarded) == (130, 0)
+    assert rq.counts("sms").discarded == 1
+    assert quasar("retry", "--all-failed", "mail", namespace=namespace).out == "retried 0 job(s)\n"
+
+
+def test_cancel_with_its_cascade(rq: Quasar, namespace: str) -> None:
+    applied(rq.enqueue("tasks.send", None, id="a"))
+    applied(rq.enqueue("tasks.send", None, id="b", dependencies=["a"]))
+    finished(rq, "done")
+    ran = quasar("cancel", "a", "done", namespace=namespace)
+    assert ran.code == 1
+    assert ran.out.strip() == "cancelled 1 job(s) (and 1 dependents with them); 1 refused"
+    assert ran.err.strip() == "done: not cancelled: already finished"
+    assert rq.get_job("b").status == Status.CANCELLED  # type: ignore[union-attr]
+
+
+def test_purge_by_status_and_age(rq: Quasar, namespace: str) -> None:
+    now = server_ms(rq)
+    for i in range(3):
+        finished(rq, f"old{i}", at=now - 3 * 3_600_000, queue="mail")
+    finished(rq, "hour", at=now - MINUTES_AGO, queue="mail")
+    finished(rq, "fresh", queue="mail")  # in the re-send window: kept whatever the age asked
+    finished(rq, "oldfail", fail=True, at=now - 3 * 3_600_000, queue="mail")
+    ran = quasar(
+        "purge",
+        "mail",
+        "--status",
+        "succeeded",
+        "--older-than",
+        "2h",
+        "--json",
+        namespace=namespace,
+    )
+    assert ran.json() == {"queue": "mail", "status": "completed", "purged": 3, "kept": 0}
+    ran = quasar("purge", "mail", "--status", "completed", namespace=namespace)
+    assert ran.code == 0
+    assert ran.out.startswith("purged 1 completed job(s) of queue 'mail'; kept 1 ")
+    assert [j.id for j in rq.page_jobs("mail", Status.COMPLETED).jobs] == ["fresh"]
+    assert rq.counts("mail").discarded == 1  # another status: untouched
+
+
+# --- bad input: one line, nothing changed ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["jobs", "nope"], "no queue 'nope' in namespace"),
+        (["jobs", "mail", "--limit", "-1"], "-1 is not in the range 1<=x<=1000"),
+        (["jobs", "mail", "--limit", "0"], "0 is not in the range 1<=x<=1000"),
+        (["jobs", "mail", "--status", "lost"], "'lost' is not a status"),
+        (["jobs", "mail", "--after", "junk"], "'junk' is not a cursor"),
+        (["jobs", "bad queue!"], "queue must be 1-64 characters"),
+        (["job", "nobody"], "no job 'nobody' in namespace"),
+        (["job", "a b"], "'a b' is not a job id"),
+        (["retry", "bad", "nobody"], "no job 'nobody' in namespace"),
+        (["retry", "bad", "a\tb"], "is not a job id"),
+        (["retry"], "give job IDs or --all-failed QUEUE"),
+        (["retry", "bad", "--all-failed", "mail"], "give job IDs or --all-failed QUEUE"),
+        (["retry", "--all-failed", "nope"], "no queue 'nope'"),
+        (["cancel", "nobody"], "no job 'nobody'"),
+        (["purge", "mail", "--status", "available"], "purge takes succeeded (completed)"),
+        (["purge", "mail", "--status", "failed", "--older-than", "soon"], "'soon' is not a"),
+        (["purge", "mail", "--status", "failed", "--older-than", "-5m"], "'-5m' is not a"),
+        (["purge", "nope", "--status", "failed"], "no queue 'nope'"),
+        (["jobs", "mail", "--namespace", "a:b"], "namespace must be 1-64 characters"),
+    ],
+)
+def test_bad_input_is_one_line_and_changes_nothing(
+    rq: Quasar, namespace: str, args: list[str], said: str
+) -> None:
+    finished(rq, "bad", fail=True, queue="mail")
+    before = snapshot(rq)
+    line = quasar(*args, namespace=namespace).one_error()
+    assert said in line
+    assert snapshot(rq) == before
+
+
+@pytest.mark.parametrize("command", [["jobs", "mail"], ["job", "x"], ["retry", "x"]])
+def test_a_namespace_with_nothing_in_it(command: list[str]) -> None:
+    line = quasar(*command, namespace="no-such-namespace-here").one_error()
+    assert "namespace 'no-such-namespace-here' has no queues" in line or "no job 'x'" in line
+
+
+@pytest.mark.parametrize(
+    "command", [["jobs", "mail"], ["job", "x"], ["retry", "x"], ["purge", "q", "-s", "failed"]]
+)
+def test_an_unreachable_server_and_a_wrong_password(
+    command: list[str], locked: LockedRedis
+) -> None:
+    url = f"redis://:{WRONG}@127.0.0.1:{closed_port()}/0"
+    line = quasar(*command, url=url).one_error()
+    assert "cannot reach Redis at redis://:***@127.0.0.1:" in line and WRONG not in line
+    line = quasar(*command, url=locked.url("", WRONG)).one_error()
+    assert "refused the credentials" in line and WRONG not in line
+
+
+def test_memory_and_a_missing_url_are_refused() -> None:
+    ran = quasar("jobs", "mail", url="memory://")
+    assert "memory:// is an embedded server of one process" in ran.one_error()
+    ran = quasar("jobs", "mail", url="")
+    assert "no Redis URL: give --redis-url or set QUASAR_REDIS_URL" in ran.one_error()
