@@ -14,9 +14,18 @@ from typing import Any
 
 import pytest
 
-from quasar_redis import Quasar, Status
+from quasar_redis import ClaimRefused, Quasar, QueuePaused, Status, __version__
+from quasar_redis.ops._look import ORDER
 
-from .helpers import REDIS_URL, applied, claimed, delete_namespace, real_redis, snapshot
+from .helpers import (
+    REDIS_URL,
+    applied,
+    claimed,
+    delete_namespace,
+    real_redis,
+    snapshot,
+    wait_for,
+)
 from .locked_redis import WRONG, LockedRedis, closed_port, locked
 
 __all__ = ["locked"]  # (the fixture)
@@ -282,3 +291,118 @@ def test_memory_and_a_missing_url_are_refused() -> None:
     assert "memory:// is an embedded server of one process" in ran.one_error()
     ran = quasar("jobs", "mail", url="")
     assert "no Redis URL: give --redis-url or set QUASAR_REDIS_URL" in ran.one_error()
+
+
+# --- queues, info, pause, resume, workers --------------------------------------------------
+
+
+def test_queues_and_info(rq: Quasar, namespace: str) -> None:
+    for i in range(3):
+        applied(rq.enqueue("tasks.send", i, id=f"m{i}", queue="mail"))
+    finished(rq, "bad", fail=True, queue="mail")
+    applied(rq.enqueue("tasks.send", None, id="s0", queue="sms", delay_ms=3_600_000))
+    rows = quasar("queues", "--json", namespace=namespace).json()
+    assert [(r["name"], r["paused"], r["total"]) for r in rows] == [
+        ("mail", False, 4),
+        ("sms", False, 1),
+    ]
+    assert rows[0]["counts"]["available"] == 3 and rows[0]["counts"]["discarded"] == 1
+    assert rows[1]["counts"]["scheduled"] == 1
+    table = quasar("queues", namespace=namespace).out.splitlines()
+    assert table[0].split() == ["queue", "state", *[s.value for s in ORDER]]
+    assert table[1].split() == ["mail", "running", "0", "3", "0", "0", "0", "1", "0", "0"]
+    document = quasar("info", "mail", "--json", namespace=namespace).json()
+    assert document["oldest_available"]["id"] == "m0"
+    assert (document["paused"], document["total"], document["workers"]) == (False, 4, [])
+    text = quasar("info", "mail", namespace=namespace).out
+    assert "jobs: 3 available, 1 discarded (4 in all)" in text
+    assert "oldest available: m0, enqueued " in text
+
+
+def test_pause_and_resume_are_idempotent_and_hold(rq: Quasar, namespace: str) -> None:
+    applied(rq.enqueue("tasks.send", None, id="m0", queue="mail"))
+    first = quasar("pause", "mail", "--json", namespace=namespace).json()
+    assert first == {"queue": "mail", "paused": True, "changed": True}
+    again = quasar("pause", "mail", namespace=namespace)
+    assert (again.code, again.out) == (0, "queue 'mail' was already paused: unchanged\n")
+    assert rq.claim("mail", "w", 1000) == ClaimRefused(QueuePaused("mail"))
+    assert quasar("queues", "--json", namespace=namespace).json()[0]["paused"] is True
+    assert "PAUSED" in quasar("info", "mail", namespace=namespace).out
+    ran = quasar("resume", "mail", namespace=namespace)
+    assert (ran.code, ran.out) == (0, "queue 'mail' resumed\n")
+    again_json = quasar("resume", "mail", "--json", namespace=namespace).json()
+    assert again_json == {"queue": "mail", "paused": False, "changed": False}
+    assert claimed(rq.claim("mail", "w", 1000)).job.id == "m0"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["pause", "nope"], "no queue 'nope' in namespace"),
+        (["resume", "nope"], "no queue 'nope' in namespace"),
+        (["info", "nope"], "no queue 'nope' in namespace"),
+        (["pause", "a:b"], "queue must be 1-64 characters"),
+    ],
+)
+def test_fleet_commands_refuse_unknown_queues(
+    rq: Quasar, namespace: str, args: list[str], said: str
+) -> None:
+    applied(rq.enqueue("tasks.send", None, id="m0", queue="mail"))
+    before = snapshot(rq)
+    assert said in quasar(*args, namespace=namespace).one_error()
+    assert snapshot(rq) == before
+
+
+@pytest.mark.parametrize("command", [["queues"], ["info", "mail"], ["workers"], ["pause", "mail"]])
+def test_fleet_commands_of_an_empty_namespace(command: list[str]) -> None:
+    line = quasar(*command, namespace="no-such-namespace-here").one_error()
+    assert "namespace 'no-such-namespace-here' has no queues" in line
+
+
+WORKER_TASKS = """
+import os
+from quasar_redis import App
+
+app = App(namespace=os.environ["QUASAR_NAMESPACE"])
+
+
+@app.task(queue="mail", name="send")
+def send(to: str) -> str:
+    return to
+"""
+
+
+def test_workers_lists_a_live_worker_process(rq: Quasar, namespace: str, tmp_path: Path) -> None:
+    applied(rq.enqueue("send", {"a": ["x"], "k": {}}, queue="mail"))
+    (tmp_path / "tasks.py").write_text(WORKER_TASKS)
+    env = {**os.environ, "QUASAR_REDIS_URL": REDIS_URL, "QUASAR_NAMESPACE": namespace}
+    proc = subprocess.Popen(
+        [str(QUASAR), "worker", "tasks:app", "-q", "mail", "-q", "sms", "-c", "3"],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def listed() -> list[Any]:
+            return list(quasar("workers", "--json", namespace=namespace).json())
+
+        (worker,) = wait_for(listed, 60, "the worker in quasar workers", 0.2)
+        assert (worker["pid"], worker["queues"], worker["concurrency"]) == (
+            proc.pid,
+            ["mail", "sms"],
+            3,
+        )
+        assert worker["version"] == __version__
+        table = quasar("workers", namespace=namespace).out
+        assert worker["id"] in table and "mail, sms" in table and "0/3" in table
+        assert worker["id"] in quasar("info", "mail", namespace=namespace).out
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert quasar("workers", "--json", namespace=namespace).json() == []
+    assert (
+        quasar("workers", namespace=namespace).out == f"no live worker in namespace '{namespace}'\n"
+    )

@@ -6,9 +6,10 @@ from __future__ import annotations
 import click
 
 from ._bulk import cancel, purge, retry
+from ._fleet import info, pause, queues, resume, workers
 from ._jobs import job, jobs
 
-COMMANDS = (jobs, job, retry, cancel, purge)
+COMMANDS = (queues, info, jobs, job, retry, cancel, purge, pause, resume, workers)
 
 
 def register(group: click.Group) -> None:

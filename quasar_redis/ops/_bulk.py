@@ -121,11 +121,6 @@ def report(op: Operator, tally: Tally, verb: str, extra: dict[str, Any] | None =
     done(not tally.refused)
 
 
-def server_now(op: Operator) -> int:
-    seconds, micros = op.q.redis.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def finished_at(job: t.Job) -> int:
     state: Any = job.state
     return int(job.completed_at or getattr(state, "failed_at", 0) or state.cancelled_at)
@@ -172,7 +167,7 @@ def retry(
             report(op, tally, "retried")
             return
         op.require_queue(queue)
-        tally, start = Tally(), server_now(op)
+        tally, start = Tally(), op.server_now()
         total = op.q.counts(queue).discarded
         with progress(op, f"retrying {queue}", total) as advance:
             for jobs in finished_pages(op, queue, t.Status.DISCARDED, start + 1):
@@ -254,7 +249,7 @@ def purge(
     (a worker's re-sent report must still find them), as do jobs a blocked job depends on."""
     with operating(redis_url, namespace, as_json) as op:
         op.require_queue(queue)
-        before = server_now(op) - (older_than or 0)
+        before = op.server_now() - (older_than or 0)
         total = op.q.counts(queue).by_status()[status]
         purged = seen = 0
         with progress(op, f"purging {queue}", total) as advance:

@@ -164,6 +164,11 @@ class Operator:
             )
         return queue
 
+    def server_now(self) -> int:
+        """Redis's clock, in ms (the clock every stored time is on)."""
+        seconds, micros = self.q.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
     # output ------------------------------------------------------------------------------------
 
     def emit_json(self, document: Any) -> None:
