@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -88,10 +89,10 @@ def operator_options(command: F) -> F:
 
 
 def _console(*, stderr: bool) -> Console:
-    """A console; where it is not a terminal (a pipe, a file), wide enough that a table's rows
-    stay one line each."""
+    """A console; where it is not a terminal (a pipe, a file) and COLUMNS does not say, wide
+    enough that a table's rows stay one line each."""
     console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
         console = Console(stderr=stderr, highlight=False, width=PIPED_WIDTH)
     return console
 
