@@ -406,3 +406,36 @@ def test_workers_lists_a_live_worker_process(rq: Quasar, namespace: str, tmp_pat
     assert (
         quasar("workers", namespace=namespace).out == f"no live worker in namespace '{namespace}'\n"
     )
+
+
+def test_a_bulk_change_shows_progress_on_a_terminal(rq: Quasar, namespace: str) -> None:
+    for i in range(30):
+        finished(rq, f"f{i:02d}", fail=True, queue="mail")
+    main, follower = os.openpty()  # stderr a terminal: the progress bar is drawn there
+    env = {**os.environ, "QUASAR_REDIS_URL": REDIS_URL, "QUASAR_NAMESPACE": namespace}
+    env.update(TERM="xterm", COLUMNS="100")
+    try:
+        done = subprocess.run(
+            [str(QUASAR), "retry", "--all-failed", "mail"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            timeout=120,
+            check=False,
+        )
+        os.close(follower)
+        drawn = b""
+        while chunk := _read(main):
+            drawn += chunk
+    finally:
+        os.close(main)
+    assert done.returncode == 0 and done.stdout == b"retried 30 job(s)\n"
+    assert b"retrying mail" in drawn and b"30/30" in drawn
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # (the other end closed: Linux says EIO)
+        return b""

@@ -183,7 +183,7 @@ def _print_errors(op: Operator, d: dict[str, Any]) -> None:
         return
     op.console.print(f"\n[bold]failures[/bold] ({len(history)}, oldest first):")
     for e in history:
-        head = f"  attempt {e.get('attempt') or '?'}"
+        head = f"  attempt {e['attempt']}" if e.get("attempt") else "  last"
         head += f" at {e['at']}" if e.get("at") else ""
         op.console.print(Text(f"{head}: {e['kind']}: {e['message']}"))
         for line in (e.get("traceback") or "").rstrip().splitlines():
