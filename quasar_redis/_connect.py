@@ -18,8 +18,10 @@ import redis.asyncio.sentinel
 import redis.cluster
 import redis.connection
 import redis.sentinel
+from redis.exceptions import RedisClusterException
 
-from ._urls import Target, check_url, target
+from ._urls import Target, check_url, redact, target
+from .errors import RedisUnavailable
 
 SENTINEL_SETTINGS = ("socket_timeout", "socket_connect_timeout", "socket_keepalive")
 
@@ -55,12 +57,18 @@ def _sentinel(found: Target, module: Any, defaults: dict[str, Any]) -> Any:
 
 def sync_client(url: str, **defaults: Any) -> Any:
     """A ``redis.Redis`` (or ``RedisCluster``) for ``url``; ``defaults``: connection settings
-    where the URL gives none (``socket_timeout=...``)."""
+    where the URL gives none (``socket_timeout=...``). RedisUnavailable when no node of a
+    cluster answers (a cluster client asks them for the slots as it is made)."""
     found = target(check_url(url, memory=False))
     if found.kind == "cluster":
         node: Any = redis.cluster.ClusterNode  # (untyped)
         nodes = [node(h, p) for h, p in found.hosts[1:]]
-        return redis.cluster.RedisCluster.from_url(found.url, startup_nodes=nodes, **defaults)
+        try:  # (a sync cluster client reaches its nodes as it is made)
+            return redis.cluster.RedisCluster.from_url(found.url, startup_nodes=nodes, **defaults)
+        except RedisClusterException as exc:
+            raise RedisUnavailable(
+                f"cannot reach the Redis Cluster at {redact(url)}: {exc}"
+            ) from None
     if found.kind == "sentinel":
         return _sentinel(found, redis.sentinel, defaults)
     return redis.Redis.from_url(url, **defaults)

@@ -23,6 +23,7 @@ from quasar_redis.errors import ConfigurationError
 
 from .deployments import SERVICE, SentinelGroup, sentinel_group, tls_redis
 from .helpers import wait_for
+from .locked_redis import closed_port
 from .test_cli_ops import quasar
 
 QUASAR = Path(sys.executable).parent / "quasar"
@@ -192,3 +193,19 @@ def test_bad_cluster_and_sentinel_urls(url: str, said: str) -> None:
         check_url(url)
     line = quasar("jobs", "work", url=url).one_error()
     assert said in line
+
+
+def test_a_cluster_or_sentinels_out_of_reach_are_one_line() -> None:
+    port = closed_port()
+    line = quasar("queues", url=f"redis+cluster://:pw@127.0.0.1:{port}").one_error()
+    assert line.startswith(
+        f"Error: cannot reach the Redis Cluster at redis+cluster://:***@127.0.0.1:{port}:"
+    )
+    line = quasar("queues", url=f"redis+sentinel://127.0.0.1:{port}/main").one_error()
+    assert line == (
+        f"Error: no sentinel of redis+sentinel://127.0.0.1:{port}/main names a primary 'main' "
+        "(the service name? sentinels down?)"
+    )
+    ran = quasar("example", "--redis-url", f"redis+cluster://127.0.0.1:{port}")
+    assert ran.code == 1 and "Traceback" not in ran.err
+    assert ran.err.startswith("Error: RedisUnavailable: cannot reach the Redis Cluster")

@@ -181,6 +181,13 @@ class Operator:
         return not self.as_json and self.err.is_terminal
 
 
+def _unreachable(text: str, at: str) -> str:
+    if "No master found for" in text:  # (Sentinel's own words, followed by its clients' reprs)
+        service = text.split("No master found for", 1)[1].split(" : ", 1)[0].strip()
+        return f"no sentinel of {at} names a primary {service} (the service name? sentinels down?)"
+    return text if text.startswith("cannot reach") else f"cannot reach Redis at {at}: {text}"
+
+
 def _failure(exc: BaseException, url: str) -> click.ClickException | None:
     at = redact(url)
     if isinstance(exc, (AuthenticationError, redis.AuthenticationError)):
@@ -188,7 +195,7 @@ def _failure(exc: BaseException, url: str) -> click.ClickException | None:
     if isinstance(exc, redis.ResponseError) and "WRONGPASS" in str(exc):
         return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
     if isinstance(exc, (RedisUnavailable, redis.ConnectionError, redis.TimeoutError)):
-        return click.ClickException(redact_text(f"cannot reach Redis at {at}: {exc}"))
+        return click.ClickException(redact_text(_unreachable(str(exc), at)))
     if isinstance(exc, InvalidArgument):
         return click.ClickException(redact_text(str(exc)))
     if isinstance(exc, QuasarError):
