@@ -439,3 +439,50 @@ def _read(fd: int) -> bytes:
         return os.read(fd, 65536)
     except OSError:  # (the other end closed: Linux says EIO)
         return b""
+
+
+FAILING_TASKS = """
+import os
+from quasar_redis import App
+from quasar_redis.retry import Fixed
+
+app = App(namespace=os.environ["QUASAR_NAMESPACE"])
+
+
+@app.task(queue="mail", name="send", max_attempts=2, retry=Fixed(0))
+def send(to: str) -> str:
+    return lookup(to)
+
+
+def lookup(to: str) -> str:
+    raise KeyError(f"no mailbox for {to}")
+"""
+
+
+def test_job_shows_the_failure_history_with_tracebacks(
+    rq: Quasar, namespace: str, tmp_path: Path
+) -> None:
+    applied(
+        rq.enqueue(
+            "send", {"a": ["ann@example.com"], "k": {}}, id="m1", queue="mail", max_attempts=2
+        )
+    )
+    (tmp_path / "tasks.py").write_text(FAILING_TASKS)
+    env = {**os.environ, "QUASAR_REDIS_URL": REDIS_URL, "QUASAR_NAMESPACE": namespace}
+    burst = [str(QUASAR), "worker", "tasks:app", "-q", "mail", "--burst"]
+    subprocess.run(burst, cwd=tmp_path, env=env, capture_output=True, timeout=120, check=True)
+    document = quasar("job", "m1", "--json", namespace=namespace).json()
+    assert document["status"] == "discarded"
+    assert [(e["attempt"], e["kind"]) for e in document["errors"]] == [
+        (1, "KeyError"),
+        (2, "KeyError"),
+    ]
+    for error in document["errors"]:
+        assert error["message"] == "'no mailbox for ann@example.com'"
+        assert error["at"] is not None
+        assert 'raise KeyError(f"no mailbox for {to}")' in error["traceback"]
+        assert "in lookup" in error["traceback"]
+    shown = quasar("job", "m1", namespace=namespace).out
+    assert "failures (2, oldest first):" in shown
+    assert "attempt 1 at " in shown and "attempt 2 at " in shown
+    assert "    Traceback (most recent call last):" in shown

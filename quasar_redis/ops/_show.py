@@ -84,12 +84,15 @@ def state_fields(state: t.JobState) -> dict[str, Any]:
 
 
 def error_fields(error: t.ErrorInfo) -> dict[str, Any]:
-    out: dict[str, Any] = {"kind": error.kind, "message": error.message}
-    for name in ("attempt", "at", "traceback"):  # (kept by newer servers' failure history)
-        if hasattr(error, name):
-            value = getattr(error, name)
-            out[name] = when(value) if name == "at" and value else value
-    return out
+    """A failed attempt: its kind, message, traceback, attempt and time (the last three empty
+    for ``Job.error``, which keeps the kind and message only)."""
+    return {
+        "kind": error.kind,
+        "message": error.message,
+        "attempt": error.attempt or None,
+        "at": when(error.at) if error.at else None,
+        "traceback": error.traceback,
+    }
 
 
 def summary(job: t.Job, status: t.Status) -> dict[str, Any]:
@@ -110,7 +113,6 @@ def summary(job: t.Job, status: t.Status) -> dict[str, Any]:
 def details(info: t.JobInfo) -> dict[str, Any]:
     """Every field of a job, its payload and result decoded, and its failure history."""
     job = info.job
-    history = getattr(info, "errors", None) or getattr(job, "errors", None) or ()
     return {
         "id": job.id,
         "queue": job.queue,
@@ -133,7 +135,7 @@ def details(info: t.JobInfo) -> dict[str, Any]:
         "payload": jsonable(decoded(job.raw_payload)),
         "result": jsonable(decoded(job.raw_result)),
         "error": None if job.error is None else error_fields(job.error),
-        "errors": [error_fields(e) for e in history],
+        "errors": [error_fields(e) for e in info.errors],
     }
 
 
