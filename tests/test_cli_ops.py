@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from quasar_redis import ClaimRefused, Quasar, QueuePaused, Status, __version__
+from quasar_redis.cli import main
 from quasar_redis.ops._look import ORDER
 
 from .helpers import (
@@ -69,6 +71,14 @@ def quasar(*args: str, url: str = REDIS_URL, namespace: str | None = None) -> Ra
         timeout=120,
     )
     return Ran(done.returncode, done.stdout, done.stderr)
+
+
+def inproc(*args: str, url: str = REDIS_URL, namespace: str | None = None) -> Ran:
+    """``quasar ARGS`` run in this process (click's CliRunner): for the many refusals, each of
+    which the installed entry point is shown to print the same way by a few runs above."""
+    env = {"QUASAR_REDIS_URL": url, "REDIS_URL": None, "QUASAR_NAMESPACE": namespace}
+    result = CliRunner().invoke(main, list(args), env=env)
+    return Ran(result.exit_code, result.stdout, result.stderr)
 
 
 @pytest.fixture
@@ -262,28 +272,51 @@ def test_bad_input_is_one_line_and_changes_nothing(
 ) -> None:
     finished(rq, "bad", fail=True, queue="mail")
     before = snapshot(rq)
-    line = quasar(*args, namespace=namespace).one_error()
+    line = inproc(*args, namespace=namespace).one_error()
     assert said in line
     assert snapshot(rq) == before
 
 
 @pytest.mark.parametrize("command", [["jobs", "mail"], ["job", "x"], ["retry", "x"]])
 def test_a_namespace_with_nothing_in_it(command: list[str]) -> None:
-    line = quasar(*command, namespace="no-such-namespace-here").one_error()
+    line = inproc(*command, namespace="no-such-namespace-here").one_error()
     assert "namespace 'no-such-namespace-here' has no queues" in line or "no job 'x'" in line
 
 
-@pytest.mark.parametrize(
-    "command", [["jobs", "mail"], ["job", "x"], ["retry", "x"], ["purge", "q", "-s", "failed"]]
-)
+COMMANDS = [
+    ["queues"],
+    ["info", "q"],
+    ["jobs", "q"],
+    ["job", "x"],
+    ["retry", "x"],
+    ["retry", "--all-failed", "q"],
+    ["cancel", "x"],
+    ["purge", "q", "-s", "failed"],
+    ["pause", "q"],
+    ["resume", "q"],
+    ["workers"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
 def test_an_unreachable_server_and_a_wrong_password(
     command: list[str], locked: LockedRedis
 ) -> None:
     url = f"redis://:{WRONG}@127.0.0.1:{closed_port()}/0"
-    line = quasar(*command, url=url).one_error()
+    line = inproc(*command, url=url).one_error()
     assert "cannot reach Redis at redis://:***@127.0.0.1:" in line and WRONG not in line
+    line = inproc(*command, url=locked.url("", WRONG)).one_error()
+    assert "refused the credentials" in line and WRONG not in line
+
+
+@pytest.mark.parametrize("command", [["queues"], ["retry", "x"]])
+def test_the_installed_quasar_says_the_same(command: list[str], locked: LockedRedis) -> None:
+    url = f"redis://:{WRONG}@127.0.0.1:{closed_port()}/0"
+    assert "cannot reach Redis at redis://:***@127.0.0.1:" in quasar(*command, url=url).one_error()
     line = quasar(*command, url=locked.url("", WRONG)).one_error()
     assert "refused the credentials" in line and WRONG not in line
+    line = quasar(*command, namespace="no-such-namespace-here").one_error()
+    assert "namespace 'no-such-namespace-here' has no queues" in line
 
 
 def test_memory_and_a_missing_url_are_refused() -> None:
@@ -349,13 +382,13 @@ def test_fleet_commands_refuse_unknown_queues(
 ) -> None:
     applied(rq.enqueue("tasks.send", None, id="m0", queue="mail"))
     before = snapshot(rq)
-    assert said in quasar(*args, namespace=namespace).one_error()
+    assert said in inproc(*args, namespace=namespace).one_error()
     assert snapshot(rq) == before
 
 
 @pytest.mark.parametrize("command", [["queues"], ["info", "mail"], ["workers"], ["pause", "mail"]])
 def test_fleet_commands_of_an_empty_namespace(command: list[str]) -> None:
-    line = quasar(*command, namespace="no-such-namespace-here").one_error()
+    line = inproc(*command, namespace="no-such-namespace-here").one_error()
     assert "namespace 'no-such-namespace-here' has no queues" in line
 
 

@@ -63,6 +63,7 @@ def work(folder: Path, url: str, namespace: str) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.mark.heavy
 def test_tls_with_a_ca_of_its_own(tmp_path: Path) -> None:
     namespace = f"tls-{uuid.uuid4().hex[:8]}"
     with tls_redis(tmp_path) as server:
@@ -104,6 +105,7 @@ def promote(group: SentinelGroup) -> int:
     return wait_for(moved, 60, "the sentinels to promote the replica", 0.2)
 
 
+@pytest.mark.heavy
 def test_a_sentinel_managed_primary_through_a_failover(tmp_path: Path) -> None:
     namespace = f"sentinel-{uuid.uuid4().hex[:8]}"
     with sentinel_group(tmp_path) as group:

@@ -87,7 +87,7 @@ tasks.build_report.options(id="report-2026-12-03", delay=3600).enqueue("2026-12-
 """
     subprocess.run([sys.executable, "-c", script], cwd=folder, env=env, check=True)
     burst = [QUASAR, "worker", "tasks:app", "-q", "emails", "--burst", "--log-level", "ERROR"]
-    subprocess.run(burst, cwd=folder, env=env, check=True)
+    subprocess.run(burst, cwd=folder, env=env, check=True, stderr=subprocess.DEVNULL)
     more = (
         "import tasks\nfor o in range(1021, 1031): tasks.send_receipt.enqueue(o, 'x@example.com')"
     )
