@@ -519,3 +519,12 @@ def test_job_shows_the_failure_history_with_tracebacks(
     assert "failures (2, oldest first):" in shown
     assert "attempt 1 at " in shown and "attempt 2 at " in shown
     assert "    Traceback (most recent call last):" in shown
+
+
+def test_an_id_given_twice_is_changed_once(rq: Quasar, namespace: str) -> None:
+    finished(rq, "bad", fail=True)
+    ran = inproc("retry", "bad", "bad", namespace=namespace)
+    assert (ran.code, ran.out) == (0, "retried 1 job(s)\n")
+    applied(rq.enqueue("tasks.send", None, id="live"))
+    ran = inproc("cancel", "live", "live", "--json", namespace=namespace)
+    assert json.loads(ran.out) == {"changed": 1, "cascaded": 0, "refused": []}

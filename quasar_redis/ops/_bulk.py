@@ -58,6 +58,7 @@ def refusal_text(error: t.JobError) -> str:
         t.TerminalJob: "already finished",
         t.MissingJob: "no such job",
         t.AttemptLimitReached: "out of attempts",
+        t.FenceChanged: "changed meanwhile, left as it is",
     }
     for kind, text in reasons.items():
         if isinstance(error, kind):
@@ -94,8 +95,9 @@ def apply(op: Operator, calls: Sequence[tuple[str, Call[Any]]], tally: Tally) ->
 
 
 def by_ids(
-    op: Operator, job_ids: Sequence[str], what: str, build: Callable[[str], Call[Any]]
+    op: Operator, given: Sequence[str], what: str, build: Callable[[str], Call[Any]]
 ) -> Tally:
+    job_ids = list(dict.fromkeys(given))  # (an id given twice is changed once)
     check_ids(op, job_ids)
     tally = Tally()
     with progress(op, what, len(job_ids)) as advance:
