@@ -3,8 +3,8 @@
 -- status with `list` and sends their ids). Each id is looked at on its own: its job is deleted
 -- only while it is still of this queue, in the named finished state, finished before `before`
 -- and not within the last CALL_TTL_MS (a re-sent call must still find it), and no blocked job
--- depends on it (prune.lua's rule); any other id is left as it is and not counted. A job
--- already gone counts as nothing.
+-- depends on it (prune.lua's rule, and its finished_jobs steps); any other id is left as it is
+-- and not counted. A job already gone counts as nothing.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue
@@ -52,8 +52,8 @@ local function main(ctx)
     local id = ctx.args[i]
     local h = id_error(id, "job id") == nil and load_job(ctx, id)
     if h and h.q == p.queue and h.st == p.state[1] and tonumber(h.fin) < p.before
-        and not still_needed(ctx, id, h) then
-      delete_job(ctx, id, h)
+        and not finished_jobs.needed(ctx, id, h) then
+      finished_jobs.delete(ctx, id, h)
       redis.call("ZREM", key, id)
       purged = purged + 1
     end
