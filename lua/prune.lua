@@ -17,9 +17,11 @@
 
 local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
 
--- Dependents a prune call looks at, in all, to tell whether finished jobs are still needed.
-local LOOK_MAX = 1000
-local LOOK_SET = 100
+-- Deleting a finished job, a step purge.lua takes too: one table, so that the function library
+-- declares one name for it (Lua allows a function 200 locals, and the library is one).
+-- LOOK_MAX: dependents a call looks at, in all, to tell whether finished jobs are still needed;
+-- LOOK_SET: of one job's dependents.
+local finished_jobs = {LOOK_MAX = 1000, LOOK_SET = 100}
 
 -- A finished job that a blocked job still depends on stays (the blocked job names its
 -- dependencies when it says what it waits on, and a Failed one may still be retried), and so
@@ -29,14 +31,15 @@ local LOOK_SET = 100
 -- the job (finished, released, gone) leave it over successive prunes and it is pruned once none
 -- is left; meanwhile it counts as needed. limits.looks: what the call may still look at (a job
 -- with dependents counts as needed once it is spent: the next prune looks again).
-local function still_needed(ctx, id, h, limits)
+function finished_jobs.needed(ctx, id, h, limits)
   if h.cw then return true end
   if not h.hd then return false end
   local k = key_dependents(ctx, id)
   local n = redis.call("SCARD", k)
-  if math.min(n, LOOK_SET) > limits.looks then return true end
-  local whole = n <= LOOK_SET
-  local ids = whole and redis.call("SMEMBERS", k) or redis.call("SPOP", k, LOOK_SET)
+  if math.min(n, finished_jobs.LOOK_SET) > limits.looks then return true end
+  local whole = n <= finished_jobs.LOOK_SET
+  local ids = whole and redis.call("SMEMBERS", k)
+    or redis.call("SPOP", k, finished_jobs.LOOK_SET)
   limits.looks = limits.looks - #ids
   local keep = {}
   for _, did in ipairs(ids) do
@@ -51,7 +54,7 @@ local function still_needed(ctx, id, h, limits)
   return true
 end
 
-local function delete_job(ctx, id, h)
+function finished_jobs.delete(ctx, id, h)
   for _, dep in ipairs(split(h.dp or "")) do redis.call("SREM", key_dependents(ctx, dep), id) end
   redis.call("DEL", key_job(ctx, id), key_dependents(ctx, id), key_errors(ctx, id))
   if h.st == "S" then redis.call("ZREM", key_q(ctx, h.q, "expiring"), id) end
@@ -64,10 +67,10 @@ local function expire_retained(ctx, queue, now, budget, limits)
   local key, pruned = key_q(ctx, queue, "expiring"), 0
   for _, id in ipairs(redis.call("ZRANGEBYSCORE", key, "-inf", fmt(ctx, now), "LIMIT", 0, budget)) do
     local h = load_job(ctx, id)
-    if h and h.st == "S" and still_needed(ctx, id, h, limits) then
+    if h and h.st == "S" and finished_jobs.needed(ctx, id, h, limits) then
       redis.call("ZADD", key, fmt(ctx, now + CALL_TTL_MS), id)
     elseif h and h.st == "S" then
-      delete_job(ctx, id, h)
+      finished_jobs.delete(ctx, id, h)
       redis.call("ZREM", key_q(ctx, queue, "succeeded"), id)
       pruned = pruned + 1
     else
@@ -100,8 +103,8 @@ local function prune_set(ctx, key, limits, budget)
     if h == nil and err[1] == "MissingJob" then
       redis.call("ZREM", key, id)
     elseif h and TERMINAL[h.st] and tonumber(h.fin) < limits.guard
-        and not still_needed(ctx, id, h, limits) then
-      delete_job(ctx, id, h)
+        and not finished_jobs.needed(ctx, id, h, limits) then
+      finished_jobs.delete(ctx, id, h)
       redis.call("ZREM", key, id)
       pruned = pruned + 1
     end
@@ -135,7 +138,7 @@ local function main(ctx)
     cutoff = max_age and math.min(now - max_age, now - CALL_TTL_MS) or nil,
     count = max_count or nil,
     guard = now - CALL_TTL_MS,
-    looks = LOOK_MAX,
+    looks = finished_jobs.LOOK_MAX,
   }
   local pruned = 0
   for _, queue in ipairs(redis.call("SMEMBERS", key_queues(ctx))) do

@@ -112,8 +112,10 @@ class ClientBase(Sending):
         cls: type[C], url: str, namespace: str = "default", **options: Unpack[ClientOptions]
     ) -> C:
         """A client with a redis-py client of its own for ``url`` (``redis://``, ``rediss://``
-        for TLS, ``unix://``; connection settings as redis-py reads them from the URL's query,
-        such as ``?socket_timeout=5``), closed when this client is."""
+        for TLS, ``unix://``, ``redis+cluster://`` for a Redis Cluster, ``redis+sentinel://``
+        for a primary that Sentinel manages: see ``_urls``; connection settings as redis-py
+        reads them from the URL's query, such as ``?socket_timeout=5``), closed when this
+        client is."""
         return cls.owning(cls._connect(url), namespace, **options)
 
     @classmethod

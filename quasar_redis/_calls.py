@@ -500,6 +500,20 @@ class CallBuilder:
             "prune", (now_arg(now), age, count, int_arg(limit)), parse_count("Pruned")
         )
 
+    def purge(
+        self,
+        queue: str,
+        status: t.Status | str,
+        job_ids: Sequence[str],
+        finished_before: int | None,
+        now: int | None = None,
+    ) -> Call[int]:
+        before = "" if finished_before is None else int_arg(finished_before)
+        head = (now_arg(now), text_arg(queue), _status_arg(status), before)
+        return self._call(
+            "purge", head + tuple(text_arg(i) for i in job_ids), parse_count("Purged")
+        )
+
     # inspection ---------------------------------------------------------------------------------
 
     def get(self, job_id: str, now: int | None = None) -> Call[t.JobInfo | None]:

@@ -228,6 +228,25 @@ class Operations:
         """Delete finished jobs older than ``max_age_ms`` or beyond ``max_count`` per queue."""
         return self.calls.prune(max_age_ms, max_count, limit, now)
 
+    def purge(
+        self,
+        queue: str,
+        status: t.Status | str,
+        job_ids: Sequence[str],
+        *,
+        finished_before: int | None = None,
+        now: int | None = None,
+    ) -> Call[int]:
+        """Delete these finished jobs of ``queue`` (1-1000 ids), each only while it is still in
+        ``status`` (completed, discarded or cancelled) and finished before ``finished_before``
+        (ms; None: any time); returns how many were deleted.
+
+        As ``prune``, it keeps a job finished in the last 60 s (a re-sent call must still find
+        it) and one that a blocked job depends on; an id of another queue or status, or of no
+        job, is left alone. Page the ids with ``page_jobs(queue, status)``.
+        """
+        return self.calls.purge(queue, status, job_ids, finished_before, now)
+
     # inspection -------------------------------------------------------------------------------
 
     def get_job(self, job_id: str, *, now: int | None = None) -> Call[t.JobInfo | None]:

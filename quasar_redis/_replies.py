@@ -57,6 +57,7 @@ APPLIED = (
     "Paused",
     "Promoted",
     "Pruned",
+    "Purged",
     "Queues",
     "Resumed",
     "Retired",

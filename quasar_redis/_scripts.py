@@ -65,6 +65,7 @@ NAMES = (
     "cascade",
     "retry",
     "prune",
+    "purge",
     "get",
     "counts",
     "list",
@@ -78,11 +79,12 @@ NAMES = (
 
 #: Flags of the functions (Redis 7 reads them at FUNCTION LOAD; a script without flags runs under
 #: Redis's older rules). ``no-writes``: the call only reads, so it runs on a full Redis (and a
-#: replica). ``allow-oom``: the call runs on a full Redis: prune deletes, and cancel rewrites a
-#: job in place (plus a call record and an event) so that an operator can drain a full queue,
-#: and cascade carries on what a cancel left; pause and resume add or remove one set member (an
-#: operator stops or restarts a queue in an incident); retire and workers only delete. The rest
-#: is refused whole, before it writes anything. Scripts (EVALSHA) carry no flags: a
+#: replica). ``allow-oom``: the call runs on a full Redis: prune and purge delete, and cancel
+#: rewrites a job in place (plus a call record and an event) so that an operator can drain a
+#: full queue, and cascade carries on what a cancel left; pause and resume add or remove one set
+#: member (an operator stops or restarts a queue in an incident); retire and workers only
+#: delete. The rest is refused whole, before it writes anything. Scripts (EVALSHA) carry no
+#: flags: a
 #: ``#!lua`` line would break them on Redis 6.2 and fakeredis; there Redis refuses only a
 #: script's first write, so reads and prune run on a full Redis too.
 FLAGS = {
@@ -90,6 +92,7 @@ FLAGS = {
     "counts": "no-writes",
     "list": "no-writes",
     "prune": "allow-oom",
+    "purge": "allow-oom",
     "cancel": "allow-oom",
     "cascade": "allow-oom",
     "queues": "no-writes",

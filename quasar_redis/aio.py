@@ -15,6 +15,7 @@ import redis.exceptions as rex
 from . import _types as t
 from ._base import ClientBase, ClientOptions, needs_command_name
 from ._calls import Call, NewJob, dependency_id
+from ._connect import async_client
 from ._operations import JobOptions, Operations, public
 from ._replies import work_left
 from ._sending import Ask, Command, Flow, Pipeline, Step, map_error
@@ -86,7 +87,7 @@ class AsyncQuasar(ClientBase):
     ``async with AsyncQuasar.from_url(url) as q:`` closes the redis-py client it made at the end.
     """
 
-    _connect = redis.asyncio.Redis.from_url
+    _connect = staticmethod(async_client)
 
     def __init__(
         self,
@@ -264,6 +265,7 @@ class AsyncQuasar(ClientBase):
     resume_cascades = coroutine(Operations.resume_cascades)
     promote_due = coroutine(Operations.promote_due)
     prune = coroutine(Operations.prune)
+    purge = coroutine(Operations.purge)
     get_job = coroutine(Operations.get_job)
     counts = coroutine(Operations.counts)
     list_jobs = coroutine(Operations.list_jobs)

@@ -30,13 +30,11 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-import redis
-import redis.asyncio
-
 from . import _types as t
 from ._binding import CallCheck, script_name_problem, unencodable
 from ._calls import Limits, NewJob
 from ._codec import Encoded
+from ._connect import async_client, sync_client
 from ._handles import JobHandle
 from ._ids import id_error
 from ._keys import check_name
@@ -91,9 +89,11 @@ def _memory_server() -> MemoryServer:
 class Connector:
     """Makes sync and asyncio clients of one Redis server, or of one embedded server.
 
-    ``url``: a Redis URL (``redis://``, ``rediss://``, ``unix://``), or ``memory://`` for an
-    embedded in-memory server private to this connector; ``None``: the URL in the environment
-    (``QUASAR_REDIS_URL``, then ``REDIS_URL``), else ConfigurationError.
+    ``url``: a Redis URL (``redis://``, ``rediss://`` for TLS, ``unix://``; a Redis Cluster,
+    ``redis+cluster://host:port[,host:port...]``; a primary that Redis Sentinel manages,
+    ``redis+sentinel://host:26379[,host:port...]/service_name``: see docs/operations.md), or
+    ``memory://`` for an embedded in-memory server private to this connector; ``None``: the
+    URL in the environment (``QUASAR_REDIS_URL``, then ``REDIS_URL``), else ConfigurationError.
     """
 
     def __init__(self, url: str | None = None) -> None:
@@ -109,13 +109,13 @@ class Connector:
         """A new sync client, on a connection pool of its own."""
         if self._server is not None:
             return self._server.sync()
-        return redis.Redis.from_url(self.url)
+        return sync_client(self.url)
 
     def asyncio(self) -> Any:
         """A new asyncio client, on a connection pool of its own."""
         if self._server is not None:
             return self._server.asyncio()
-        return redis.asyncio.Redis.from_url(self.url)
+        return async_client(self.url)
 
 
 def payload_of(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:

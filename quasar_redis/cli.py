@@ -6,6 +6,8 @@
 - ``quasar worker MODULE:APP``: run a worker for an application's tasks (``--burst``: until its
   queues are empty; ``--reload``: restarted on a code change).
 - ``quasar events``: print (and follow) a namespace's event stream.
+- ``quasar queues``, ``info``, ``jobs``, ``job``, ``retry``, ``cancel``, ``purge``, ``pause``,
+  ``resume``, ``workers``: the operator commands (``ops``; docs/operations.md).
 
 ``--redis-url`` defaults to ``QUASAR_REDIS_URL``, then ``REDIS_URL``; without either ``demo`` and
 ``example`` run on an embedded in-memory server (``memory://``, fakeredis). Every URL shown is
@@ -32,9 +34,10 @@ import redis
 from click.core import ParameterSource
 from rich.console import Console
 
-from . import __version__
+from . import __version__, ops
 from . import demo as demo_module
 from ._cli_acl import acl
+from ._connect import sync_client
 from ._keys import KeySpace
 from ._loading import load_app
 from ._urls import MEMORY_URL, check_url, redact, redact_text, where
@@ -129,6 +132,7 @@ def main() -> None:
 
 
 main.add_command(acl)
+ops.register(main)  # queues, info, jobs, job, retry, cancel, purge, pause, resume, workers
 
 
 @main.command()
@@ -487,7 +491,7 @@ def events(redis_url: str | None, namespace: str, follow: bool, count: int) -> N
         stream = KeySpace(namespace).events
     except QuasarError as exc:
         raise click.BadParameter(str(exc), param_hint="--namespace") from None
-    client = redis.Redis.from_url(redis_url, socket_timeout=EVENTS_BLOCK_MS / 1000 + 10)
+    client = sync_client(redis_url, socket_timeout=EVENTS_BLOCK_MS / 1000 + 10)
     try:
         last = print_recent(client, stream, count)
         if follow:

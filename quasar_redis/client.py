@@ -12,6 +12,7 @@ import redis
 from . import _types as t
 from ._base import ClientBase, needs_command_name
 from ._calls import Call, NewJob
+from ._connect import sync_client
 from ._operations import JobOptions, Operations, public
 from ._sending import Ask, Command, Flow, Pipeline, Step
 
@@ -42,7 +43,7 @@ class Quasar(ClientBase):
     ``with Quasar.from_url(url) as q:`` closes the redis-py client it made at the end.
     """
 
-    _connect = redis.Redis.from_url
+    _connect = staticmethod(sync_client)
 
     def _set_up(self) -> None:
         self._packed = _packed_sender(self.redis)
@@ -149,6 +150,7 @@ class Quasar(ClientBase):
     resume_cascades = blocking(Operations.resume_cascades)
     promote_due = blocking(Operations.promote_due)
     prune = blocking(Operations.prune)
+    purge = blocking(Operations.purge)
     get_job = blocking(Operations.get_job)
     counts = blocking(Operations.counts)
     list_jobs = blocking(Operations.list_jobs)

@@ -33,6 +33,7 @@ from rich.table import Table
 
 from . import _types as t
 from ._calls import NewJob
+from ._connect import sync_client
 from ._demo_jobs import QUEUES, declare, plan
 from ._urls import MEMORY_URL, redact, redact_text, where
 from .app import App
@@ -334,7 +335,7 @@ def open_app(url: str, namespace: str, console: Console) -> Iterator[App]:
     if url == MEMORY_URL:
         yield App(url, namespace=namespace)
         return
-    client = redis.Redis.from_url(url, socket_timeout=10)
+    client = sync_client(url, socket_timeout=10)
     try:
         app = App(url, namespace=namespace)
         root = app.client.keys.root

@@ -17,6 +17,7 @@ import click
 import redis
 
 from . import _types as t
+from ._connect import sync_client
 from ._urls import MEMORY_URL, redact, redact_text
 from .app import Connector
 from .client import Quasar
@@ -196,7 +197,7 @@ def delete_namespace(client: Any, root: str) -> int:
 @contextmanager
 def real_quasar(url: str, namespace: str) -> Iterator[Quasar]:
     """A client on the Redis at ``url``; the namespace must be empty, and is emptied after."""
-    client = redis.Redis.from_url(url, socket_timeout=10)
+    client = sync_client(url, socket_timeout=10)
     try:
         client.ping()
         q = Quasar(client, namespace)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -466,4 +467,26 @@ def test_role_users_made_by_quasar_acl_work_on_every_node(
         for port in local_cluster.ports:
             with local_cluster.node_client(port) as node:
                 node.execute_command("ACL", "DELUSER", *made)
+@pytest.mark.parametrize("master", [0, 1, 2])
+def test_a_worker_process_and_the_cli_from_a_cluster_url(
+    rc: RedisCluster, local_cluster: LocalCluster, tmp_path: Path, master: int
+) -> None:
+    # App, `quasar worker` and the operator CLI reach the cluster from a redis+cluster:// URL
+    # (two startup nodes; the third is discovered), in a namespace on each master in turn.
+    from .test_cli_ops import quasar
+    from .test_deployments import tasks_app, work
+
+    namespace = namespace_on(rc, master)
+    nodes = ",".join(f"{HOST}:{port}" for port in local_cluster.ports[1:])
+    url = f"redis+cluster://{nodes}"
+    app, add = tasks_app(url, namespace)
+    with app:
+        handles = [add.enqueue(i, i) for i in range(4)]
+        ran = work(tmp_path, url, namespace)
+        assert ran.returncode == 0, ran.stderr
+        assert [h.result(timeout=10) for h in handles] == [0, 2, 4, 6]
+    listing = quasar("jobs", "work", "--json", url=url, namespace=namespace).json()
+    assert [j["status"] for j in listing["jobs"]] == ["completed"] * 4
+    shown = quasar("job", handles[3].id, "--json", url=url, namespace=namespace).json()
+    assert shown["result"] == {"format": "msgpack", "value": 6}
     check_placement(rc, local_cluster, namespace)

@@ -1,0 +1,18 @@
+"""The operator commands of ``quasar``: look at queues, jobs and workers; retry, cancel, purge,
+pause and resume (``register`` adds them to the ``quasar`` group)."""
+
+from __future__ import annotations
+
+import click
+
+from ._bulk import cancel, purge, retry
+from ._fleet import info, pause, queues, resume, workers
+from ._jobs import job, jobs
+
+COMMANDS = (queues, info, jobs, job, retry, cancel, purge, pause, resume, workers)
+
+
+def register(group: click.Group) -> None:
+    """Add every operator command to ``group``."""
+    for command in COMMANDS:
+        group.add_command(command)

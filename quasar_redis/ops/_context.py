@@ -1,0 +1,229 @@
+"""What every operator command shares: its options, its client, its checks and its output.
+
+Each command takes ``--redis-url`` (else ``QUASAR_REDIS_URL``, then ``REDIS_URL``),
+``--namespace`` (else ``QUASAR_NAMESPACE``, else ``default``) and ``--json``. ``Operator``
+opens one client for the command and turns whatever goes wrong (Redis out of reach, a refused
+password, a namespace or queue that does not exist, bad input) into one line ``Error: ...`` and
+a non-zero exit: no traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import click
+import redis
+from rich.console import Console
+
+from .._connect import sync_client
+from .._keys import check_name
+from .._urls import MEMORY_URL, check_url, redact, redact_text
+from ..app import URL_VARIABLES
+from ..client import Quasar
+from ..errors import (
+    AuthenticationError,
+    ConfigurationError,
+    InvalidArgument,
+    QuasarError,
+    RedisUnavailable,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+NAMESPACE_VARIABLE = "QUASAR_NAMESPACE"
+CONNECT_TIMEOUT_S = 5.0
+SOCKET_TIMEOUT_S = 15.0
+#: exit code of a command that ran but could not do all it was asked (a refused retry, say)
+PARTIAL = 1
+PIPED_WIDTH = 240
+ID_MAX_BYTES = 256
+
+
+def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    if not value:
+        raise click.UsageError(
+            "no Redis URL: give --redis-url or set QUASAR_REDIS_URL (or REDIS_URL)"
+        )
+    if value == MEMORY_URL:
+        raise click.BadParameter(
+            "memory:// is an embedded server of one process: nothing of another is in it"
+        )
+    try:
+        return check_url(value, memory=False)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return check_name(value, "namespace")
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def operator_options(command: F) -> F:
+    """``--redis-url``, ``--namespace`` and ``--json``, given to the command as ``op``."""
+    command = click.option(
+        "--json", "as_json", is_flag=True, help="Print JSON (one document) for scripts."
+    )(command)
+    command = click.option(
+        "--namespace",
+        envvar=NAMESPACE_VARIABLE,
+        default="default",
+        show_default=True,
+        callback=_namespace,
+        help="The namespace (also QUASAR_NAMESPACE).",
+    )(command)
+    return click.option(
+        "--redis-url",
+        envvar=list(URL_VARIABLES),
+        callback=_url,
+        help="Redis (also QUASAR_REDIS_URL, REDIS_URL): redis://, rediss://, "
+        "redis+cluster://, redis+sentinel://.",
+    )(command)
+
+
+def _console(*, stderr: bool) -> Console:
+    """A console; where it is not a terminal (a pipe, a file) and COLUMNS does not say, wide
+    enough that a table's rows stay one line each."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(stderr=stderr, highlight=False, width=PIPED_WIDTH)
+    return console
+
+
+@dataclass
+class Operator:
+    """One operator command's connection to a namespace, and its output."""
+
+    url: str
+    namespace: str
+    as_json: bool
+    console: Console = field(default_factory=lambda: _console(stderr=False))
+    err: Console = field(default_factory=lambda: _console(stderr=True))
+    _client: Quasar | None = None
+
+    @property
+    def q(self) -> Quasar:
+        if self._client is None:
+            raw = sync_client(
+                self.url,
+                socket_connect_timeout=CONNECT_TIMEOUT_S,
+                socket_timeout=SOCKET_TIMEOUT_S,
+            )
+            self._client = Quasar.owning(raw, self.namespace, check_eviction_policy=False)
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    # what must exist ---------------------------------------------------------------------------
+
+    def known_queues(self) -> set[str]:
+        """Every queue name of the namespace (its ``queues`` set)."""
+        return {m.decode() for m in self.q.redis.smembers(self.q.keys.queues)}
+
+    def require_namespace(self) -> None:
+        """A one-line error when nothing was ever enqueued in the namespace."""
+        if not self.q.redis.exists(self.q.keys.queues):
+            raise click.ClickException(
+                f"namespace {self.namespace!r} has no queues on {redact(self.url)} "
+                f"(nothing was ever enqueued in it: check --namespace or {NAMESPACE_VARIABLE})"
+            )
+
+    def require_ids(self, job_ids: Sequence[str]) -> None:
+        """A one-line error for an id no job can have (as enqueue refuses it)."""
+        for job_id in job_ids:
+            size = len(job_id.encode("utf-8", "surrogatepass"))
+            if not 0 < size <= ID_MAX_BYTES or any(
+                c.isspace() or not c.isprintable() for c in job_id
+            ):
+                raise click.BadParameter(
+                    f"{job_id!r} is not a job id (1-{ID_MAX_BYTES} bytes, no whitespace or "
+                    "control characters): nothing was changed",
+                    param_hint="ID",
+                )
+
+    def require_queue(self, queue: str) -> str:
+        """``queue`` if the namespace has it, else a one-line error naming those it has."""
+        try:
+            check_name(queue, "queue")
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint="QUEUE") from None
+        self.require_namespace()
+        known = self.known_queues()
+        if queue not in known:
+            raise click.ClickException(
+                f"no queue {queue!r} in namespace {self.namespace!r} "
+                f"(its queues: {', '.join(sorted(known))})"
+            )
+        return queue
+
+    def server_now(self) -> int:
+        """Redis's clock, in ms (the clock every stored time is on)."""
+        seconds, micros = self.q.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # output ------------------------------------------------------------------------------------
+
+    def emit_json(self, document: Any) -> None:
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+
+    @property
+    def interactive(self) -> bool:
+        """Whether progress is worth drawing: a terminal on stderr, and no JSON asked for."""
+        return not self.as_json and self.err.is_terminal
+
+
+def _unreachable(text: str, at: str) -> str:
+    if "No master found for" in text:  # (Sentinel's own words, followed by its clients' reprs)
+        service = text.split("No master found for", 1)[1].split(" : ", 1)[0].strip()
+        return f"no sentinel of {at} names a primary {service} (the service name? sentinels down?)"
+    return text if text.startswith("cannot reach") else f"cannot reach Redis at {at}: {text}"
+
+
+def _failure(exc: BaseException, url: str) -> click.ClickException | None:
+    at = redact(url)
+    if isinstance(exc, (AuthenticationError, redis.AuthenticationError)):
+        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
+    if isinstance(exc, redis.ResponseError) and "WRONGPASS" in str(exc):
+        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
+    if isinstance(exc, (RedisUnavailable, redis.ConnectionError, redis.TimeoutError)):
+        return click.ClickException(redact_text(_unreachable(str(exc), at)))
+    if isinstance(exc, InvalidArgument):
+        return click.ClickException(redact_text(str(exc)))
+    if isinstance(exc, QuasarError):
+        return click.ClickException(redact_text(f"{type(exc).__name__}: {exc}"))
+    if isinstance(exc, redis.RedisError):
+        return click.ClickException(redact_text(f"Redis at {at}: {exc}"))
+    return None
+
+
+@contextlib.contextmanager
+def operating(redis_url: str, namespace: str, as_json: bool) -> Iterator[Operator]:
+    """The command's ``Operator``, closed at the end; every failure one line (see above)."""
+    op = Operator(redis_url, namespace, as_json)
+    try:
+        yield op
+    except (click.ClickException, click.exceptions.Exit, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        failure = _failure(exc, redis_url)
+        if failure is None:
+            raise
+        raise failure from None
+    finally:
+        with contextlib.suppress(Exception):
+            op.close()
+
+
+def done(changed_everything: bool) -> None:
+    """Exit 1 when the command could not do all it was asked (each refusal already shown)."""
+    if not changed_everything:
+        sys.exit(PARTIAL)
