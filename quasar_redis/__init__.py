@@ -76,6 +76,7 @@ from .errors import (
     CorruptDataError,
     CorruptJobError,
     CorruptKeyError,
+    HookError,
     InvalidArgument,
     InvalidTaskCall,
     JobCancelledError,
@@ -89,7 +90,15 @@ from .errors import (
 )
 from .retry import Exponential, Fixed, Never, PermanentFailure, RetryPolicy, Snooze
 from .serializers import JsonSerializer, MsgpackSerializer, Serializer
-from .worker import CancelFlag, JobContext, Worker, WorkerStats, current_job
+from .worker import (
+    CancelFlag,
+    JobContext,
+    Worker,
+    WorkerContext,
+    WorkerStats,
+    current_job,
+    current_worker,
+)
 
 __version__ = "0.1.0"  # the only place the version is written: pyproject.toml reads it here
 
@@ -130,6 +139,7 @@ __all__ = [
     "Failed",
     "FenceChanged",
     "Fixed",
+    "HookError",
     "IncompleteDependency",
     "InvalidArgument",
     "InvalidJob",
@@ -189,8 +199,10 @@ __all__ = [
     "TerminalJob",
     "Waiting",
     "Worker",
+    "WorkerContext",
     "WorkerStats",
     "__version__",
     "current_job",
+    "current_worker",
     "status_of",
 ]

@@ -18,8 +18,9 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     ├── ProtocolError                          a script reply or error that Python does not know
     ├── JobRefusedError                        the task API: an enqueue was refused (``.error``)
     │   └── InvalidTaskCall                    ... (also an InvalidArgument, above)
-    └── JobFailedError                         the task API: the job awaited ended Failed
-        └── JobCancelledError                  ... or Cancelled
+    ├── JobFailedError                         the task API: the job awaited ended Failed
+    │   └── JobCancelledError                  ... or Cancelled
+    └── HookError                              a worker's startup hook raised: it did not start
 """
 
 from __future__ import annotations
@@ -123,3 +124,19 @@ class InvalidTaskCall(InvalidArgument, JobRefusedError):
         QuasarError.__init__(self, f"task {task!r}: {error.reason}")
         self.error = error
         self.task = task
+
+
+class HookError(QuasarError):
+    """A worker's startup hook raised, so the worker did not start (``hook``: its name,
+    ``phase``: ``"startup"``; the hook's exception is the ``__cause__``)."""
+
+    def __init__(self, phase: str, hook: str, error: BaseException) -> None:
+        detail = str(error)
+        kind = type(error).__name__
+        super().__init__(
+            f"{phase} hook {hook} failed: {kind}: {detail}"
+            if detail
+            else (f"{phase} hook {hook} failed: {kind}")
+        )
+        self.phase = phase
+        self.hook = hook

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Literal
 
+from .._hooks import WorkerContext, serving
 from .._keys import check_name
 from ..app import App
 from ..errors import InvalidArgument
@@ -116,6 +117,8 @@ class Worker:
         self._started: threading.Event | None = None  # set once it serves (or cannot)
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        # Its hooks' and tasks' view of it (``current_worker()``), made anew by each serve().
+        self.context: WorkerContext | None = None
 
     # serving ------------------------------------------------------------------------------------
 
@@ -140,6 +143,22 @@ class Worker:
                 loop.add_signal_handler(sig, self._on_signal)
         await connect(self.app, self.connect_timeout, self._stopping)
         await check_eviction(self.app, self.allow_eviction)
+        self.context = WorkerContext(self.worker_id, self.app, tuple(self.queues), self.concurrency)
+        token = serving.set(self.context)
+        try:
+            await self._serve_started(loop)
+        finally:
+            serving.reset(token)
+
+    async def _serve_started(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the startup hooks, then serve until stopped; then the shutdown hooks."""
+        hooks, context = self.app.hooks, self.context
+        assert context is not None
+        try:
+            await hooks.start(context)
+        except BaseException:
+            await hooks.stop(context)
+            raise
         keeper, runner, claimer, pool = self._open(loop)
         maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
         announce(self.worker_id, self.app, self.queues, self._settings())
@@ -156,6 +175,7 @@ class Worker:
             maintenance.cancel()
             await asyncio.gather(maintenance, return_exceptions=True)
             claimer.outbox.flush()
+            await hooks.stop(context)
             await asyncio.to_thread(keeper.stop)
             assert self._keeper is not None
             self._keeper.client.close()
@@ -188,6 +208,8 @@ class Worker:
             stopping=self._stopping,
             slot=self._slot,
             poke=self._poke,
+            middleware=self.app.hooks.arounds,
+            worker=self.context,
         )
         self._claimer = Claimer(
             client=client,
