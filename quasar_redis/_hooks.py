@@ -151,13 +151,15 @@ class Hooks:
             try:
                 await _call(hook, worker)
             except Exception as exc:
-                log.error(
+                from ._loading import origin  # noqa: PLC0415 - it imports the app module
+
+                log.debug(
                     "worker %s: startup hook %s failed",
                     worker.worker_id,
                     name_of(hook),
                     exc_info=True,
                 )
-                raise HookError("startup", name_of(hook), exc) from exc
+                raise HookError("startup", name_of(hook), origin(exc), exc) from exc
 
     async def stop(self, worker: WorkerContext) -> None:
         """Run every shutdown hook in order; one that raises is logged, the next still runs."""

@@ -127,16 +127,13 @@ class InvalidTaskCall(InvalidArgument, JobRefusedError):
 
 
 class HookError(QuasarError):
-    """A worker's startup hook raised, so the worker did not start (``hook``: its name,
-    ``phase``: ``"startup"``; the hook's exception is the ``__cause__``)."""
+    """A worker's startup hook raised, so the worker did not start: ``hook`` is its name,
+    ``phase`` ``"startup"``, and the hook's exception the ``__cause__``. The message says where
+    (``file:line``) and what, in one line."""
 
-    def __init__(self, phase: str, hook: str, error: BaseException) -> None:
-        detail = str(error)
-        kind = type(error).__name__
-        super().__init__(
-            f"{phase} hook {hook} failed: {kind}: {detail}"
-            if detail
-            else (f"{phase} hook {hook} failed: {kind}")
-        )
+    def __init__(self, phase: str, hook: str, where: str, error: BaseException) -> None:
+        at = f" ({where})" if where else ""
+        detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        super().__init__(f"{phase} hook {hook} failed{at}: {detail}")
         self.phase = phase
         self.hook = hook
