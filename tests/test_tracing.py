@@ -44,7 +44,7 @@ def provider(monkeypatch: pytest.MonkeyPatch) -> TracerProvider:
     """An SDK tracer provider, set as the application's global one for the test."""
     made = TracerProvider()
     made.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
-    monkeypatch.setattr(otel_trace, "get_tracer_provider", lambda: made)
+    monkeypatch.setattr(otel_trace, "_TRACER_PROVIDER", made)  # (set_tracer_provider: once only)
     return made
 
 
@@ -306,3 +306,20 @@ def test_without_opentelemetry_installed_nothing_is_traced(
     app.drain()
     assert handle.result(timeout=5) == "ran"
     assert spans_of(provider) == []
+
+
+def test_a_provider_from_the_environment_or_a_newer_api_is_found(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider named by OTEL_PYTHON_TRACER_PROVIDER, or an API that keeps its provider
+    elsewhere: ``get_tracer_provider()`` answers."""
+    made = TracerProvider()
+    monkeypatch.setattr(otel_trace, "get_tracer_provider", lambda: made)
+    assert app.tracer() is None  # none set, none named in the environment
+    monkeypatch.setattr(tracing, "_from_environment", True)
+    assert app.tracer() is not None
+    monkeypatch.setattr(tracing, "_from_environment", False)
+    monkeypatch.delattr(otel_trace, "_TRACER_PROVIDER")
+    assert app.tracer() is not None
+    monkeypatch.setattr(otel_trace, "get_tracer_provider", otel_trace.NoOpTracerProvider)
+    assert app.tracer() is None
