@@ -20,6 +20,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from quasar_redis import (
     App,
     Fixed,
+    InvalidTaskCall,
     JobApplied,
     JobFailedError,
     JobRefusedError,
@@ -230,6 +231,39 @@ def test_a_refused_enqueue_is_an_error_on_its_span(app: App, provider: TracerPro
     assert send.status.status_code is StatusCode.ERROR
     assert (send.attributes or {})["error.type"] == "JobRefusedError"
     assert "messaging.message.id" not in (send.attributes or {})
+
+    def typed(x: int) -> None: ...
+
+    with pytest.raises(InvalidTaskCall):
+        app.task(typed, name="typed").enqueue(object())  # type: ignore[arg-type]
+    [send, bad] = named(spans_of(provider), "send default")
+    assert bad.status.status_code is StatusCode.ERROR
+    assert (bad.attributes or {})["error.type"] == "InvalidTaskCall"
+
+
+def test_a_result_that_cannot_be_stored_is_an_error_without_an_exception(
+    app: App, provider: TracerProvider
+) -> None:
+    handle = app.task(object, name="unencodable").enqueue()
+    app.drain()
+    with pytest.raises(JobFailedError):
+        handle.result(timeout=5)
+    [process] = named(spans_of(provider), "process default")
+    assert process.status.status_code is StatusCode.ERROR
+    attributes = process.attributes or {}
+    assert attributes["error.type"] == "_OTHER"
+    assert attributes["messaging.quasar.outcome"] == "failed permanently"
+    assert process.events == ()
+
+
+def test_a_batch_over_several_queues_is_one_send_span(app: App, provider: TracerProvider) -> None:
+    one = app.task(lambda: 1, name="one", queue="a")
+    two = app.task(lambda: 2, name="two", queue="b")
+    app.enqueue_many([one.job(), two.job()])
+    [send] = named(spans_of(provider), "send")
+    attributes = send.attributes or {}
+    assert "messaging.destination.name" not in attributes
+    assert attributes["messaging.batch.message_count"] == 2
 
 
 # --- bounds and foreign data ---------------------------------------------------------------------
