@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import importlib
 import logging
 import os
 import subprocess
@@ -441,37 +440,3 @@ def test_quasar_worker_with_a_failing_startup_hook_exits_with_one_line(tmp_path:
     ], done.stderr
     assert done.stdout == "shutdown hook ran\n"
     assert " started: " not in done.stderr  # it never claimed
-
-
-# --- the example of docs/hooks.md ----------------------------------------------------------------
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
-
-
-def test_the_docs_example_opens_a_pool_per_worker_and_reports_failures(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    client = real_redis()
-    namespace = f"shop-{uuid.uuid4().hex[:12]}"
-    monkeypatch.setenv("QUASAR_REDIS_URL", REDIS_URL)
-    monkeypatch.setenv("SHOP_NAMESPACE", namespace)
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    try:
-        example: Any = importlib.import_module("worker_hooks")
-        views = [example.count_view.enqueue("home") for _ in range(3)]
-        nameless = example.count_view.enqueue("")
-        with caplog.at_level(logging.ERROR, logger="shop.errors"):
-            assert example.app.drain() == 4
-        assert sorted(h.result(timeout=5) for h in views) == [1, 2, 3]
-        assert client.get(f"{namespace}:views:home") == b"3"
-        assert failed_job(nameless).error.kind == "PermanentFailure"
-        [report] = caplog.records
-        assert report.getMessage() == (
-            f"job {nameless.id} (shop.count_view) failed, attempt 1 of 3"
-        )
-        example.app.close()
-    finally:
-        sys.modules.pop("worker_hooks", None)
-        client.delete(f"{namespace}:views:home")
-        delete_namespace(client, namespace)
-        client.close()
