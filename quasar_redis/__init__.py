@@ -55,6 +55,8 @@ from ._types import (
     OutcomeResult,
     PermanentFail,
     QueueCounts,
+    QueueInfo,
+    QueuePaused,
     Release,
     ReportedAndClaimed,
     RetryWaiting,
@@ -64,6 +66,7 @@ from ._types import (
     SweepReport,
     TerminalJob,
     Waiting,
+    WorkerInfo,
     status_of,
 )
 from .aio import AsyncQuasar
@@ -182,6 +185,8 @@ __all__ = [
     "Quasar",
     "QuasarError",
     "QueueCounts",
+    "QueueInfo",
+    "QueuePaused",
     "RedisFull",
     "RedisUnavailable",
     "Release",
@@ -200,6 +205,7 @@ __all__ = [
     "Waiting",
     "Worker",
     "WorkerContext",
+    "WorkerInfo",
     "WorkerStats",
     "__version__",
     "current_job",

@@ -32,15 +32,10 @@ from quasar_redis import (
     current_worker,
 )
 
-from .helpers import REDIS_URL, app_url, delete_namespace, real_redis
+from . import process_tasks as pt
+from .helpers import REDIS_URL, delete_namespace, real_redis
 
 QUASAR = Path(sys.executable).parent / "quasar"
-
-
-@pytest.fixture
-def app(backend: str, namespace: str) -> Iterator[App]:
-    with app_url(backend, namespace) as url, App(url, namespace=namespace) as made:
-        yield made
 
 
 def declare(app: App, fn: Callable[..., Any], **options: Any) -> Any:
@@ -350,6 +345,27 @@ def test_a_middleware_that_swallows_the_error_makes_the_run_return_none(app: App
     info = handle.info()
     assert info is not None and info.status is Status.COMPLETED
     assert swallowed == ["ignored"]
+
+
+def test_hooks_and_middleware_serve_tasks_run_in_processes(app: App) -> None:
+    """With ``processes=N`` the hooks and the middleware run in the worker's process, around the
+    run in a child; the job's context crosses to the child without the worker's."""
+    seen: list[str] = []
+    app.on_startup(lambda worker: seen.append(f"startup {worker.concurrency}"))
+
+    @app.middleware
+    def around(job: JobContext) -> Iterator[None]:
+        seen.append(f"in {job.job.stage}")
+        yield
+        seen.append("out")
+
+    ask = app.task(pt.who_am_i, name="who_am_i")
+    with Worker(app, concurrency=1, processes=1, idle_wait=1.0) as worker:
+        handle = ask.enqueue()
+        job_id, attempt, worker_id, child = handle.result(timeout=60)
+    assert (job_id, attempt, worker_id) == (handle.id, 1, worker.worker_id)
+    assert child != os.getpid()
+    assert seen == ["startup 1", "in who_am_i", "out"]
 
 
 # --- declaring them wrongly ----------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import opentelemetry.trace as otel_trace
@@ -32,12 +31,6 @@ from quasar_redis import _tracing as tracing
 from quasar_redis._codec import Encoded
 
 from .helpers import app_url
-
-
-@pytest.fixture
-def app(backend: str, namespace: str) -> Iterator[App]:
-    with app_url(backend, namespace) as url, App(url, namespace=namespace) as made:
-        yield made
 
 
 @pytest.fixture

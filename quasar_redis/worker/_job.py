@@ -62,6 +62,11 @@ class JobContext:
     def attempt(self) -> int:
         return self.job.attempt
 
+    def __reduce__(self) -> tuple[type[JobContext], tuple[t.Job, str]]:
+        # Sent to a task's process (``Worker(processes=N)``) as the job and the worker id alone:
+        # the worker's context and the flag live in the worker's process.
+        return (JobContext, (self.job, self.worker_id))
+
 
 current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("quasar_job")
 

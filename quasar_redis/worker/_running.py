@@ -38,6 +38,7 @@ from ._lease_keeper import LOST as LEASE_LOST
 from ._lease_keeper import Lease, LeaseKeeper, log_loss
 from ._outbox import Outbox
 from ._prefetch import Prefetch
+from ._processes import ProcessPool
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -67,6 +68,7 @@ class Runner:
         keeper: LeaseKeeper,
         outbox: Outbox,
         pool: ThreadPoolExecutor,
+        processes: ProcessPool | None = None,
         stopping: asyncio.Event,
         slot: asyncio.Event,
         poke: asyncio.Event,
@@ -83,6 +85,7 @@ class Runner:
         self.keeper = keeper
         self.outbox = outbox
         self.pool = pool
+        self.processes = processes  # plain functions run here when set, else in ``pool``
         self.stopping = stopping  # set: no job starts any more
         self.slot = slot  # set when a slot may have freed (a full claim loop waits on it)
         self.poke = poke  # set to look for work again (ends an idle wait)
@@ -206,13 +209,8 @@ class Runner:
         try:
             if self.middleware or span is not None:
                 value = await self._wrapped(running, task, call, span)
-            elif task.timeout is None:
-                if task.is_async:
-                    value = await task.fn(*args, **kwargs)
-                else:
-                    value = await self._call(task, args, kwargs)
             else:
-                value = await asyncio.wait_for(self._call(task, args, kwargs), task.timeout)
+                value = await self._timed(task, args, kwargs, running.ctx)
         except Snooze as snooze:
             return o.snoozed(snooze)
         except PermanentFailure as exc:
@@ -236,16 +234,27 @@ class Runner:
         span: an awaitable."""
 
         def inner() -> Any:
-            if task.timeout is None:
-                return self._call(task, *call)
-            return asyncio.wait_for(self._call(task, *call), task.timeout)
+            return self._timed(task, *call, running.ctx)
 
         run = chain(self.middleware, running.ctx, inner) if self.middleware else inner()
         return run if span is None else span.watch(run)
 
-    async def _call(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    def _timed(
+        self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any], job: JobContext
+    ) -> Any:
+        """The task's call, within its timeout (a process of the pool keeps a plain function's
+        timeout itself): an awaitable."""
+        if task.timeout is None or (self.processes is not None and not task.is_async):
+            return self._call(task, args, kwargs, job)
+        return asyncio.wait_for(self._call(task, args, kwargs, job), task.timeout)
+
+    async def _call(
+        self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any], job: JobContext
+    ) -> Any:
         if task.is_async:
             return await task.fn(*args, **kwargs)
+        if self.processes is not None:  # its timeout counts from when its process takes it
+            return await self.processes.run(task, args, kwargs, job, task.timeout)
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, task.fn, *args, **kwargs)
         return await self.loop.run_in_executor(self.pool, call)
