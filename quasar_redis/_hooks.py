@@ -22,7 +22,7 @@ import contextvars
 import inspect
 import logging
 import types
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -183,12 +183,3 @@ async def _call(hook: Hook, worker: WorkerContext) -> None:
     if inspect.isawaitable(result):  # a callable object whose __call__ is async
         await result
 
-
-@contextlib.contextmanager
-def hooks_of(worker: WorkerContext) -> Iterator[None]:
-    """``current_worker()`` answers ``worker`` inside the block (the hooks run there)."""
-    token = serving.set(worker)
-    try:
-        yield
-    finally:
-        serving.reset(token)

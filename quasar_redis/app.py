@@ -279,6 +279,9 @@ class App:
     server (see ``Connector``). ``with App(...) as app:`` (or ``async with``) closes the clients
     the app opened. ``serializer`` encodes task arguments and results (``serializers``; msgpack
     with extension types by default): producers and workers of a namespace must share it.
+    ``tracing=False`` turns OpenTelemetry spans off for this app (docs/observability.md); hooks
+    and middleware for its workers are declared with ``on_startup``, ``on_shutdown`` and
+    ``middleware`` (docs/hooks.md).
     """
 
     def __init__(
