@@ -182,4 +182,3 @@ async def _call(hook: Hook, worker: WorkerContext) -> None:
     result = await asyncio.to_thread(hook, worker)
     if inspect.isawaitable(result):  # a callable object whose __call__ is async
         await result
-

@@ -130,7 +130,7 @@ def test_worker_hooks_open_a_pool_per_worker_and_report_failures(
         with pytest.raises(JobFailedError) as failed:
             nameless.result(timeout=5)
         assert failed.value.job.error.kind == "PermanentFailure"
-        [report] = caplog.records
+        [report] = [r for r in caplog.records if r.name == "shop.errors"]
         assert report.getMessage() == f"job {nameless.id} (shop.count_view) failed, attempt 1 of 3"
     finally:
         example.app.close()
