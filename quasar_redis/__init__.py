@@ -80,6 +80,7 @@ from .errors import (
     CorruptDataError,
     CorruptJobError,
     CorruptKeyError,
+    HookError,
     InvalidArgument,
     InvalidTaskCall,
     JobCancelledError,
@@ -93,7 +94,15 @@ from .errors import (
 )
 from .retry import Exponential, Fixed, Never, PermanentFailure, RetryPolicy, Snooze
 from .serializers import JsonSerializer, MsgpackSerializer, Serializer
-from .worker import CancelFlag, JobContext, Worker, WorkerStats, current_job
+from .worker import (
+    CancelFlag,
+    JobContext,
+    Worker,
+    WorkerContext,
+    WorkerStats,
+    current_job,
+    current_worker,
+)
 
 __version__ = "0.1.0"  # the only place the version is written: pyproject.toml reads it here
 
@@ -135,6 +144,7 @@ __all__ = [
     "Failed",
     "FenceChanged",
     "Fixed",
+    "HookError",
     "IncompleteDependency",
     "InvalidArgument",
     "InvalidJob",
@@ -196,9 +206,11 @@ __all__ = [
     "TerminalJob",
     "Waiting",
     "Worker",
+    "WorkerContext",
     "WorkerInfo",
     "WorkerStats",
     "__version__",
     "current_job",
+    "current_worker",
     "status_of",
 ]

@@ -58,7 +58,7 @@ def _dotted(name: str) -> bool:
 
 def import_error(module_name: str, exc: BaseException) -> str:
     """One line for an import that failed: the module, where (file:line), and the error."""
-    where = _origin(exc)
+    where = origin(exc)
     at = f" ({where})" if where else ""
     if isinstance(exc, SyntaxError):
         detail = f"SyntaxError: {exc.msg}"
@@ -69,7 +69,7 @@ def import_error(module_name: str, exc: BaseException) -> str:
     return redact_text(f"cannot import {module_name!r}{at}: {detail}")
 
 
-def _origin(exc: BaseException) -> str:
+def origin(exc: BaseException) -> str:
     """``file:line`` of the error: a syntax error's own, else the last frame of the user's code
     (under the current folder, outside installed packages), else the traceback's last frame; the
     file relative to the current folder when under it."""

@@ -30,12 +30,14 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
+from . import _tracing
 from . import _types as t
 from ._binding import CallCheck, script_name_problem, unencodable
 from ._calls import Limits, NewJob
 from ._codec import Encoded
 from ._connect import async_client, sync_client
 from ._handles import JobHandle
+from ._hooks import Hook, Hooks, check_hook
 from ._ids import id_error
 from ._keys import check_name
 from ._urls import MEMORY_URL
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+M = TypeVar("M")
 
 
 URL_VARIABLES = ("QUASAR_REDIS_URL", "REDIS_URL")
@@ -118,8 +121,14 @@ class Connector:
         return async_client(self.url)
 
 
-def payload_of(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {"a": list(args), "k": kwargs}
+def payload_of(
+    args: Sequence[Any], kwargs: dict[str, Any], trace: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The payload envelope of a call: ``a`` its positional arguments, ``k`` its keyword
+    arguments, and ``t`` the trace context of its enqueue when tracing is on."""
+    if trace is None:
+        return {"a": list(args), "k": kwargs}
+    return {"a": list(args), "k": kwargs, "t": trace}
 
 
 def args_of(payload: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -202,7 +211,21 @@ class Task(Generic[P, R]):
     def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
         """The job this call would enqueue, for ``App.enqueue_many``; ``InvalidTaskCall`` for a
         call the function cannot take, whose arguments cannot be encoded, or whose ``id`` or
-        ``depends_on`` names no job id (``docs/lifecycle.md``, job ids)."""
+        ``depends_on`` names no job id (``docs/lifecycle.md``, job ids). With tracing on, a
+        ``create`` span: the job's run continues its trace."""
+        tracer = self.app.tracer()
+        if tracer is None:
+            return self._new_job(args, kwargs, None)
+        with _tracing.producing(tracer, "create", self._queue, self.app.namespace, task=self.name):
+            return self._new_job(args, kwargs, _tracing.carrier())
+
+    @property
+    def _queue(self) -> str:
+        return self.queue if self.options_.queue is None else self.options_.queue
+
+    def _new_job(
+        self, args: Sequence[Any], kwargs: dict[str, Any], trace: dict[str, str] | None
+    ) -> NewJob:
         o = self.options_
         deps = [_dep_id(d) for d in o.depends_on]
         for value, what in [(o.id, "id"), *((d, "dependency") for d in deps)]:
@@ -210,7 +233,7 @@ class Task(Generic[P, R]):
                 raise InvalidTaskCall(self.name, t.InvalidJob(problem))
         return NewJob(
             stage=self.name,
-            payload=self.app.encode_call(self, args, kwargs),
+            payload=self.app.encode_call(self, args, kwargs, trace),
             id=o.id,
             queue=self.queue if o.queue is None else o.queue,
             dependencies=deps,
@@ -222,14 +245,32 @@ class Task(Generic[P, R]):
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        """Enqueue a call; with an ``id`` option, enqueuing the same id again is a no-op."""
-        new = self.job(*args, **kwargs)
-        return self.app._handle(new, self.app.client.enqueue_job(new))
+        """Enqueue a call; with an ``id`` option, enqueuing the same id again is a no-op. With
+        tracing on, inside a ``send`` span whose trace the job's run continues."""
+        tracer = self.app.tracer()
+        if tracer is None:
+            new = self._new_job(args, kwargs, None)
+            return self.app._handle(new, self.app.client.enqueue_job(new))
+        with self._sending(tracer) as span:
+            new = self._new_job(args, kwargs, _tracing.carrier())
+            handle = self.app._handle(new, self.app.client.enqueue_job(new))
+            span.set_attribute("messaging.message.id", handle.id)
+            return handle
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """``enqueue`` for asyncio code."""
-        new = self.job(*args, **kwargs)
-        return self.app._handle(new, await self.app.aclient().enqueue_job(new))
+        tracer = self.app.tracer()
+        if tracer is None:
+            new = self._new_job(args, kwargs, None)
+            return self.app._handle(new, await self.app.aclient().enqueue_job(new))
+        with self._sending(tracer) as span:
+            new = self._new_job(args, kwargs, _tracing.carrier())
+            handle = self.app._handle(new, await self.app.aclient().enqueue_job(new))
+            span.set_attribute("messaging.message.id", handle.id)
+            return handle
+
+    def _sending(self, tracer: Any) -> Any:
+        return _tracing.producing(tracer, "send", self._queue, self.app.namespace, task=self.name)
 
 
 def _dep_id(dep: str | JobHandle | t.Job) -> str:
@@ -244,6 +285,9 @@ class App:
     server (see ``Connector``). ``with App(...) as app:`` (or ``async with``) closes the clients
     the app opened. ``serializer`` encodes task arguments and results (``serializers``; msgpack
     with extension types by default): producers and workers of a namespace must share it.
+    ``tracing=False`` turns OpenTelemetry spans off for this app (docs/observability.md); hooks
+    and middleware for its workers are declared with ``on_startup``, ``on_shutdown`` and
+    ``middleware`` (docs/hooks.md).
     """
 
     def __init__(
@@ -255,13 +299,16 @@ class App:
         limits: Limits | None = None,
         events: bool = True,
         serializer: Serializer | None = None,
+        tracing: bool = True,
     ) -> None:
         self.namespace = check_name(namespace, "namespace")
         self.connector = connector or Connector(url)
         self.limits = limits
         self.events = events
         self.serializer: Serializer = MSGPACK if serializer is None else serializer
+        self.tracing = tracing
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.hooks = Hooks()
         self._client: Quasar | None = None
         self._aclients: dict[int, AsyncQuasar] = {}
 
@@ -390,8 +437,46 @@ class App:
 
         return declare(fn) if fn is not None else declare
 
+    # hooks and middleware (docs/hooks.md)
+
+    def on_startup(self, fn: Hook) -> Hook:
+        """Declare a startup hook: ``fn(worker)`` (plain or async; ``worker`` a
+        ``WorkerContext``) runs in every worker before it claims a job, in the order declared. One
+        that raises keeps the worker from starting (``HookError``)."""
+        self.hooks.startup.append(check_hook(fn, "startup"))
+        return fn
+
+    def on_shutdown(self, fn: Hook) -> Hook:
+        """Declare a shutdown hook: ``fn(worker)`` runs in every worker once its jobs have ended
+        (after a failed start too), in the order declared; one that raises is logged and the
+        next still runs."""
+        self.hooks.shutdown.append(check_hook(fn, "shutdown"))
+        return fn
+
+    def middleware(self, fn: M) -> M:
+        """Declare a middleware around every run of this app's tasks, inside those declared
+        before it: a generator function ``fn(job)`` that yields once (sync), an async generator
+        function ``fn(job)``, or ``async def fn(job, call_next)`` returning ``await
+        call_next()``; ``job`` is the run's ``JobContext``. TypeError for any other function."""
+        self.hooks.add_middleware(fn)
+        return fn
+
+    def tracer(self) -> Any:
+        """The OpenTelemetry tracer its enqueues and runs are traced with, or None: tracing is
+        off (``tracing=False``, opentelemetry-api not installed, or no tracer provider set)."""
+        return _tracing.tracer() if self.tracing else None
+
     def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobHandle]:
         """Enqueue many task calls (``task.job(...)``) in one call, all or nothing."""
+        tracer = self.tracer()
+        if tracer is None:
+            return self._enqueue_many(jobs)
+        queues = {job.queue for job in jobs}
+        queue = next(iter(queues)) if len(queues) == 1 else None
+        with _tracing.producing(tracer, "send", queue, self.namespace, count=len(jobs)):
+            return self._enqueue_many(jobs)
+
+    def _enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobHandle]:
         result = self.client.enqueue_many(jobs, ids_only=True)
         if isinstance(result, t.BatchRefused):
             raise JobRefusedError(result)
@@ -400,14 +485,21 @@ class App:
     def handle(self, job_id: str) -> JobHandle:
         return JobHandle(self, job_id)
 
-    def encode_call(self, task: Task[Any, Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        """The payload of a call of ``task``, encoded; ``InvalidTaskCall`` if the function cannot
-        take these arguments or the serializer cannot encode them."""
+    def encode_call(
+        self,
+        task: Task[Any, Any],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        trace: dict[str, str] | None = None,
+    ) -> Any:
+        """The payload of a call of ``task`` (with the trace context ``trace``), encoded;
+        ``InvalidTaskCall`` if the function cannot take these arguments or the serializer cannot
+        encode them."""
         check = task.call_check
         problem = check.problem(args, kwargs)
         if problem is None:
             try:
-                return Encoded(self.serializer.dumps(payload_of(args, kwargs)))
+                return Encoded(self.serializer.dumps(payload_of(args, kwargs, trace)))
             except (TypeError, ValueError, OverflowError) as exc:
                 problem = unencodable(self.serializer, check.named(args, kwargs), exc)
         raise InvalidTaskCall(task.name, t.InvalidJob(problem))
@@ -415,6 +507,12 @@ class App:
     def call_of(self, job: t.Job) -> tuple[list[Any], dict[str, Any]]:
         """The arguments of the call ``job`` runs (TypeError / CorruptDataError if none)."""
         return args_of(self._load(job.raw_payload, "payload", job.id))
+
+    def traced_call_of(self, job: t.Job) -> tuple[list[Any], dict[str, Any], Any]:
+        """``call_of``, and the trace context its enqueue stored (None if none)."""
+        payload = self._load(job.raw_payload, "payload", job.id)
+        args, kwargs = args_of(payload)
+        return args, kwargs, payload.get("t")
 
     def result_of(self, job: t.Job) -> Any:
         """The result ``job`` stored (None if it stored none)."""

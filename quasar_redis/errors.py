@@ -18,8 +18,9 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     ├── ProtocolError                          a script reply or error that Python does not know
     ├── JobRefusedError                        the task API: an enqueue was refused (``.error``)
     │   └── InvalidTaskCall                    ... (also an InvalidArgument, above)
-    └── JobFailedError                         the task API: the job awaited ended Failed
-        └── JobCancelledError                  ... or Cancelled
+    ├── JobFailedError                         the task API: the job awaited ended Failed
+    │   └── JobCancelledError                  ... or Cancelled
+    └── HookError                              a worker's startup hook raised: it did not start
 """
 
 from __future__ import annotations
@@ -131,3 +132,16 @@ class InvalidTaskCall(InvalidArgument, JobRefusedError):
         QuasarError.__init__(self, f"task {task!r}: {error.reason}")
         self.error = error
         self.task = task
+
+
+class HookError(QuasarError):
+    """A worker's startup hook raised, so the worker did not start: ``hook`` is its name,
+    ``phase`` ``"startup"``, and the hook's exception the ``__cause__``. The message says where
+    (``file:line``) and what, in one line."""
+
+    def __init__(self, phase: str, hook: str, where: str, error: BaseException) -> None:
+        at = f" ({where})" if where else ""
+        detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        super().__init__(f"{phase} hook {hook} failed{at}: {detail}")
+        self.phase = phase
+        self.hook = hook

@@ -1,9 +1,11 @@
-"""docs/examples: the FastAPI and Django examples, run against the real Redis as written."""
+"""docs/examples: the FastAPI and Django examples and the worker hooks example, run against the
+real Redis as written."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import signal
 import subprocess
@@ -15,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from quasar_redis import Worker
+from quasar_redis import JobFailedError, Worker
 
 from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+EXAMPLE_MODULES = ("fastapi_shop", "django_shop", "worker_hooks")
 
 
 @pytest.fixture
@@ -34,7 +37,7 @@ def shop(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     try:
         yield namespace
     finally:
-        for name in [m for m in sys.modules if m.split(".")[0] in ("fastapi_shop", "django_shop")]:
+        for name in [m for m in sys.modules if m.split(".")[0] in EXAMPLE_MODULES]:
             del sys.modules[name]
         delete_namespace(client, namespace)
         client.close()
@@ -110,3 +113,26 @@ def test_django_views_enqueue_and_a_worker_runs_the_jobs(shop: str) -> None:
     assert client.get(f"/sums/{job}/").json() == {"status": "completed", "sum": 42}
     assert client.get("/sums/nope/").status_code == 404
     tasks.app.close()
+
+
+def test_worker_hooks_open_a_pool_per_worker_and_report_failures(
+    shop: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    example: Any = importlib.import_module("worker_hooks")
+    views = [example.count_view.enqueue("home") for _ in range(3)]
+    nameless = example.count_view.enqueue("")
+    client = real_redis()
+    try:
+        with caplog.at_level(logging.ERROR, logger="shop.errors"):
+            assert example.app.drain() == 4
+        assert sorted(h.result(timeout=5) for h in views) == [1, 2, 3]
+        assert client.get(f"{shop}:views:home") == b"3"
+        with pytest.raises(JobFailedError) as failed:
+            nameless.result(timeout=5)
+        assert failed.value.job.error.kind == "PermanentFailure"
+        [report] = [r for r in caplog.records if r.name == "shop.errors"]
+        assert report.getMessage() == f"job {nameless.id} (shop.count_view) failed, attempt 1 of 3"
+    finally:
+        example.app.close()
+        client.delete(f"{shop}:views:home")
+        client.close()

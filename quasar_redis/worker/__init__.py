@@ -20,8 +20,17 @@ loops and the idle wait; ``_outbox``, the outcomes a claim carries; ``_resend``,
 reached, the start line) and ``_drain`` (burst mode on this loop, for tests).
 """
 
+from .._hooks import WorkerContext
 from ._drain import adrain, drain
-from ._job import PHASE_CHANGES, CancelFlag, HeldJob, JobContext, JobPhase, current_job
+from ._job import (
+    PHASE_CHANGES,
+    CancelFlag,
+    HeldJob,
+    JobContext,
+    JobPhase,
+    current_job,
+    current_worker,
+)
 from ._lease_keeper import LEASE_CHANGES, Lease, LeaseEvent, LeaseKeeper, LeaseState, PhaseError
 from ._lifecycle import Worker, default_worker_id
 from ._outbox import CARRY_MAX
@@ -51,9 +60,11 @@ __all__ = [
     "OutcomeKind",
     "PhaseError",
     "Worker",
+    "WorkerContext",
     "WorkerStats",
     "adrain",
     "current_job",
+    "current_worker",
     "default_worker_id",
     "drain",
 ]

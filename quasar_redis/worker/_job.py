@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import _types as t
+from .._hooks import WorkerContext, serving
 from ._lease_keeper import Lease, PhaseError
 
 if TYPE_CHECKING:
@@ -55,10 +56,16 @@ class JobContext:
     job: t.Job
     worker_id: str
     cancelled: CancelFlag = field(default_factory=CancelFlag)
+    worker: WorkerContext | None = None  # the worker that runs it (``current_worker()``)
 
     @property
     def attempt(self) -> int:
         return self.job.attempt
+
+    def __reduce__(self) -> tuple[type[JobContext], tuple[t.Job, str]]:
+        # Sent to a task's process (``Worker(processes=N)``) as the job and the worker id alone:
+        # the worker's context and the flag live in the worker's process.
+        return (JobContext, (self.job, self.worker_id))
 
 
 current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("quasar_job")
@@ -71,6 +78,15 @@ def current_job() -> JobContext:
     set when the job's lease was lost, its timeout passed, or the worker hands it back.
     """
     return current.get()
+
+
+def current_worker() -> WorkerContext:
+    """The worker that runs the calling task, or whose hook is running (LookupError elsewhere):
+    its ``state`` holds what its startup hooks opened (docs/hooks.md)."""
+    job = current.get(None)
+    if job is not None and job.worker is not None:
+        return job.worker
+    return serving.get()
 
 
 class JobPhase(enum.Enum):

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Literal
 
+from .._hooks import WorkerContext, serving
 from .._keys import check_name
 from ..app import App
 from ..errors import InvalidArgument
@@ -127,6 +128,8 @@ class Worker:
         self._started: threading.Event | None = None  # set once it serves (or cannot)
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        # Its hooks' and tasks' view of it (``current_worker()``), made anew by each serve().
+        self.context: WorkerContext | None = None
 
     # serving ------------------------------------------------------------------------------------
 
@@ -152,8 +155,26 @@ class Worker:
         processes = self._process_pool()
         await connect(self.app, self.connect_timeout, self._stopping)
         await check_eviction(self.app, self.allow_eviction)
-        if processes is not None:
-            await processes.start()
+        self.context = WorkerContext(self.worker_id, self.app, tuple(self.queues), self.concurrency)
+        token = serving.set(self.context)
+        try:
+            await self._serve_started(loop, processes)
+        finally:
+            serving.reset(token)
+
+    async def _serve_started(
+        self, loop: asyncio.AbstractEventLoop, processes: ProcessPool | None
+    ) -> None:
+        """Run the startup hooks, then serve until stopped; then the shutdown hooks."""
+        hooks, context = self.app.hooks, self.context
+        assert context is not None
+        try:
+            await hooks.start(context)
+            if processes is not None:
+                await processes.start()
+        except BaseException:
+            await hooks.stop(context)
+            raise
         keeper, runner, claimer, pool = self._open(loop, processes)
         maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
         registry = Registry(
@@ -179,6 +200,7 @@ class Worker:
             await asyncio.gather(maintenance, announcing, return_exceptions=True)
             await registry.retire()
             claimer.outbox.flush()
+            await hooks.stop(context)
             await asyncio.to_thread(keeper.stop)
             assert self._keeper is not None
             self._keeper.client.close()
@@ -223,6 +245,8 @@ class Worker:
             stopping=self._stopping,
             slot=self._slot,
             poke=self._poke,
+            middleware=self.app.hooks.arounds,
+            worker=self.context,
         )
         self._claimer = Claimer(
             client=client,

@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import _types as t
+from .._hooks import Around, WorkerContext, chain
+from .._tracing import Consuming
 from ..app import Task
 from ..errors import CorruptDataError
 from ..retry import PermanentFailure, Snooze
@@ -41,6 +43,12 @@ from ._processes import ProcessPool
 log = logging.getLogger("quasar_redis.worker")
 
 _context = t.builder(JobContext)
+#: A call's positional and keyword arguments.
+Call = tuple[list[Any], dict[str, Any]]
+#: Outcomes a run's span shows as an error.
+_FAILED = frozenset({o.OutcomeKind.FAILED, o.OutcomeKind.FAILED_PERMANENTLY})
+#: What a run's span says when the run was cancelled, by the job's phase.
+_ENDED = {HANDING_BACK: "handed back", LOST: "lost"}
 
 
 class Runner:
@@ -64,6 +72,8 @@ class Runner:
         stopping: asyncio.Event,
         slot: asyncio.Event,
         poke: asyncio.Event,
+        middleware: tuple[Around, ...] = (),
+        worker: WorkerContext | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.tasks = app_tasks
@@ -79,6 +89,8 @@ class Runner:
         self.stopping = stopping  # set: no job starts any more
         self.slot = slot  # set when a slot may have freed (a full claim loop waits on it)
         self.poke = poke  # set to look for work again (ends an idle wait)
+        self.middleware = middleware  # around every run, the first outermost
+        self.worker = worker  # what its tasks see as current_worker()
         self.held: dict[str, HeldJob] = {}
         self.queued: deque[HeldJob] = deque()  # prefetched, in claim order (let go ones skipped)
         self.live = 0  # jobs whose task was made and whose run has not ended: <= concurrency
@@ -99,14 +111,16 @@ class Runner:
         """Hold the leases of one claim's jobs from now on and run them, each as an asyncio
         task while fewer than ``concurrency`` run (the rest, prefetched, wait for a slot in claim
         order; at a stop, none starts: they are handed back)."""
-        tasks, worker_id, now = self.tasks, self.worker_id, time.monotonic()
+        tasks, worker_id, worker, now = self.tasks, self.worker_id, self.worker, time.monotonic()
         on_lost, held, queued = self.on_lost, self.held, self.queued
         started: list[Lease] = []
         for claim in claims:
             job = claim.job
             task = tasks.get(job.stage)
             lease_ms = task.lease_ms if task is not None and task.lease_ms else self.lease_ms
-            running = HeldJob(claim, lease_ms, on_lost, _context(job, worker_id, CancelFlag()), now)
+            running = HeldJob(
+                claim, lease_ms, on_lost, _context(job, worker_id, CancelFlag(), worker), now
+            )
             held[job.id] = running
             started.append(running)
             queued.append(running)
@@ -166,17 +180,37 @@ class Runner:
         job = running.ctx.job
         if task is None:
             return o.permanent("UnknownTask", f"no task named {job.stage!r} in this worker")
+        app = task.app
+        tracer = app.tracer() if app.tracing else None
         try:
-            args, kwargs = task.app.call_of(job)
+            if tracer is None:
+                args, kwargs = app.call_of(job)
+            else:
+                args, kwargs, trace = app.traced_call_of(job)
         except (TypeError, CorruptDataError) as exc:
             return o.permanent("BadPayload", str(exc), exc)
+        if tracer is None:
+            return await self._outcome(running, task, (args, kwargs), None)
+        span = Consuming(tracer, job, task.name, trace, self.worker_id, app.namespace)
         try:
-            if task.timeout is None or (self.processes is not None and not task.is_async):
-                value = await self._call(task, args, kwargs, running.ctx)
+            outcome = await self._outcome(running, task, (args, kwargs), span)
+        except BaseException:  # cancelled: its lease was lost, or the worker hands it back
+            span.end(_ENDED.get(running.phase, "cancelled"), failed=False)
+            raise
+        span.end(outcome.kind.value, failed=outcome.kind in _FAILED)
+        return outcome
+
+    async def _outcome(
+        self, running: HeldJob, task: Task[Any, Any], call: Call, span: Consuming | None
+    ) -> o.Outcome:
+        """Run the task (inside its middleware and span, if any) and make its outcome."""
+        job = running.ctx.job
+        args, kwargs = call
+        try:
+            if self.middleware or span is not None:
+                value = await self._wrapped(running, task, call, span)
             else:
-                value = await asyncio.wait_for(
-                    self._call(task, args, kwargs, running.ctx), task.timeout
-                )
+                value = await self._timed(task, args, kwargs, running.ctx)
         except Snooze as snooze:
             return o.snoozed(snooze)
         except PermanentFailure as exc:
@@ -192,6 +226,27 @@ class Runner:
         except BaseException as exc:  # SystemExit / KeyboardInterrupt from a task fail the job only
             return o.failure(task, job, exc, o.error_kind(exc), str(exc) or repr(exc))
         return o.success(value, task)
+
+    def _wrapped(
+        self, running: HeldJob, task: Task[Any, Any], call: Call, span: Consuming | None
+    ) -> Any:
+        """The run inside the middleware (the task's timeout counts the task alone), inside the
+        span: an awaitable."""
+
+        def inner() -> Any:
+            return self._timed(task, *call, running.ctx)
+
+        run = chain(self.middleware, running.ctx, inner) if self.middleware else inner()
+        return run if span is None else span.watch(run)
+
+    def _timed(
+        self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any], job: JobContext
+    ) -> Any:
+        """The task's call, within its timeout (a process of the pool keeps a plain function's
+        timeout itself): an awaitable."""
+        if task.timeout is None or (self.processes is not None and not task.is_async):
+            return self._call(task, args, kwargs, job)
+        return asyncio.wait_for(self._call(task, args, kwargs, job), task.timeout)
 
     async def _call(
         self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any], job: JobContext
