@@ -25,6 +25,7 @@ from ..errors import InvalidArgument
 from ._claiming import Claimer
 from ._lease_keeper import LeaseKeeper
 from ._maintenance import Maintenance
+from ._metrics import WorkerMetrics
 from ._outbox import Outbox
 from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
@@ -99,6 +100,7 @@ class Worker:
         self.max_jobs = max_jobs
         self.allow_eviction = allow_eviction
         self.stats = WorkerStats()
+        self.metrics = WorkerMetrics()  # what quasar_redis.prometheus exposes
         # Jobs it may hold beyond ``concurrency`` now (prefetch="auto": from recent run times).
         self._prefetch = Prefetch(prefetch, concurrency)
         self._signals = 0
@@ -189,6 +191,9 @@ class Worker:
             slot=self._slot,
             poke=self._poke,
         )
+        runner.metrics = self.metrics
+        self.metrics.worker_id, self.metrics.concurrency = self.worker_id, self.concurrency
+        self.metrics.running = lambda: runner.live
         self._claimer = Claimer(
             client=client,
             runner=runner,

@@ -1,16 +1,19 @@
 """The maintenance every worker runs: promote due jobs, recover expired leases, prune finished
-jobs; and, for the worker itself, the Redis clock's offset and prefetched jobs that waited too
-long. Any number of workers may run it at once: each step is one atomic script."""
+jobs; and, for the worker itself, the Redis clock's offset, prefetched jobs that waited too
+long, and its recent counts added to the rolling store (``_rolling``) every ``STATS_ROUNDS``
+rounds. Any number of workers may run it at once: each step is one atomic script."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
 
 from redis.exceptions import RedisError
 
+from .._rolling import write_commands
 from .._urls import redact_text
 from ..aio import AsyncQuasar
 from ..errors import QuasarError
@@ -18,6 +21,8 @@ from ._claiming import Claimer, pause
 from ._running import Runner
 
 log = logging.getLogger("quasar_redis.worker")
+
+STATS_ROUNDS = 5
 
 
 class Maintenance:
@@ -48,6 +53,8 @@ class Maintenance:
             try:
                 await self._sync_clock()
                 await self._maintain(prune=rounds % 10 == 0)
+                if rounds % STATS_ROUNDS == 0:
+                    await self.write_stats()
             except (QuasarError, RedisError, OSError) as exc:
                 log.warning(
                     "worker %s: maintenance failed: %s",
@@ -56,6 +63,8 @@ class Maintenance:
                 )
             rounds += 1
             await pause(self.stopping, self.interval * random.uniform(0.8, 1.2))
+        with contextlib.suppress(QuasarError, RedisError, OSError):
+            await self.write_stats()  # (what the last rounds counted)
 
     async def _maintain(self, *, prune: bool) -> None:
         client = self.client
@@ -63,11 +72,29 @@ class Maintenance:
             if await client.promote_due(limit=1000) < 1000:
                 break
         for _ in range(10):
-            if len((await client.sweep_expired(limit=1000)).expired) < 1000:
+            expired = len((await client.sweep_expired(limit=1000)).expired)
+            self.runner.metrics.expired_leases(expired)
+            if expired < 1000:
                 break
         if prune:  # (also with no limits: the jobs whose task's result_ttl ran out)
             age = None if self.prune_max_age is None else round(self.prune_max_age * 1000)
             await client.prune(max_age_ms=age, max_count=self.prune_max_count, limit=1000)
+
+    async def write_stats(self) -> None:
+        """Add what was counted since the last write to the rolling store (one pipeline)."""
+        counts = self.runner.metrics.tally.take()
+        now_ms = time.time() * 1000 + self.claimer.offset_ms
+        commands = write_commands(self.client.keys, counts, now_ms)
+        if not commands:
+            return
+        try:
+            pipe = self.client.redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            await pipe.execute()
+        except BaseException:
+            self.runner.metrics.tally.give_back(counts)
+            raise
 
     async def _sync_clock(self) -> None:
         try:
