@@ -324,3 +324,29 @@ def test_the_dashboard_command_checks_its_options() -> None:
         main, ["dashboard", "--redis-url", REDIS_URL, "--namespace", "a b"], env=NO_URL
     )
     assert result.exit_code == 1 and "namespace" in result.output
+
+
+def test_queue_pages_by_cursor_and_large_payloads_are_cut(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    jobs = [NewJob("t", {"i": i}, id=f"j{i:03d}", queue="bulk") for i in range(60)]
+    sync_q.enqueue_many(jobs)
+    sync_q.enqueue_many([NewJob("t", "x" * 30_000, id="big", queue="bulk")])
+    sync_q.enqueue_many([NewJob("t", b"\xff\x00raw", id="raw", queue="bulk")])
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            first = await client.get("/queues/bulk")
+            ids = re.findall(r'href="/jobs/(j\d+)"', first.text)
+            assert ids == [f"j{i:03d}" for i in range(50)]
+            more = re.search(r'href="(/queues/bulk\?status=available&amp;after=[^"]+)"', first.text)
+            assert more, "no link to the next page"
+            second = await client.get(html.unescape(more.group(1)))
+            rest = re.findall(r'href="/jobs/([a-z]\w+)"', second.text)
+            assert rest == [*(f"j{i:03d}" for i in range(50, 60)), "big", "raw"]
+            big = await client.get("/jobs/big")
+            assert "10002 more characters not shown" in big.text  # (20,000 shown, quotes too)
+            raw = await client.get("/jobs/raw")
+            assert "msgpack" in raw.text and "raw" in raw.text
+
+    asyncio.run(run())
