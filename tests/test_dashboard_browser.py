@@ -105,6 +105,16 @@ def test_operating_the_dashboard_in_a_browser(
             expect(executing).to_have_text("4", timeout=WAIT_MS)  # 4 slots: 4 run, 2 wait
             expect(page.locator('[data-count="images|available"]')).to_have_text("2")
             expect(page.locator('[data-paused="images"]')).to_be_hidden()
+            workers = browser.new_page(viewport={"width": 1280, "height": 500})
+
+            def four_running() -> bool:  # (as of the worker's last beat in the registry)
+                workers.goto(served.url + "/workers")
+                return workers.locator('table.workers a[href^="/jobs/"]').count() == 4
+
+            wait_for(four_running, 30, "the registry to show the 4 running jobs", every=0.3)
+            expect(workers.locator("table.workers")).to_contain_text(worker.worker_id)
+            shot(workers, "workers", folder)
+            workers.close()
             gate.set()
             expect(page.locator('[data-count="images|completed"]')).to_have_text(
                 "6", timeout=WAIT_MS
@@ -144,10 +154,6 @@ def test_operating_the_dashboard_in_a_browser(
             page.goto(served.url + "/")  # the charts, from what the worker wrote meanwhile
             expect(page.locator(".chart polyline").first).to_be_visible(timeout=WAIT_MS)
             shot(page, "overview", folder)
-
-            page.goto(served.url + "/workers")
-            expect(page.locator("table.workers")).to_contain_text(worker.worker_id)
-            shot(page, "workers", folder)
 
             # a cross-site form aimed at the dashboard is refused, and changes nothing
             other = publish_task.enqueue({"title": "Other"})

@@ -82,6 +82,7 @@ class Chart:
 
     title: str
     points: str
+    lone: tuple[tuple[str, str], ...]  # points with no known neighbour: drawn as dots
     top: str
     last: str
     empty: bool
@@ -95,19 +96,27 @@ def chart(title: str, values: Sequence[float | None], unit: str) -> Chart:
     top = max(known, default=0.0)
     scale = top or 1.0
     step = CHART_W / max(1, len(values) - 1)
-    pairs = [
-        f"{i * step:.1f},{CHART_H - (v / scale) * (CHART_H - 4) - 2:.1f}"
+    known_at = [i for i, v in enumerate(values) if v is not None]
+    dots = tuple(
+        (f"{i * step:.1f}", f"{CHART_H - (v / scale) * (CHART_H - 4) - 2:.1f}")
         for i, v in enumerate(values)
         if v is not None
-    ]
+    )
     newest = next((v for v in reversed(values) if v is not None), None)
     return Chart(
         title,
-        " ".join(pairs),
+        " ".join(f"{x},{y}" for x, y in dots),
+        tuple(dot for dot, i in zip(dots, known_at, strict=True) if _lone(i, values)),
         f"{top:.3g} {unit}",
         "-" if newest is None else f"{newest:.3g} {unit}",
         not known,
     )
+
+
+def _lone(i: int, values: Sequence[float | None]) -> bool:
+    before = i > 0 and values[i - 1] is not None
+    after = i + 1 < len(values) and values[i + 1] is not None
+    return not (before or after)
 
 
 async def charts(client: AsyncQuasar, queue: str | None = None) -> list[Chart]:
