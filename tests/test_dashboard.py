@@ -333,6 +333,7 @@ def test_queue_pages_by_cursor_and_large_payloads_are_cut(
     sync_q.enqueue_many(jobs)
     sync_q.enqueue_many([NewJob("t", "x" * 30_000, id="big", queue="bulk")])
     sync_q.enqueue_many([NewJob("t", b"\xff\x00raw", id="raw", queue="bulk")])
+    sync_q.enqueue_many([NewJob("t", None, id="odd/id?x=1#y%2F", queue="odd")])
 
     async def run() -> None:
         async with http(dashboard_of(backing, backend, namespace)) as client:
@@ -348,5 +349,10 @@ def test_queue_pages_by_cursor_and_large_payloads_are_cut(
             assert "10002 more characters not shown" in big.text  # (20,000 shown, quotes too)
             raw = await client.get("/jobs/raw")
             assert "msgpack" in raw.text and "raw" in raw.text
+            odd = await client.get("/queues/odd")
+            link = re.search(r'href="(/jobs/[^"]+)"', odd.text)
+            assert link and link.group(1) == "/jobs/odd%2Fid%3Fx%3D1%23y%252F"
+            page = await client.get(link.group(1))
+            assert page.status_code == 200 and "odd/id?x=1#y%2F</span>" in page.text
 
     asyncio.run(run())

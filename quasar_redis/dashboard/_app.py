@@ -256,7 +256,7 @@ class Dashboard:
     async def confirm(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
         action = request.path_params["action"]
         if self.read_only:
-            return PlainRefusal("This dashboard is read-only.")
+            return refusal("This dashboard is read-only.")
         if action not in ACTIONS:
             return _missing("No such action.")
         what, words = ACTIONS[action]
@@ -288,7 +288,7 @@ class Dashboard:
         try:  # optional (quasar_redis[prometheus]): imported only when asked for
             prometheus: Any = importlib.import_module("quasar_redis.prometheus")
         except ImportError as exc:
-            return PlainRefusal(str(exc), 501)
+            return refusal(str(exc), 501)
         infos = await data.queue_infos(self.client)
         workers = await self.client.workers()
         slots = [(w.id, len(w.running), w.concurrency) for w in workers]
@@ -300,23 +300,23 @@ class Dashboard:
 
     async def act(self, request: Request) -> Response:
         if self.read_only:
-            return PlainRefusal("This dashboard is read-only: it takes no action.")
+            return refusal("This dashboard is read-only: it takes no action.")
         body = await request.body()
         if len(body) > FORM_MAX:
-            return PlainRefusal("The form is too large.", 413)
+            return refusal("The form is too large.", 413)
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
         reason = cross_site_reason(request, form.get(FIELD, ""), self.trusted)
         if reason is not None:
-            return PlainRefusal(f"Refused: {reason}.")
+            return refusal(f"Refused: {reason}.")
         action = request.path_params["action"]
         if action not in ACTIONS:
             return _missing("No such action.")
         what, _ = ACTIONS[action]
         target = form.get(what, "")
         if what == "queue" and not NAME_RE.match(target):
-            return PlainRefusal("No such queue.", 400)
+            return refusal("No such queue.", 400)
         if what == "job" and not _plausible_id(target):
-            return PlainRefusal("No such job.", 400)
+            return refusal("No such job.", 400)
         notice = await self._apply(action, target)
         path = f"/jobs/{quote(target, safe='')}" if what == "job" else f"/queues/{target}"
         return RedirectResponse(self._url(request, path) + "?" + urlencode(notice), 303)
@@ -342,12 +342,12 @@ class Dashboard:
         return str(request.scope.get("root_path", "")) + path
 
 
-def PlainRefusal(text: str, status: int = 403) -> Response:
+def refusal(text: str, status: int = 403) -> Response:
     return Response(text + "\n", status_code=status, media_type="text/plain; charset=utf-8")
 
 
 def _missing(text: str) -> Response:
-    return PlainRefusal(text, 404)
+    return refusal(text, 404)
 
 
 def _outcome(result: Any, done: str) -> dict[str, str]:
