@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from . import _data as data
 from ._security import COOKIE, FIELD, BasicAuth, cross_site_reason, parse_credentials, token_of
 
 HERE = Path(__file__).parent
-FORM_MAX = 16_384  # bytes of an action's form
+FORM_MAX = 16_384
+COUNTS_MAX_AGE_S = 0.5  # bytes of an action's form
 SECURITY_HEADERS = {
     "content-security-policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -112,6 +114,7 @@ class Dashboard:
         self._client = client
         self.read_only = read_only
         self.trusted = trusted_origins
+        self._infos: tuple[float, list[Any]] = (-float("inf"), [])
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,  # every value shown is escaped, whatever the template's name
@@ -138,6 +141,15 @@ class Dashboard:
         if self._client is not None and self.redis_url is not None:
             await self._client.aclose()
             self._client = None
+
+    async def queue_infos(self) -> list[Any]:
+        """Every queue's counts (one ``queues()`` call), shared by the requests of the next
+        ``COUNTS_MAX_AGE_S``: many open pages and scrapers cost one call a second."""
+        at, infos = self._infos
+        if time.monotonic() - at >= COUNTS_MAX_AGE_S:
+            infos = await data.queue_infos(self.client)
+            self._infos = (time.monotonic(), infos)
+        return infos
 
     def routes(self) -> list[Any]:
         page = self._page
@@ -203,7 +215,7 @@ class Dashboard:
     # pages --------------------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> tuple[str, dict[str, Any]]:
-        infos = await data.queue_infos(self.client)
+        infos = await self.queue_infos()
         workers = await self.client.workers()
         charts = await data.charts(self.client)
         return "overview.html", {
@@ -273,7 +285,7 @@ class Dashboard:
     # live parts ---------------------------------------------------------------------------------
 
     async def counts(self, request: Request) -> Response:
-        infos = await data.queue_infos(self.client)
+        infos = await self.queue_infos()
         return JSONResponse(data.counts_json(infos), headers={"cache-control": "no-store"})
 
     async def charts(self, request: Request) -> Response:
@@ -289,7 +301,7 @@ class Dashboard:
             prometheus: Any = importlib.import_module("quasar_redis.prometheus")
         except ImportError as exc:
             return refusal(str(exc), 501)
-        infos = await data.queue_infos(self.client)
+        infos = await self.queue_infos()
         workers = await self.client.workers()
         slots = [(w.id, len(w.running), w.concurrency) for w in workers]
         families = prometheus.depth_families(infos) + prometheus.slot_families(slots)
@@ -318,6 +330,7 @@ class Dashboard:
         if what == "job" and not _plausible_id(target):
             return refusal("No such job.", 400)
         notice = await self._apply(action, target)
+        self._infos = (-float("inf"), [])
         path = f"/jobs/{quote(target, safe='')}" if what == "job" else f"/queues/{target}"
         return RedirectResponse(self._url(request, path) + "?" + urlencode(notice), 303)
 
