@@ -50,7 +50,13 @@ def reachable(url: str) -> None:
     help="The namespace to show (also QUASAR_NAMESPACE).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on.",
+)
 @click.option("--read-only", is_flag=True, help="Show no action; every POST is refused.")
 @click.option(
     "--basic-auth",
