@@ -28,6 +28,7 @@ from .helpers import NO_URL, REDIS_URL, delete_namespace, real_redis
 
 SCRIPT = "<script>document.title='pwned'</script>"
 BASE = "http://dash.test"
+TRACE = 'Traceback (most recent call last):\n  File "tasks.py", line 3, in send\nValueError: <b>'
 
 
 @pytest.fixture
@@ -82,7 +83,9 @@ def seed(q: Quasar) -> None:
     q.enqueue_many([NewJob("mail.send", {"n": 3}, id="waits", queue="mail")])
     claim = q.claim_job("bad<1>", "w", 30_000)
     token = claim.claim.token  # type: ignore[union-attr]
-    assert isinstance(q.fail(token, "w", f"boom {SCRIPT}", kind="ValueError"), JobApplied)
+    assert isinstance(
+        q.fail(token, "w", f"boom {SCRIPT}", kind="ValueError", traceback=TRACE), JobApplied
+    )
 
 
 def token_in(html: str) -> str:
@@ -121,6 +124,8 @@ def test_every_page_shows_the_namespace_escaped(
             assert SCRIPT not in job.text  # never as markup
             assert "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;" in job.text
             assert "ValueError" in job.text and "after</a>" in job.text  # error, dependent
+            assert "in send\nValueError: &lt;b&gt;</pre>" in job.text  # its traceback, escaped
+            assert "attempt 1 · " in job.text
             assert '<span class="badge status-blocked">blocked</span>' in job.text
             events = re.findall(r"<strong>(\w+)</strong> attempt", job.text)
             assert events[0] == "available" and events[-1] == "discarded"

@@ -131,6 +131,7 @@ def test_operating_the_dashboard_in_a_browser(
             expect(page.locator("#status")).to_have_text("discarded")
             expect(page.locator("#payload")).to_contain_text(SCRIPT)  # shown as text
             expect(page.locator(".errors")).to_contain_text("the feed is down")
+            expect(page.locator(".traceback")).to_contain_text("in publish")  # its traceback
             assert page.evaluate("window.pwned") is None and page.title() != "pwned"
             shot(page, "job", folder)
 

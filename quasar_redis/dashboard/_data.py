@@ -181,7 +181,7 @@ class JobPage:
     info: t.JobInfo
     payload: Shown | None
     result: Shown | None
-    errors: tuple[Any, ...]  # ErrorInfo, oldest first
+    errors: tuple[t.ErrorInfo, ...]  # oldest first
     dependencies: tuple[Linked, ...]
     dependents: tuple[Linked, ...]
     more_dependents: bool
@@ -199,7 +199,7 @@ async def job_page(client: AsyncQuasar, job_id: str) -> JobPage | None:
         _linked(client, dependent_ids),
         job_events(client, job_id),
     )
-    errors = tuple(getattr(info, "errors", ()) or ((job.error,) if job.error else ()))
+    errors = info.errors or ((job.error,) if job.error else ())
     return JobPage(
         info,
         shown(job.raw_payload),
