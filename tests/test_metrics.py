@@ -50,7 +50,8 @@ def declare_tasks(app: App) -> tuple[Any, Any]:
 def worker_of(app: App, **options: Any) -> Worker:
     if "ok" not in app.tasks:
         declare_tasks(app)
-    return Worker(app, ["mail"], 4, maintenance_interval=0.05, idle_wait=1.0, **options)
+    settings: dict[str, Any] = {"maintenance_interval": 0.05, "idle_wait": 1.0, **options}
+    return Worker(app, ["mail"], 4, **settings)
 
 
 def run_batch(app: App) -> None:
@@ -271,3 +272,15 @@ def test_the_dashboard_metrics_match_the_counts(app: App, backend: str) -> None:
             assert value == getattr(counts, status.value)
         running = "quasar_worker_running_jobs"
         assert sample(found, running, running, worker=worker.worker_id) == 0
+
+
+def test_a_stopping_worker_writes_what_it_counted_last(app: App) -> None:
+    with worker_of(app, maintenance_interval=3600.0) as worker:  # (one round, at start)
+        run_batch(app)
+        wait_for(
+            lambda: sum(worker.metrics.snapshot().outcomes.values()) == OK + BAD,
+            30,
+            "the outcomes counted",
+        )
+        assert totals(app, "completed") == 0  # nothing written while it serves
+    assert totals(app, "completed") == OK and totals(app, "failed") == BAD

@@ -157,7 +157,8 @@ class Worker:
         if processes is not None:
             await processes.start()
         keeper, runner, claimer, pool = self._open(loop, processes)
-        maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
+        upkeep = self._maintenance(runner, claimer)
+        maintenance = asyncio.create_task(upkeep.run())
         registry = Registry(
             client=claimer.client,
             runner=runner,
@@ -182,6 +183,8 @@ class Worker:
             await registry.retire()
             claimer.outbox.flush()
             await asyncio.to_thread(keeper.stop)
+            await asyncio.sleep(0)  # (the last results the keeper handed over are counted)
+            await upkeep.last_stats()
             assert self._keeper is not None
             self._keeper.client.close()
             pool.shutdown(wait=False, cancel_futures=True)

@@ -63,8 +63,6 @@ class Maintenance:
                 )
             rounds += 1
             await pause(self.stopping, self.interval * random.uniform(0.8, 1.2))
-        with contextlib.suppress(QuasarError, RedisError, OSError):
-            await self.write_stats()  # (what the last rounds counted)
 
     async def _maintain(self, *, prune: bool) -> None:
         client = self.client
@@ -79,6 +77,11 @@ class Maintenance:
         if prune:  # (also with no limits: the jobs whose task's result_ttl ran out)
             age = None if self.prune_max_age is None else round(self.prune_max_age * 1000)
             await client.prune(max_age_ms=age, max_count=self.prune_max_count, limit=1000)
+
+    async def last_stats(self) -> None:
+        """At a stop, once its jobs have ended: what was counted since the last write."""
+        with contextlib.suppress(QuasarError, RedisError, OSError):
+            await self.write_stats()
 
     async def write_stats(self) -> None:
         """Add what was counted since the last write to the rolling store (one pipeline)."""
