@@ -85,6 +85,10 @@ class KeySpace:
         """The capped stream every state change is appended to."""
         return f"{self.root}events"
 
+    def stats(self, bucket: int) -> str:
+        """The hash of the workers' counts for one time bucket (``_rolling``), kept briefly."""
+        return f"{self.root}stats:{bucket}"
+
     def wake(self, queue: str) -> str:
         """The list idle workers of ``queue`` block on; scripts push a token when jobs get ready."""
         return f"{self.root}q:{queue}:wake"

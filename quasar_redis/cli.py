@@ -38,6 +38,7 @@ from . import __version__, ops
 from . import demo as demo_module
 from ._cli_acl import acl
 from ._connect import sync_client
+from ._dashboard_command import dashboard
 from ._keys import KeySpace
 from ._loading import load_app
 from ._urls import MEMORY_URL, check_url, redact, redact_text, where
@@ -302,6 +303,13 @@ def prefetch_option(
 @click.option(
     "--worker-id", default=None, help="Its name in leases and logs; default: <host>-<pid>-<random>."
 )
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics (needs "
+    "quasar_redis[prometheus]).",
+)
 @log_level_option("INFO", "INFO logs one line per job outcome.")
 @click.pass_context
 def worker(
@@ -320,6 +328,7 @@ def worker(
     max_jobs_per_process: int | None,
     reload: bool,
     worker_id: str | None,
+    metrics_port: int | None,
     log_level: str,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP until SIGTERM / SIGINT (twice: at once).
@@ -352,12 +361,23 @@ def worker(
             processes=processes,
             max_jobs_per_process=max_jobs_per_process,
         )
+        if metrics_port is not None:
+            serve_metrics(runner, metrics_port)
         runner.run(install_signals=True)
     except QuasarError as exc:
         raise quasar_error(exc) from None
     if job_threads_outlive(1.0):
         logging.shutdown()  # a plain-function job still runs past the grace period: leave it
         os._exit(0)
+
+
+def serve_metrics(runner: Worker, port: int) -> None:
+    """``--metrics-port``: the worker's metrics, served from a thread of their own."""
+    try:  # optional (quasar_redis[prometheus]): imported only when asked for
+        prometheus: Any = importlib.import_module("quasar_redis.prometheus")
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+    prometheus.serve_worker_metrics(runner, port)
 
 
 def job_threads_outlive(seconds: float) -> bool:
@@ -502,3 +522,6 @@ def events(redis_url: str | None, namespace: str, follow: bool, count: int) -> N
         raise click.ClickException(redact_text(f"Redis at {redact(redis_url)}: {exc}")) from None
     finally:
         client.close()
+
+
+main.add_command(dashboard)

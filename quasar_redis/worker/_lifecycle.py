@@ -26,6 +26,7 @@ from ..errors import InvalidArgument
 from ._claiming import Claimer
 from ._lease_keeper import LeaseKeeper
 from ._maintenance import Maintenance
+from ._metrics import WorkerMetrics
 from ._outbox import Outbox
 from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
@@ -111,6 +112,7 @@ class Worker:
         self.processes = processes
         self.max_jobs_per_process = max_jobs_per_process
         self.stats = WorkerStats()
+        self.metrics = WorkerMetrics()  # what quasar_redis.prometheus exposes
         # Jobs it may hold beyond ``concurrency`` now (prefetch="auto": from recent run times).
         self._prefetch = Prefetch(prefetch, concurrency)
         self._signals = 0
@@ -176,7 +178,8 @@ class Worker:
             await hooks.stop(context)
             raise
         keeper, runner, claimer, pool = self._open(loop, processes)
-        maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
+        upkeep = self._maintenance(runner, claimer)
+        maintenance = asyncio.create_task(upkeep.run())
         registry = Registry(
             client=claimer.client,
             runner=runner,
@@ -202,6 +205,8 @@ class Worker:
             claimer.outbox.flush()
             await hooks.stop(context)
             await asyncio.to_thread(keeper.stop)
+            await asyncio.sleep(0)  # (the last results the keeper handed over are counted)
+            await upkeep.last_stats()
             assert self._keeper is not None
             self._keeper.client.close()
             pool.shutdown(wait=False, cancel_futures=True)
@@ -248,6 +253,9 @@ class Worker:
             middleware=self.app.hooks.arounds,
             worker=self.context,
         )
+        runner.metrics = self.metrics
+        self.metrics.worker_id, self.metrics.concurrency = self.worker_id, self.concurrency
+        self.metrics.running = lambda: runner.live
         self._claimer = Claimer(
             client=client,
             runner=runner,

@@ -1,16 +1,19 @@
 """The maintenance every worker runs: promote due jobs, recover expired leases, prune finished
-jobs; and, for the worker itself, the Redis clock's offset and prefetched jobs that waited too
-long. Any number of workers may run it at once: each step is one atomic script."""
+jobs; and, for the worker itself, the Redis clock's offset, prefetched jobs that waited too
+long, and its recent counts added to the rolling store (``_rolling``) every ``STATS_ROUNDS``
+rounds. Any number of workers may run it at once: each step is one atomic script."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
 
 from redis.exceptions import RedisError
 
+from .._rolling import write_commands
 from .._urls import redact_text
 from ..aio import AsyncQuasar
 from ..errors import QuasarError
@@ -23,6 +26,8 @@ log = logging.getLogger("quasar_redis.worker")
 #: in docs/redis-layout.md), and a round makes at most ROUNDS calls of each kind.
 BATCH = 100
 ROUNDS = 100
+#: Every STATS_ROUNDS-th round writes what the worker counted to the rolling store.
+STATS_ROUNDS = 5
 
 
 class Maintenance:
@@ -53,6 +58,8 @@ class Maintenance:
             try:
                 await self._sync_clock()
                 await self._maintain(prune=rounds % 10 == 0)
+                if rounds % STATS_ROUNDS == 0:
+                    await self.write_stats()
             except (QuasarError, RedisError, OSError) as exc:
                 log.warning(
                     "worker %s: maintenance failed: %s",
@@ -68,7 +75,9 @@ class Maintenance:
             if await client.promote_due(limit=BATCH) < BATCH:
                 break
         for _ in range(ROUNDS):
-            if len((await client.sweep_expired(limit=BATCH)).expired) < BATCH:
+            expired = len((await client.sweep_expired(limit=BATCH)).expired)
+            self.runner.metrics.expired_leases(expired)
+            if expired < BATCH:
                 break
         for _ in range(ROUNDS):  # (cascade work left by clients that went away)
             if not (await client.resume_cascades()).more:
@@ -81,6 +90,27 @@ class Maintenance:
                 )
                 if pruned < BATCH:
                     break
+
+    async def last_stats(self) -> None:
+        """At a stop, once its jobs have ended: what was counted since the last write."""
+        with contextlib.suppress(QuasarError, RedisError, OSError):
+            await self.write_stats()
+
+    async def write_stats(self) -> None:
+        """Add what was counted since the last write to the rolling store (one pipeline)."""
+        counts = self.runner.metrics.tally.take()
+        now_ms = time.time() * 1000 + self.claimer.offset_ms
+        commands = write_commands(self.client.keys, counts, now_ms)
+        if not commands:
+            return
+        try:
+            pipe = self.client.redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            await pipe.execute()
+        except BaseException:
+            self.runner.metrics.tally.give_back(counts)
+            raise
 
     async def _sync_clock(self) -> None:
         try:

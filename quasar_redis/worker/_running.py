@@ -36,6 +36,7 @@ from ._job import (
 )
 from ._lease_keeper import LOST as LEASE_LOST
 from ._lease_keeper import Lease, LeaseKeeper, log_loss
+from ._metrics import WorkerMetrics
 from ._outbox import Outbox
 from ._prefetch import Prefetch
 from ._processes import ProcessPool
@@ -95,6 +96,7 @@ class Runner:
         self.queued: deque[HeldJob] = deque()  # prefetched, in claim order (let go ones skipped)
         self.live = 0  # jobs whose task was made and whose run has not ended: <= concurrency
         self.reporting = 0  # held jobs whose outcome is on its way
+        self.metrics = WorkerMetrics()
 
     def room(self) -> int:
         """Jobs it may take on now: ``concurrency`` plus the jobs it may hold ahead (prefetch),
@@ -125,6 +127,7 @@ class Runner:
             started.append(running)
             queued.append(running)
         self.stats.claimed += len(started)
+        self.metrics.claimed([claim.job for claim in claims])
         self.keeper.hold_many(started)
         self.run_next()
 
@@ -290,6 +293,7 @@ class Runner:
         if running is None:
             return
         self.stats.lost += 1
+        self.metrics.lost_lease(running.ctx.job, error)
         running.ctx.cancelled.set()
         if running.task is not None:
             running.task.cancel()
@@ -351,6 +355,7 @@ class Runner:
             if plain and running.outcome is completed and type(result) is t.OutcomeApplied:
                 if running.state is not LEASE_LOST:  # what _reported does for it, in short
                     self.stats.completed += 1
+                    self.metrics.ended(running.ctx.job, o.OutcomeKind.COMPLETED, running.duration)
             else:
                 try:
                     self._reported(running, result)
@@ -391,11 +396,13 @@ class Runner:
             client, error = self.keeper.client, result.error
             self.loop.run_in_executor(None, log_loss, client, job.id, error, then)
             self.stats.lost += 1
+            self.metrics.lost_lease(job, error)
             return
         if outcome.delay_ms is not None and not self.stopping.is_set():
             self._poke_in(outcome.delay_ms)
         kind = o.kind_of(outcome, result)
         o.count(self.stats, kind)
+        self.metrics.ended(job, kind, running.duration)
         if outcome.error:
             _log_failure(running, outcome, kind)
         elif log.isEnabledFor(logging.INFO):

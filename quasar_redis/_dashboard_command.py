@@ -1,0 +1,104 @@
+"""``quasar dashboard``: the web dashboard of one namespace, served alone by uvicorn."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+import redis
+
+from ._urls import check_url, redact, redact_text
+from .app import URL_VARIABLES
+from .errors import ConfigurationError, QuasarError
+
+INSTALL_HINT = "pip install 'quasar_redis[dashboard]'"
+
+
+def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    if not value:
+        raise click.BadParameter("needed (or QUASAR_REDIS_URL, REDIS_URL)")
+    try:
+        return check_url(value, memory=False)  # (not memory://: an embedded server is empty)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def reachable(url: str) -> None:
+    """Redis answers at ``url`` (else one line and exit 1)."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise click.ClickException(redact_text(f"Redis at {redact(url)}: {exc}")) from None
+    finally:
+        client.close()
+
+
+@click.command()
+@click.option(
+    "--redis-url",
+    envvar=list(URL_VARIABLES),
+    callback=_url,
+    help="Redis (also QUASAR_REDIS_URL, REDIS_URL).",
+)
+@click.option(
+    "--namespace",
+    envvar="QUASAR_NAMESPACE",
+    default="default",
+    show_default=True,
+    help="The namespace to show (also QUASAR_NAMESPACE).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on.",
+)
+@click.option("--read-only", is_flag=True, help="Show no action; every POST is refused.")
+@click.option(
+    "--basic-auth",
+    metavar="USER:PASSWORD",
+    envvar="QUASAR_DASHBOARD_AUTH",
+    help="Ask every request for these credentials (also QUASAR_DASHBOARD_AUTH).",
+)
+@click.option(
+    "--trusted-origin",
+    "trusted_origins",
+    multiple=True,
+    metavar="URL",
+    help="Accept actions from this origin too (https://host, behind a proxy; repeatable).",
+)
+def dashboard(
+    redis_url: str,
+    namespace: str,
+    host: str,
+    port: int,
+    read_only: bool,
+    basic_auth: str | None,
+    trusted_origins: tuple[str, ...],
+) -> None:
+    """Serve the web dashboard of a namespace: queues, jobs, workers, live (Ctrl-C stops)."""
+    try:  # optional (quasar_redis[dashboard]): imported only when asked for
+        uvicorn: Any = importlib.import_module("uvicorn")
+        create_app = importlib.import_module("quasar_redis.dashboard").create_app
+    except ImportError as exc:
+        raise click.ClickException(f"the dashboard needs {exc.name}: {INSTALL_HINT}") from None
+    reachable(redis_url)
+    try:
+        app = create_app(
+            redis_url,
+            namespace,
+            read_only=read_only,
+            basic_auth=basic_auth,
+            trusted_origins=trusted_origins,
+        )
+    except QuasarError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(
+        f"quasar dashboard of namespace {namespace} on {redact(redis_url)}: "
+        f"http://{host}:{port}/" + (" (read-only)" if read_only else "")
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)

@@ -1,0 +1,94 @@
+"""The dashboard's guards: basic authentication for the standalone server, and the checks every
+action (a POST) passes against cross-site requests.
+
+Cross-site requests: each page sets a random token in a cookie (``SameSite=Strict``,
+``HttpOnly``) and in its forms; an action is refused (403) unless the form's token equals the
+cookie's, and, when the browser says where the request comes from (``Origin``, else
+``Referer``, and ``Sec-Fetch-Site``), that is this host or a trusted origin.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+from collections.abc import Collection
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import ConfigurationError
+
+COOKIE = "quasar_csrf"
+FIELD = "csrf"
+
+
+def parse_credentials(text: str) -> tuple[str, str]:
+    """``user:password`` (the password may hold ``:``), both non-empty."""
+    user, colon, password = text.partition(":")
+    if not colon or not user or not password:
+        raise ConfigurationError("basic auth must be given as user:password, both non-empty")
+    return user, password
+
+
+class BasicAuth:
+    """ASGI middleware: every HTTP request must carry these basic-auth credentials (else 401)."""
+
+    def __init__(self, app: ASGIApp, user: str, password: str, realm: str = "quasar") -> None:
+        self.app = app
+        self.expected = f"{user}:{password}".encode()
+        self.realm = realm
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        headers = [
+            (b"www-authenticate", f'Basic realm="{self.realm}", charset="UTF-8"'.encode()),
+            (b"content-type", b"text/plain; charset=utf-8"),
+        ]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": b"authentication required\n"})
+
+    def _allowed(self, scope: Scope) -> bool:
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, encoded = value.partition(b" ")
+                if scheme.lower() != b"basic":
+                    return False
+                try:
+                    given = base64.b64decode(encoded.strip(), validate=True)
+                except (binascii.Error, ValueError):
+                    return False
+                return secrets.compare_digest(given, self.expected)
+        return False
+
+
+def token_of(request: Request) -> tuple[str, bool]:
+    """The request's CSRF token (its cookie's), or a new one; and whether it is new."""
+    token = request.cookies.get(COOKIE, "")
+    if len(token) == 43 and token.replace("-", "").replace("_", "").isalnum():
+        return token, False
+    return secrets.token_urlsafe(32), True
+
+
+def cross_site_reason(request: Request, form_token: str, trusted: Collection[str]) -> str | None:
+    """Why this POST is refused as cross-site, or None if it passes."""
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return "the request comes from another site"
+    origin = request.headers.get("origin") or request.headers.get("referer")
+    if origin is not None and not _same_origin(request, origin, trusted):
+        return "the request's origin is not this dashboard's"
+    cookie = request.cookies.get(COOKIE, "")
+    if not cookie or not form_token or not secrets.compare_digest(cookie, form_token):
+        return "the form's token is missing or does not match (reload the page)"
+    return None
+
+
+def _same_origin(request: Request, origin: str, trusted: Collection[str]) -> bool:
+    parts = urlsplit(origin)
+    if f"{parts.scheme}://{parts.netloc}" in trusted:
+        return True
+    host = request.headers.get("host", "")
+    return bool(parts.netloc) and parts.netloc.lower() == host.lower()

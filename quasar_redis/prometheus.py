@@ -1,0 +1,202 @@
+"""Prometheus metrics (``pip install 'quasar_redis[prometheus]'``).
+
+Two places serve them: ``quasar worker --metrics-port N`` (``serve_worker_metrics``) and the
+dashboard's ``/metrics``. Names and labels:
+
+- ``quasar_queue_jobs{queue, status}`` (gauge): jobs of each queue by status, and
+  ``quasar_queue_paused{queue}`` (1 or 0). Read with one ``queues()`` call, kept for
+  ``DEPTH_MAX_AGE_S`` so that scrapers never cost more than one call a second. Both places.
+- ``quasar_worker_running_jobs{worker}`` and ``quasar_worker_free_slots{worker}`` (gauges): the
+  worker's own on its endpoint; every live worker of the namespace (from the worker registry)
+  on the dashboard's.
+- On the worker's endpoint only, its own counts since it started (sum them over workers in
+  PromQL): ``quasar_jobs_total{queue, task, outcome}`` (outcome: completed, retried, failed,
+  snoozed, handed_back), ``quasar_job_latency_seconds{queue, task}`` (histogram: enqueue to the
+  claim of the first attempt), ``quasar_job_run_seconds{queue, task}`` (histogram),
+  ``quasar_leases_lost_total{queue, reason}`` (a heartbeat or outcome refused: ``StaleLease``
+  when another worker took the job over or it was cancelled, ``LeaseExpired``...) and
+  ``quasar_leases_expired_total`` (run-out leases its maintenance recovered, any worker's).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._types import Status
+from .errors import ConfigurationError
+
+INSTALL_HINT = "pip install 'quasar_redis[prometheus]'"
+try:
+    from prometheus_client import (
+        CONTENT_TYPE_LATEST,
+        CollectorRegistry,
+        generate_latest,
+        start_http_server,
+    )
+    from prometheus_client import core as _core
+    from prometheus_client.metrics_core import Metric
+except ImportError as exc:  # pragma: no cover (the extra is in the test dependencies)
+    raise ImportError(f"Prometheus metrics need prometheus-client: {INSTALL_HINT}") from exc
+
+if TYPE_CHECKING:
+    from .client import Quasar
+    from .worker import Worker
+    from .worker._metrics import MetricsSnapshot
+
+DEPTH_MAX_AGE_S = 1.0
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "DepthCache",
+    "MetricsServer",
+    "depth_families",
+    "generate_latest",
+    "registry_of",
+    "serve_worker_metrics",
+    "slot_families",
+    "worker_families",
+    "worker_registry",
+]
+
+
+def depth_families(queues: Sequence[Any]) -> list[Metric]:
+    """``quasar_queue_jobs`` and ``quasar_queue_paused`` of ``queues`` (``QueueInfo``s)."""
+    core = _core
+    jobs = core.GaugeMetricFamily(
+        "quasar_queue_jobs", "Jobs of a queue by status.", labels=["queue", "status"]
+    )
+    paused = core.GaugeMetricFamily(
+        "quasar_queue_paused", "1 if the queue is paused, else 0.", labels=["queue"]
+    )
+    for info in queues:
+        for status in Status:
+            jobs.add_metric([info.name, status.value], getattr(info.counts, status.value))
+        paused.add_metric([info.name], 1 if info.paused else 0)
+    return [jobs, paused]
+
+
+def slot_families(workers: Iterable[tuple[str, int, int]]) -> list[Metric]:
+    """``quasar_worker_running_jobs`` and ``quasar_worker_free_slots`` of ``(worker id, running,
+    concurrency)`` triples."""
+    core = _core
+    running = core.GaugeMetricFamily(
+        "quasar_worker_running_jobs", "Jobs the worker runs now.", labels=["worker"]
+    )
+    free = core.GaugeMetricFamily(
+        "quasar_worker_free_slots", "Jobs the worker could start now.", labels=["worker"]
+    )
+    for worker_id, busy, concurrency in workers:
+        running.add_metric([worker_id], busy)
+        free.add_metric([worker_id], max(0, concurrency - busy))
+    return [running, free]
+
+
+def worker_families(snapshot: MetricsSnapshot) -> list[Metric]:
+    """A worker's own counts (``Worker.metrics.snapshot()``)."""
+    core = _core
+    outcomes = core.CounterMetricFamily(
+        "quasar_jobs",
+        "Runs by outcome (completed, retried, failed, snoozed, handed_back).",
+        labels=["queue", "task", "outcome"],
+    )
+    for (queue, task, outcome), n in sorted(snapshot.outcomes.items()):
+        outcomes.add_metric([queue, task, outcome], n)
+    made: list[Metric] = [outcomes]
+    for name, text, histograms in (
+        ("quasar_job_latency_seconds", "Enqueue to first claim.", snapshot.latency),
+        ("quasar_job_run_seconds", "Run time of a job.", snapshot.run_time),
+    ):
+        family = core.HistogramMetricFamily(name, text, labels=["queue", "task"])
+        for (queue, task), histogram in sorted(histograms.items()):
+            family.add_metric([queue, task], histogram.cumulative(), histogram.total)
+        made.append(family)
+    lost = core.CounterMetricFamily(
+        "quasar_leases_lost",
+        "Leases lost: a heartbeat or an outcome refused, by refusal.",
+        labels=["queue", "reason"],
+    )
+    for (queue, reason), n in sorted(snapshot.lost.items()):
+        lost.add_metric([queue, reason], n)
+    expired = core.CounterMetricFamily(
+        "quasar_leases_expired", "Run-out leases this worker's maintenance recovered."
+    )
+    expired.add_metric([], snapshot.expired)
+    made += [lost, expired]
+    made += slot_families([(snapshot.worker_id, snapshot.running, snapshot.concurrency)])
+    return made
+
+
+class DepthCache:
+    """The queues' counts, read with ``read`` (one ``queues()`` call) at most every ``max_age``
+    seconds, whoever asks."""
+
+    def __init__(self, read: Callable[[], Sequence[Any]], max_age: float = DEPTH_MAX_AGE_S):
+        self._read = read
+        self._max_age = max_age
+        self._lock = threading.Lock()
+        self._at = -float("inf")
+        self._value: Sequence[Any] = ()
+
+    def get(self) -> Sequence[Any]:
+        with self._lock:
+            if time.monotonic() - self._at >= self._max_age:
+                self._value = self._read()
+                self._at = time.monotonic()
+            return self._value
+
+
+class _Families:
+    """A prometheus-client collector of whatever ``make`` returns at each scrape."""
+
+    def __init__(self, make: Callable[[], list[Metric]]) -> None:
+        self._make = make
+
+    def collect(self) -> Iterable[Metric]:
+        return self._make()
+
+
+def registry_of(make: Callable[[], list[Metric]]) -> CollectorRegistry:
+    """A registry of its own holding one collector that yields ``make()`` at each scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(make))
+    return registry
+
+
+def worker_registry(worker: Worker, client: Quasar) -> CollectorRegistry:
+    """The registry ``quasar worker --metrics-port`` serves: the worker's own counts and the
+    depth of its queues (read with ``client``, at most one call a second)."""
+    cache = DepthCache(client.queues)
+    mine = set(worker.queues)
+
+    def make() -> list[Metric]:
+        queues = [info for info in cache.get() if info.name in mine]
+        return worker_families(worker.metrics.snapshot()) + depth_families(queues)
+
+    return registry_of(make)
+
+
+class MetricsServer:
+    """``worker``'s metrics served at ``http://addr:port/metrics`` from a thread of their own,
+    until ``close()``."""
+
+    def __init__(self, worker: Worker, port: int, addr: str = "0.0.0.0") -> None:
+        self.client = worker.app.new_client()
+        try:
+            registry = worker_registry(worker, self.client)
+            self.server, self.thread = start_http_server(port, addr, registry=registry)
+        except OSError as exc:
+            self.client.close()
+            raise ConfigurationError(f"cannot serve metrics on {addr}:{port}: {exc}") from None
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+        self.client.close()
+
+
+def serve_worker_metrics(worker: Worker, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+    """Serve ``worker``'s metrics (``MetricsServer``)."""
+    return MetricsServer(worker, port, addr)

@@ -1,0 +1,363 @@
+"""The dashboard over HTTP: its pages, its actions and their guards (cross-site requests,
+read-only, basic auth, escaping), mounted under a path, on both backends. The browser test is
+``test_dashboard_browser.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import re
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import fakeredis
+import httpx
+import pytest
+import redis.asyncio
+from click.testing import CliRunner
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from quasar_redis import AsyncQuasar, JobApplied, NewJob, Quasar, Status
+from quasar_redis.cli import main
+from quasar_redis.dashboard import create_app
+from quasar_redis.errors import ConfigurationError, InvalidArgument
+
+from .helpers import NO_URL, REDIS_URL, delete_namespace, real_redis
+
+SCRIPT = "<script>document.title='pwned'</script>"
+BASE = "http://dash.test"
+TRACE = 'Traceback (most recent call last):\n  File "tasks.py", line 3, in send\nValueError: <b>'
+
+
+@pytest.fixture
+def backing(backend: str, namespace: str) -> Iterator[tuple[Any, Any]]:
+    """A sync and an asyncio redis-py client of one server (fakeredis, or the real one)."""
+    if backend == "fake":
+        server = fakeredis.FakeServer()
+        yield fakeredis.FakeRedis(server=server), lambda: fakeredis.FakeAsyncRedis(server=server)
+        return
+    sync = real_redis()
+    try:
+        yield sync, lambda: redis.asyncio.Redis.from_url(REDIS_URL)
+    finally:
+        delete_namespace(sync, namespace)
+        sync.close()
+
+
+@pytest.fixture
+def sync_q(backing: tuple[Any, Any], backend: str, namespace: str) -> Quasar:
+    return Quasar(backing[0], namespace, functions=backend == "redis")
+
+
+OPENED: list[Any] = []
+
+
+def dashboard_of(backing: tuple[Any, Any], backend: str, namespace: str, **options: Any) -> Any:
+    """A dashboard on a client of its own (closed by ``http``'s block)."""
+    client = AsyncQuasar(backing[1](), namespace, functions=backend == "redis")
+    OPENED.append(client)
+    return create_app(client=client, **options)
+
+
+@contextlib.asynccontextmanager
+async def http(app: Any, **options: Any) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url=BASE, **options) as client:
+            yield client
+    finally:
+        while OPENED:
+            await OPENED.pop().redis.aclose()
+
+
+def seed(q: Quasar) -> None:
+    """A failed job holding a <script> payload, a job depending on it, one waiting."""
+    q.enqueue_many(
+        [NewJob("mail.send", {"body": SCRIPT}, id="bad<1>", queue="mail", max_attempts=1)]
+    )
+    q.enqueue_many(
+        [NewJob("mail.send", {"n": 2}, id="after", queue="mail", dependencies=["bad<1>"])]
+    )
+    q.enqueue_many([NewJob("mail.send", {"n": 3}, id="waits", queue="mail")])
+    claim = q.claim_job("bad<1>", "w", 30_000)
+    token = claim.claim.token  # type: ignore[union-attr]
+    assert isinstance(
+        q.fail(token, "w", f"boom {SCRIPT}", kind="ValueError", traceback=TRACE), JobApplied
+    )
+
+
+def token_in(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "no form token on the page"
+    return found.group(1)
+
+
+async def confirmed_post(client: httpx.AsyncClient, confirm: str, **headers: str) -> httpx.Response:
+    """Open the confirmation page ``confirm`` and submit its form as the browser would."""
+    page = await client.get(confirm)
+    assert page.status_code == 200, page.text
+    action = re.search(r'<form method="post" action="([^"]+)"', page.text)
+    assert action
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page.text))
+    fields = {k: html.unescape(v) for k, v in fields.items()}
+    return await client.post(action.group(1), data=fields, headers={"origin": BASE, **headers})
+
+
+def test_every_page_shows_the_namespace_escaped(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            overview = await client.get("/")
+            assert overview.status_code == 200
+            assert 'data-count="mail|discarded">1<' in overview.text
+            assert 'data-count="mail|available">1<' in overview.text
+            assert overview.headers["content-security-policy"].startswith("default-src 'self'")
+            queue = await client.get("/queues/mail", params={"status": "discarded"})
+            assert "bad&lt;1&gt;" in queue.text and "<script>document" not in queue.text
+            job = await client.get("/jobs/bad%3C1%3E")
+            assert job.status_code == 200
+            assert SCRIPT not in job.text  # never as markup
+            assert "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;" in job.text
+            assert "ValueError" in job.text and "after</a>" in job.text  # error, dependent
+            assert "in send\nValueError: &lt;b&gt;</pre>" in job.text  # its traceback, escaped
+            assert "attempt 1 · " in job.text
+            assert '<span class="badge status-blocked">blocked</span>' in job.text
+            events = re.findall(r"<strong>(\w+)</strong> attempt", job.text)
+            assert events[0] == "available" and events[-1] == "discarded"
+            dependent = await client.get("/jobs/after")
+            assert "bad&lt;1&gt;</a>" in dependent.text  # its dependency, with its status
+            assert (await client.get("/workers")).status_code == 200
+            counts = (await client.get("/api/counts")).json()
+            assert counts["queues"]["mail"]["discarded"] == 1
+            assert counts["queues"]["mail"]["paused"] is False
+            assert "<svg" in (await client.get("/partials/charts")).text
+            assert (await client.get("/jobs/nothing-here")).status_code == 404
+            assert (await client.get("/queues/nope")).status_code == 404
+            assert (await client.get("/queues/mail?status=bogus")).status_code == 404
+            assert (await client.get("/queues/bad%20name")).status_code == 404
+            found = await client.get("/queues/mail", params={"id": "waits"})
+            assert found.status_code == 303 and found.headers["location"] == "/jobs/waits"
+            missing = await client.get("/queues/mail", params={"id": "nope"})
+            assert "No job with id nope" in missing.text
+            js = await client.get("/static/dashboard.js")
+            assert js.status_code == 200 and "textContent" in js.text
+
+    asyncio.run(run())
+
+
+def test_actions_retry_cancel_pause_resume_retry_all(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            done = await confirmed_post(client, "/confirm/retry?job=bad%3C1%3E")
+            assert done.status_code == 303 and done.headers["location"].startswith(
+                "/jobs/bad%3C1%3E"
+            )
+            page = await client.get(done.headers["location"])
+            assert "Job retried." in page.text
+            assert sync_q.get_job("bad<1>").status is Status.RETRYABLE  # type: ignore[union-attr]
+            again = await confirmed_post(client, "/confirm/retry?job=bad%3C1%3E")
+            assert "why=NotFailed" in again.headers["location"]  # refused, shown, nothing changed
+
+            assert (await confirmed_post(client, "/confirm/pause?queue=mail")).status_code == 303
+            assert (await client.get("/api/counts")).json()["queues"]["mail"]["paused"] is True
+            repeated = await confirmed_post(client, "/confirm/pause?queue=mail")
+            assert "done=unchanged" in repeated.headers["location"]
+            await confirmed_post(client, "/confirm/resume?queue=mail")
+            assert (await client.get("/api/counts")).json()["queues"]["mail"]["paused"] is False
+
+            cancelled = await confirmed_post(client, "/confirm/cancel?job=bad%3C1%3E")
+            assert "done=cancelled" in cancelled.headers["location"]
+            assert "n=1" in cancelled.headers["location"]  # its dependent with it
+            assert sync_q.get_job("after").status is Status.CANCELLED  # type: ignore[union-attr]
+
+    asyncio.run(run())
+    for i in range(3):
+        sync_q.enqueue_many([NewJob("t", None, id=f"f{i}", queue="mail", max_attempts=1)])
+        token = sync_q.claim_job(f"f{i}", "w", 30_000).claim.token  # type: ignore[union-attr]
+        sync_q.fail(token, "w", "no")
+
+    async def retry_all() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            done = await confirmed_post(client, "/confirm/retry-all?queue=mail")
+            assert (
+                "done=retried-all" in done.headers["location"] and "n=3" in done.headers["location"]
+            )
+            assert "3 failed jobs retried." in (await client.get(done.headers["location"])).text
+
+    asyncio.run(retry_all())
+    assert sync_q.counts("mail").retryable == 3 and sync_q.counts("mail").discarded == 0
+
+
+def test_cross_site_posts_are_refused(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            token = token_in((await client.get("/confirm/retry?job=bad%3C1%3E")).text)
+            form = {"csrf": token, "job": "bad<1>"}
+            attempts = [
+                ({"origin": "https://evil.example"}, form),
+                ({"referer": "https://evil.example/page"}, form),
+                ({"origin": BASE, "sec-fetch-site": "cross-site"}, form),
+                ({"origin": "null"}, form),
+                ({"origin": BASE}, {"job": "bad<1>"}),  # no token
+                ({"origin": BASE}, {"csrf": "x" * 43, "job": "bad<1>"}),  # not the cookie's
+            ]
+            for headers, data in attempts:
+                refused = await client.post("/actions/retry", data=data, headers=headers)
+                assert refused.status_code == 403, (headers, refused.text)
+                assert refused.text.startswith("Refused")
+            # without the cookie (what a cross-site form sends under SameSite=Strict)
+            client.cookies.clear()
+            bare = await client.post("/actions/retry", data=form, headers={"origin": BASE})
+            assert bare.status_code == 403
+
+    asyncio.run(run())
+    assert sync_q.get_job("bad<1>").status is Status.DISCARDED  # type: ignore[union-attr]
+
+    async def trusted() -> None:
+        app = dashboard_of(backing, backend, namespace, trusted_origins=["https://ops.example"])
+        async with http(app) as client:
+            token = token_in((await client.get("/confirm/retry?job=bad%3C1%3E")).text)
+            done = await client.post(
+                "/actions/retry",
+                data={"csrf": token, "job": "bad<1>"},
+                headers={"origin": "https://ops.example"},
+            )
+            assert done.status_code == 303
+
+    asyncio.run(trusted())
+    assert sync_q.get_job("bad<1>").status is Status.RETRYABLE  # type: ignore[union-attr]
+
+
+def test_read_only_shows_no_action_and_refuses_posts(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as writer:
+            token = token_in((await writer.get("/confirm/retry?job=bad%3C1%3E")).text)
+            cookies = dict(writer.cookies)
+        app = dashboard_of(backing, backend, namespace, read_only=True)
+        async with http(app, cookies=cookies) as client:
+            for path in ("/", "/queues/mail", "/queues/mail?status=discarded", "/jobs/bad%3C1%3E"):
+                page = await client.get(path)
+                assert page.status_code == 200
+                assert "/confirm/" not in page.text and 'method="post"' not in page.text, path
+                assert "read-only" in page.text
+            assert (await client.get("/confirm/retry?job=bad%3C1%3E")).status_code == 403
+            for action, target in (("retry", "job"), ("cancel", "job"), ("pause", "queue")):
+                refused = await client.post(
+                    f"/actions/{action}",
+                    data={"csrf": token, target: "bad<1>" if target == "job" else "mail"},
+                    headers={"origin": BASE},
+                )
+                assert refused.status_code == 403 and "read-only" in refused.text
+
+    asyncio.run(run())
+    assert sync_q.get_job("bad<1>").status is Status.DISCARDED  # type: ignore[union-attr]
+
+
+def test_basic_auth_and_mounting_under_a_path(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+
+    async def run() -> None:
+        guarded = dashboard_of(backing, backend, namespace, basic_auth="ops:s3:cret")
+        async with http(guarded) as client:
+            refused = await client.get("/")
+            assert refused.status_code == 401 and "Basic" in refused.headers["www-authenticate"]
+            wrong = await client.get("/", auth=("ops", "nope"))
+            assert wrong.status_code == 401
+            assert (await client.get("/", auth=("ops", "s3:cret"))).status_code == 200
+            bad = {"authorization": "Basic !!!"}
+            assert (await client.get("/", headers=bad)).status_code == 401
+        host = Starlette(
+            routes=[Mount("/ops/queues", app=dashboard_of(backing, backend, namespace))]
+        )
+        async with http(host) as client:
+            page = await client.get("/ops/queues/jobs/bad%3C1%3E")
+            assert page.status_code == 200
+            assert 'href="/ops/queues/static/dashboard.css"' in page.text
+            assert 'href="/ops/queues/confirm/retry?job=bad%3C1%3E"' in page.text
+            cookie = page.headers["set-cookie"]
+            assert "Path=/ops/queues" in cookie and "SameSite=strict" in cookie
+            assert "HttpOnly" in cookie
+            done = await confirmed_post(client, "/ops/queues/confirm/retry?job=bad%3C1%3E")
+            assert done.headers["location"].startswith("/ops/queues/jobs/bad%3C1%3E")
+
+    asyncio.run(run())
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(InvalidArgument):
+        create_app()
+    with pytest.raises(ConfigurationError):
+        create_app("redis://127.0.0.1:6379/0", "bad namespace")
+    for auth in ("nocolon", ":pw", "user:"):
+        with pytest.raises(ConfigurationError):
+            create_app("redis://127.0.0.1:6379/0", basic_auth=auth)
+
+
+def test_the_dashboard_command_checks_its_options() -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["dashboard", "--help"])
+    assert result.exit_code == 0 and "--read-only" in result.output
+    result = runner.invoke(main, ["dashboard"], env=NO_URL)
+    assert result.exit_code == 2 and "--redis-url" in result.output
+    result = runner.invoke(main, ["dashboard", "--redis-url", "memory://"], env=NO_URL)
+    assert result.exit_code == 2 and "must start with redis://" in result.output
+    result = runner.invoke(
+        main, ["dashboard", "--redis-url", "redis://:secret@127.0.0.1:1/0"], env=NO_URL
+    )
+    assert result.exit_code == 1 and "secret" not in result.output
+    assert "Redis at redis://:***@127.0.0.1:1/0" in result.output
+    result = runner.invoke(
+        main, ["dashboard", "--redis-url", REDIS_URL, "--namespace", "a b"], env=NO_URL
+    )
+    assert result.exit_code == 1 and "namespace" in result.output
+
+
+def test_queue_pages_by_cursor_and_large_payloads_are_cut(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    jobs = [NewJob("t", {"i": i}, id=f"j{i:03d}", queue="bulk") for i in range(60)]
+    sync_q.enqueue_many(jobs)
+    sync_q.enqueue_many([NewJob("t", "x" * 30_000, id="big", queue="bulk")])
+    sync_q.enqueue_many([NewJob("t", b"\xff\x00raw", id="raw", queue="bulk")])
+    sync_q.enqueue_many([NewJob("t", None, id="odd/id?x=1#y%2F", queue="odd")])
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            first = await client.get("/queues/bulk")
+            ids = re.findall(r'href="/jobs/(j\d+)"', first.text)
+            assert ids == [f"j{i:03d}" for i in range(50)]
+            more = re.search(r'href="(/queues/bulk\?status=available&amp;after=[^"]+)"', first.text)
+            assert more, "no link to the next page"
+            second = await client.get(html.unescape(more.group(1)))
+            rest = re.findall(r'href="/jobs/([a-z]\w+)"', second.text)
+            assert rest == [*(f"j{i:03d}" for i in range(50, 60)), "big", "raw"]
+            big = await client.get("/jobs/big")
+            assert "10002 more characters not shown" in big.text  # (20,000 shown, quotes too)
+            raw = await client.get("/jobs/raw")
+            assert "msgpack" in raw.text and "raw" in raw.text
+            odd = await client.get("/queues/odd")
+            link = re.search(r'href="(/jobs/[^"]+)"', odd.text)
+            assert link and link.group(1) == "/jobs/odd%2Fid%3Fx%3D1%23y%252F"
+            page = await client.get(link.group(1))
+            assert page.status_code == 200 and "odd/id?x=1#y%2F</span>" in page.text
+
+    asyncio.run(run())

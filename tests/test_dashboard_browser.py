@@ -1,0 +1,195 @@
+"""The dashboard in a real browser: headless Chromium (the system's, /usr/bin/chromium, driven by
+Playwright; nothing is downloaded) on a dashboard served by uvicorn on real Redis, with a live
+worker.
+
+With QUASAR_WRITE_SCREENSHOTS=1 the test also writes docs/dashboard-*.png, the screenshots
+docs/dashboard.md and README.md show; otherwise they go to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from quasar_redis import App, Status, Worker
+from quasar_redis.dashboard import create_app
+
+from .helpers import REDIS_URL, REQUIRE, delete_namespace, free_port, real_redis, wait_for
+
+CHROMIUM = os.environ.get("QUASAR_TEST_CHROMIUM", "/usr/bin/chromium")
+DOCS = Path(__file__).parent.parent / "docs"
+SCRIPT = "<script>window.pwned = true; document.title = 'pwned'</script>"
+WAIT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not shutil.which(CHROMIUM):
+        if REQUIRE:
+            pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but there is no Chromium at {CHROMIUM}")
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+        )
+        yield launched
+        launched.close()
+
+
+class Served:
+    """A dashboard served by uvicorn from a thread of its own, on a free port."""
+
+    def __init__(self, namespace: str, **options: Any) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = create_app(REDIS_URL, namespace, **options)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        wait_for(lambda: self.server.started, 30, "the dashboard to listen")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def shot(page: Page, name: str, folder: Path) -> None:
+    page.screenshot(path=str(folder / f"dashboard-{name}.png"), full_page=True)
+
+
+def test_operating_the_dashboard_in_a_browser(
+    browser: Browser, namespace: str, tmp_path: Path
+) -> None:
+    real_redis().close()  # skip (or fail under QUASAR_REQUIRE_REDIS=1) without a server
+    folder = DOCS if os.environ.get("QUASAR_WRITE_SCREENSHOTS") == "1" else tmp_path
+    gate, failing = threading.Event(), threading.Event()
+    failing.set()
+    app = App(REDIS_URL, namespace=namespace)
+
+    def resize(width: int, height: int) -> dict[str, int]:
+        gate.wait(60)
+        time.sleep(0.05)
+        return {"width": width, "height": height}
+
+    def publish(post: dict[str, Any]) -> str:
+        if failing.is_set():
+            raise ConnectionError("the feed is down")
+        return f"published {post['title']}"
+
+    resize_task = app.task(resize, name="images.resize", queue="images")
+    publish_task = app.task(publish, name="feed.publish", queue="feed", max_attempts=1)
+    try:
+        worker = Worker(app, ["images", "feed"], 4, maintenance_interval=0.2, idle_wait=1.0)
+        with worker, Served(namespace) as served, Served(namespace, read_only=True) as viewer:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(served.url + "/")
+            expect(page.locator("#queues")).to_contain_text("No queue")
+
+            # counts change live as jobs are enqueued and run
+            for i in range(6):
+                resize_task.enqueue(640 + i, 480)
+            executing = page.locator('[data-count="images|executing"]')
+            expect(executing).to_have_text("4", timeout=WAIT_MS)  # 4 slots: 4 run, 2 wait
+            expect(page.locator('[data-count="images|available"]')).to_have_text("2")
+            expect(page.locator('[data-paused="images"]')).to_be_hidden()
+            workers = browser.new_page(viewport={"width": 1280, "height": 500})
+
+            def four_running() -> bool:  # (as of the worker's last beat in the registry)
+                workers.goto(served.url + "/workers")
+                return workers.locator('table.workers a[href^="/jobs/"]').count() == 4
+
+            wait_for(four_running, 30, "the registry to show the 4 running jobs", every=0.3)
+            expect(workers.locator("table.workers")).to_contain_text(worker.worker_id)
+            shot(workers, "workers", folder)
+            workers.close()
+            gate.set()
+            expect(page.locator('[data-count="images|completed"]')).to_have_text(
+                "6", timeout=WAIT_MS
+            )
+            expect(executing).to_have_text("0")
+
+            # a failed job, whose payload holds a <script>
+            failed = publish_task.enqueue({"title": "Launch", "body": SCRIPT})
+            expect(page.locator('[data-count="feed|discarded"]')).to_have_text("1", timeout=WAIT_MS)
+            page.click('a[href="/queues/feed?status=discarded"]')
+            expect(page.locator("table.jobs")).to_contain_text(failed.id)
+            shot(page, "queue", folder)
+            page.click(f"text={failed.id}")
+            expect(page.locator("#status")).to_have_text("discarded")
+            expect(page.locator("#payload")).to_contain_text(SCRIPT)  # shown as text
+            expect(page.locator(".errors")).to_contain_text("the feed is down")
+            expect(page.locator(".traceback")).to_contain_text("in publish")  # its traceback
+            assert page.evaluate("window.pwned") is None and page.title() != "pwned"
+            shot(page, "job", folder)
+
+            # retry, confirm: the job runs again and succeeds
+            failing.clear()
+            page.click("#retry")
+            expect(page.locator("form.confirm")).to_contain_text(f"Retry job {failed.id}")
+            shot(page, "confirm", folder)
+            page.click("#confirm")
+            expect(page.locator(".notice")).to_have_text("Job retried.")
+
+            def succeeded() -> bool:
+                page.reload()
+                return page.locator("#status").inner_text() == "completed"
+
+            wait_for(succeeded, 30, "the retried job to succeed", every=0.3)
+            expect(page.locator("#result")).to_contain_text("published Launch")
+            info = app.client.get_job(failed.id)
+            assert info is not None and info.status is Status.COMPLETED
+
+            page.goto(served.url + "/")  # the charts, from what the worker wrote meanwhile
+            expect(page.locator(".chart polyline").first).to_be_visible(timeout=WAIT_MS)
+            shot(page, "overview", folder)
+
+            # a cross-site form aimed at the dashboard is refused, and changes nothing
+            other = publish_task.enqueue({"title": "Other"})
+            wait_for(
+                lambda: (i := app.client.get_job(other.id)) and i.status is Status.COMPLETED,
+                30,
+                "the other job to run",
+            )
+            evil = (
+                f'<form method="post" action="{served.url}/actions/cancel">'
+                f'<input name="job" value="{other.id}"><input name="csrf" value="guess">'
+                '<button id="go">go</button></form>'
+            )
+            page.route(
+                "http://evil.test/**",
+                lambda route: route.fulfill(body=evil, content_type="text/html"),
+            )
+            page.goto("http://evil.test/")
+            with page.expect_navigation():
+                page.click("#go")
+            assert "Refused" in page.content()
+
+            # the same pages read-only: no action, and their POSTs refused
+            page.goto(f"{viewer.url}/jobs/{failed.id}")
+            expect(page.locator("#status")).to_have_text("completed")
+            assert page.locator(".actions a, form[method=post], button").count() == 0
+            page.goto(f"{viewer.url}/queues/feed")
+            assert page.locator(".actions a, form[method=post]").count() == 0
+            refused = page.request.post(
+                f"{viewer.url}/actions/retry",
+                form={"job": failed.id},
+                headers={"origin": viewer.url},
+            )
+            assert refused.status == 403 and "read-only" in refused.text()
+            page.close()
+    finally:
+        delete_namespace(app.client.redis, namespace)
+        app.close()
