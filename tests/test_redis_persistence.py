@@ -473,3 +473,41 @@ def test_an_aof_cut_at_any_byte_loses_only_what_was_cut(stage: Stage, remedy: st
         return
     assert "MULTI calls can not be nested" not in stage.server.log()
     assert report.ok and report.states == {"S": len(everything)}, report
+
+
+@pytest.mark.parametrize("stage", [TRUNCATED], indirect=True, ids=["aof-cut"])
+def test_workers_that_live_through_a_rollback_never_make_a_stale_result_stand(
+    stage: Stage,
+) -> None:
+    """Redis comes back from a cut file (repaired) while its workers live on: it has forgotten
+    claims and outcomes they saw applied, as after a failover to a replica that lagged. The
+    fences it hands out again repeat the forgotten ones; the nonces do not, so a worker holding a
+    forgotten lease is refused, and every job's result is the run of the lease Redis holds."""
+    survivors = [stage.fleet.started(stage.start_worker(f"L{i}")) for i in (1, 2)]
+    producer = Producer(stage.server.url, stage.fleet.namespace, "wt.quick_short", "r")
+    wait_for(lambda: done_count(stage.q) >= 1500, 60, "the workers to run 1,500 jobs")
+    stage.server.kill(signal.SIGKILL)
+    ids = producer.ids()
+    producer.stop.set()
+    path = incr_file(stage.server.folder)
+    data = path.read_bytes()
+    with path.open("r+b") as f:
+        f.truncate(int(len(data) * random.Random(len(data)).uniform(0.6, 0.9)))
+    repair(stage.server.folder)
+    stage.server.start()
+    mark = len(stage.fleet.log())
+    everything = present(stage.q, ids) | (set(producer.finish()) - set(ids))
+
+    finish_all(stage, everything)
+    namespace = stage.fleet.namespace
+    for job_id, done in get_jobs(stage.q, sorted(everything)).items():
+        raw = stage.q.redis.hgetall(stage.q.keys.job(job_id))
+        assert isinstance(done.result, dict), done
+        holder = f"{done.result['worker']}-{namespace}"
+        assert raw[b"w"].decode() == holder and done.attempt == done.result["attempt"], (
+            f"{job_id}: the result of {done.result} stands, the lease was {raw[b'w']!r}"
+        )
+    refused = sum(w.stderr().count("lease lost") for w in survivors)
+    print(f"rollback under live workers: {len(everything)} jobs; {refused} leases refused")
+    assert refused, "no worker held a lease Redis forgot: the cut took no claim"
+    stop_and_check_survivors(stage, survivors, mark)
