@@ -71,6 +71,9 @@ local function key_call(ctx) return ctx.prefix .. "call:" .. ctx.args[1] end
 -- The namespace's queue set and enqueue sequence.
 local function key_queues(ctx) return ctx.prefix .. "queues" end
 local function key_seq(ctx) return ctx.prefix .. "seq" end
+-- The names of the namespace's paused queues (pause.lua, resume.lua). (The worker registry's
+-- keys are announce.lua's registry_keys.)
+local function key_paused(ctx) return ctx.prefix .. "paused" end
 -- Queue keys are built once per call (a claim or report names the same few per job), in
 -- ctx.queue_keys[queue][what].
 local function key_q(ctx, queue, what)
@@ -484,11 +487,15 @@ local function finish(ctx, reply)
   flush_index(ctx)
   flush_events(ctx)
   for queue, n in pairs(ctx.woken or NONE) do
-    local tokens = {}
-    for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
-    local k = key_q(ctx, queue, "wake")
-    if redis.call("RPUSH", k, unpack(tokens)) > WAKE_MAX then
-      redis.call("LTRIM", k, WAKE_KEEP, "-1")
+    -- A paused queue's workers are not woken for it (its claims are refused): resume.lua
+    -- pushes its tokens then. (Not a set: no pause of ours; pushed as before.)
+    if redis.pcall("SISMEMBER", key_paused(ctx), queue) ~= 1 then
+      local tokens = {}
+      for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
+      local k = key_q(ctx, queue, "wake")
+      if redis.call("RPUSH", k, unpack(tokens)) > WAKE_MAX then
+        redis.call("LTRIM", k, WAKE_KEEP, "-1")
+      end
     end
   end
   return reply

@@ -3,7 +3,8 @@
 -- picks, it promotes due scheduled jobs of the queue and expires run-out leases of the queue
 -- (both bounded: promote.lua's promote_queue and sweep.lua's expire_queue, on this queue only),
 -- so it never offers a job a claim by id would refuse.
--- Checks, in order: InvalidJob (worker, lease duration, queue name, limit); then the keys the
+-- Checks, in order: InvalidJob (worker, lease duration, queue name, limit); QueuePaused while
+-- the queue is paused (pause.lua: nothing is promoted, expired or leased then); then the keys the
 -- claim writes (CorruptKey); then, job by job from the head of the ready index, the job itself
 -- (a damaged one is skipped) and the keys its own move writes.
 -- The edge is claim_queue below; report_claim.lua claims with it too, after its outcomes.
@@ -23,11 +24,22 @@
 --                                     input_revision, worker, fence, expires_at, nonce} as first
 --                                     handed out (the job as it is now)
 --   {"NothingClaimable", next_at}   next_at: when the next delayed job or lease comes due, or ""
+--   {"QueuePaused", queue}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason} | {"CorruptJob", id, reason}
 -- The nonce of the i-th claim is "<call id>.<i>". A re-sent call (same call id) gets the claims
 -- the first delivery made, with the same tokens, and leases nothing more.
 
 local MAINTENANCE = 100
+
+-- QueuePaused while `queue` is paused (pause.lua), or nil; CorruptKey when the paused set is no
+-- set. One SISMEMBER: a claim of a queue never paused pays no more.
+local function paused_error(ctx, queue)
+  local k = key_paused(ctx)
+  local paused = redis.pcall("SISMEMBER", k, queue)
+  if paused == 0 then return nil end
+  if paused == 1 then return refuse("QueuePaused", queue) end
+  return refuse("CorruptKey", k, "holds a " .. redis.call("TYPE", k)["ok"] .. ", expected a set")
+end
 
 -- The checks of a claim's arguments (queue, worker, lease duration, limit at ARGV[base..]):
 -- lease_ms and limit, or nil and a refusal.
@@ -138,7 +150,7 @@ end
 -- misplaced job), before that step writes anything (a job whose own move would hit a bad key is
 -- skipped as a damaged one is). Reads of the others refuse a key of the wrong type.
 local function claim_queue(ctx, now, queue, worker, lease_ms, limit)
-  local bad = writes_error(ctx, queue, LEASE_WRITES)
+  local bad = paused_error(ctx, queue) or writes_error(ctx, queue, LEASE_WRITES)
   if bad then return bad end
   local _, bad2 = promote_queue(ctx, queue, now, MAINTENANCE)
   if bad2 then return bad2 end

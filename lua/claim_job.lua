@@ -2,8 +2,10 @@
 -- Checks, in order (docs/lifecycle.md, claim_job): MissingJob; TerminalJob; LeaseHeld(expires_at)
 -- while a lease runs; then claim_ready below: InvalidJob (empty worker, lease < 1),
 -- NotAvailable(available_at), AttemptLimitReached, our limit on the worker id, then, for a
--- blocked job, dependency_error: MissingDependency(dep) / IncompleteDependency(dep); the queue's
--- keys (CorruptKey). The write is lease() (as claim.lua's).
+-- blocked job, dependency_error: MissingDependency(dep) / IncompleteDependency(dep); then
+-- QueuePaused(queue) while the job's queue is paused (pause.lua: a job that could otherwise be
+-- leased is not, by id either); the queue's keys (CorruptKey). The write is lease() (as
+-- claim.lua's).
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id (also the lease nonce)   ARGV[2] now ("" = server clock)   ARGV[3] job id
@@ -13,7 +15,8 @@
 --   {"ClaimApplied", now, {"Claim", job, token}}
 --   {"MissingJob", id} | {"TerminalJob"} | {"LeaseHeld", expires_at} | {"InvalidJob", reason} |
 --   {"NotAvailable", available_at} | {"AttemptLimitReached"} | {"MissingDependency", id} |
---   {"IncompleteDependency", id} | {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
+--   {"IncompleteDependency", id} | {"QueuePaused", queue} | {"CorruptJob", id, reason} |
+--   {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the same token again, with the job as it is now.
 
 -- The checks of a job that may be leased: the lease duration, or a refusal.
@@ -26,7 +29,8 @@ local function claim_ready(ctx, h, worker, lease_arg, now, available_at)
   -- pd counts dependencies not yet succeeded; at 0 they all did (Succeeded is final, though a
   -- succeeded dependency may since have been pruned), so only a blocked job reads them.
   local deps_bad = blocked(h) and dependency_error(ctx, h) or nil
-  local bad = text_error(worker, "worker_id") or deps_bad or check_queue(ctx, h.q)
+  local bad = text_error(worker, "worker_id") or deps_bad or paused_error(ctx, h.q)
+    or check_queue(ctx, h.q)
   if bad then return bad end
   return nil, lease_ms
 end

@@ -15,13 +15,8 @@
 --    blocked}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
-local function main(ctx)
-  local args = ctx.args
-  local now, e = clock(args[2])
-  if now == nil then return e end
-  local queue = args[3]
-  local bad = name_error(queue, "queue") or check_queue(ctx, queue)
-  if bad then return bad end
+-- The counts of a sound queue at `now`, as the reply lists them (queues.lua lists them too).
+local function queue_counts(ctx, queue, now)
   local later = "(" .. fmt(ctx, now)
   local retrying = redis.call("ZCARD", key_q(ctx, queue, "retrying"))
   local blocked_jobs = redis.call("ZCARD", key_q(ctx, queue, "blocked"))
@@ -30,7 +25,7 @@ local function main(ctx)
   local scheduled_jobs = redis.call("ZCOUNT", key_q(ctx, queue, "delayed"), later, "+inf")
     - redis.call("ZCOUNT", key_q(ctx, queue, "retrying"), later, "+inf")
   scheduled_jobs = math.max(0, math.min(scheduled_jobs, waiting))
-  return applied("Counts", fmt(ctx, now),
+  return {
     fmt(ctx, math.max(0, waiting - scheduled_jobs)),
     fmt(ctx, scheduled_jobs),
     fmt(ctx, retrying),
@@ -38,7 +33,18 @@ local function main(ctx)
     fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "succeeded"))),
     fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "failed"))),
     fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "cancelled"))),
-    fmt(ctx, blocked_jobs))
+    fmt(ctx, blocked_jobs),
+  }
+end
+
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
+  if now == nil then return e end
+  local queue = args[3]
+  local bad = name_error(queue, "queue") or check_queue(ctx, queue)
+  if bad then return bad end
+  return applied("Counts", fmt(ctx, now), unpack(queue_counts(ctx, queue, now)))
 end
 
 return run_call(KEYS, ARGV, main)

@@ -13,7 +13,8 @@
 -- Replies
 --   {"ReportClaimed", now, {result...}, claim}   the results as report.lua gives them, and the
 --                                  claim's reply as claim.lua gives it (ClaimsApplied with each
---                                  job's fields before the lease, NothingClaimable, a refusal)
+--                                  job's fields before the lease, NothingClaimable, a refusal:
+--                                  QueuePaused for a paused queue, whose outcomes still count)
 --   {"InvalidJob", reason}         a malformed call (nothing applied)
 -- Re-sent calls: the call record is "<n>:<claim record><items>" when the claim leased jobs (n the
 -- length of the claim's record, as claim.lua keeps it) or "-<items>" when it did not (the

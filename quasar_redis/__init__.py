@@ -55,6 +55,8 @@ from ._types import (
     OutcomeResult,
     PermanentFail,
     QueueCounts,
+    QueueInfo,
+    QueuePaused,
     Release,
     ReportedAndClaimed,
     RetryWaiting,
@@ -64,6 +66,7 @@ from ._types import (
     SweepReport,
     TerminalJob,
     Waiting,
+    WorkerInfo,
     status_of,
 )
 from .aio import AsyncQuasar
@@ -172,6 +175,8 @@ __all__ = [
     "Quasar",
     "QuasarError",
     "QueueCounts",
+    "QueueInfo",
+    "QueuePaused",
     "RedisFull",
     "RedisUnavailable",
     "Release",
@@ -189,6 +194,7 @@ __all__ = [
     "TerminalJob",
     "Waiting",
     "Worker",
+    "WorkerInfo",
     "WorkerStats",
     "__version__",
     "current_job",

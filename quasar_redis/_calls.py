@@ -38,15 +38,19 @@ from ._replies import (
     parse_count,
     parse_counts,
     parse_each_result,
+    parse_flag,
     parse_job_info,
     parse_job_result,
     parse_jobs,
+    parse_now,
     parse_page,
+    parse_queues,
     parse_report,
     parse_report_claimed,
     parse_slim_batch,
     parse_slim_each,
     parse_sweep,
+    parse_workers,
     single_result,
 )
 from ._scripts import Script, scripts
@@ -143,6 +147,19 @@ def _job_group(job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
         job.on_dependency_failure,
         "1" if job.id is None else "",  # made here at random: no record of the call needed
     )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEntry:
+    """What a live worker announces of itself in the registry (``announce``)."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    running: tuple[str, ...]
+    version: str
 
 
 def _status_arg(status: t.Status | str) -> Arg:
@@ -442,3 +459,36 @@ class CallBuilder:
         cursor = "" if after is None else text_arg(after)
         args = (now_arg(now), text_arg(queue), _status_arg(status), "0", int_arg(limit), cursor)
         return self._call("list", args, parse_page)
+
+    # queues and workers -------------------------------------------------------------------------
+
+    def pause(self, queue: str, now: int | None = None) -> Call[bool]:
+        return self._call("pause", (now_arg(now), text_arg(queue)), parse_flag("Paused"))
+
+    def resume(self, queue: str, now: int | None = None) -> Call[bool]:
+        return self._call("resume", (now_arg(now), text_arg(queue)), parse_flag("Resumed"))
+
+    def queues(self, now: int | None = None) -> Call[list[t.QueueInfo]]:
+        return self._call("queues", (now_arg(now),), parse_queues)
+
+    def announce(self, worker: WorkerEntry, ttl_ms: int, now: int | None = None) -> Call[int]:
+        """The worker registry's entry of a live worker, lapsing ``ttl_ms`` from now."""
+        args = (
+            now_arg(now),
+            text_arg(worker.id),
+            int_arg(ttl_ms),
+            text_arg(worker.host),
+            int_arg(worker.pid),
+            " ".join(worker.queues),
+            int_arg(worker.concurrency),
+            " ".join(worker.running),
+            text_arg(worker.version),
+        )
+        return self._call("announce", args, parse_now("Announced"))
+
+    def retire(self, worker_id: str, now: int | None = None) -> Call[bool]:
+        """The worker's registry entry removed (it stops)."""
+        return self._call("retire", (now_arg(now), text_arg(worker_id)), parse_flag("Retired"))
+
+    def workers(self, now: int | None = None) -> Call[list[t.WorkerInfo]]:
+        return self._call("workers", (now_arg(now),), parse_workers)

@@ -87,3 +87,17 @@ class KeySpace:
     def wake(self, queue: str) -> str:
         """The list idle workers of ``queue`` block on; scripts push a token when jobs get ready."""
         return f"{self.root}q:{queue}:wake"
+
+    @property
+    def paused(self) -> str:
+        """The set of the namespace's paused queues."""
+        return f"{self.root}paused"
+
+    @property
+    def workers(self) -> str:
+        """The worker registry: live worker ids, scored by when their entry lapses."""
+        return f"{self.root}workers"
+
+    def worker(self, worker_id: str) -> str:
+        """A live worker's hash (it lapses unless the worker announces itself again)."""
+        return f"{self.root}worker:{worker_id}"

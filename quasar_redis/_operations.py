@@ -255,3 +255,24 @@ class Operations:
         before the end, which ``next_cursor is None`` marks.
         """
         return self.calls.page_jobs(queue, status, after, limit, now)
+
+    # queues and workers -----------------------------------------------------------------------
+
+    def pause(self, queue: str, *, now: int | None = None) -> Call[bool]:
+        """Stop leasing jobs of ``queue`` to any worker (atomically: every claim checks it);
+        enqueue and inspection go on. True if it was not paused before. An unknown or
+        malformed queue name raises InvalidArgument."""
+        return self.calls.pause(queue, now)
+
+    def resume(self, queue: str, *, now: int | None = None) -> Call[bool]:
+        """Lease jobs of a paused ``queue`` again, waking its idle workers. True if it was
+        paused."""
+        return self.calls.resume(queue, now)
+
+    def queues(self, *, now: int | None = None) -> Call[list[t.QueueInfo]]:
+        """Every queue of the namespace, sorted by name: its counts and whether it is paused."""
+        return self.calls.queues(now)
+
+    def workers(self, *, now: int | None = None) -> Call[list[t.WorkerInfo]]:
+        """The live workers of the namespace, by id, as each last announced itself."""
+        return self.calls.workers(now)

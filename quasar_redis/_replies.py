@@ -32,11 +32,13 @@ REFUSALS: dict[str, Callable[[list[Any]], t.JobError]] = {
     "NotFailed": lambda a: t.NotFailed(),
     "FenceChanged": lambda a: t.FenceChanged(),
     "NothingClaimable": lambda a: t.NothingClaimable(int(a[0]) if a[0] else None),
+    "QueuePaused": lambda a: t.QueuePaused(text(a[0])),
 }
 #: Tags that raise instead (data no script of ours wrote).
 FAULTS = ("CorruptJob", "CorruptKey")
 #: Tags of applied replies (and of the parts inside them).
 APPLIED = (
+    "Announced",
     "BatchApplied",
     "Reported",
     "ReportClaimed",
@@ -50,9 +52,14 @@ APPLIED = (
     "JobApplied",
     "Jobs",
     "Page",
+    "Paused",
     "Promoted",
     "Pruned",
+    "Queues",
+    "Resumed",
+    "Retired",
     "Swept",
+    "Workers",
 )
 
 _outcome_applied = t.builder(t.OutcomeApplied)
@@ -291,3 +298,52 @@ def parse_count(tag: str) -> Callable[[Any], int]:
         return int(_read_only(tag)(reply)[2])
 
     return parse
+
+
+def parse_now(tag: str) -> Callable[[Any], int]:
+    """The parser of a reply ``{tag, now}``: the server's now."""
+
+    def parse(reply: Any) -> int:
+        return int(_read_only(tag)(reply)[1])
+
+    return parse
+
+
+def parse_flag(tag: str) -> Callable[[Any], bool]:
+    """The parser of a reply ``{tag, now, "1" | "0"}`` (pause, resume, retire)."""
+
+    def parse(reply: Any) -> bool:
+        return bool(int(_read_only(tag)(reply)[2]))
+
+    return parse
+
+
+def parse_queues(reply: Any) -> list[t.QueueInfo]:
+    reply = _read_only("Queues")(reply)
+    now = int(reply[1])
+    return [
+        t.QueueInfo(text(q[0]), t.QueueCounts(now, *(int(x) for x in q[2:])), q[1] == b"1")
+        for q in reply[2:]
+    ]
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    return tuple(text(value).split())
+
+
+def parse_workers(reply: Any) -> list[t.WorkerInfo]:
+    reply = _read_only("Workers")(reply)
+    return [
+        t.WorkerInfo(
+            id=text(w[0]),
+            host=text(w[1]),
+            pid=int(w[2]),
+            queues=_words(w[3]),
+            concurrency=int(w[4]),
+            running=_words(w[5]),
+            version=text(w[6]),
+            started_at=int(w[7]),
+            last_seen=int(w[8]),
+        )
+        for w in reply[2:]
+    ]

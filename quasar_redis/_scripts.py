@@ -64,13 +64,21 @@ NAMES = (
     "get",
     "counts",
     "list",
+    "pause",
+    "resume",
+    "queues",
+    "announce",
+    "retire",
+    "workers",
 )
 
 #: Flags of the functions (Redis 7 reads them at FUNCTION LOAD; a script without flags runs under
 #: Redis's older rules). ``no-writes``: the call only reads, so it runs on a full Redis (and a
 #: replica). ``allow-oom``: the call runs on a full Redis: prune deletes, and cancel rewrites a
 #: job in place (plus a call record and an event) so that an operator can drain a full queue;
-#: the rest is refused whole, before it writes anything. Scripts (EVALSHA) carry no flags: a
+#: pause and resume add or remove one set member (an operator stops or restarts a queue in an
+#: incident); retire and workers only delete. The rest is refused whole, before it writes
+#: anything. Scripts (EVALSHA) carry no flags: a
 #: ``#!lua`` line would break them on Redis 6.2 and fakeredis; there Redis refuses only a
 #: script's first write, so reads and prune run on a full Redis too.
 FLAGS = {
@@ -79,6 +87,11 @@ FLAGS = {
     "list": "no-writes",
     "prune": "allow-oom",
     "cancel": "allow-oom",
+    "queues": "no-writes",
+    "pause": "allow-oom",
+    "resume": "allow-oom",
+    "retire": "allow-oom",
+    "workers": "allow-oom",
 }
 
 

@@ -234,6 +234,14 @@ class NothingClaimable:
     next_at: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class QueuePaused:
+    """A claim of a paused queue (``pause``), or of a job of one: nothing is leased from it
+    until ``resume``."""
+
+    queue: str
+
+
 JobError: TypeAlias = (
     MissingJob
     | DuplicateJob
@@ -249,6 +257,7 @@ JobError: TypeAlias = (
     | NotFailed
     | FenceChanged
     | NothingClaimable
+    | QueuePaused
 )
 
 # --- jobs and tokens -------------------------------------------------------------------------
@@ -430,6 +439,34 @@ class QueueCounts:
 
     def by_status(self) -> dict[Status, int]:
         return {status: getattr(self, status.value) for status in Status}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue of the namespace (``queues``): its counts and whether it is paused."""
+
+    name: str
+    counts: QueueCounts
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker as it last announced itself (``workers``); times in ms, server clock.
+
+    ``running``: the ids of the jobs it held then; ``started_at``: its first announcement (since
+    its entry last lapsed); ``last_seen``: its last one.
+    """
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    running: tuple[str, ...]
+    version: str
+    started_at: int
+    last_seen: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,6 +258,10 @@ class AsyncQuasar(ClientBase):
     counts = coroutine(Operations.counts)
     list_jobs = coroutine(Operations.list_jobs)
     page_jobs = coroutine(Operations.page_jobs)
+    pause = coroutine(Operations.pause)
+    resume = coroutine(Operations.resume)
+    queues = coroutine(Operations.queues)
+    workers = coroutine(Operations.workers)
 
     # the worker's waits ------------------------------------------------------------------------
 

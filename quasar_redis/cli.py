@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar
 
 import click
 import redis
+from click.core import ParameterSource
 from rich.console import Console
 
 from . import __version__
@@ -271,6 +272,20 @@ def prefetch_option(
     "docs/guarantees.md); refused by default.",
 )
 @click.option(
+    "--processes",
+    "-p",
+    default=None,
+    type=click.IntRange(1, 1000),
+    help="Run plain-function tasks in this many processes of their own (CPU-bound work; a job "
+    "past its timeout is killed); --concurrency defaults to it. Default: in threads.",
+)
+@click.option(
+    "--max-jobs-per-process",
+    default=None,
+    type=click.IntRange(1),
+    help="With --processes: replace a process after it ran this many jobs.",
+)
+@click.option(
     "--reload",
     is_flag=True,
     help="Development: restart the worker when a .py file under the current folder changes "
@@ -293,6 +308,8 @@ def worker(
     burst: bool,
     max_jobs: int | None,
     allow_eviction: bool,
+    processes: int | None,
+    max_jobs_per_process: int | None,
     reload: bool,
     worker_id: str | None,
     log_level: str,
@@ -309,6 +326,8 @@ def worker(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     app = load_app(app_path)
+    if processes is not None and ctx.get_parameter_source("concurrency") is ParameterSource.DEFAULT:
+        concurrency = processes
     try:
         runner = Worker(
             app,
@@ -322,6 +341,8 @@ def worker(
             burst=burst,
             max_jobs=max_jobs,
             allow_eviction=allow_eviction,
+            processes=processes,
+            max_jobs_per_process=max_jobs_per_process,
         )
         runner.run(install_signals=True)
     except QuasarError as exc:

@@ -144,6 +144,10 @@ class Quasar(ClientBase):
     counts = blocking(Operations.counts)
     list_jobs = blocking(Operations.list_jobs)
     page_jobs = blocking(Operations.page_jobs)
+    pause = blocking(Operations.pause)
+    resume = blocking(Operations.resume)
+    queues = blocking(Operations.queues)
+    workers = blocking(Operations.workers)
 
 
 def _packed_sender(client: Any) -> Callable[[Command], Any] | None:

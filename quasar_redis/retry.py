@@ -43,6 +43,9 @@ class Snooze(Exception):
         super().__init__(f"snoozed for {delay}s")
         self.delay = delay
 
+    def __reduce__(self) -> tuple[type[Snooze], tuple[float]]:  # from a task's own process
+        return (Snooze, (self.delay,))
+
 
 class PermanentFailure(Exception):
     """Raised by a task: fail this job for good, whatever attempts remain (no retry)."""

@@ -23,7 +23,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from quasar_redis import Quasar
+from quasar_redis import App, Connector, Quasar
 
 from .clients import KINDS, clients
 from .helpers import REDIS_URL, delete_namespace, real_redis
@@ -89,3 +89,20 @@ def q(
 def sync_q(redis_client: Any, backend: str, namespace: str) -> Quasar:
     """The blocking client alone (for a test that calls it from other threads)."""
     return Quasar(redis_client, namespace, functions=backend == "redis")
+
+
+@pytest.fixture
+def app(backend: str, namespace: str) -> Iterator[App]:
+    """An App of the test's namespace, on each backend (memory:// and the real server)."""
+    if backend == "fake":
+        made = App(connector=Connector("memory://"), namespace=namespace)
+        yield made
+        made.client.redis.close()
+        return
+    real_redis().close()  # skip (or fail under QUASAR_REQUIRE_REDIS=1) without a server
+    made = App(REDIS_URL, namespace=namespace)
+    try:
+        yield made
+    finally:
+        delete_namespace(made.client.redis, namespace)
+        made.client.redis.close()

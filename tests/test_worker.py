@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,6 @@ from quasar_redis import (
     CancelApplied,
     ClaimApplied,
     Complete,
-    Connector,
     Exponential,
     Failed,
     Fixed,
@@ -76,22 +75,6 @@ def eventually(check: Callable[[], bool], timeout: float) -> bool:
             return False
         time.sleep(0.01)
     return True
-
-
-@pytest.fixture
-def app(backend: str, namespace: str) -> Iterator[App]:
-    if backend == "fake":
-        made = App(connector=Connector("memory://"), namespace=namespace)
-        yield made
-        made.client.redis.close()
-        return
-    real_redis().close()  # skip (or fail under QUASAR_REQUIRE_REDIS=1) without a server
-    made = App(REDIS_URL, namespace=namespace)
-    try:
-        yield made
-    finally:
-        delete_namespace(made.client.redis, namespace)
-        made.client.redis.close()
 
 
 def declare(app: App, fn: Callable[..., Any], **options: Any) -> Task[..., Any]:

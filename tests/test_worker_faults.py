@@ -29,8 +29,6 @@ from . import test_worker as tw
 from .helpers import delete_namespace, wait_for
 from .servers import RedisServer
 
-app = tw.app  # the fixture: an App on each backend
-
 
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, -1, 1e13, "1", True])
 def test_a_snooze_or_a_fixed_retry_delay_redis_cannot_keep_is_refused_at_once(bad: Any) -> None:

@@ -28,6 +28,8 @@ from ._maintenance import Maintenance
 from ._outbox import Outbox
 from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
+from ._processes import ProcessPool
+from ._registry import Registry
 from ._running import Runner
 from ._startup import announce, check_eviction, check_settings, connect
 
@@ -45,7 +47,10 @@ class Worker:
     refused credentials or permissions raise AuthenticationError / PermissionDenied at once, at
     start or later. ``burst``: stop once nothing of its queues is claimable and none of its jobs
     runs (jobs scheduled for later stay). ``max_jobs``: stop once it has run that many (each
-    attempt counts). Settings out of bounds raise InvalidArgument. A Redis whose
+    attempt counts). ``processes``: run plain-function tasks in that many processes of their
+    own (one job each at a time; a job past its timeout, or whose lease is lost, is stopped by
+    killing its process), each replaced after ``max_jobs_per_process`` jobs if set; None: in
+    threads. Settings out of bounds raise InvalidArgument. A Redis whose
     ``maxmemory-policy`` may evict keys is refused (ConfigurationError) unless ``allow_eviction``.
 
     ``run()`` serves on an event loop of its own until SIGTERM / SIGINT; ``await serve()`` on
@@ -72,6 +77,8 @@ class Worker:
         burst: bool = False,
         max_jobs: int | None = None,
         allow_eviction: bool = False,
+        processes: int | None = None,
+        max_jobs_per_process: int | None = None,
     ) -> None:
         if isinstance(queues, str) or not queues:
             raise InvalidArgument(f"queues must be a non-empty list of names: got {queues!r}")
@@ -82,6 +89,8 @@ class Worker:
             connect_timeout=connect_timeout,
             max_jobs=max_jobs,
             prefetch=prefetch,
+            processes=processes,
+            max_jobs_per_process=max_jobs_per_process,
         )
         self.app = app
         self.queues = [check_name(q, "queue") for q in queues]
@@ -98,6 +107,8 @@ class Worker:
         self.burst = burst
         self.max_jobs = max_jobs
         self.allow_eviction = allow_eviction
+        self.processes = processes
+        self.max_jobs_per_process = max_jobs_per_process
         self.stats = WorkerStats()
         # Jobs it may hold beyond ``concurrency`` now (prefetch="auto": from recent run times).
         self._prefetch = Prefetch(prefetch, concurrency)
@@ -138,10 +149,20 @@ class Worker:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
+        processes = self._process_pool()
         await connect(self.app, self.connect_timeout, self._stopping)
         await check_eviction(self.app, self.allow_eviction)
-        keeper, runner, claimer, pool = self._open(loop)
+        if processes is not None:
+            await processes.start()
+        keeper, runner, claimer, pool = self._open(loop, processes)
         maintenance = asyncio.create_task(self._maintenance(runner, claimer).run())
+        registry = Registry(
+            client=claimer.client,
+            runner=runner,
+            queues=self.queues,
+            interval=self.maintenance_interval,
+        )
+        announcing = asyncio.create_task(registry.run())
         announce(self.worker_id, self.app, self.queues, self._settings())
         if self._started is not None:  # ``with``: the block begins
             self._started.set()
@@ -154,16 +175,29 @@ class Worker:
             claimer.report_unanswered()
             await self._drain(runner)
             maintenance.cancel()
-            await asyncio.gather(maintenance, return_exceptions=True)
+            announcing.cancel()
+            await asyncio.gather(maintenance, announcing, return_exceptions=True)
+            await registry.retire()
             claimer.outbox.flush()
             await asyncio.to_thread(keeper.stop)
             assert self._keeper is not None
             self._keeper.client.close()
             pool.shutdown(wait=False, cancel_futures=True)
+            if processes is not None:
+                await processes.close()
             log.info("worker %s stopped", self.worker_id)
 
+    def _process_pool(self) -> ProcessPool | None:
+        """The processes plain-function tasks run in, if asked for; InvalidArgument for a task
+        a fresh process cannot import."""
+        if self.processes is None:
+            return None
+        pool = ProcessPool(self.processes, max_jobs_per_process=self.max_jobs_per_process)
+        pool.check(self.app.tasks)
+        return pool
+
     def _open(
-        self, loop: asyncio.AbstractEventLoop
+        self, loop: asyncio.AbstractEventLoop, processes: ProcessPool | None = None
     ) -> tuple[LeaseKeeper, Runner, Claimer, ThreadPoolExecutor]:
         """The parts of one serve(): the lease keeper (started), the runner, the claim loops."""
         client = self.app.aclient()
@@ -185,6 +219,7 @@ class Worker:
             keeper=keeper,
             outbox=outbox,
             pool=pool,
+            processes=processes,
             stopping=self._stopping,
             slot=self._slot,
             poke=self._poke,
@@ -206,6 +241,7 @@ class Worker:
         """The settings the start line shows."""
         text = f"concurrency {self.concurrency}, prefetch {self.prefetch}"
         text += ", burst" if self.burst else ""
+        text += f", {self.processes} processes" if self.processes else ""
         return text if self.max_jobs is None else f"{text}, max_jobs {self.max_jobs}"
 
     def _maintenance(self, runner: Runner, claimer: Claimer) -> Maintenance:

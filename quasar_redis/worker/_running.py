@@ -36,6 +36,7 @@ from ._lease_keeper import LOST as LEASE_LOST
 from ._lease_keeper import Lease, LeaseKeeper, log_loss
 from ._outbox import Outbox
 from ._prefetch import Prefetch
+from ._processes import ProcessPool
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -59,6 +60,7 @@ class Runner:
         keeper: LeaseKeeper,
         outbox: Outbox,
         pool: ThreadPoolExecutor,
+        processes: ProcessPool | None = None,
         stopping: asyncio.Event,
         slot: asyncio.Event,
         poke: asyncio.Event,
@@ -73,6 +75,7 @@ class Runner:
         self.keeper = keeper
         self.outbox = outbox
         self.pool = pool
+        self.processes = processes  # plain functions run here when set, else in ``pool``
         self.stopping = stopping  # set: no job starts any more
         self.slot = slot  # set when a slot may have freed (a full claim loop waits on it)
         self.poke = poke  # set to look for work again (ends an idle wait)
@@ -168,13 +171,12 @@ class Runner:
         except (TypeError, CorruptDataError) as exc:
             return o.permanent("BadPayload", str(exc))
         try:
-            if task.timeout is None:
-                if task.is_async:
-                    value = await task.fn(*args, **kwargs)
-                else:
-                    value = await self._call(task, args, kwargs)
+            if task.timeout is None or (self.processes is not None and not task.is_async):
+                value = await self._call(task, args, kwargs, running.ctx)
             else:
-                value = await asyncio.wait_for(self._call(task, args, kwargs), task.timeout)
+                value = await asyncio.wait_for(
+                    self._call(task, args, kwargs, running.ctx), task.timeout
+                )
         except Snooze as snooze:
             return o.snoozed(snooze)
         except PermanentFailure as exc:
@@ -191,9 +193,13 @@ class Runner:
             return o.failure(task, job, exc, o.error_kind(exc), str(exc) or repr(exc))
         return o.success(value, task)
 
-    async def _call(self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    async def _call(
+        self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any], job: JobContext
+    ) -> Any:
         if task.is_async:
             return await task.fn(*args, **kwargs)
+        if self.processes is not None:  # its timeout counts from when its process takes it
+            return await self.processes.run(task, args, kwargs, job, task.timeout)
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, task.fn, *args, **kwargs)
         return await self.loop.run_in_executor(self.pool, call)

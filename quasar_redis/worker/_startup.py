@@ -46,6 +46,8 @@ def check_settings(
     connect_timeout: float,
     max_jobs: int | None,
     prefetch: Any,
+    processes: int | None = None,
+    max_jobs_per_process: int | None = None,
 ) -> None:
     """InvalidArgument, naming the setting, for a value out of its bounds."""
     bounds = [
@@ -62,6 +64,14 @@ def check_settings(
         (
             max_jobs is None or _whole(max_jobs, 1),
             f"max_jobs must be None or an integer >= 1: got {max_jobs!r}",
+        ),
+        (
+            processes is None or _whole(processes, 1),
+            f"processes must be None or an integer >= 1: got {processes!r}",
+        ),
+        (
+            max_jobs_per_process is None or _whole(max_jobs_per_process, 1),
+            f"max_jobs_per_process must be None or an integer >= 1: got {max_jobs_per_process!r}",
         ),
         (
             prefetch == "auto" or _whole(prefetch, 0),

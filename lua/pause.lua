@@ -1,0 +1,42 @@
+-- pause: from now on the queue leases nothing: every claim of it (claim.lua by queue,
+-- claim_job.lua by id, report_claim.lua's claim) is refused QueuePaused until resume.lua; a
+-- claim of many applied before this call keeps its jobs. Enqueue, counts, lists, heartbeats,
+-- outcomes, sweep, promote, cancel, retry and prune go on as before; enqueue pushes no wake-up
+-- token for a paused queue (finish in _lib.lua). Idempotent.
+-- Checks, in order: InvalidJob (the queue's name; a queue the namespace never had: unknown);
+-- the types of the namespace's queue and paused sets (CorruptKey).
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue
+--
+-- Replies
+--   {"Paused", now, changed}   changed: "1" when the queue was not paused before, else "0"
+--   {"InvalidJob", reason} | {"CorruptKey", key, reason}
+-- A re-sent call (same call id) gets the first delivery's answer again ("Paused", "", changed).
+
+-- The opening of pause / resume: now and the queue, or nil and a refusal.
+local function open_pause(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
+  if now == nil then return nil, e end
+  local queue = args[3]
+  local bad = name_error(queue, "queue")
+    or check_types(ctx, {key_queues(ctx), key_paused(ctx)}, "set")
+  if bad then return nil, bad end
+  if redis.call("SISMEMBER", key_queues(ctx), queue) == 0 then
+    return nil, invalid("unknown queue '" .. queue .. "': nothing was ever enqueued to it")
+  end
+  return now, queue
+end
+
+local function main(ctx)
+  local now, queue = open_pause(ctx)
+  if now == nil then return queue end
+  local again = recorded(ctx)
+  if again then return applied("Paused", "", again) end
+  local changed = fmt(ctx, redis.call("SADD", key_paused(ctx), queue))
+  record(ctx, changed)
+  return applied("Paused", fmt(ctx, now), changed)
+end
+
+return run_call(KEYS, ARGV, main)

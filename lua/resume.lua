@@ -1,0 +1,33 @@
+-- resume: a paused queue (pause.lua) leases again; its idle workers are woken at once: one
+-- wake-up token per claimable job (ready, or delayed and due), at most WAKE_MAX. Idempotent.
+-- Checks, in order: those of pause.lua (InvalidJob, CorruptKey), then the types of the keys it
+-- reads and writes (ready, delayed, wake).
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue
+--
+-- Replies
+--   {"Resumed", now, changed}   changed: "1" when the queue was paused, else "0"
+--   {"InvalidJob", reason} | {"CorruptKey", key, reason}
+-- A re-sent call (same call id) gets the first delivery's answer again ("Resumed", "", changed).
+
+local RESUME_WRITES = {"ready", "delayed", wake = true}
+
+local function main(ctx)
+  local now, queue = open_pause(ctx)
+  if now == nil then return queue end
+  local again = recorded(ctx)
+  if again then return applied("Resumed", "", again) end
+  local bad = writes_error(ctx, queue, RESUME_WRITES)
+  if bad then return bad end
+  local changed = redis.call("SREM", key_paused(ctx), queue)
+  if changed == 1 then
+    local due = redis.call("ZCARD", key_q(ctx, queue, "ready"))
+      + redis.call("ZCOUNT", key_q(ctx, queue, "delayed"), "-inf", fmt(ctx, now))
+    for _ = 1, math.min(due, WAKE_MAX) do wake(ctx, queue) end
+  end
+  record(ctx, fmt(ctx, changed))
+  return applied("Resumed", fmt(ctx, now), fmt(ctx, changed))
+end
+
+return run_call(KEYS, ARGV, main)

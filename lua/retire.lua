@@ -1,0 +1,24 @@
+-- retire: a worker that stops takes its entry out of the registry (announce.lua) at once,
+-- rather than letting it lapse. Idempotent.
+-- Checks, in order: InvalidJob (the worker id); the registry's key types (CorruptKey).
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] worker id
+--
+-- Replies
+--   {"Retired", now, removed}   removed: "1" when the worker had an entry, else "0"
+--   {"InvalidJob", reason} | {"CorruptKey", key, reason}
+
+local function main(ctx)
+  local args = ctx.args
+  local now, e = clock(args[2])
+  if now == nil then return e end
+  local workers, k = registry_keys(ctx, args[3])
+  if workers == nil then return k end
+  local removed = redis.call("ZREM", workers, args[3])
+  redis.call("DEL", k)
+  drop_lapsed(ctx, workers, now)
+  return applied("Retired", fmt(ctx, now), fmt(ctx, removed))
+end
+
+return run_call(KEYS, ARGV, main)

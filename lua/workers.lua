@@ -1,0 +1,38 @@
+-- workers: the live workers of the namespace (announce.lua), by worker id. Drops the members
+-- whose entry lapsed first (a dead worker is gone from the reply once its ttl has passed, even
+-- if no live worker announces meanwhile); nothing else is written.
+-- Checks: the registry's key type (CorruptKey); a worker hash of another type is left out.
+--
+-- KEYS[1]  namespace prefix
+-- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)
+--
+-- Replies
+--   {"Workers", now, {id, host, pid, queues, concurrency, running, version, started_at,
+--    last_seen}...}   queues and running space-separated
+--   {"InvalidJob", reason} | {"CorruptKey", key, reason}
+
+local WORKER_FIELDS = {"h", "p", "q", "c", "r", "v", "sa", "ls"}
+
+local function main(ctx)
+  local now, e = clock(ctx.args[2])
+  if now == nil then return e end
+  local workers, bad = registry_keys(ctx)
+  if workers == nil then return bad end
+  drop_lapsed(ctx, workers, now)
+  local out = {"Workers", fmt(ctx, now)}
+  local ids = redis.call("ZRANGE", workers, "0", "-1")
+  table.sort(ids)
+  for _, id in ipairs(ids) do
+    local _, k = registry_keys(ctx, id)
+    if k then -- (an id that names no key of ours, or a key of another type: left out)
+      local v = redis.call("HMGET", k, unpack(WORKER_FIELDS))
+      if v[1] and v[8] then -- (a hash without them was not written by announce.lua)
+        out[#out + 1] = {id, v[1], v[2] or "0", v[3] or "", v[4] or "0", v[5] or "", v[6] or "",
+          v[7] or v[8], v[8]}
+      end
+    end
+  end
+  return out
+end
+
+return run_call(KEYS, ARGV, main)
