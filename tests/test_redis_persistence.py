@@ -1,6 +1,7 @@
 """Redis itself failing under load, on a ``redis-server`` of the test's own, with a producer
 enqueueing and ``quasar worker`` processes running jobs throughout: killed with ``appendfsync
-everysec``, stopped with SIGTERM, and restarted from an append-only file cut at an arbitrary byte.
+everysec``, stopped with SIGTERM, and restarted from an append-only file cut at an arbitrary byte
+(its workers dead, or living on through the rollback).
 
 Each test keeps what the producer was told (every batch acknowledged, and when) and the tasks'
 log (every attempt's start and end, see ``worker_tasks``), and checks after the restart what
@@ -139,15 +140,22 @@ def done_count(q: Quasar) -> int:
 
 @dataclass
 class Stage:
-    """One test's Redis, workers, producer and client."""
+    """One test's Redis, workers, producers and client."""
 
     server: RedisServer
     fleet: Fleet
     q: Quasar
     lease_ms: int
+    producers: list[Producer] = field(default_factory=list)
 
     def start_worker(self, name: str) -> WorkerProcess:
         return self.fleet.start(name, lease_ms=self.lease_ms, concurrency=16)
+
+    def produce(self, stage: str, prefix: str) -> Producer:
+        """A producer of ``stage`` jobs, stopped when the test ends."""
+        made = Producer(self.server.url, self.fleet.namespace, stage, prefix)
+        self.producers.append(made)
+        return made
 
 
 @pytest.fixture
@@ -157,9 +165,12 @@ def stage(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Ite
         server.start()
         fleet = Fleet(tmp_path, server.url, namespace)
         q = Quasar(redis.Redis.from_url(server.url, socket_timeout=5), namespace)
+        made = Stage(server, fleet, q, lease_ms)
         try:
-            yield Stage(server, fleet, q, lease_ms)
+            yield made
         finally:
+            for producer in made.producers:
+                producer.stop.set()
             fleet.close()
             q.redis.close()
 
@@ -214,7 +225,7 @@ WINDOW_S = 2.0
 @pytest.mark.parametrize("stage", [EVERYSEC], indirect=True, ids=["everysec"])
 def test_a_crash_with_everysec_loses_at_most_the_last_seconds(stage: Stage) -> None:
     survivors = [stage.fleet.started(stage.start_worker(f"E{i}")) for i in (1, 2)]
-    producer = Producer(stage.server.url, stage.fleet.namespace, "wt.quick", "e")
+    producer = stage.produce("wt.quick", "e")
     wait_for(lambda: done_count(stage.q) >= 1000, 60, "the workers to run 1,000 jobs")
     crash = time.monotonic()
     stage.server.kill(signal.SIGKILL)
@@ -249,7 +260,7 @@ def test_redis_stopped_with_sigterm_under_load_loses_nothing_and_runs_nothing_tw
     stage: Stage,
 ) -> None:
     survivors = [stage.fleet.started(stage.start_worker(f"T{i}")) for i in (1, 2)]
-    producer = Producer(stage.server.url, stage.fleet.namespace, "wt.quick", "s")
+    producer = stage.produce("wt.quick", "s")
     wait_for(lambda: done_count(stage.q) >= 1000, 60, "the workers to run 1,000 jobs")
     stopped = time.monotonic()
     stage.server.kill(signal.SIGTERM)
@@ -422,7 +433,7 @@ def test_an_aof_cut_at_any_byte_loses_only_what_was_cut(stage: Stage, remedy: st
     # byte); Redis restarts on it, then new workers come; later Redis restarts once more.
     for i in (1, 2):
         stage.fleet.started(stage.start_worker(f"A{i}"))
-    producer = Producer(stage.server.url, stage.fleet.namespace, "wt.quick_short", "a")
+    producer = stage.produce("wt.quick_short", "a")
     wait_for(lambda: done_count(stage.q) >= 1500, 60, "the workers to run 1,500 jobs")
     stage.server.kill(signal.SIGKILL)
     crash = time.monotonic()
@@ -484,7 +495,7 @@ def test_workers_that_live_through_a_rollback_never_make_a_stale_result_stand(
     fences it hands out again repeat the forgotten ones; the nonces do not, so a worker holding a
     forgotten lease is refused, and every job's result is the run of the lease Redis holds."""
     survivors = [stage.fleet.started(stage.start_worker(f"L{i}")) for i in (1, 2)]
-    producer = Producer(stage.server.url, stage.fleet.namespace, "wt.quick_short", "r")
+    producer = stage.produce("wt.quick_short", "r")
     wait_for(lambda: done_count(stage.q) >= 1500, 60, "the workers to run 1,500 jobs")
     stage.server.kill(signal.SIGKILL)
     ids = producer.ids()
