@@ -229,7 +229,9 @@ def test_a_crash_with_everysec_loses_at_most_the_last_seconds(stage: Stage) -> N
     wait_for(lambda: done_count(stage.q) >= 1000, 60, "the workers to run 1,000 jobs")
     crash = time.monotonic()
     stage.server.kill(signal.SIGKILL)
-    ran_before = Counter(x.job for x in stage.fleet.log() if x.how == "ok")
+    log = stage.fleet.log()
+    ran_before = Counter(x.job for x in log if x.how == "ok")
+    started_before = {x.job for x in log if x.event == "start"}
     stage.server.start()
     mark = len(stage.fleet.log())
     ids = restarted_under_load(stage, producer, crash)
@@ -243,7 +245,7 @@ def test_a_crash_with_everysec_loses_at_most_the_last_seconds(stage: Stage) -> N
     ran = finish_all(stage, kept)
     assert set(ran) - kept <= {job_id for _, job_id in lost}
     again = [job_id for job_id in kept if ran[job_id] > 1]
-    assert all(ran_before[job_id] for job_id in again), "ran twice, not for a lost outcome"
+    assert set(again) <= started_before, "ran twice, though Redis lost nothing of it"
     print(
         f"everysec, kill -9 under load: {len(before)} jobs acknowledged before the crash, "
         f"{len(lost)} lost (window {window:.2f}s); {len(ran_before)} had succeeded by then, "
@@ -445,7 +447,8 @@ def test_an_aof_cut_at_any_byte_loses_only_what_was_cut(stage: Stage, remedy: st
     data = path.read_bytes()
     cut = int(len(data) * random.Random(len(data)).uniform(0.5, 0.95))
     if remedy == "none":
-        cut = inside_an_enqueue(data, cut, stage.q.keys.root.encode(), set(ids))
+        start = int(len(data) * random.Random(len(data)).uniform(0.4, 0.7))
+        cut = inside_an_enqueue(data, start, stage.q.keys.root.encode(), set(ids))
     with path.open("r+b") as f:
         f.truncate(cut)
     load_cut_file(stage.server, remedy)
