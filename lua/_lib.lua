@@ -849,6 +849,21 @@ local function retry_or_fail(ctx, h, kind, reason, now, delay)
   return {st = "F", fin = fmt(ctx, now), ek = kind, em = reason}
 end
 
+-- The failure history of a job (docs/lifecycle.md, "Failure history"): its last 5 failed
+-- attempts, newest first, in the list KEYS[1].."errors:"..id (type-checked by each caller before
+-- its first write), each "<attempt> <at> <kind> <length of message>:<message><traceback>".
+-- Prune deletes it with the job.
+local function key_errors(ctx, id) return ctx.prefix .. "errors:" .. id end
+
+-- Keeps the failed attempt of job `id` (its attempt h.a, at now) in its history.
+local function keep_error(ctx, id, h, kind, reason, trace, now)
+  local kept, k = 5, key_errors(ctx, id)
+  local entry = h.a .. " " .. fmt(ctx, now) .. " " .. kind .. " " .. #reason .. ":" .. reason
+  if redis.call("LPUSH", k, entry .. trace) > kept then
+    redis.call("LTRIM", k, "0", fmt(ctx, kept - 1))
+  end
+end
+
 -- Refusal for kind / reason arguments of fail-like calls.
 local function error_text_error(kind, reason)
   if not valid_name(kind, NAME_MAX) then
@@ -879,12 +894,12 @@ end
 
 -- The body of complete.lua / fail.lua / permanent_fail.lua / release.lua: the lease opened, a
 -- re-sent call answered from its record, else `edge` (the script's own: a refusal, or nil once
--- the job has moved) with the script's three arguments, then the record.
-local function lease_outcome(ctx, edge, a, b, k)
+-- the job has moved) with the script's arguments (up to four), then the record.
+local function lease_outcome(ctx, edge, a, b, k, d)
   local c, err = open_lease(ctx)
   if c == nil then return err end
   if c.record then return job_applied(ctx, c, "") end
-  local bad = edge(ctx, c, a, b, k)
+  local bad = edge(ctx, c, a, b, k, d)
   if bad then return bad end
   record(ctx, "A")
   return job_applied(ctx, c, fmt(ctx, c.now))

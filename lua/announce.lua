@@ -3,9 +3,9 @@
 -- again, and its member of KEYS[1].."workers", scored by that same deadline. A dead worker's
 -- entry lapses by itself; this call and workers.lua also drop every member whose deadline has
 -- passed, so the registry holds the live workers and no more.
--- Checks, in order: InvalidJob (the worker id: 1-256 bytes, no whitespace; the ttl: 1 s to 1 h;
--- the pid and concurrency: nonnegative integers; the queue names; the other fields' lengths);
--- the registry's key types (CorruptKey).
+-- Checks, in order: InvalidJob (the ttl: 1 s to 1 h; the pid and concurrency: nonnegative
+-- integers; the queue names; the other fields' lengths; the worker id: 1-256 bytes, no
+-- whitespace); the registry's key types (CorruptKey).
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused: announcing again is harmless)   ARGV[2] now ("" = server clock)
@@ -23,7 +23,9 @@ local TTL_MIN, TTL_MAX = 1000, 3600000
 
 -- The registry's keys, type-checked: the set of live workers and, given a worker id, that
 -- worker's hash; or nil and a refusal (an id that cannot name a key, a key of another type).
-local function registry_keys(ctx, id)
+-- Once they passed, the members whose entry lapsed before `now` are dropped (their hashes lapse
+-- by themselves).
+local function registry_keys(ctx, now, id)
   local workers, k = ctx.prefix .. "workers", nil
   local bad = check_types(ctx, {workers}, "zset")
   if id then
@@ -32,12 +34,8 @@ local function registry_keys(ctx, id)
       or id_error(id, "worker_id") or check_types(ctx, {k}, "hash")
   end
   if bad then return nil, bad end
-  return workers, k
-end
-
--- Drops the members whose entry lapsed (their hashes lapse by themselves).
-local function drop_lapsed(ctx, workers, now)
   redis.call("ZREMRANGEBYSCORE", workers, "-inf", fmt(ctx, now))
+  return workers, k
 end
 
 local function announce_error(ctx)
@@ -63,13 +61,12 @@ local function main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
   if now == nil then return e end
-  local id = args[3]
-  local workers, k = registry_keys(ctx, id)
-  if workers == nil then return k end
   local bad = announce_error(ctx)
   if bad then return bad end
+  local id = args[3]
+  local workers, k = registry_keys(ctx, now, id)
+  if workers == nil then return k end
   local ttl, now_text = args[4], fmt(ctx, now)
-  drop_lapsed(ctx, workers, now)
   redis.call("HSET", k, "h", args[5], "p", args[6], "q", args[7], "c", args[8], "r", args[9],
     "v", args[10], "ls", now_text)
   redis.call("HSETNX", k, "sa", now_text)

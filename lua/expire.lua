@@ -2,7 +2,9 @@
 -- remain, else Failed. Recovery of a dead worker's job, one job, with the fence the caller saw.
 -- Checks, in order (docs/lifecycle.md, expire): MissingJob; InvalidJob for a fence that is no
 -- integer, FenceChanged; then by state: StaleLease for a waiting job, TerminalJob for a finished
--- one; the queue's keys (CorruptKey); LeaseHeld(expires_at) for a lease not yet run out.
+-- one; the queue's keys (CorruptKey); LeaseHeld(expires_at) for a lease not yet run out; the
+-- job's failure history key (CorruptKey). Applied: the attempt is kept in the job's failure
+-- history (kind LeaseExpired, no traceback).
 -- The write is expire_job below; sweep.lua (every queue) and claim.lua (its queue) apply it too.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
@@ -18,8 +20,12 @@
 -- failed attempt would go. Returns the refusal or nil; on success the job has moved.
 local function expire_job(ctx, id, h, now)
   if tonumber(h.x) > now then return refuse("LeaseHeld", h.x) end
-  return move_or_fail(ctx, id, h, now,
-    retry_or_fail(ctx, h, "LeaseExpired", "worker lease expired", now, 0))
+  local kind, reason = "LeaseExpired", "worker lease expired"
+  local bad = check_types(ctx, {key_errors(ctx, id)}, "list")
+    or move_or_fail(ctx, id, h, now, retry_or_fail(ctx, h, kind, reason, now, 0))
+  if bad then return bad end
+  keep_error(ctx, id, h, kind, reason, "", now)
+  return nil
 end
 
 local function main(ctx)

@@ -3,13 +3,15 @@
 -- the other dependents stay blocked, visibly.
 -- Checks, in order: MissingJob; the lease check of docs/lifecycle.md (StaleLease /
 -- LeaseExpired(expires_at)); InvalidJob for a retry delay that is no integer or negative, then
--- our limits on kind and reason.
+-- our limits on kind, reason and traceback; the job's failure history key (CorruptKey).
+-- Applied: the attempt is kept in the job's failure history (keep_error in _lib.lua).
 -- The edge is fail_job below; report.lua applies it too, once per Fail item.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)
 -- ARGV[3..8] token: job_id, input_revision, worker_id, fence, expires_at, nonce
 -- ARGV[9]  caller's worker id   ARGV[10] reason   ARGV[11] retry delay ms   ARGV[12] error kind
+-- ARGV[13] traceback (optional: "" or absent for none; at most 8192 bytes)
 --
 -- Replies
 --   {"JobApplied", now, job}
@@ -18,20 +20,25 @@
 -- A re-sent call (same call id) gets JobApplied again.
 
 -- c: the held job (open_lease). A refusal, or nil once the job has moved.
-local function fail_job(ctx, c, reason, delay_arg, kind)
+local function fail_job(ctx, c, reason, delay_arg, kind, trace)
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end
   local delay, e = duration_arg(delay_arg, "retry_delay", 0)
   if delay == nil then return e end
+  trace = trace or ""
   bad = time_error(c.now + delay, "now + retry_delay") or error_text_error(kind, reason)
-    or check_queue(ctx, c.h.q)
+    or text_error(trace, "traceback") or check_queue(ctx, c.h.q)
+    or check_types(ctx, {key_errors(ctx, c.id)}, "list")
   if bad then return bad end
-  return move_or_fail(ctx, c.id, c.h, c.now, retry_or_fail(ctx, c.h, kind, reason, c.now, delay))
+  bad = move_or_fail(ctx, c.id, c.h, c.now, retry_or_fail(ctx, c.h, kind, reason, c.now, delay))
+  if bad then return bad end
+  keep_error(ctx, c.id, c.h, kind, reason, trace, c.now)
+  return nil
 end
 
 local function main(ctx)
   local args = ctx.args
-  return lease_outcome(ctx, fail_job, args[10], args[11], args[12])
+  return lease_outcome(ctx, fail_job, args[10], args[11], args[12], args[13])
 end
 
 return run_call(KEYS, ARGV, main)

@@ -4,7 +4,8 @@
 -- call; never one finished in the last CALL_TTL_MS (60 s), so that a re-sent call still finds it.
 -- A finished job that a blocked job still depends on is never pruned (the blocked job names it
 -- when it says what it waits on; a Failed one may still be retried by an operator and let it
--- run): a retained one is looked at again CALL_TTL_MS later.
+-- run): a retained one is looked at again CALL_TTL_MS later. A job is deleted with its failure
+-- history and its dependents set.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] max age ms ("" = no age limit)
@@ -28,7 +29,7 @@ end
 
 local function delete_job(ctx, id, h)
   for _, dep in ipairs(split(h.dp or "")) do redis.call("SREM", key_dependents(ctx, dep), id) end
-  redis.call("DEL", key_job(ctx, id), key_dependents(ctx, id))
+  redis.call("DEL", key_job(ctx, id), key_dependents(ctx, id), key_errors(ctx, id))
   if h.st == "S" then redis.call("ZREM", key_q(ctx, h.q, "expiring"), id) end
 end
 

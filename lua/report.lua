@@ -6,11 +6,11 @@
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] caller's worker id
--- ARGV[4]  item count N (1..1000), then N groups of 10:
---   call name, token (job_id, input_revision, worker_id, fence, expires_at, nonce), a, b, k
+-- ARGV[4]  item count N (1..1000), then N groups of 11:
+--   call name, token (job_id, input_revision, worker_id, fence, expires_at, nonce), a, b, k, d
 --   complete: a output_ref, b result, k result_ttl ms ("": none)
---   fail: a reason, b retry delay ms, k error kind
---   permanent_fail: a reason, k error kind   release: a delay ms
+--   fail: a reason, b retry delay ms, k error kind, d traceback ("": none)
+--   permanent_fail: a reason, k error kind, d traceback   release: a delay ms
 --
 -- Replies
 --   {"Reported", now, result...}   each result the job's new state tag (S R F W) when applied, or
@@ -21,13 +21,13 @@
 -- which were applied. A re-sent call (same call id) gets every item's first answer again:
 -- OutcomeApplied for those applied, the same refusal for the others; it changes nothing more.
 
-local REPORT_GROUP = 10
+local REPORT_GROUP = 11
 
--- Each call name's edge, given an item's a, b and k.
+-- Each call name's edge, given an item's a, b, k and d.
 local OUTCOME_EDGES = {
   complete = function(ctx, c, a, b, k) return complete_job(ctx, c, a, b, k) end,
-  fail = function(ctx, c, a, b, k) return fail_job(ctx, c, a, b, k) end,
-  permanent_fail = function(ctx, c, a, _, k) return permanent_fail_job(ctx, c, a, k) end,
+  fail = function(ctx, c, a, b, k, d) return fail_job(ctx, c, a, b, k, d) end,
+  permanent_fail = function(ctx, c, a, _, k, d) return permanent_fail_job(ctx, c, a, k, d) end,
   release = function(ctx, c, a) return release_job(ctx, c, a) end,
 }
 
@@ -57,7 +57,7 @@ local function report_item(ctx, base, i, now, worker, before)
   if h == nil then return err, err end
   if before == true then return h.st, true end
   local bad = OUTCOME_EDGES[args[b + 1]](ctx, {now = now, id = t[1], h = h, t = t, worker = worker},
-    args[b + 8], args[b + 9], args[b + 10])
+    args[b + 8], args[b + 9], args[b + 10], args[b + 11])
   if bad then return bad, bad end
   return h.st, true
 end

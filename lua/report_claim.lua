@@ -8,7 +8,7 @@
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue   ARGV[4] worker id
 -- ARGV[5]  lease duration ms   ARGV[6] claim limit (1..1000)
--- ARGV[7]  item count N (1..1000), then N groups of 10 as in report.lua
+-- ARGV[7]  item count N (1..1000), then N groups of 11 as in report.lua
 --
 -- Replies
 --   {"ReportClaimed", now, {result...}, claim}   the results as report.lua gives them, and the

@@ -13,11 +13,10 @@ local function main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
   if now == nil then return e end
-  local workers, k = registry_keys(ctx, args[3])
+  local workers, k = registry_keys(ctx, now, args[3])
   if workers == nil then return k end
   local removed = redis.call("ZREM", workers, args[3])
   redis.call("DEL", k)
-  drop_lapsed(ctx, workers, now)
   return applied("Retired", fmt(ctx, now), fmt(ctx, removed))
 end
 

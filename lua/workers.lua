@@ -16,20 +16,18 @@ local WORKER_FIELDS = {"h", "p", "q", "c", "r", "v", "sa", "ls"}
 local function main(ctx)
   local now, e = clock(ctx.args[2])
   if now == nil then return e end
-  local workers, bad = registry_keys(ctx)
+  local workers, bad = registry_keys(ctx, now)
   if workers == nil then return bad end
-  drop_lapsed(ctx, workers, now)
   local out = {"Workers", fmt(ctx, now)}
   local ids = redis.call("ZRANGE", workers, "0", "-1")
   table.sort(ids)
   for _, id in ipairs(ids) do
-    local _, k = registry_keys(ctx, id)
-    if k then -- (an id that names no key of ours, or a key of another type: left out)
-      local v = redis.call("HMGET", k, unpack(WORKER_FIELDS))
-      if v[1] and v[8] then -- (a hash without them was not written by announce.lua)
-        out[#out + 1] = {id, v[1], v[2] or "0", v[3] or "", v[4] or "0", v[5] or "", v[6] or "",
-          v[7] or v[8], v[8]}
-      end
+    -- (the hash registry_keys names; one of another type, or without a host or a last seen,
+    -- was not written by announce.lua: left out)
+    local v = redis.pcall("HMGET", ctx.prefix .. "worker:" .. id, unpack(WORKER_FIELDS))
+    if not v.err and v[1] and v[8] then
+      out[#out + 1] = {id, v[1], v[2] or "0", v[3] or "", v[4] or "0", v[5] or "", v[6] or "",
+        v[7] or v[8], v[8]}
     end
   end
   return out

@@ -86,7 +86,7 @@ def outcome_group(
         and type(outcome.output_ref) is str
         and outcome.result_ttl_ms is None
     ):
-        return ("complete", *report_token_args(outcome.token), outcome.output_ref, b"", "")
+        return ("complete", *report_token_args(outcome.token), outcome.output_ref, b"", "", "")
     token = report_token_args(outcome.token)
     match outcome:
         case t.Complete(_, result, output_ref, ttl):
@@ -99,11 +99,19 @@ def outcome_group(
                 text_arg(output_ref),
                 raw,
                 "" if ttl is None else int_arg(ttl),
+                "",
             )
-        case t.Fail(_, reason, delay, kind):
-            return ("fail", *token, text_arg(reason), int_arg(delay), text_arg(kind))
-        case t.PermanentFail(_, reason, kind):
-            return ("permanent_fail", *token, text_arg(reason), "", text_arg(kind))
+        case t.Fail(_, reason, delay, kind, trace):
+            return (
+                "fail",
+                *token,
+                text_arg(reason),
+                int_arg(delay),
+                text_arg(kind),
+                text_arg(trace),
+            )
+        case t.PermanentFail(_, reason, kind, trace):
+            return ("permanent_fail", *token, text_arg(reason), "", text_arg(kind), text_arg(trace))
         case t.Release(_, delay):
-            return ("release", *token, int_arg(delay), "", "")
+            return ("release", *token, int_arg(delay), "", "", "")
     raise TypeError(f"not an outcome: {outcome!r}")

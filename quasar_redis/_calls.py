@@ -325,6 +325,7 @@ class CallBuilder:
         retry_delay_ms: int,
         kind: str,
         now: int | None = None,
+        traceback: str = "",
     ) -> Call[t.JobResult]:
         args = (
             now_arg(now),
@@ -332,13 +333,26 @@ class CallBuilder:
             text_arg(reason),
             int_arg(retry_delay_ms),
             text_arg(kind),
+            text_arg(traceback),
         )
         return self._call("fail", args, parse_job_result)
 
     def permanent_fail(
-        self, token: t.LeaseToken, worker_id: str, reason: str, kind: str, now: int | None = None
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        reason: str,
+        kind: str,
+        now: int | None = None,
+        traceback: str = "",
     ) -> Call[t.JobResult]:
-        args = (now_arg(now), *lease_args(token, worker_id), text_arg(reason), text_arg(kind))
+        args = (
+            now_arg(now),
+            *lease_args(token, worker_id),
+            text_arg(reason),
+            text_arg(kind),
+            text_arg(traceback),
+        )
         return self._call("permanent_fail", args, parse_job_result)
 
     def heartbeat(

@@ -111,10 +111,14 @@ class Operations:
         *,
         retry_delay_ms: int = 0,
         kind: str = "Error",
+        traceback: str = "",
         now: int | None = None,
     ) -> Call[t.JobResult]:
-        """Fail this attempt: RetryWaiting after ``retry_delay_ms`` while attempts remain."""
-        return self.calls.fail(token, worker_id, reason, retry_delay_ms, kind, now)
+        """Fail this attempt: RetryWaiting after ``retry_delay_ms`` while attempts remain.
+
+        The attempt (``kind``, ``reason``, ``traceback``: at most 8,192 bytes) is kept in the
+        job's failure history (``get_job(...).errors``)."""
+        return self.calls.fail(token, worker_id, reason, retry_delay_ms, kind, now, traceback)
 
     def permanent_fail(
         self,
@@ -123,10 +127,12 @@ class Operations:
         reason: str,
         *,
         kind: str = "Error",
+        traceback: str = "",
         now: int | None = None,
     ) -> Call[t.JobResult]:
-        """Fail the job for good, whatever attempts remain."""
-        return self.calls.permanent_fail(token, worker_id, reason, kind, now)
+        """Fail the job for good, whatever attempts remain (kept in its failure history as
+        ``fail`` keeps an attempt)."""
+        return self.calls.permanent_fail(token, worker_id, reason, kind, now, traceback)
 
     def heartbeat(
         self, token: t.LeaseToken, worker_id: str, lease_ms: int, *, now: int | None = None
@@ -216,7 +222,8 @@ class Operations:
     # inspection -------------------------------------------------------------------------------
 
     def get_job(self, job_id: str, *, now: int | None = None) -> Call[t.JobInfo | None]:
-        """The job, its status and the dependency it waits on; None if there is no such job."""
+        """The job, its status, the dependency it waits on and its last failed attempts
+        (``JobInfo.errors``); None if there is no such job."""
         return self.calls.get(job_id, now)
 
     def counts(self, queue: str, *, now: int | None = None) -> Call[t.QueueCounts]:

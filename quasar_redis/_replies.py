@@ -254,10 +254,20 @@ def single_result(result: t.BatchResult, job_id: str) -> t.JobResult:
 # --- inspection and maintenance ------------------------------------------------------------------
 
 
+def parse_error_entry(entry: bytes) -> t.ErrorInfo:
+    """An entry of a failure history: ``<attempt> <at> <kind> <n>:<message><traceback>``, the
+    message ``n`` bytes long."""
+    attempt, at, kind, rest = entry.split(b" ", 3)
+    size, _, rest = rest.partition(b":")
+    n = int(size)
+    return t.ErrorInfo(text(kind), text(rest[:n]), text(rest[n:]), int(attempt), int(at))
+
+
 def parse_job_info(reply: Any) -> t.JobInfo | None:
     tag = _tag(reply)
     if tag == "Found":
-        return t.JobInfo(parse_job(reply[2]), int(reply[1]), text(reply[3]) or None)
+        errors = tuple(parse_error_entry(e) for e in reversed(reply[4]))
+        return t.JobInfo(parse_job(reply[2]), int(reply[1]), text(reply[3]) or None, errors)
     if tag == "MissingJob":
         return None
     raise _refused(reply)

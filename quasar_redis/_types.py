@@ -267,11 +267,16 @@ DependencyPolicy: TypeAlias = Literal["block", "cancel"]
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
-    """The last error of a job: its kind (an exception's class name, ``Timeout``,
-    ``LeaseExpired`` ...) and its message."""
+    """An error of a job: its kind (an exception's class name, ``Timeout``, ``LeaseExpired``
+    ...) and its message. In a failure history (``JobInfo.errors``) also its traceback (the
+    worker keeps its last 4 KB; empty when there is none), the attempt that failed and when
+    (ms, server clock); ``Job.error``, the job's last error, has the kind and message only."""
 
     kind: str
     message: str
+    traceback: str = ""
+    attempt: int = 0
+    at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,11 +340,13 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """Inspection of one job: the job, the server time, and the dependency it waits on."""
+    """Inspection of one job: the job, the server time, the dependency it waits on, and its
+    last failed attempts (at most 5, oldest first)."""
 
     job: Job
     now: int
     waiting_on: str | None
+    errors: tuple[ErrorInfo, ...] = ()
 
     @property
     def status(self) -> Status:
@@ -495,21 +502,24 @@ class Complete:
 
 @dataclass(frozen=True, slots=True)
 class Fail:
-    """Fail this attempt (``fail``): retried after ``retry_delay_ms`` while attempts remain."""
+    """Fail this attempt (``fail``): retried after ``retry_delay_ms`` while attempts remain.
+    ``traceback`` (at most 8,192 bytes) is kept in the job's failure history."""
 
     token: LeaseToken
     reason: str
     retry_delay_ms: int = 0
     kind: str = "Error"
+    traceback: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class PermanentFail:
-    """Fail the job for good (``permanent_fail``)."""
+    """Fail the job for good (``permanent_fail``); ``traceback`` as ``Fail``'s."""
 
     token: LeaseToken
     reason: str
     kind: str = "Error"
+    traceback: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from quasar_redis import (
+    App,
     Claim,
     ClaimApplied,
     ClaimResult,
@@ -161,3 +162,14 @@ def app_url(backend: str, namespace: str, query: str = "") -> Iterator[str]:
     finally:
         delete_namespace(client, namespace)
         client.close()
+
+
+@contextlib.contextmanager
+def app_of(backend: str, namespace: str) -> Iterator[App]:
+    """An App of ``backend`` (see ``app_url``) on ``namespace``, closed after."""
+    with app_url(backend, namespace) as url:
+        made = App(url, namespace=namespace)
+        try:
+            yield made
+        finally:
+            made.close()

@@ -72,6 +72,8 @@ class ModelJob:
     dependency_seqs: tuple[int, ...] = ()
     #: The job sits in the claim index ("ready"), not in the not-yet-due index ("delayed").
     in_ready: bool = False
+    #: Its last failed attempts, oldest first (``JobInfo.errors``).
+    errors: tuple[t.ErrorInfo, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -298,21 +300,30 @@ class Model:
             else:
                 self.reason_choices.pop(job.id, None)
 
-    def _fail(self, job: ModelJob, kind: str, reason: str, now: int) -> None:
+    def _fail(self, job: ModelJob, kind: str, reason: str, now: int, trace: str = "") -> None:
         """Enter Failed; dependents that asked to be cancelled are (and theirs with them)."""
         cascade = self._cascade(job, policy_only=True)
         job.state = t.Failed(reason, now)
         job.error = t.ErrorInfo(kind, reason)
+        self._keep_error(job, kind, reason, now, trace)
         self._apply_cascade(cascade, now)
 
-    def _retry_or_fail(self, job: ModelJob, kind: str, reason: str, now: int, delay: int) -> None:
+    def _retry_or_fail(
+        self, job: ModelJob, kind: str, reason: str, now: int, delay: int, trace: str = ""
+    ) -> None:
         """RetryWaiting while attempts remain, else Failed."""
         if job.attempt < job.max_attempts:
             job.state = t.RetryWaiting(reason, now + delay)
             job.error = t.ErrorInfo(kind, reason)
+            self._keep_error(job, kind, reason, now, trace)
             self._place(job, now)
         else:
-            self._fail(job, kind, reason, now)
+            self._fail(job, kind, reason, now, trace)
+
+    @staticmethod
+    def _keep_error(job: ModelJob, kind: str, reason: str, now: int, trace: str) -> None:
+        """docs/lifecycle.md: the failed attempt joins the job's last 5."""
+        job.errors = (*job.errors, t.ErrorInfo(kind, reason, trace, job.attempt, now))[-5:]
 
     def _lease(self, job: ModelJob, worker_id: str, lease_ms: int, now: int) -> t.Claim:
         """A claim once its checks pass: attempt+1, fence+1, Leased."""
@@ -557,25 +568,32 @@ class Model:
         return t.JobApplied(job.to_job())
 
     def fail(
-        self, token: t.LeaseToken, worker_id: str, reason: str, delay: int, kind: str, now: int
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        reason: str,
+        delay: int,
+        kind: str,
+        now: int,
+        trace: str = "",
     ) -> t.JobResult:
         job, error = self._leased(token, worker_id, now)
         if error is None and delay < 0:
             error = t.InvalidJob("retry_delay must be nonnegative")
         if error is not None or job is None:
             return t.JobRefused(error or t.StaleLease())
-        self._retry_or_fail(job, kind, reason, now, delay)
+        self._retry_or_fail(job, kind, reason, now, delay, trace)
         return t.JobApplied(job.to_job())
 
     def permanent_fail(
-        self, token: t.LeaseToken, worker_id: str, reason: str, kind: str, now: int
+        self, token: t.LeaseToken, worker_id: str, reason: str, kind: str, now: int, trace: str = ""
     ) -> t.JobResult:
         job, error = self._leased(token, worker_id, now)
         if error is None and reason == "":
             error = t.InvalidJob("reason must not be empty")
         if error is not None or job is None:
             return t.JobRefused(error or t.StaleLease())
-        self._fail(job, kind, reason, now)
+        self._fail(job, kind, reason, now, trace)
         return t.JobApplied(job.to_job())
 
     def heartbeat(
@@ -613,10 +631,10 @@ class Model:
         match outcome:
             case t.Complete(token, value, output_ref):
                 result = self.complete(token, worker_id, output_ref, value, now)
-            case t.Fail(token, reason, delay, kind):
-                result = self.fail(token, worker_id, reason, delay, kind, now)
-            case t.PermanentFail(token, reason, kind):
-                result = self.permanent_fail(token, worker_id, reason, kind, now)
+            case t.Fail(token, reason, delay, kind, trace):
+                result = self.fail(token, worker_id, reason, delay, kind, now, trace)
+            case t.PermanentFail(token, reason, kind, trace):
+                result = self.permanent_fail(token, worker_id, reason, kind, now, trace)
             case t.Release(token, delay):
                 result = self.release(token, worker_id, delay, now)
         if isinstance(result, t.JobRefused):
@@ -732,7 +750,7 @@ class Model:
         job = self.jobs.get(job_id)
         if job is None:
             return None
-        return t.JobInfo(job.to_job(), now, self.waiting_on(job))
+        return t.JobInfo(job.to_job(), now, self.waiting_on(job), job.errors)
 
     @staticmethod
     def _by_score(jobs: list[ModelJob]) -> list[ModelJob]:

@@ -155,7 +155,7 @@ def test_an_outcome_of_any_kind_is_sent_as_before() -> None:
     token = t.LeaseToken("j", 1, "w", 2, 3, "n")
     odd = t.LeaseToken(b"j", 1, "w", 2, 3, "n")  # type: ignore[arg-type]
     head = ("j", "1", "w", "2", "3", "n")
-    assert _args.outcome_group(t.Complete(token)) == ("complete", *head, "inline", b"", "")
+    assert _args.outcome_group(t.Complete(token)) == ("complete", *head, "inline", b"", "", "")
     assert _args.outcome_group(t.Complete(odd)) == (
         "complete",
         b"j",
@@ -163,9 +163,33 @@ def test_an_outcome_of_any_kind_is_sent_as_before() -> None:
         "inline",
         b"",
         "",
+        "",
     )
-    assert _args.outcome_group(t.Complete(token, 5)) == ("complete", *head, "inline", b"\x05", "")
-    assert _args.outcome_group(t.Release(token, 9)) == ("release", *head, "9", "", "")
+    assert _args.outcome_group(t.Complete(token, 5)) == (
+        "complete",
+        *head,
+        "inline",
+        b"\x05",
+        "",
+        "",
+    )
+    assert _args.outcome_group(t.Release(token, 9)) == ("release", *head, "9", "", "", "")
+    assert _args.outcome_group(t.Fail(token, "r", 7, "K", "tb")) == (
+        "fail",
+        *head,
+        "r",
+        "7",
+        "K",
+        "tb",
+    )
+    assert _args.outcome_group(t.PermanentFail(token, "r", "K")) == (
+        "permanent_fail",
+        *head,
+        "r",
+        "",
+        "K",
+        "",
+    )
 
 
 BEFORE_LEASE = {

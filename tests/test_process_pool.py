@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from quasar_redis import App, Connector, Fixed, Job, JobFailedError, Status, Worker
-from quasar_redis.errors import InvalidArgument
+from quasar_redis.errors import ConfigurationError, InvalidArgument
 
 from . import process_tasks as pt
 from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
@@ -75,13 +75,13 @@ def test_plain_functions_run_in_processes_of_their_own(app: App) -> None:
 
 
 def test_a_job_past_its_timeout_is_killed_and_its_slot_recovered(app: App, tmp_path: Path) -> None:
-    stuck = app.task(pt.busy_forever, name="busy_forever", timeout=0.5, max_attempts=1)
+    stuck = app.task(pt.busy_forever, name="busy_forever", timeout=1.0, max_attempts=1)
     square = app.task(pt.pid, name="pid")
     pid_file = tmp_path / "pid"
     with worker_of(app, 1):
         job = failed_job(stuck.enqueue(str(pid_file)))
         assert job.error is not None
-        assert (job.error.kind, job.error.message) == ("Timeout", "timed out after 0.5s")
+        assert (job.error.kind, job.error.message) == ("Timeout", "timed out after 1.0s")
         child = pid_in(pid_file)
         assert child is not None
         wait_for(lambda: dead(child), 10, "the timed-out job's process to be killed")
@@ -163,6 +163,19 @@ def test_a_task_a_process_cannot_import_is_refused_at_start(app: App) -> None:
     app.task(nested, name="nested")
     with pytest.raises(InvalidArgument, match="processes= runs tasks by import path"):
         Worker(app, processes=1).run(install_signals=False)
+
+
+def test_a_task_module_a_process_cannot_import_stops_the_start(app: App) -> None:
+    from . import process_tasks_broken
+
+    app.task(process_tasks_broken.fine, name="fine")
+    with pytest.raises(ConfigurationError) as refused:
+        Worker(app, processes=2).run(install_signals=False)
+    assert str(refused.value) == (
+        "the processes for plain-function tasks could not start: cannot import "
+        "tests.process_tasks_broken.fine: RuntimeError: this module does not load in a child "
+        "process"
+    )
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from quasar_redis import (
 from quasar_redis._calls import WorkerEntry
 from quasar_redis.worker._registry import LAPSE_INTERVALS, lapse_ms
 
-from .helpers import REDIS_URL, T0, app_url, delete_namespace, real_redis, snapshot, wait_for
+from .helpers import REDIS_URL, T0, app_of, delete_namespace, real_redis, snapshot, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY = WorkerEntry("w-1", "host-a", 4242, ("default", "mail"), 8, ("j1", "j2"), "1.2.3")
@@ -156,10 +156,8 @@ def test_the_lapse_is_a_few_intervals_and_at_least_a_second() -> None:
 
 @pytest.fixture
 def app(backend: str, namespace: str) -> Iterator[App]:
-    with app_url(backend, namespace) as url:
-        made = App(url, namespace=namespace)
+    with app_of(backend, namespace) as made:
         yield made
-        made.close()
 
 
 def test_a_serving_worker_announces_itself_and_what_it_runs(app: App) -> None:

@@ -417,8 +417,10 @@ class QuasarMachine(RuleBasedStateMachine):
         self.expect(actual, expected, f"complete({token}, {caller!r}, {output_ref!r})")
 
     def do_fail(self, token: LeaseToken, caller: str, reason: str, delay: int, kind: str) -> None:
-        actual = self.send(self.q.calls.fail(token, caller, reason, delay, kind, self.now))
-        expected = self.model.fail(token, caller, reason, delay, kind, self.now)
+        trace = f"Traceback of {reason}\n"  # (kept in the failure history get_job compares)
+        call = self.q.calls.fail(token, caller, reason, delay, kind, self.now, trace)
+        actual = self.send(call)
+        expected = self.model.fail(token, caller, reason, delay, kind, self.now, trace)
         self.expect(actual, expected, f"fail({token}, {caller!r}, {reason!r}, {delay})")
 
     def do_permanent_fail(self, token: LeaseToken, caller: str, reason: str) -> None:
@@ -478,9 +480,10 @@ class QuasarMachine(RuleBasedStateMachine):
             case "complete":
                 return Complete(token, data.draw(results), data.draw(output_refs))
             case "fail":
-                return Fail(token, data.draw(fail_reasons), data.draw(retry_delays), "Error")
+                reason = data.draw(fail_reasons)
+                return Fail(token, reason, data.draw(retry_delays), "Error", f"at {reason}")
             case "permanent_fail":
-                return PermanentFail(token, data.draw(fatal_reasons), "Fatal")
+                return PermanentFail(token, data.draw(fatal_reasons), "Fatal", "Traceback ...")
         return Release(token, data.draw(retry_delays))
 
     @rule(data=st.data(), worker=workers, lease=leases)

@@ -975,7 +975,7 @@ def test_outcomes_ride_the_next_claim_and_each_is_reported_once(
         result = await execute(self, call)
         if call.script.name == "report_claim":
             count = int(call.args[6])
-            carried.extend(str(call.args[8 + 10 * i]) for i in range(count))
+            carried.extend(str(call.args[8 + 11 * i]) for i in range(count))
         return result
 
     keeper_client = app.new_client()
@@ -985,7 +985,7 @@ def test_outcomes_ride_the_next_claim_and_each_is_reported_once(
         for call in calls:
             if call.script.name == "report":
                 count = int(call.args[3])
-                by_keeper.extend(str(call.args[5 + 10 * i]) for i in range(count))
+                by_keeper.extend(str(call.args[5 + 11 * i]) for i in range(count))
 
     def many(calls: Any) -> list[Any]:
         reports(calls)

@@ -6,6 +6,7 @@ import enum
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from traceback import format_exception
 from typing import Any
 
 from .. import _types as t
@@ -16,6 +17,10 @@ from ..retry import Snooze, delay_ms
 from ..serializers import MSGPACK, name_of
 
 REASON_MAX = 8000
+#: The bytes of a failure's traceback kept with it: the end, where its innermost frames and the
+#: exception itself are.
+TRACEBACK_MAX = 4096
+CUT = "... (earlier lines left out)\n"
 Build = Callable[[t.LeaseToken], t.Outcome]
 #: ``OutcomeApplied.state`` of a failure that will be retried (state names are the states' names).
 RETRY_WAITING = t.RetryWaiting.__name__
@@ -37,11 +42,15 @@ class OutcomeKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What to report for a run: its ``kind``; ``build`` makes the call from the newest token."""
+    """What to report for a run: its ``kind``; ``build`` makes the call from the newest token.
+    A failure also keeps what it was (``error``: ``Kind: message``) and the exception that made
+    it, if any, for its log line."""
 
     kind: OutcomeKind
     build: Build
     delay_ms: int | None = None  # when the job comes back (a retry or a hand-back), if it does
+    error: str = ""
+    exception: BaseException | None = None
 
 
 @dataclass
@@ -78,7 +87,7 @@ def success(value: Any, task: Task[Any, Any] | None = None) -> Outcome:
             data = Encoded(serializer.dumps(value))
         except Exception as exc:  # a serializer may raise anything: the result is what is wrong
             reason = f"the result cannot be encoded as {name_of(serializer)}: {exc}"
-            return permanent("BadResult", reason)
+            return permanent("BadResult", reason, exc)
     return Outcome(OutcomeKind.COMPLETED, lambda tok: _complete(tok, data, "inline", ttl))
 
 
@@ -91,12 +100,13 @@ def failure(
     try:
         delay = policy.delay(job.attempt, exc)
         if delay is None:
-            return permanent(kind, reason)
+            return permanent(kind, reason, exc)
         ms = delay_ms(delay, "a retry delay")
     except Exception as error:
         return worker_error(f"the retry policy {policy!r} after {kind}: {reason}", error)
-    build: Build = lambda tok: t.Fail(tok, _reason(reason), ms, kind)  # noqa: E731
-    return Outcome(OutcomeKind.FAILED, build, ms)
+    text, trace = _reason(reason), traceback_of(exc)
+    build: Build = lambda tok: t.Fail(tok, text, ms, kind, trace)  # noqa: E731
+    return Outcome(OutcomeKind.FAILED, build, ms, f"{kind}: {reason}", exc)
 
 
 def snoozed(snooze: Snooze) -> Outcome:
@@ -112,13 +122,14 @@ def snoozed(snooze: Snooze) -> Outcome:
 def worker_error(what: str, error: BaseException) -> Outcome:
     """The worker could not make an outcome of ``what``, which raised ``error``: the job fails
     for good (kind ``WorkerError``), so that its lease is freed."""
-    return permanent(WORKER_ERROR, f"{what}: {error_kind(error)}: {error}")
+    return permanent(WORKER_ERROR, f"{what}: {error_kind(error)}: {error}", error)
 
 
-def permanent(kind: str, reason: str) -> Outcome:
-    return Outcome(
-        OutcomeKind.FAILED_PERMANENTLY, lambda tok: t.PermanentFail(tok, _reason(reason), kind)
-    )
+def permanent(kind: str, reason: str, exc: BaseException | None = None) -> Outcome:
+    """A run that failed for good with ``kind: reason`` (raising ``exc``, if any)."""
+    text, trace = _reason(reason), "" if exc is None else traceback_of(exc)
+    build: Build = lambda tok: t.PermanentFail(tok, text, kind, trace)  # noqa: E731
+    return Outcome(OutcomeKind.FAILED_PERMANENTLY, build, None, f"{kind}: {reason}", exc)
 
 
 def release(delay_ms: int, kind: OutcomeKind) -> Outcome:
@@ -131,6 +142,31 @@ HANDED_BACK = release(0, OutcomeKind.HANDED_BACK)
 
 def error_kind(exc: BaseException) -> str:
     return re.sub(r"[^\w.\-]", "_", type(exc).__name__)[:64] or "Error"
+
+
+def traceback_of(exc: BaseException) -> str:
+    """``exc``'s traceback (with its causes) as Python prints it, from the task's own frames on
+    (the worker's and the executor's before them left out), cut to its last ``TRACEBACK_MAX``
+    bytes at a frame's start."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and _machinery(tb.tb_frame.f_globals):
+        tb = tb.tb_next
+    text = "".join(format_exception(type(exc), exc, tb))
+    data = text.encode("utf-8", "replace")
+    if len(data) <= TRACEBACK_MAX:
+        return text
+    tail = data[len(data) - TRACEBACK_MAX + len(CUT) :]
+    frame = tail.find(b"\n  File ") + 1  # a whole frame first, else a whole line
+    start = frame or tail.find(b"\n") + 1  # (0 when one line is that long: cut inside it)
+    return CUT + tail[start:].decode("utf-8", "ignore")
+
+
+_MACHINERY = (f"{__package__}.", "asyncio.", "concurrent.futures.")
+
+
+def _machinery(module_globals: dict[str, Any]) -> bool:
+    """Whether a frame is the worker's running of a task (or asyncio's, or an executor's)."""
+    return str(module_globals.get("__name__", "")).startswith(_MACHINERY)
 
 
 def _reason(text: str) -> str:

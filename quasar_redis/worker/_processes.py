@@ -31,12 +31,14 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ..app import Task
-from ..errors import InvalidArgument
+from ..errors import ConfigurationError, InvalidArgument
 from ._job import CancelFlag, JobContext, current
 
 log = logging.getLogger("quasar_redis.worker")
 
 STOP_TIMEOUT = 5.0  # seconds a child gets to exit once told to stop, before it is killed
+START_TIMEOUT = 120.0  # seconds a new child gets to import the tasks' modules
+READY = "ready"
 
 
 class ProcessDied(Exception):
@@ -96,13 +98,21 @@ def resolve(path: TaskPath) -> Callable[..., Any]:
 # --- the child ---------------------------------------------------------------------------------
 
 
-def child_main(conn: Connection, parent_pid: int) -> None:
-    """A child's life: run the jobs it is sent, one at a time, until told to stop or until the
+def child_main(conn: Connection, parent_pid: int, paths: tuple[TaskPath, ...]) -> None:
+    """A child's life: import the tasks' modules (so that no job's timeout pays for it), say it
+    is ready, then run the jobs it is sent, one at a time, until told to stop or until the
     worker is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     functions: dict[TaskPath, Callable[..., Any]] = {}
+    try:
+        for path in paths:
+            functions[path] = resolve(path)
+    except BaseException as exc:
+        conn.send(f"cannot import {path.module}.{path.name}: {type(exc).__name__}: {exc}")
+        return
+    conn.send(READY)
     while True:
         try:
             message = conn.recv()
@@ -162,15 +172,33 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 class Child:
     """One child process and the worker's end of its pipe."""
 
-    def __init__(self, context: multiprocessing.context.SpawnContext) -> None:
+    def __init__(
+        self, context: multiprocessing.context.SpawnContext, paths: tuple[TaskPath, ...]
+    ) -> None:
         parent_end, child_end = context.Pipe()
         self.conn = parent_end
         self.process: BaseProcess = context.Process(
-            target=child_main, args=(child_end, os.getpid()), name="quasar-task", daemon=True
+            target=child_main,
+            args=(child_end, os.getpid(), paths),
+            name="quasar-task",
+            daemon=True,
         )
         self.process.start()
         child_end.close()
         self.jobs = 0
+        self._ready()
+
+    def _ready(self) -> None:
+        """Wait until it has imported the tasks' modules (ProcessDied if it cannot)."""
+        answer: Any = None
+        try:
+            if self.conn.poll(START_TIMEOUT):
+                answer = self.conn.recv()
+        except (EOFError, OSError):
+            answer = f"its process ended with exit code {self._exit_code()}"
+        if answer != READY:
+            self.kill()
+            raise ProcessDied(answer or f"its process did not start in {START_TIMEOUT:g} s")
 
     async def call(self, message: tuple[Any, ...]) -> tuple[bool, Any, str]:
         loop = asyncio.get_running_loop()
@@ -232,12 +260,22 @@ class ProcessPool:
                 self._paths[name] = task_path(task)
 
     async def start(self) -> None:
-        children = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
-        for child in children:
-            self._idle.put_nowait(child)
+        """Start every child (ConfigurationError if one cannot import the tasks' modules)."""
+        spawned = await asyncio.gather(
+            *(self._spawn() for _ in range(self.size)), return_exceptions=True
+        )
+        for child in spawned:
+            if isinstance(child, Child):
+                self._idle.put_nowait(child)
+        failed = [e for e in spawned if isinstance(e, BaseException)]
+        if failed:
+            await self.close()
+            raise ConfigurationError(
+                f"the processes for plain-function tasks could not start: {failed[0]}"
+            )
 
     async def _spawn(self) -> Child:
-        child = await asyncio.to_thread(Child, self._context)
+        child = await asyncio.to_thread(Child, self._context, tuple(self._paths.values()))
         self._all.add(child)
         return child
 
@@ -279,11 +317,19 @@ class ProcessPool:
             asyncio.get_running_loop().create_task(self._replace())
 
     async def _replace(self) -> None:
-        try:
-            child = await self._spawn()
-        except Exception:
-            log.exception("could not start a process for plain-function tasks")
-            return
+        """A fresh child in place of one that ended: tried again every few seconds until it
+        starts (jobs wait for a process meanwhile)."""
+        pause = 1.0
+        while True:
+            try:
+                child = await self._spawn()
+                break
+            except Exception as exc:
+                log.error("could not start a process for plain-function tasks: %s", exc)
+            if self._closed:
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 30.0)
         if self._closed:
             self._all.discard(child)
             await asyncio.to_thread(child.stop)

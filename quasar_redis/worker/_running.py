@@ -169,7 +169,7 @@ class Runner:
         try:
             args, kwargs = task.app.call_of(job)
         except (TypeError, CorruptDataError) as exc:
-            return o.permanent("BadPayload", str(exc))
+            return o.permanent("BadPayload", str(exc), exc)
         try:
             if task.timeout is None or (self.processes is not None and not task.is_async):
                 value = await self._call(task, args, kwargs, running.ctx)
@@ -180,7 +180,7 @@ class Runner:
         except Snooze as snooze:
             return o.snoozed(snooze)
         except PermanentFailure as exc:
-            return o.permanent(o.error_kind(exc), str(exc) or "permanent failure")
+            return o.permanent(o.error_kind(exc), str(exc) or "permanent failure", exc)
         except (TimeoutError, asyncio.TimeoutError) as exc:  # one class from Python 3.11 on
             running.ctx.cancelled.set()
             timed_out = task.timeout is not None and _past(running.started, task.timeout)
@@ -341,7 +341,9 @@ class Runner:
             self._poke_in(outcome.delay_ms)
         kind = o.kind_of(outcome, result)
         o.count(self.stats, kind)
-        if log.isEnabledFor(logging.INFO):
+        if outcome.error:
+            _log_failure(running, outcome, kind)
+        elif log.isEnabledFor(logging.INFO):
             log.info(
                 "job %s stage=%s attempt=%d status=%s duration=%.3fs",
                 job.id,
@@ -354,6 +356,25 @@ class Runner:
     def _poke_in(self, delay_ms: int) -> None:
         """Look for work again after ``delay_ms`` (a job of ours retries then), idle or not."""
         self.loop.call_later(delay_ms / 1000 + 0.001, self.poke.set)
+
+
+def _log_failure(running: HeldJob, outcome: o.Outcome, kind: o.OutcomeKind) -> None:
+    """A failed run's line: WARNING when it is retried, else ERROR, with the exception's
+    traceback (``exc_info``) and the job in ``extra`` (``job_id``, ``queue``, ``task``,
+    ``attempt``) for structured-logging handlers."""
+    job = running.ctx.job
+    log.log(
+        logging.WARNING if kind is o.OutcomeKind.RETRYING else logging.ERROR,
+        "job %s stage=%s attempt=%d status=%s duration=%.3fs error=%s",
+        job.id,
+        job.stage,
+        job.attempt,
+        o.describe(outcome, kind),
+        running.duration,
+        outcome.error,
+        exc_info=outcome.exception,
+        extra={"job_id": job.id, "queue": job.queue, "task": job.stage, "attempt": job.attempt},
+    )
 
 
 def _past(started: float, seconds: float) -> bool:
