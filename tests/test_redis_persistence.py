@@ -520,7 +520,7 @@ def test_workers_that_live_through_a_rollback_never_make_a_stale_result_stand(
     mark = len(stage.fleet.log())
     everything = present(stage.q, ids) | (set(producer.finish()) - set(ids))
 
-    finish_all(stage, everything)
+    ran = finish_all(stage, everything)
     namespace = stage.fleet.namespace
     for job_id, done in get_jobs(stage.q, sorted(everything)).items():
         raw = stage.q.redis.hgetall(stage.q.keys.job(job_id))
@@ -530,6 +530,10 @@ def test_workers_that_live_through_a_rollback_never_make_a_stale_result_stand(
             f"{job_id}: the result of {done.result} stands, the lease was {raw[b'w']!r}"
         )
     refused = sum(w.stderr().count("lease lost") for w in survivors)
-    print(f"rollback under live workers: {len(everything)} jobs; {refused} leases refused")
-    assert refused, "no worker held a lease Redis forgot: the cut took no claim"
+    again = sum(1 for n in ran.values() if n > 1)
+    print(
+        f"rollback under live workers: {len(everything)} jobs; {again} ran again (Redis forgot "
+        f"their outcome), {refused} leases held by a live worker refused"
+    )
+    assert again or refused, "Redis forgot no lease: the cut took no claim or outcome"
     stop_and_check_survivors(stage, survivors, mark)
