@@ -21,13 +21,16 @@ from .helpers import free_port, real_redis, wait_for
 
 @dataclass
 class RedisServer:
-    """A ``redis-server`` in ``folder``; ``durable``: AOF on, fsync before every reply (a test
-    that kills it and counts what survived), else no persistence at all."""
+    """A ``redis-server`` in ``folder``; ``durable``: AOF on, fsynced as ``fsync`` says
+    (``always``: before every reply, for a test that kills it and counts what survived), else no
+    persistence at all. ``config``: more ``--name value`` arguments, kept across restarts."""
 
     folder: Path
     durable: bool = True
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    fsync: str = "always"
+    config: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -35,8 +38,9 @@ class RedisServer:
 
     def start(self) -> None:
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-        args += ["--appendonly", "yes", "--appendfsync", "always"] if self.durable else []
+        args += ["--appendonly", "yes", "--appendfsync", self.fsync] if self.durable else []
         args += ["--dir", str(self.folder), "--logfile", str(self.folder / "redis.log")]
+        args += self.config
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         # (a probe of the server starting: a short timeout of its own, so that each try is quick)
         client = redis.Redis.from_url(self.url, socket_timeout=2)
@@ -60,16 +64,23 @@ class RedisServer:
             self.proc.send_signal(sig)
             self.proc.wait(30)
 
+    def log(self) -> str:
+        """What the server logged (every start of it, in order)."""
+        path = self.folder / "redis.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
 
 @contextlib.contextmanager
-def server_in(folder: Path, *, durable: bool) -> Iterator[RedisServer]:
+def server_in(
+    folder: Path, *, durable: bool, fsync: str = "always", config: tuple[str, ...] = ()
+) -> Iterator[RedisServer]:
     """A server (not started yet) kept in ``folder``, killed at the end; the same skip / fail
     rule as the other real-Redis tests."""
     real_redis().close()
     if shutil.which("redis-server") is None:
         pytest.fail("redis-server is not on PATH")
     folder.mkdir(exist_ok=True)
-    server = RedisServer(folder, durable)
+    server = RedisServer(folder, durable, fsync=fsync, config=config)
     try:
         yield server
     finally:

@@ -12,11 +12,20 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from quasar_redis import App, ConfigurationError, EvictionPolicyWarning, Quasar, Worker
+from quasar_redis import (
+    App,
+    BatchApplied,
+    ConfigurationError,
+    EvictionPolicyWarning,
+    NewJob,
+    Quasar,
+    Worker,
+)
 from quasar_redis.cli import main
 
 from .clients import clients, kind
-from .helpers import NO_URL, REDIS_URL, real_redis
+from .consistency import check
+from .helpers import NO_URL, REDIS_URL, delete_namespace, real_redis
 from .servers import server_in
 
 __all__ = ["kind"]  # (the fixture)
@@ -95,3 +104,36 @@ def test_quasar_worker_refuses_in_one_line_and_accepts_when_told(
         assert accepted.exit_code == 0, accepted.output
     finally:
         sys.modules.pop("evicting_tasks", None)
+
+
+def test_what_an_evicting_redis_loses(evicting: str, namespace: str) -> None:
+    """Why a worker refuses such a Redis: with memory short, Redis evicts job hashes and index
+    entries alike, so acknowledged jobs vanish and the indexes name jobs that are gone."""
+    admin = redis.Redis.from_url(evicting)
+    q = Quasar(redis.Redis.from_url(evicting), namespace)
+    try:
+        q.counts("default")  # (the library loaded before the limit)
+        used = int(admin.info("memory")["used_memory"])
+        admin.config_set("maxmemory", used + 1_000_000)
+        ids: list[str] = []
+        for batch in range(10):
+            jobs = [NewJob("s", "x" * 200, id=f"j{batch}-{n}") for n in range(500)]
+            result = q.enqueue_many(jobs, ids_only=True)
+            assert isinstance(result, BatchApplied), result
+            ids += result.ids
+        evicted = int(admin.info("stats")["evicted_keys"])
+        kept = [
+            j
+            for j, info in zip(ids, q.execute_many([q.calls.get(j) for j in ids]), strict=True)
+            if info
+        ]
+        report = check(admin, namespace)
+    finally:
+        admin.config_set("maxmemory", 0)
+        delete_namespace(admin, namespace)
+        admin.close()
+        q.redis.close()
+    assert evicted > 0
+    assert len(kept) < len(ids), "every acknowledged job survived"
+    assert not report.ok, report
+    print(f"allkeys-lru: {len(ids) - len(kept)} of {len(ids)} acknowledged jobs evicted; {report}")

@@ -40,6 +40,7 @@ from quasar_redis import (
 from quasar_redis.app import payload_of
 
 from . import worker_tasks as wt
+from .consistency import check
 from .helpers import REDIS_URL, delete_namespace, real_redis
 from .helpers import wait_for as wait_every
 from .servers import RedisServer, server_in
@@ -589,6 +590,8 @@ def test_four_workers_run_10000_jobs_as_their_policies_say(
     completed = Counter(job_id for job_id, _, how in outcomes if how == "completed")
     assert set(completed.values()) == {1} and len(completed) == expected["completed"]
     assert "refused" not in stderr and "lease lost" not in stderr
+    report = check(q.redis, fleet.namespace)
+    assert report.ok, report
     print(f"10,000 jobs, {attempts} attempts on 4 workers in {elapsed:.1f}s")
 
 
@@ -659,6 +662,8 @@ def run_through_restart(server: RedisServer, fleet: Fleet, q: Quasar, prefetch: 
     after = {x.worker for x in fleet.log()[mark:] if x.how == "ok"}
     for worker in survivors:
         check_reconnected(worker, after)
+    report = check(q.redis, fleet.namespace)
+    assert report.ok, report
 
 
 def check_reconnected(worker: WorkerProcess, worked_after: set[str]) -> None:

@@ -1,0 +1,133 @@
+"""A consistency check of a whole namespace, read straight from Redis: after a fault (a truncated
+AOF, an eviction), is every job hash in the indexes its state puts it in, exactly once, and does
+every index entry name a job that is there?
+
+The rules are docs/redis-layout.md's invariants: a Waiting job is in exactly one of ``blocked``,
+``delayed`` and ``ready``; a RetryWaiting job in ``retrying`` and exactly one of ``delayed`` and
+``ready``; a Leased job in ``leased``; a finished job in the set of its state (a Succeeded one
+maybe in ``expiring`` too); all of its own queue's. And ``seq`` is at least every job's ``sq``,
+so that no two jobs can get one sequence number.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from quasar_redis._keys import QUEUE_SETS, KeySpace
+
+READY_PREFIX = 11  # a ready member: available_at (6 bytes) and seq (5), then the id
+
+#: The indexes each state puts a job in: every set of ``required``, and exactly one of ``one_of``
+#: (when it names any), and maybe the ``optional`` ones.
+PLACES: dict[str, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {
+    "W": (frozenset(), frozenset({"blocked", "delayed", "ready"}), frozenset()),
+    "R": (frozenset({"retrying"}), frozenset({"delayed", "ready"}), frozenset()),
+    "L": (frozenset({"leased"}), frozenset(), frozenset()),
+    "S": (frozenset({"succeeded"}), frozenset(), frozenset({"expiring"})),
+    "F": (frozenset({"failed"}), frozenset(), frozenset()),
+    "C": (frozenset({"cancelled"}), frozenset(), frozenset()),
+}
+
+
+@dataclass
+class Report:
+    """What the check found; ``ok`` when nothing is wrong."""
+
+    jobs: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+    orphans: list[str] = field(default_factory=list)  # a job hash in no index at all
+    duplicates: list[str] = field(default_factory=list)  # in more indexes than its state allows
+    misplaced: list[str] = field(default_factory=list)  # in indexes, but not the right ones
+    dangling: list[str] = field(default_factory=list)  # an index entry naming no job hash
+    damaged: list[str] = field(default_factory=list)  # a job hash without a known state or sq
+    seq_behind: bool = False  # ``seq`` below some job's ``sq``
+
+    @property
+    def ok(self) -> bool:
+        problems = (self.orphans, self.duplicates, self.misplaced, self.dangling, self.damaged)
+        return not any(problems) and not self.seq_behind
+
+    def __str__(self) -> str:
+        parts = [f"{self.jobs} jobs {self.states}"]
+        for name in ("orphans", "duplicates", "misplaced", "dangling", "damaged"):
+            found = getattr(self, name)
+            if found:
+                parts.append(f"{len(found)} {name} (e.g. {sorted(found)[:5]})")
+        if self.seq_behind:
+            parts.append("seq behind a job's sq")
+        return "; ".join(parts)
+
+
+def _keys(client: Any, pattern: str) -> list[bytes]:
+    return list(client.scan_iter(match=pattern, count=1000))
+
+
+def _job_fields(client: Any, keys: list[bytes]) -> list[tuple[bytes | None, ...]]:
+    out: list[tuple[bytes | None, ...]] = []
+    for i in range(0, len(keys), 1000):
+        pipe = client.pipeline(transaction=False)
+        for key in keys[i : i + 1000]:
+            pipe.hmget(key, "st", "q", "sq")
+        out += [tuple(reply) for reply in pipe.execute()]
+    return out
+
+
+def _indexed(client: Any, space: KeySpace, queues: set[str]) -> dict[str, set[tuple[str, str]]]:
+    """Every job id named by an index, with the (queue, index) pairs naming it."""
+    where: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for queue in queues:
+        for what in QUEUE_SETS:
+            members = client.zrange(space.queue(queue, what), 0, -1)
+            for member in members:
+                raw = member[READY_PREFIX:] if what == "ready" else member
+                where[raw.decode()].add((queue, what))
+    return where
+
+
+def _judge(state: str, queue: str, places: set[tuple[str, str]], report: Report, job: str) -> None:
+    required, one_of, optional = PLACES[state]
+    if not places:
+        report.orphans.append(job)
+        return
+    if any(q != queue for q, _ in places):
+        report.misplaced.append(job)
+        return
+    names = [what for _, what in places]
+    chosen = [what for what in names if what in one_of]
+    if len(chosen) > 1:
+        report.duplicates.append(job)
+    elif not required <= set(names) or (one_of and not chosen):
+        report.misplaced.append(job)
+    elif set(names) - required - one_of - optional:
+        report.duplicates.append(job)
+
+
+def check(client: Any, namespace: str) -> Report:
+    """Scan the namespace's keys and judge every job hash and every index entry."""
+    space = KeySpace(namespace)
+    root = space.root
+    job_keys = _keys(client, f"{root}job:*")
+    queue_keys = _keys(client, f"{root}q:*")
+    queues = {k.decode()[len(root) + 2 :].rsplit(":", 1)[0] for k in queue_keys}
+    queues |= {q.decode() for q in client.smembers(space.queues)}
+    where = _indexed(client, space, queues)
+    report = Report()
+    states: dict[str, int] = defaultdict(int)
+    top_sq = 0
+    ids = {k.decode()[len(root) + 4 :] for k in job_keys}
+    for key, (st, q, sq) in zip(job_keys, _job_fields(client, job_keys), strict=True):
+        job = key.decode()[len(root) + 4 :]
+        report.jobs += 1
+        state = (st or b"?").decode()
+        if state not in PLACES or sq is None:
+            report.damaged.append(job)
+            continue
+        states[state] += 1
+        top_sq = max(top_sq, int(sq))
+        _judge(state, (q or b"default").decode(), where.get(job, set()), report, job)
+    report.dangling = sorted(set(where) - ids)
+    report.states = dict(sorted(states.items()))
+    report.seq_behind = int(client.get(space.seq) or 0) < top_sq
+    return report
