@@ -467,6 +467,8 @@ def test_role_users_made_by_quasar_acl_work_on_every_node(
         for port in local_cluster.ports:
             with local_cluster.node_client(port) as node:
                 node.execute_command("ACL", "DELUSER", *made)
+
+
 @pytest.mark.parametrize("master", [0, 1, 2])
 def test_a_worker_process_and_the_cli_from_a_cluster_url(
     rc: RedisCluster, local_cluster: LocalCluster, tmp_path: Path, master: int
