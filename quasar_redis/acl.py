@@ -76,7 +76,7 @@ ROLES: dict[str, Role] = {
             _words("enqueue get"),
             _words(
                 "EXISTS GET HGETALL HSET INCRBY LRANGE LTRIM RPUSH SADD SET SISMEMBER TIME TYPE "
-                "XADD ZADD ZREM"
+                "XADD ZADD ZREM ZSCORE"
             ),
             _words("PING XREAD XREVRANGE"),
         ),
@@ -87,39 +87,42 @@ ROLES: dict[str, Role] = {
             "worker registry",
             _words(
                 "claim claim_job heartbeat complete fail permanent_fail release report "
-                "report_claim expire sweep promote prune get announce retire"
+                "report_claim expire sweep promote prune get announce retire cascade"
             ),
             _words(
-                "DEL GET HGETALL HSET HSETNX LPUSH LRANGE LTRIM PEXPIRE RPUSH SET SISMEMBER "
-                "SMEMBERS SREM TIME TYPE XADD ZADD ZCARD ZRANGE ZRANGEBYSCORE ZREM "
-                "ZREMRANGEBYSCORE"
+                "DEL EXISTS GET HDEL HGETALL HINCRBY HSET HSETNX LPUSH LRANGE LTRIM PEXPIRE "
+                "RENAME RPOP RPUSH SADD SCARD SET SISMEMBER SMEMBERS SPOP SRANDMEMBER SREM TIME "
+                "TYPE XADD ZADD ZCARD ZRANGE ZRANGEBYSCORE ZREM ZREMRANGEBYSCORE ZSCORE"
             ),
             # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
+            # and add what they counted to the dashboard's rolling store (HINCRBY, EXPIRE)
             # and end their own wait early at shutdown (CLIENT ID, CLIENT UNBLOCK)
-            _words("BLPOP CLIENT|ID CLIENT|UNBLOCK PING RPUSH TIME"),
+            _words("BLPOP CLIENT|ID CLIENT|UNBLOCK EXPIRE HINCRBY PING RPUSH TIME"),
         ),
         Role(
             "operator",
             "inspects (get_job, counts, list_jobs, queues, workers, events), cancels, retries, "
             "expires, sweeps, promotes, prunes, pauses and resumes queues; does not enqueue",
             _words(
-                "get counts list cancel retry expire sweep promote prune pause resume queues "
-                "workers"
+                "get counts list cancel cascade retry expire sweep promote prune purge pause "
+                "resume queues workers"
             ),
             _words(
-                "DEL GET HGETALL HMGET HSET LPUSH LRANGE LTRIM RPUSH SADD SET SISMEMBER SMEMBERS "
-                "SREM TIME TYPE XADD ZADD ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZREM "
-                "ZREMRANGEBYSCORE ZSCORE"
+                "DEL EXISTS GET HDEL HGET HGETALL HINCRBY HMGET HSET LPUSH LRANGE LTRIM RENAME "
+                "RPOP RPUSH SADD SCARD SET SISMEMBER SMEMBERS SPOP SRANDMEMBER SREM TIME TYPE "
+                "XADD ZADD ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZREM ZREMRANGEBYSCORE ZSCORE"
             ),
-            _words("PING XREAD XREVRANGE"),
+            _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
         ),
         Role(
             "reader",
             "reads only (get_job, counts, list_jobs, queues, events): dashboards and "
             "monitoring; not workers(), which drops lapsed entries of the registry (a write)",
             _words("get counts list queues"),
-            _words("HGETALL LRANGE SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE ZRANK ZSCORE"),
-            _words("PING XREAD XREVRANGE"),
+            _words(
+                "HGET HGETALL LRANGE SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE ZRANK ZSCORE"
+            ),
+            _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
         ),
     )
 }

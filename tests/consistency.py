@@ -22,8 +22,8 @@ READY_PREFIX = 11  # a ready member: available_at (6 bytes) and seq (5), then th
 #: The indexes each state puts a job in: every set of ``required``, and exactly one of ``one_of``
 #: (when it names any), and maybe the ``optional`` ones.
 PLACES: dict[str, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {
-    "W": (frozenset(), frozenset({"blocked", "delayed", "ready"}), frozenset()),
-    "R": (frozenset({"retrying"}), frozenset({"delayed", "ready"}), frozenset()),
+    "W": (frozenset(), frozenset({"blocked", "delayed", "ready"}), frozenset({"delayed_pr"})),
+    "R": (frozenset({"retrying"}), frozenset({"delayed", "ready"}), frozenset({"delayed_pr"})),
     "L": (frozenset({"leased"}), frozenset(), frozenset()),
     "S": (frozenset({"succeeded"}), frozenset(), frozenset({"expiring"})),
     "F": (frozenset({"failed"}), frozenset(), frozenset()),
@@ -81,7 +81,7 @@ def _indexed(client: Any, space: KeySpace, queues: set[str]) -> dict[str, set[tu
         for what in QUEUE_SETS:
             members = client.zrange(space.queue(queue, what), 0, -1)
             for member in members:
-                raw = member[READY_PREFIX:] if what == "ready" else member
+                raw = member[READY_PREFIX:] if what in ("ready", "delayed_pr") else member
                 where[raw.decode()].add((queue, what))
     return where
 
