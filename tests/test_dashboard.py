@@ -196,6 +196,35 @@ def test_actions_retry_cancel_pause_resume_retry_all(
     asyncio.run(retry_all())
     assert sync_q.counts("mail").retryable == 3 and sync_q.counts("mail").discarded == 0
 
+    async def purge() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            page = await client.get("/queues/mail?status=cancelled")
+            assert 'href="/confirm/purge?queue=mail&amp;status=cancelled"' in page.text
+            done = await confirmed_post(client, "/confirm/purge?queue=mail&status=cancelled")
+            assert "done=purged" in done.headers["location"] and "n=2" in done.headers["location"]
+            assert (
+                await client.get("/confirm/purge?queue=mail&status=available")
+            ).status_code == 404
+            token = token_in((await client.get("/confirm/purge?queue=mail&status=cancelled")).text)
+            refused = await client.post(
+                "/actions/purge",
+                data={"csrf": token, "queue": "mail", "status": "retryable"},
+                headers={"origin": BASE},
+            )
+            assert refused.status_code == 400
+
+    # Two jobs cancelled two minutes ago (past the 60 s re-send window that purge keeps):
+    seconds, micros = sync_q.redis.time()
+    long_ago = seconds * 1000 + micros // 1000 - 120_000
+    for i in range(2):
+        sync_q.enqueue_many([NewJob("t", None, id=f"old{i}", queue="mail")], now=long_ago)
+        sync_q.cancel(f"old{i}", now=long_ago)
+    assert sync_q.counts("mail").cancelled == 4  # and the job cancelled above, and its dependent
+    asyncio.run(purge())
+    assert sync_q.get_job("old0") is None and sync_q.get_job("old1") is None
+    assert sync_q.counts("mail").cancelled == 2  # those cancelled just now stay for the window
+    assert sync_q.counts("mail").retryable == 3
+
 
 def test_cross_site_posts_are_refused(
     backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar

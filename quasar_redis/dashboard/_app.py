@@ -42,6 +42,7 @@ ACTIONS = {
     "retry": ("job", "Retry job {target}: run it again, with one more attempt allowed?"),
     "cancel": ("job", "Cancel job {target} and every job that depends on it?"),
     "retry-all": ("queue", "Retry every failed job of queue {target}?"),
+    "purge": ("queue", "Delete every {status} job of queue {target}, for good?"),
     "pause": ("queue", "Pause queue {target}: workers lease none of its jobs until resumed?"),
     "resume": ("queue", "Resume queue {target}?"),
 }
@@ -49,12 +50,14 @@ NOTICES = {
     "retried": "Job retried.",
     "cancelled": "Job cancelled ({n} dependents with it).",
     "retried-all": "{n} failed jobs retried.",
+    "purged": "{n} jobs deleted.",
     "paused": "Queue paused.",
     "resumed": "Queue resumed.",
     "unchanged": "Nothing changed: it already was.",
     "refused": "Refused: {why}.",
     "not-found": "No job with that id.",
 }
+PURGEABLE = frozenset(s.value for s in t.TERMINAL_STATUSES)
 STATUS_ORDER = (
     t.Status.AVAILABLE,
     t.Status.SCHEDULED,
@@ -273,12 +276,16 @@ class Dashboard:
             return _missing("No such action.")
         what, words = ACTIONS[action]
         target = request.query_params.get(what, "")
+        status = request.query_params.get("status", "")
+        if action == "purge" and status not in PURGEABLE:
+            return _missing("Only completed, discarded and cancelled jobs can be deleted.")
         return "confirm.html", {
             "title": "Confirm",
             "action": action,
             "what": what,
             "target": target,
-            "question": words.format(target=target),
+            "status": status if action == "purge" else "",
+            "question": words.format(target=target, status=status),
             "back": f"/jobs/{quote(target, safe='')}" if what == "job" else f"/queues/{target}",
         }
 
@@ -329,12 +336,15 @@ class Dashboard:
             return refusal("No such queue.", 400)
         if what == "job" and not _plausible_id(target):
             return refusal("No such job.", 400)
-        notice = await self._apply(action, target)
+        status = form.get("status", "")
+        if action == "purge" and status not in PURGEABLE:
+            return refusal("Only completed, discarded and cancelled jobs can be deleted.", 400)
+        notice = await self._apply(action, target, status)
         self._infos = (-float("inf"), [])
         path = f"/jobs/{quote(target, safe='')}" if what == "job" else f"/queues/{target}"
         return RedirectResponse(self._url(request, path) + "?" + urlencode(notice), 303)
 
-    async def _apply(self, action: str, target: str) -> dict[str, str]:
+    async def _apply(self, action: str, target: str, status: str) -> dict[str, str]:
         client = self.client
         if action == "retry":
             return _outcome(
@@ -347,6 +357,8 @@ class Dashboard:
             return _outcome(result, "cancelled")
         if action == "retry-all":
             return {"done": "retried-all", "n": str(await data.retry_all_failed(client, target))}
+        if action == "purge":
+            return {"done": "purged", "n": str(await data.purge(client, target, t.Status(status)))}
         if action == "pause":
             return {"done": "paused" if await client.pause(target) else "unchanged"}
         return {"done": "resumed" if await client.resume(target) else "unchanged"}

@@ -305,6 +305,19 @@ def job_fields(job: t.Job, now: int) -> list[tuple[str, str]]:
 # --- actions ------------------------------------------------------------------------------------
 
 
+async def purge(client: AsyncQuasar, queue: str, status: t.Status) -> int:
+    """Delete every job of ``queue`` in ``status`` (completed, discarded or cancelled), a page
+    of 100 per call; returns how many were deleted."""
+    deleted, after = 0, None
+    while True:
+        page = await client.page_jobs(queue, status, after=after, limit=100)
+        if page.jobs:
+            deleted += await client.purge(queue, status, [job.id for job in page.jobs])
+        if page.next_cursor is None:
+            return deleted
+        after = page.next_cursor
+
+
 async def retry_all_failed(client: AsyncQuasar, queue: str) -> int:
     """Retry every failed (discarded) job of ``queue``, a page of 100 per round trip; returns
     how many were retried."""
