@@ -1251,6 +1251,7 @@ def stop() -> None:
     worker.stop()
 app.task(stop, name="stop").enqueue()
 worker.run(install_signals=False)
+app.close()  # the sync client the enqueue above opened: the script's own, not run()'s
 del worker, app
 gc.collect()
 print("stopped")
