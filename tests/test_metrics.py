@@ -282,5 +282,5 @@ def test_a_stopping_worker_writes_what_it_counted_last(app: App) -> None:
             30,
             "the outcomes counted",
         )
-        assert totals(app, "completed") == 0  # nothing written while it serves
+        # (the round at start may already have written the first outcomes: no check here)
     assert totals(app, "completed") == OK and totals(app, "failed") == BAD
