@@ -1,0 +1,65 @@
+"""What the documentation states about the code, checked against the code: the exception tree of
+``quasar_redis.errors``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+from types import ModuleType
+
+import quasar_redis
+from quasar_redis import errors
+
+#: A class of the tree: its indent (4 columns a level, past the root's) and its name.
+_NODE = re.compile(r"^    ((?:[│ ]   )*)[├└]── (\w+)")
+#: A class outside the tree: its name and its base, ``Snooze (Exception)``.
+_OUTSIDE = re.compile(r"^    (\w+) \((\w+)\)  ")
+
+
+def modules() -> list[ModuleType]:
+    """Every module of the package, imported (its extras are in the test extra)."""
+    found = [quasar_redis]
+    for info in pkgutil.walk_packages(quasar_redis.__path__, "quasar_redis."):
+        if not info.name.endswith("__main__"):
+            found.append(importlib.import_module(info.name))
+    return found
+
+
+def exception_classes() -> dict[str, type[BaseException]]:
+    """Every exception class a caller can meet: each under ``QuasarError``, wherever it is
+    defined, and each other one the package defines and names in a public ``__all__``."""
+    found: dict[str, type[BaseException]] = {}
+    for module in modules():
+        public = not any(part.startswith("_") for part in module.__name__.split("."))
+        for name, value in vars(module).items():
+            if not (inspect.isclass(value) and issubclass(value, BaseException)):
+                continue
+            if not value.__module__.startswith("quasar_redis"):
+                continue
+            exported = public and name in getattr(module, "__all__", ())
+            if issubclass(value, errors.QuasarError) or exported:
+                found[value.__name__] = value
+    return found
+
+
+def test_the_error_tree_names_every_exception_a_caller_can_meet() -> None:
+    doc = errors.__doc__ or ""
+    known = exception_classes()
+    path: list[str] = ["QuasarError"]  # the classes above the line read, root first
+    drawn = {"QuasarError"}
+    for line in doc.splitlines():
+        node, outside = _NODE.match(line), _OUTSIDE.match(line)
+        if node:
+            depth, name = len(node.group(1)) // 4 + 1, node.group(2)
+            del path[depth:]
+            assert name in known, f"the tree names {name}, which the package does not define"
+            assert known[path[-1]] in known[name].__bases__, f"{name} drawn under {path[-1]}"
+            path.append(name)
+            drawn.add(name)
+        elif outside:
+            name, base = outside.groups()
+            assert name in known and base in {b.__name__ for b in known[name].__bases__}, line
+            drawn.add(name)
+    assert sorted(set(known) - drawn) == [], "add them to the docstring of quasar_redis.errors"
