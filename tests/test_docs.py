@@ -1,5 +1,5 @@
 """What the documentation states about the code, checked against the code: the exception tree of
-``quasar_redis.errors``."""
+``quasar_redis.errors``, and the source files the docs and the Lua comments point to."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import importlib
 import inspect
 import pkgutil
 import re
+from pathlib import Path
 from types import ModuleType
 
 import quasar_redis
 from quasar_redis import errors
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: A class of the tree: its indent (4 columns a level, past the root's) and its name.
 _NODE = re.compile(r"^    ((?:[│ ]   )*)[├└]── (\w+)")
@@ -63,3 +66,14 @@ def test_the_error_tree_names_every_exception_a_caller_can_meet() -> None:
             assert name in known and base in {b.__name__ for b in known[name].__bases__}, line
             drawn.add(name)
     assert sorted(set(known) - drawn) == [], "add them to the docstring of quasar_redis.errors"
+
+
+def test_every_source_file_the_docs_and_the_lua_name_exists() -> None:
+    texts = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "lua").glob("*.lua")]
+    named = {
+        (path.name, found)
+        for path in texts
+        for found in re.findall(r"quasar_redis/[\w/]+\.py", path.read_text())
+    }
+    assert named, "no source file named: the pattern is wrong"
+    assert {(where, name) for where, name in named if not (ROOT / name).is_file()} == set()
