@@ -1,5 +1,6 @@
 """What the documentation states about the code, checked against the code: the exception tree of
-``quasar_redis.errors``, and the source files the docs and the Lua comments point to."""
+``quasar_redis.errors``, the API reference's coverage of the public surface, and the source files
+the docs and the Lua comments point to."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import quasar_redis
 from quasar_redis import errors
 
 ROOT = Path(__file__).resolve().parent.parent
+API = ROOT / "docs" / "api"
 
 #: A class of the tree: its indent (4 columns a level, past the root's) and its name.
 _NODE = re.compile(r"^    ((?:[│ ]   )*)[├└]── (\w+)")
@@ -66,6 +68,30 @@ def test_the_error_tree_names_every_exception_a_caller_can_meet() -> None:
             assert name in known and base in {b.__name__ for b in known[name].__bases__}, line
             drawn.add(name)
     assert sorted(set(known) - drawn) == [], "add them to the docstring of quasar_redis.errors"
+
+
+def documented() -> set[str]:
+    """The public names the API reference pages show: each ``::: quasar_redis.NAME``, and the
+    members of each module a page shows whole."""
+    names: set[str] = set()
+    for page in API.glob("*.md"):
+        for target in re.findall(r"^::: quasar_redis\.(\w+)$", page.read_text(), re.MULTILINE):
+            if target in quasar_redis.__all__:
+                names.add(target)
+                continue
+            module = importlib.import_module(f"quasar_redis.{target}")
+            names |= set(getattr(module, "__all__", ()))
+            names |= {
+                n
+                for n, v in vars(module).items()
+                if getattr(v, "__module__", "") == module.__name__
+            }
+    return names
+
+
+def test_the_api_reference_shows_every_public_name() -> None:
+    missing = set(quasar_redis.__all__) - {"__version__"} - documented()
+    assert missing == set(), f"add these to a page of docs/api/: {sorted(missing)}"
 
 
 def test_every_source_file_the_docs_and_the_lua_name_exists() -> None:
