@@ -12,7 +12,9 @@
 --   Integers travel as decimal strings and are formatted back with "%d" (never tostring, which
 --   turns large numbers into floats).
 --   Replies are arrays whose first element is a readable tag; refusals come from refuse(), applied
---   replies from applied(). Python decodes both through one vocabulary (quasar_redis/_protocol.py).
+--   replies from applied(). In Python, quasar_redis/_calls.py builds each call (its arguments
+--   encoded by _args.py) and _replies.py decodes each reply through one vocabulary of tags, the
+--   jobs in it read by _fast.py (the common replies) or _general.py (any other shape).
 --   A script checks everything before its first write: Redis has no rollback. Calls made of many
 --   transitions (a claim of many jobs, a report, an enqueue in "each" mode) check each one before
 --   its own first write: a refused one is skipped whole, never half-written.

@@ -20,7 +20,17 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     │   └── InvalidTaskCall                    ... (also an InvalidArgument, above)
     ├── JobFailedError                         the task API: the job awaited ended Failed
     │   └── JobCancelledError                  ... or Cancelled
-    └── HookError                              a worker's startup hook raised: it did not start
+    ├── HookError                              a worker's startup hook raised: it did not start
+    └── PhaseError                             a held job or its lease was asked for a change its
+                                               table does not allow: a worker bug
+                                               (``quasar_redis.worker``)
+
+Three more are not errors of quasar_redis, so not under ``QuasarError``::
+
+    Snooze (Exception)                         raised by a task: run it again later, no attempt
+                                               used (``quasar_redis.retry``)
+    PermanentFailure (Exception)               raised by a task: fail its job now, no retry
+    EvictionPolicyWarning (RuntimeWarning)     a warning: Redis may evict keys and lose jobs
 """
 
 from __future__ import annotations

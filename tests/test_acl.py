@@ -655,6 +655,18 @@ def test_the_roles_table_of_the_docs_is_the_roles_data() -> None:
     assert documented == {r.name: tuple(c.lower() for c in r.commands) for r in ROLES.values()}
 
 
+def test_the_setuser_example_of_the_docs_is_what_quasar_acl_setuser_prints() -> None:
+    # docs/security.md, "Creating the users": the command as given there, with the password
+    # "secret"; the doc shortens the hash of the password to its first four digits.
+    text = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
+    example = re.search(r"^```console\n\$ quasar (acl setuser .*)\n(.*)\n```$", text, re.MULTILINE)
+    assert example, "docs/security.md has no quasar acl setuser example"
+    out = CliRunner().invoke(main, example[1].split(), env={"WORKER_PASSWORD": "secret"})
+    assert out.exit_code == 0, out.output
+    printed = re.sub(r"'#([0-9a-f]{4})[0-9a-f]{60}'", "'#\\1…'", out.stdout.strip())
+    assert example[2] == printed, f"docs/security.md should show:\n{printed}"
+
+
 # What the package sends outside the scripts: redis-py methods called on a redis-py client, and
 # commands spelled out. The demo and the example clean up their throwaway namespaces (SCAN, DEL)
 # as whatever user runs them; the rest is a role's, loading, or optional where refused.

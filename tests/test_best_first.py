@@ -13,6 +13,7 @@ from quasar_redis import (
     NewJob,
     NothingClaimable,
     Quasar,
+    Status,
 )
 
 from .helpers import T0, claimed
@@ -122,6 +123,20 @@ def test_past_the_repair_bound_the_claim_says_claim_again_now(q: Quasar) -> None
     assert q.claim("default", "w", LEASE, now=now) == ClaimRefused(NothingClaimable(now))
     assert claim_id(q, now) == "due"
     assert q.counts("default", now=now).scheduled == 100
+
+
+def test_until_a_claim_re_indexes_it_counts_and_get_job_read_a_job_two_ways(q: Quasar) -> None:
+    # docs/lifecycle.md: counts and the available page read `ready`, get_job the job at now
+    now = clock_stepped_back(q, 1)
+    counts = q.counts("default", now=now)
+    assert (counts.available, counts.scheduled) == (2, 0)
+    assert [j.id for j in q.list_jobs("default", "available", now=now)] == ["ahead000", "due"]
+    info = q.get_job("ahead000", now=now)
+    assert info is not None and info.status is Status.SCHEDULED
+    assert claim_id(q, now) == "due"  # (ahead000 met first, and re-indexed)
+    counts = q.counts("default", now=now)
+    assert (counts.available, counts.scheduled) == (0, 1)
+    assert [j.id for j in q.list_jobs("default", "scheduled", now=now)] == ["ahead000"]
 
 
 def test_the_urgent_job_can_be_claimed_by_id_at_the_same_moment(q: Quasar) -> None:
