@@ -102,7 +102,7 @@ def test_rules_name_the_namespace_keys_and_the_roles_commands_only() -> None:
     words = rules(["reader"], ["orders"])
     assert words[:4] == ["resetkeys", "~quasar:{orders}:*", "resetchannels", "-@all"]
     assert "+hset" not in words and "+zcount" in words and "+fcall" in words
-    assert key_pattern("orders", tag="shop", key_prefix="app") == "~app:{shop}:orders:*"
+    assert key_pattern("orders", tag="shop", key_prefix="app") == "~app:{shop}/orders:*"
     both = rules(["producer", "worker"], ["a", "b"], paths="functions")
     assert "~quasar:{a}:*" in both and "~quasar:{b}:*" in both
     assert "+fcall" in both and "+evalsha" not in both and "+blpop" in both and "+sadd" in both
