@@ -2,8 +2,9 @@
 -- script's own file shows its edge: its checks in order and its writes, calling these steps.
 --
 -- Conventions
---   KEYS[1]  the namespace key prefix, e.g. "quasar:{orders}:". Every key a script touches is
---            KEYS[1] .. suffix, so every key keeps the namespace hash tag (one cluster slot).
+--   KEYS[1]  the namespace key prefix, e.g. "quasar:{orders}:", or "quasar:{shop}/orders:" given
+--            a tag (quasar_redis/_keys.py). Every key a script touches is KEYS[1] .. suffix, so
+--            every key keeps the namespace hash tag (one cluster slot).
 --   KEYS[2]  optional: the namespace's event stream (KEYS[1] .. "events"). When given, every state
 --            change appends {job, ev, q, a} to it, ev the status the job enters (capped near
 --            EVENTS_MAX job changes).

@@ -86,10 +86,11 @@ class ClientBase(Sending):
         functions: bool = True,
     ) -> None:
         """A client of ``namespace`` over ``redis`` (a redis-py client, ``decode_responses``
-        off): its keys start with ``<key_prefix>:{<tag or namespace>}:``. ``limits``: what it
-        refuses to send; ``check_eviction_policy``: warn once if Redis may evict keys;
-        ``events``: write the event stream; ``functions``: FCALL of the function library where
-        the server allows it (False: EVALSHA of scripts)."""
+        off): its keys start with ``<key_prefix>:{<namespace>}:``, or given a ``tag`` of its
+        own, ``<key_prefix>:{<tag>}/<namespace>:``. ``limits``: what it refuses to send;
+        ``check_eviction_policy``: warn once if Redis may evict keys; ``events``: write the
+        event stream; ``functions``: FCALL of the function library where the server allows it
+        (False: EVALSHA of scripts)."""
         check_client(redis)
         self.redis = redis
         # Redis Functions (one library, FCALL) where the server has them; scripts (EVALSHA)

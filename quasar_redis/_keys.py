@@ -1,9 +1,15 @@
 """Every Redis key name of quasar_redis, built in one place (mirrored by ``lua/_lib.lua``).
 
-All keys of a namespace start with ``<prefix>:{<namespace>}:``; the hash tag puts them in one
-cluster slot, so every script touches one slot. A namespace given a ``tag`` of its own keeps its
-keys under ``<prefix>:{<tag>}:<namespace>:``: in the tag's slot, and still its own whatever other
-namespace shares the tag.
+All keys of a namespace start with its root, ``<prefix>:{<namespace>}:``; the hash tag puts them
+in one cluster slot, so every script touches one slot. A namespace given a ``tag`` of its own
+keeps its keys under ``<prefix>:{<tag>}/<namespace>:``: in the tag's slot, and still its own.
+
+No two namespaces share a key. A name holds none of ``: { } /``, so a root reads one way only
+(the prefix up to the first ``:``, the tag up to the first ``}``, then either ``:``, which ends an
+untagged root, or ``/``, the namespace and ``:``, which ends a tagged one): of two different roots
+neither starts the other, and as every key is its root and a suffix, a key starts one root only.
+A name holds none of Redis's glob characters either (``*``, ``?``, ``[``, ``]``, the backslash),
+so ``<root>*`` is a faithful ACL key pattern or SCAN match: one namespace's keys, no other's.
 """
 
 from __future__ import annotations
@@ -13,7 +19,13 @@ from dataclasses import dataclass
 
 from .errors import ConfigurationError
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+# No ': { } /' and no glob character: the isolation above rests on it, so never widen it. (\Z,
+# not $, which lets a final newline through.)
+NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}\Z")
+#: How every key suffix begins (here and in lua/): a word of ``FAMILIES`` and ``:`` then a name
+#: or id, or a word of ``SINGLES`` alone. tests/test_keys.py holds the Lua's key builders to them.
+FAMILIES = ("call", "cascade", "dependents", "errors", "job", "q", "stats", "worker")
+SINGLES = ("cascades", "events", "paused", "queues", "seq", "workers")
 QUEUE_SETS = (
     "ready",
     "delayed",
@@ -55,11 +67,15 @@ class KeySpace:
     def root(self) -> str:
         """The prefix every key of the namespace starts with; passed to scripts as KEYS[1]."""
         if self.tag and self.tag != self.namespace:
-            return f"{self.prefix}:{{{self.tag}}}:{self.namespace}:"
+            return f"{self.prefix}:{{{self.tag}}}/{self.namespace}:"
         return f"{self.prefix}:{{{self.namespace}}}:"
 
     def job(self, job_id: str) -> str:
         return f"{self.root}job:{job_id}"
+
+    def errors(self, job_id: str) -> str:
+        """The list of a job's last failed attempts."""
+        return f"{self.root}errors:{job_id}"
 
     def dependents(self, job_id: str) -> str:
         return f"{self.root}dependents:{job_id}"
@@ -71,6 +87,16 @@ class KeySpace:
         if what not in QUEUE_SETS:
             raise ValueError(f"unknown queue structure {what!r}")
         return f"{self.root}q:{queue}:{what}"
+
+    @property
+    def cascades(self) -> str:
+        """The roots (call ids) with cascade work left."""
+        return f"{self.root}cascades"
+
+    def cascade(self, root: str, job_id: str | None = None) -> str:
+        """A cascade root's items, or with ``job_id`` that parent's dependents left to visit."""
+        items = f"{self.root}cascade:{root}"
+        return items if job_id is None else f"{items} {job_id}"
 
     @property
     def queues(self) -> str:

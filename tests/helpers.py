@@ -57,8 +57,9 @@ def url_of(client: redis.Redis) -> str:
 
 
 def delete_namespace(client: Any, namespace: str) -> None:
-    """Delete every key of ``namespace`` (never FLUSHDB: the server may be shared)."""
-    keys = list(client.scan_iter(match=f"quasar:{{{namespace}}}:*", count=1000))
+    """Delete every key of ``namespace``, and of the namespaces given it as their ``tag=``
+    (never FLUSHDB: the server may be shared)."""
+    keys = list(client.scan_iter(match=f"quasar:{{{namespace}}}*", count=1000))
     for i in range(0, len(keys), 500):
         client.delete(*keys[i : i + 500])
 
@@ -143,7 +144,7 @@ def assert_delayed_mirrored(q: Quasar, queue: str) -> None:
 def snapshot(q: Quasar) -> dict[str, Any]:
     """Every key of the namespace with its type and whole value."""
     out: dict[str, Any] = {}
-    for key in q.redis.scan_iter(match=f"quasar:{{{q.namespace}}}:*", count=1000):
+    for key in q.redis.scan_iter(match=f"{q.keys.root}*", count=1000):
         kind = q.redis.type(key).decode()
         if kind == "hash":
             value: Any = q.redis.hgetall(key)

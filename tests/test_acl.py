@@ -102,7 +102,7 @@ def test_rules_name_the_namespace_keys_and_the_roles_commands_only() -> None:
     words = rules(["reader"], ["orders"])
     assert words[:4] == ["resetkeys", "~quasar:{orders}:*", "resetchannels", "-@all"]
     assert "+hset" not in words and "+zcount" in words and "+fcall" in words
-    assert key_pattern("orders", tag="shop", key_prefix="app") == "~app:{shop}:orders:*"
+    assert key_pattern("orders", tag="shop", key_prefix="app") == "~app:{shop}/orders:*"
     both = rules(["producer", "worker"], ["a", "b"], paths="functions")
     assert "~quasar:{a}:*" in both and "~quasar:{b}:*" in both
     assert "+fcall" in both and "+evalsha" not in both and "+blpop" in both and "+sadd" in both
@@ -669,10 +669,11 @@ def test_the_setuser_example_of_the_docs_is_what_quasar_acl_setuser_prints() -> 
 
 # What the package sends outside the scripts: redis-py methods called on a redis-py client, and
 # commands spelled out. The demo and the example clean up their throwaway namespaces (SCAN, DEL)
-# as whatever user runs them; the rest is a role's, loading, or optional where refused.
+# as whatever user runs them, and moving a namespace's keys (quasar migrate-keys) is an admin's;
+# the rest is a role's, loading, or optional where refused.
 OPTIONAL_DIRECT = {"CONFIG|GET"}  # the eviction-policy check: skipped where refused
 LOADING = {"FUNCTION|LOAD", "SCRIPT|LOAD", "FCALL", "EVALSHA"}
-NOT_A_ROLES = ("demo.py", "example.py", "_demo_jobs.py", "acl.py")  # (acl.py: the roles' data)
+NOT_A_ROLES = ("demo.py", "example.py", "_demo_jobs.py", "acl.py", "_migrate.py")  # (acl.py: data)
 NOT_COMMANDS = {"DEBUG", "INFO"}  # (the command line's log levels)
 CONTAINERS = ("CLIENT", "CONFIG", "FUNCTION", "SCRIPT", "CLUSTER", "ACL")
 _CALLED = re.compile(r"\b(?:redis|client|conn|connection)\.([a-z_]+)\(|Ask\(\s*\"([a-z_]+)\"")

@@ -133,7 +133,9 @@ def test_duration_and_count_arguments_are_range_checked(q: Quasar) -> None:
     assert snapshot(q) == before
 
 
-@pytest.mark.parametrize("name", ["", "with space", "{tag}", "a:b", "x" * 65, "ünï"])
+@pytest.mark.parametrize(
+    "name", ["", "with space", "{tag}", "a:b", "a/b", "a*", "x" * 65, "ünï", "orders\n"]
+)
 def test_bad_namespace_is_a_configuration_error(name: str) -> None:
     with pytest.raises(ConfigurationError, match="namespace"):
         Quasar(fakeredis.FakeRedis(), name)
@@ -185,7 +187,7 @@ def test_namespaces_sharing_a_tag_keep_their_jobs_apart(redis_client: Any, names
     assert other.get_job("j") is None
     assert applied(other.enqueue("s", id="j", payload=2, now=T0)).id == "j"
     assert other.counts("default").available == mine.counts("default").available == 1
-    assert other.keys.root == f"quasar:{{{namespace}}}:other:"
+    assert other.keys.root == f"quasar:{{{namespace}}}/other:"
 
 
 def test_a_result_over_the_payload_limit_is_refused_and_nothing_written(q: Quasar) -> None:

@@ -1,5 +1,6 @@
 """The operator commands of ``quasar``: look at queues, jobs and workers; retry, cancel, purge,
-pause and resume (``register`` adds them to the ``quasar`` group)."""
+pause and resume; move a tagged namespace's keys to their current layout (``register`` adds
+them to the ``quasar`` group)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,21 @@ import click
 from ._bulk import cancel, purge, retry
 from ._fleet import info, pause, queues, resume, workers
 from ._jobs import job, jobs
+from ._migrate import migrate_keys_command
 
-COMMANDS = (queues, info, jobs, job, retry, cancel, purge, pause, resume, workers)
+COMMANDS = (
+    queues,
+    info,
+    jobs,
+    job,
+    retry,
+    cancel,
+    purge,
+    pause,
+    resume,
+    workers,
+    migrate_keys_command,
+)
 
 
 def register(group: click.Group) -> None:
