@@ -81,7 +81,9 @@ NAMES = (
 #: Redis's older rules). ``no-writes``: the call only reads, so it runs on a full Redis (and a
 #: replica). ``allow-oom``: the call runs on a full Redis: prune and purge delete, and cancel
 #: rewrites a job in place (plus a call record and an event) so that an operator can drain a
-#: full queue, and cascade carries on what a cancel left; pause and resume add or remove one set
+#: full queue, and cascade carries on what a cancel left; heartbeat rewrites a lease's expiry in
+#: place (plus a call record), so that a full Redis does not take the leases of running jobs or
+#: of finished ones whose outcome waits for room; pause and resume add or remove one set
 #: member (an operator stops or restarts a queue in an incident); retire and workers only
 #: delete. The rest is refused whole, before it writes anything. Scripts (EVALSHA) carry no
 #: flags: a
@@ -94,6 +96,7 @@ FLAGS = {
     "prune": "allow-oom",
     "purge": "allow-oom",
     "cancel": "allow-oom",
+    "heartbeat": "allow-oom",
     "cascade": "allow-oom",
     "queues": "no-writes",
     "pause": "allow-oom",

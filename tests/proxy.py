@@ -11,6 +11,9 @@ forwarded. ``cut_after_next(predicate, before_resend=hook)`` arms such a hook fo
 the cut one: it runs between the first delivery and the re-send (to look at what the first
 delivery did, or to let another client move a job before the re-send arrives).
 
+``Proxy.refuse()``: an outage as a client sees it: every connection is cut and new ones are
+refused (the port is closed) until ``Proxy.admit()`` opens it again.
+
 Every forwarded chunk is recorded (``sent``), so a test can prove a command really reached the
 server twice. Threads and sockets only; ``close()`` joins every thread and closes every socket.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -75,6 +79,7 @@ class Proxy:
         self._then: tuple[Predicate, Callable[[], None]] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._refusing = False
         self._links: list[_Link] = []
         self._threads: list[threading.Thread] = []
         self._listener = socket.create_server((HOST, 0))
@@ -103,6 +108,24 @@ class Proxy:
         """Run ``hook()`` just before the next matching chunk is forwarded."""
         with self._lock:
             self._hook = (predicate, hook)
+
+    def refuse(self) -> None:
+        """Cut every connection and refuse new ones until ``admit``."""
+        with self._lock:
+            self._refusing = True
+            links = list(self._links)
+            self._links.clear()
+        self._listener.close()
+        for link in links:
+            link.shutdown()
+
+    def admit(self) -> None:
+        """Take connections again, on the same port."""
+        listener = socket.create_server((HOST, self.port))
+        listener.settimeout(0.05)
+        with self._lock:
+            self._listener = listener
+            self._refusing = False
 
     def reset(self) -> None:
         """Forget what was recorded so far."""
@@ -165,10 +188,16 @@ class Proxy:
 
     def _accept_loop(self) -> None:
         while not self._stop.is_set():
+            listener = self._listener
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except TimeoutError:
                 continue
+            except OSError:
+                if self._refusing or listener is not self._listener:  # closed by refuse()
+                    time.sleep(0.01)
+                    continue
+                raise
             client.settimeout(None)
             try:
                 upstream = socket.create_connection(self.upstream, timeout=10)
@@ -176,11 +205,18 @@ class Proxy:
                 client.close()
                 raise
             upstream.settimeout(None)
-            link = _Link(client, upstream)
-            with self._lock:
-                self._links.append(link)
-            self._spawn(self._to_server, link)
-            self._spawn(self._to_client, link)
+            self._link(client, upstream)
+
+    def _link(self, client: socket.socket, upstream: socket.socket) -> None:
+        link = _Link(client, upstream)
+        with self._lock:
+            if self._refusing:  # accepted just as the outage began
+                client.close()
+                upstream.close()
+                return
+            self._links.append(link)
+        self._spawn(self._to_server, link)
+        self._spawn(self._to_client, link)
 
     def _take(self, chunk: bytes) -> tuple[bool, Callable[[], None] | None]:
         """Whether this chunk arms a cut, and the hook to run before it; both are one-shot."""

@@ -117,12 +117,14 @@ def test_every_lease_state_is_reached_and_a_lost_lease_stays_lost() -> None:
 
     assert reached(S.HELD, steps) == set(LeaseState)
     assert set(steps(S.LOST)) == {S.LOST}
-    assert reached(S.FINISHING, steps) == {S.FINISHING}  # no heartbeat after an outcome
-    assert all(S.FINISHING in reached(s, steps) or s is S.LOST for s in LeaseState)
+    # no heartbeat of an outcome on its way in a claim; one the keeper holds, it renews itself
+    assert reached(S.FINISHING, steps) == {S.FINISHING, S.REPORTING}
+    assert reached(S.REPORTING, steps) == {S.REPORTING}
+    assert all(S.REPORTING in reached(s, steps) or s is S.LOST for s in LeaseState)
 
 
 def test_lease_flags_read_from_its_state(claim: t.Claim) -> None:
-    finishing = {S.FINISHING, S.BEATING_FINISHING}
+    finishing = {S.FINISHING, S.BEATING_FINISHING, S.REPORTING}
     for state in LeaseState:
         lease = lease_in(claim, state)
         assert lease.lost is (state is S.LOST)

@@ -30,6 +30,10 @@ NAMESPACE = os.environ.get("QUASAR_TEST_NS", "worker-tasks-unset")
 #: Run each task on a worker whose ``--lease-ms`` equals the task's lease.
 SHORT_LEASE_MS = 1000
 LONG_LEASE_MS = 60_000
+#: Leases (ms) of the tasks of the outage tests (``test_outage``): 3 s behind a proxy that refuses
+#: connections, 4 s on a full Redis.
+OUTAGE_LEASE_MS = 3000
+FULL_LEASE_MS = 4000
 POLL_S = 0.01
 
 T = TypeVar("T")
@@ -202,13 +206,31 @@ def gate_first_sync(gate: str) -> dict[str, Any]:
     return result_of()
 
 
+async def _gate(gate: str) -> dict[str, Any]:
+    while not os.path.exists(gate):
+        await asyncio.sleep(POLL_S)
+    return result_of()
+
+
 @task("wt.gated", max_attempts=3, lease_ms=LONG_LEASE_MS, retry=0.0)
 @alogged
 async def gated(gate: str) -> dict[str, Any]:
     """Waits for the file ``gate``."""
-    while not os.path.exists(gate):
-        await asyncio.sleep(POLL_S)
-    return result_of()
+    return await _gate(gate)
+
+
+@task("wt.gated_outage", max_attempts=5, lease_ms=OUTAGE_LEASE_MS, retry=0.0)
+@alogged
+async def gated_outage(gate: str) -> dict[str, Any]:
+    """``gated`` for workers with the leases of an outage test."""
+    return await _gate(gate)
+
+
+@task("wt.gated_full", max_attempts=5, lease_ms=FULL_LEASE_MS, retry=0.0)
+@alogged
+async def gated_full(gate: str) -> dict[str, Any]:
+    """``gated`` for workers with the leases of a full-Redis test."""
+    return await _gate(gate)
 
 
 @task("wt.gated_sync", max_attempts=3, lease_ms=LONG_LEASE_MS, retry=0.0)

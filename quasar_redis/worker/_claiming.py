@@ -32,7 +32,7 @@ from ..errors import (
     QuasarError,
     RedisUnavailable,
 )
-from ._lease_keeper import Item
+from ._lease_keeper import Item, retry_wait
 from ._outbox import Outbox
 from ._resend import Resends
 from ._running import Runner
@@ -115,14 +115,15 @@ class Claimer:
                 denied = access_denied(exc)
                 if denied is not None:  # refused credentials or permissions: no retry helps
                     raise denied from exc
+                wait = self._retry_in(backoff)
                 log.warning(
                     "worker %s: claim failed (%s); retrying in %.2fs",
                     self.worker_id,
                     redact_text(str(exc)),
-                    backoff,
+                    wait,
                 )
                 self._stop_carrying()
-                await pause(self.stopping, backoff)
+                await pause(self.stopping, wait)
                 self.outbox.carrying += 1
                 backoff = min(backoff * 2, 5.0) * random.uniform(0.8, 1.2)
                 continue
@@ -134,6 +135,12 @@ class Claimer:
                 # likely an empty one) goes out. A full claim sends the next one first instead,
                 # so that Redis works on it while these jobs run.
                 await asyncio.sleep(0)
+
+    def _retry_in(self, backoff: float) -> float:
+        """``backoff``, or sooner while a claim waiting to be sent again carries outcomes: as
+        soon as their leases need (``retry_wait``), so that it goes out before they end."""
+        now = time.monotonic()
+        return min([backoff] + [retry_wait(item[0], now) for item in self.resends.carried()])
 
     async def _full(self) -> None:
         """No slot free (as many outcomes on their way as jobs running, or the other loop's claim

@@ -52,9 +52,12 @@ class LeaseState(enum.Enum):
 
     HELD = "held"  # renewed by heartbeats
     BEATING = "beating"  # a heartbeat of it is in flight (its token may change)
-    FINISHING = "finishing"  # its outcome is queued or sent: no more heartbeats
+    FINISHING = "finishing"  # its outcome went out with a claim: no heartbeat until its answer
     # its outcome was queued while a heartbeat was in flight: it goes out after, with the new token
     BEATING_FINISHING = "beating, finishing"
+    # its outcome is the keeper's to send: renewed between the tries of its report (a finished
+    # job's lease outlives an outage its outcome waits through, as a running job's does)
+    REPORTING = "reporting"
     LOST = "lost"  # a heartbeat was refused: no more heartbeats, its outcome never counts
 
     __hash__ = object.__hash__  # (see JobPhase)
@@ -66,7 +69,8 @@ class LeaseEvent(enum.Enum):
     BEAT = "beat"  # a heartbeat is sent
     BEAT_ENDED = "beat ended"  # its answer is in (a renewal, or Redis unreachable)
     REFUSED = "refused"  # the heartbeat was refused: the lease is lost
-    FINISH = "finish"  # its outcome is queued for the keeper, or taken into a claim
+    FINISH = "finish"  # its outcome is queued for the keeper
+    CARRY = "carry"  # its outcome is taken into a claim
 
     __hash__ = object.__hash__
 
@@ -76,21 +80,31 @@ HELD = LeaseState.HELD
 BEATING = LeaseState.BEATING
 FINISHING = LeaseState.FINISHING
 BEATING_FINISHING = LeaseState.BEATING_FINISHING
+REPORTING = LeaseState.REPORTING
 LOST = LeaseState.LOST
 BEAT = LeaseEvent.BEAT
 BEAT_ENDED = LeaseEvent.BEAT_ENDED
 REFUSED = LeaseEvent.REFUSED
 FINISH = LeaseEvent.FINISH
+CARRY = LeaseEvent.CARRY
 #: What each event makes of each state; ``Lease.apply`` refuses the pairs not listed.
 LEASE_CHANGES: dict[LeaseState, dict[LeaseEvent, LeaseState]] = {
-    HELD: {BEAT: BEATING, FINISH: FINISHING},
+    HELD: {BEAT: BEATING, FINISH: REPORTING, CARRY: FINISHING},
     BEATING: {BEAT_ENDED: HELD, REFUSED: LOST, FINISH: BEATING_FINISHING},
-    BEATING_FINISHING: {BEAT_ENDED: FINISHING, REFUSED: LOST},
-    # reported again: a claim that carried it lost its reply, and the worker stops
-    FINISHING: {FINISH: FINISHING},
+    BEATING_FINISHING: {BEAT_ENDED: REPORTING, REFUSED: LOST},
+    # to the keeper: the claim that carried it was refused before it ran, or lost its reply and
+    # the worker stops
+    FINISHING: {FINISH: REPORTING},
+    # (renewed by the keeper's report of it, which ends its holding)
+    REPORTING: {},
     # the worker has not heard yet (its outcome is then refused); the refused beat ends
-    LOST: {FINISH: LOST, BEAT_ENDED: LOST},
+    LOST: {FINISH: LOST, CARRY: LOST, BEAT_ENDED: LOST},
 }
+#: A renewal or an outcome that could not reach Redis is tried again after RETRY_S at most...
+RETRY_S = 0.2
+#: ... and never later than half the time its lease has left, down to LAST_TRY_S: so a try comes
+#: before the lease ends, however the outage falls.
+LAST_TRY_S = 0.02
 
 
 class Lease:
@@ -99,7 +113,16 @@ class Lease:
     ``on_lost`` is called, from the keeper's thread, with the lease and the refusal.
     """
 
-    __slots__ = ("beat", "claim", "lease_ms", "on_lost", "renewed_at", "state", "token")
+    __slots__ = (
+        "beat",
+        "claim",
+        "lease_ms",
+        "on_lost",
+        "renewed_at",
+        "retry_at",
+        "state",
+        "token",
+    )
 
     def __init__(
         self, claim: t.Claim, lease_ms: int, on_lost: Callable[[Lease, t.JobError], None]
@@ -109,6 +132,7 @@ class Lease:
         self.on_lost = on_lost
         self.token: t.LeaseToken = claim.token
         self.renewed_at = 0.0  # monotonic time of the claim or last heartbeat
+        self.retry_at = 0.0  # when a renewal is due sooner than a third in (0.0: not sooner)
         self.state = HELD
         # a heartbeat sent whose answer was lost, and when it was first sent: sent again as it is
         # (same call id), since Redis may have renewed the lease and made the token stale
@@ -125,7 +149,8 @@ class Lease:
     @property
     def finishing(self) -> bool:
         """Its outcome is queued or sent (and it was not lost)."""
-        return self.state is FINISHING or self.state is BEATING_FINISHING
+        state = self.state
+        return state is FINISHING or state is BEATING_FINISHING or state is REPORTING
 
     def apply(self, event: LeaseEvent) -> None:
         """Apply ``event`` (under the keeper's lock); PhaseError if ``LEASE_CHANGES`` has no
@@ -179,7 +204,7 @@ class LeaseKeeper:
             lease.renewed_at = now
             claim = lease.claim
             if lease.lease_ms != claim.token.expires_at - (claim.job.attempted_at or 0):
-                lease.renewed_at = 0.0  # the task's lease differs from the claim's: renew at once
+                lease.retry_at = now  # the task's lease differs from the claim's: renew at once
         with self._lock:
             due = self._next_due
             for lease in leases:
@@ -220,7 +245,7 @@ class LeaseKeeper:
                 if lease.state is BEATING or lease.beat is not None:  # its token may be stale
                     left.append(item)
                 else:
-                    lease.apply(FINISH)
+                    lease.apply(CARRY)
                     taken.append(item)
                     outcomes.append(item[1](lease.token))
         if left:
@@ -285,33 +310,70 @@ class LeaseKeeper:
 
     def _report(self, batch: list[Item]) -> list[Any]:
         """The outcomes' results. Sent again while the error can pass (``passes``) until the
-        leases have surely run out (``retry_for`` at least): the same calls once one may have
-        been applied (Redis unreachable); while every try was refused before it ran, rebuilt from
-        the leases' tokens, renewed meanwhile. Each waits for its lease's lost heartbeat first."""
-        deadline = max([time.monotonic() + self.retry_for] + [_end(x) for x, _, _ in batch])
+        leases have surely run out (``retry_for`` at least, and past each lease's end): the same
+        calls once one may have been applied (Redis unreachable); while every try was refused
+        before it ran, rebuilt from the leases' newest tokens. Meanwhile the leases of every
+        outcome the keeper holds are renewed (``_renew``), each waiting for its lost heartbeat's
+        answer first; an outcome refused because its lease was renewed after its call was built
+        goes out again from the new token (``_resent``). No wait outlasts the next renewal due."""
+        started = time.monotonic()
         chunks: list[list[Item]] = []
         calls: list[Call[Any]] = []
-        unsure, tries, delay = False, 0, 0.05
+        tokens: list[t.LeaseToken] = []
+        unsure, tries, backoff = False, 0, 0.05
         while True:
-            error = None if unsure else self._renew(batch, renew_due=tries > 0)
+            error = self._renew(renew_due=tries > 0)
             if error is None:
                 if not unsure:  # none sent may have been applied: built from the newest tokens
+                    tokens = [x.token for x, _, _ in batch]
                     chunks, calls = self._report_calls(batch)
                 try:
-                    return _flat(chunks, self._send(calls))
+                    return self._resent(batch, tokens, _flat(chunks, self._send(calls)))
                 except QuasarError as exc:
                     if not passes(exc):
                         return [exc] * len(batch)
                     error, unsure = exc, unsure or isinstance(exc, RedisUnavailable)
-            if time.monotonic() >= deadline:
-                why = redact_text(str(error))
+            why = redact_text(str(error))
+            if self._ran_out(batch, started):
                 log.error("%d outcomes not reported: their leases ran out (%s)", len(batch), why)
                 return [error] * len(batch)
-            why = redact_text(str(error))
-            log.warning("Redis cannot take outcomes now (%s); retrying in %.2fs", why, delay)
-            time.sleep(delay)
+            wait = self._wait(backoff)
+            if not tries:
+                log.warning("Redis cannot take outcomes now (%s); retrying in %.2fs", why, wait)
+            time.sleep(wait)
             self._heartbeat_due()  # the other leases are renewed meanwhile
-            tries, delay = tries + 1, min(delay * 2, 2.0)
+            tries, backoff = tries + 1, min(backoff * 2, 2.0)
+
+    def _resent(
+        self, batch: list[Item], tokens: list[t.LeaseToken], results: list[Any]
+    ) -> list[Any]:
+        """``results``, but for the outcomes refused ``StaleLease`` because their lease was
+        renewed after their call was built (a call re-sent as it was, after an outage): those
+        are reported again, from their newest tokens."""
+        again = [
+            i
+            for i, (item, token, result) in enumerate(zip(batch, tokens, results, strict=True))
+            if item[0].token is not token
+            and isinstance(result, t.JobRefused)
+            and isinstance(result.error, t.StaleLease)
+        ]
+        if again:
+            for i, result in zip(again, self._report([batch[i] for i in again]), strict=True):
+                results[i] = result
+        return results
+
+    def _ran_out(self, batch: list[Item], started: float) -> bool:
+        """Whether to give up on ``batch``: ``retry_for`` has passed, and each lease's end."""
+        now = time.monotonic()
+        return now >= started + self.retry_for and all(now >= _end(x) for x, _, _ in batch)
+
+    def _wait(self, backoff: float) -> float:
+        """Until the next try of a report: ``backoff``, or sooner when a renewal is due first
+        (of a lease whose outcome the keeper holds, or of another)."""
+        with self._lock:
+            dues = [_due(x) for x in self._leases.values() if x.state is REPORTING]
+        soonest = min(dues, default=self._next_due)
+        return max(0.0, min(backoff, soonest - time.monotonic(), self._next_due - time.monotonic()))
 
     def _report_calls(self, batch: list[Item]) -> tuple[list[list[Item]], list[Call[Any]]]:
         """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
@@ -321,11 +383,18 @@ class LeaseKeeper:
         calls = [report(worker_id, [build(x.token) for x, build, _ in chunk]) for chunk in chunks]
         return chunks, calls
 
-    def _renew(self, batch: list[Item], *, renew_due: bool) -> BaseException | None:
-        """Heartbeats of finishing leases: those whose answer was lost (sent again as they
-        were) and, with ``renew_due``, those due. The error that keeps one waiting, if any."""
+    def _renew(self, *, renew_due: bool) -> BaseException | None:
+        """Heartbeats of the leases whose outcome the keeper holds (``REPORTING``): those whose
+        answer was lost (sent again as they were) and, with ``renew_due``, those due. The error
+        that keeps one waiting, if any. A refusal is left for the outcome to tell: its lease is
+        lost, or a call that carried it was applied after all."""
         now = time.monotonic()
-        leases = [x for x, _, _ in batch if x.beat is not None or (renew_due and now >= _due(x))]
+        with self._lock:
+            leases = [
+                x
+                for x in self._leases.values()
+                if x.state is REPORTING and (x.beat is not None or (renew_due and now >= _due(x)))
+            ]
         if not leases:
             return None
         beats = [lease.beat or self._beat(lease, now) for lease in leases]
@@ -333,8 +402,9 @@ class LeaseKeeper:
         for lease, result, (_, sent_at) in zip(leases, self._beats(beats), beats, strict=True):
             if isinstance(result, BaseException) and passes(result):
                 waiting = result  # sent again next time
+                lease.retry_at = time.monotonic() + retry_wait(lease, time.monotonic())
                 continue
-            lease.beat = None  # a refusal: the outcome is refused too, and tells the loss
+            lease.beat = None
             if isinstance(result, t.ClaimApplied):
                 self._renewed(lease, result, sent_at)
         return waiting
@@ -343,6 +413,7 @@ class LeaseKeeper:
         with self._lock:  # the outcome, if one is queued, goes out after this, with this token
             lease.token = result.claim.token
             lease.renewed_at = sent_at
+            lease.retry_at = 0.0
 
     def _heartbeat_due(self) -> None:
         now = time.monotonic()
@@ -387,7 +458,8 @@ class LeaseKeeper:
             log_loss(self.client, lease.job_id, result.error, "its run is told to stop")
             lease.on_lost(lease, result.error)
         else:  # Redis unreachable, or a damaged job: try again in a moment
-            lease.renewed_at = time.monotonic() - lease.lease_ms / 3000 + 0.2
+            now = time.monotonic()
+            lease.retry_at = now + retry_wait(lease, now)
 
     def _send(self, calls: list[Call[Any]]) -> list[Any]:
         """The replies of ``calls`` (one call without a pipeline)."""
@@ -444,5 +516,16 @@ def _end(lease: Lease) -> float:
 
 
 def _due(lease: Lease) -> float:
-    """When the lease should be renewed: a third of the way through it."""
-    return lease.renewed_at + lease.lease_ms / 3000
+    """When the lease should be renewed: a third of the way through it, or sooner to try again
+    a renewal that could not reach Redis."""
+    return lease.retry_at or lease.renewed_at + lease.lease_ms / 3000
+
+
+def retry_wait(lease: Lease, now: float) -> float:
+    """How long to wait before trying again a call of ``lease`` (a renewal, an outcome) that
+    could not reach Redis: RETRY_S, but at most half the time the lease has left, down to
+    LAST_TRY_S, so that tries come closer together as its end nears (RETRY_S once it is past)."""
+    left = _end(lease) - now
+    if left <= 0:
+        return RETRY_S
+    return min(RETRY_S, max(LAST_TRY_S, left / 2))

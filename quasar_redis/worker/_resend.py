@@ -40,9 +40,13 @@ class Resends:
         """Whether any call waits to be sent again."""
         return bool(self._calls)
 
+    def carried(self) -> list[Item]:
+        """The outcomes the calls waiting to be sent again carry."""
+        return [item for _, items in self._calls.values() for item in items]
+
     def drop_all(self) -> list[Item]:
         """Forget every call (the worker stops); the outcomes they carried."""
-        carried = [item for _, items in self._calls.values() for item in items]
+        carried = self.carried()
         self._calls.clear()
         return carried
 
