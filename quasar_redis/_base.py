@@ -11,6 +11,7 @@ from redis.cluster import RedisCluster
 
 from ._calls import CallBuilder, Limits, NewJob
 from ._keys import KeySpace
+from ._reconnects import watch_connections
 from ._scripts import library
 from ._sending import EvictionPolicyWarning, Sending, warn_policy
 from .errors import ConfigurationError
@@ -32,6 +33,7 @@ class ClientOptions(TypedDict, total=False):
     tag: str
     key_prefix: str
     check_eviction_policy: bool
+    allow_eviction: bool
     events: bool
     functions: bool
 
@@ -82,15 +84,18 @@ class ClientBase(Sending):
         tag: str = "",
         key_prefix: str = "quasar",
         check_eviction_policy: bool = True,
+        allow_eviction: bool = False,
         events: bool = True,
         functions: bool = True,
     ) -> None:
         """A client of ``namespace`` over ``redis`` (a redis-py client, ``decode_responses``
         off): its keys start with ``<key_prefix>:{<namespace>}:``, or given a ``tag`` of its
         own, ``<key_prefix>:{<tag>}/<namespace>:``. ``limits``: what it refuses to send;
-        ``check_eviction_policy``: warn once if Redis may evict keys; ``events``: write the
-        event stream; ``functions``: FCALL of the function library where the server allows it
-        (False: EVALSHA of scripts)."""
+        ``check_eviction_policy``: ask Redis's ``maxmemory-policy`` before the first call and
+        after a reconnect and, while it may evict keys, refuse to enqueue
+        (``EvictionPolicyError``) unless ``allow_eviction``, warning once of it otherwise (False:
+        never ask); ``events``: write the event stream; ``functions``: FCALL of the function
+        library where the server allows it (False: EVALSHA of scripts)."""
         check_client(redis)
         self.redis = redis
         # Redis Functions (one library, FCALL) where the server has them; scripts (EVALSHA)
@@ -100,9 +105,14 @@ class ClientBase(Sending):
         self.library = library()
         self.keys = KeySpace(namespace, tag, key_prefix)
         self.calls = CallBuilder(self.keys, limits)
-        self._policy_checked = not check_eviction_policy
+        self.allow_eviction = allow_eviction
+        self._checks_policy = check_eviction_policy
+        self._policy_checked = self._policy_asked = not check_eviction_policy
+        self._evicting = self._warned = None
         self._script_keys = (self.keys.root, self.keys.events) if events else (self.keys.root,)
         self._owns_redis = False
+        if check_eviction_policy:
+            watch_connections(redis, self._server_changed)
         self._set_up()
 
     def _set_up(self) -> None:

@@ -40,6 +40,7 @@ from ._replies import work_left
 from ._scripts import Library, Script, scripts
 from .errors import (
     AuthenticationError,
+    EvictionPolicyError,
     PermissionDenied,
     ProtocolError,
     RedisFull,
@@ -95,16 +96,30 @@ def policy_of(reply: Any) -> str | None:
     return policy if isinstance(policy, str) and policy else None
 
 
+def evicting(reply: Any) -> str | None:
+    """The policy ``CONFIG GET maxmemory-policy`` names if it may evict keys, else None."""
+    policy = policy_of(reply)
+    return policy if policy and policy != "noeviction" else None
+
+
 def warn_policy(reply: Any) -> None:
     """Warn when ``CONFIG GET maxmemory-policy`` says Redis may evict keys."""
-    policy = policy_of(reply)
-    if policy and policy != "noeviction":
+    policy = evicting(reply)
+    if policy:
         warnings.warn(
             f"Redis maxmemory-policy is {policy!r}, not 'noeviction': Redis may evict job keys "
             "and silently lose jobs and leases",
             EvictionPolicyWarning,
             stacklevel=3,
         )
+
+
+def eviction_refused(policy: str) -> EvictionPolicyError:
+    return EvictionPolicyError(
+        f"Redis maxmemory-policy is {policy!r}: it may evict job keys and lose acknowledged jobs "
+        "(docs/guarantees.md), so nothing was enqueued; set maxmemory-policy noeviction, or "
+        "accept it with allow_eviction=True (Quasar, AsyncQuasar or App)"
+    )
 
 
 def is_noscript(exc: BaseException) -> bool:
@@ -279,14 +294,26 @@ class Sending:
     """The flows of a client: one call, a pipeline, recovery and the eviction-policy check.
 
     Its state: whether calls go as functions (FCALL) or scripts (EVALSHA), the library, the keys
-    every call gets, and whether the server's eviction policy was asked yet.
+    every call gets, and what the server's eviction policy is known to be.
+
+    The policy is asked before the first call, and again before the next call once a connection
+    of the client connected again or broke (``_server_changed``): the server may be another, or
+    reconfigured (the call whose connection reconnects is sent as it connects, before that).
+    While it may evict keys, an enqueue is refused (``EvictionPolicyError``) unless
+    ``allow_eviction``; the other calls go on, with one warning. ``_policy_checked`` is the one
+    test on the way of every call: true once the policy is asked and there is nothing to refuse.
     """
 
     functions: bool
     library: Library
     calls: CallBuilder
+    allow_eviction: bool
+    _checks_policy: bool
     _script_keys: tuple[str, ...]
     _policy_checked: bool
+    _policy_asked: bool
+    _evicting: str | None  # the policy, when it may evict keys
+    _warned: str | None  # the policy last warned of
 
     def _command(self, call: Call[Any]) -> Command:
         """The command sending ``call``: FCALL of its function, or EVALSHA of its script."""
@@ -300,7 +327,7 @@ class Sending:
         if call.early is not None:
             return call.early
         if not self._policy_checked:
-            yield from self._checking_policy()
+            yield from self._checking_policy(call)
         for attempt in range(SENDS):
             reply = yield self._command(call)
             if not isinstance(reply, Exception):
@@ -309,6 +336,8 @@ class Sending:
                 if left:
                     result = yield from self._carrying_on(call, result)
                 return result
+            if isinstance(reply, CONNECTION_ERRORS):
+                self._server_changed()
             plan = recovery([(reply, call)])
             if not plan or attempt == SENDS - 1:
                 raise map_error(reply) from reply
@@ -321,7 +350,8 @@ class Sending:
     def _sending_many(self, calls: Sequence[Call[Any]]) -> Flow[list[Any]]:
         """Many calls in one pipeline; those that met a missing library or script sent again."""
         if not self._policy_checked:
-            yield from self._checking_policy()
+            for call in calls:
+                yield from self._checking_policy(call)
         todo: list[Call[Any] | None] = [c if c.early is None else None for c in calls]
         replies: list[Any] = [None] * len(calls)
         try:
@@ -335,6 +365,8 @@ class Sending:
                     break
                 yield from self._recovering(plan)
         except rex.RedisError as exc:
+            if isinstance(exc, CONNECTION_ERRORS):
+                self._server_changed()
             raise map_error(exc) from exc
         results, more = parse_all(calls, replies)
         for i in more:
@@ -391,9 +423,28 @@ class Sending:
         reply = yield Ask("config_get", ("maxmemory-policy",))
         return None if isinstance(reply, Exception) else policy_of(reply)
 
-    def _checking_policy(self) -> Flow[None]:
-        """Once per client: warn when Redis may evict keys (a refused CONFIG says nothing)."""
-        self._policy_checked = True
-        reply = yield Ask("config_get", ("maxmemory-policy",))
-        if not isinstance(reply, Exception):  # managed Redis may refuse CONFIG
-            warn_policy(reply)
+    def _checking_policy(self, call: Call[Any] | None = None) -> Flow[None]:
+        """Ask the policy if it is not known (a refused CONFIG, as on some managed Redis, says
+        nothing); refuse ``call`` if it enqueues while Redis may evict keys, unless allowed
+        (asking again at the next call); warn once of such a policy otherwise."""
+        if not self._policy_asked:
+            reply = yield Ask("config_get", ("maxmemory-policy",))
+            self._evicting = None if isinstance(reply, Exception) else evicting(reply)
+            self._policy_asked = True  # (after the reply: the connection it made is asked)
+        policy = self._evicting
+        refusing = policy is not None and not self.allow_eviction
+        self._policy_checked = not refusing
+        if policy is None:
+            return
+        if refusing and call is not None and call.script.name == "enqueue":
+            self._policy_asked = False  # (the next call asks: the policy may be set back)
+            raise eviction_refused(policy)
+        if self._warned != policy:
+            self._warned = policy
+            warn_policy({"maxmemory-policy": policy})
+
+    def _server_changed(self) -> None:
+        """A connection connected (again) or broke: ask the eviction policy before the next
+        call (from ``watch_connections``, in whatever thread connected)."""
+        if self._checks_policy:
+            self._policy_asked = self._policy_checked = False

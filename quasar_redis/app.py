@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from . import _tracing
 from . import _types as t
+from ._base import ClientOptions
 from ._binding import CallCheck, script_name_problem, unencodable
 from ._calls import Limits, NewJob
 from ._codec import Encoded
@@ -287,7 +288,8 @@ class App:
     with extension types by default): producers and workers of a namespace must share it.
     ``tracing=False`` turns OpenTelemetry spans off for this app (docs/observability.md); hooks
     and middleware for its workers are declared with ``on_startup``, ``on_shutdown`` and
-    ``middleware`` (docs/hooks.md).
+    ``middleware`` (docs/hooks.md). ``allow_eviction=True`` lets its clients enqueue, and its
+    workers serve, where Redis may evict keys (``maxmemory-policy``: docs/guarantees.md).
     """
 
     def __init__(
@@ -300,6 +302,7 @@ class App:
         events: bool = True,
         serializer: Serializer | None = None,
         tracing: bool = True,
+        allow_eviction: bool = False,
     ) -> None:
         self.namespace = check_name(namespace, "namespace")
         self.connector = connector or Connector(url)
@@ -307,6 +310,7 @@ class App:
         self.events = events
         self.serializer: Serializer = MSGPACK if serializer is None else serializer
         self.tracing = tracing
+        self.allow_eviction = allow_eviction
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.hooks = Hooks()
         self._client: Quasar | None = None
@@ -322,8 +326,12 @@ class App:
     def new_client(self) -> Quasar:
         """A sync client on a connection pool of its own (for a thread of its own), closed by
         its ``close()``."""
-        return Quasar.owning(
-            self.connector.sync(), self.namespace, limits=self.limits, events=self.events
+        return Quasar.owning(self.connector.sync(), self.namespace, **self._options())
+
+    def _options(self) -> ClientOptions:
+        """The options of the clients this app makes."""
+        return ClientOptions(
+            limits=self.limits, events=self.events, allow_eviction=self.allow_eviction
         )
 
     def aclient(self) -> AsyncQuasar:
@@ -331,9 +339,7 @@ class App:
         loop = asyncio.get_running_loop()
         client = self._aclients.get(id(loop))
         if client is None:
-            client = AsyncQuasar.owning(
-                self.connector.asyncio(), self.namespace, limits=self.limits, events=self.events
-            )
+            client = AsyncQuasar.owning(self.connector.asyncio(), self.namespace, **self._options())
             self._aclients = {id(loop): client}
         return client
 

@@ -277,8 +277,8 @@ def prefetch_option(
 @click.option(
     "--allow-eviction",
     is_flag=True,
-    help="Serve even where Redis's maxmemory-policy may evict keys (jobs may be lost: see "
-    "docs/guarantees.md); refused by default.",
+    help="Serve, and let the tasks enqueue, where Redis's maxmemory-policy may evict keys (jobs "
+    "may be lost: see docs/guarantees.md); refused by default.",
 )
 @click.option(
     "--processes",
@@ -343,6 +343,7 @@ def worker(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     app = load_app(app_path)
+    app.allow_eviction = app.allow_eviction or allow_eviction  # (its tasks enqueue as well)
     if processes is not None and ctx.get_parameter_source("concurrency") is ParameterSource.DEFAULT:
         concurrency = processes
     try:

@@ -4,6 +4,7 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
 
     QuasarError
     ├── ConfigurationError (also ValueError)   bad namespace, client with decode_responses=True
+    │   └── EvictionPolicyError                Redis may evict keys: enqueue refused, unless allowed
     ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call, or
     │   │                                      a worker setting out of its bounds
     │   └── InvalidTaskCall                    the task API: a call refused before it is sent
@@ -44,6 +45,12 @@ class QuasarError(Exception):
 
 class ConfigurationError(QuasarError, ValueError):
     """The client was set up wrongly (a bad namespace, a client that decodes responses)."""
+
+
+class EvictionPolicyError(ConfigurationError):
+    """Redis may evict keys (its ``maxmemory-policy`` is not "noeviction"), so an enqueue was
+    refused and nothing written: evicted job keys lose acknowledged jobs silently. Set the policy
+    to "noeviction", or accept the loss with ``allow_eviction=True`` on the client or the App."""
 
 
 class InvalidArgument(QuasarError, ValueError):

@@ -80,6 +80,16 @@ def unsendable() -> Any:
     return threading.Lock()
 
 
+def two_megabytes() -> str:
+    """A result twice the default limit (``Limits.max_payload_bytes``, 1 MiB)."""
+    return "x" * (2 << 20)
+
+
+def unencodable() -> Any:
+    """A result that pickles but that msgpack cannot encode."""
+    return object()
+
+
 @app.task(name="square")
 def square(x: int) -> list[int]:
     return [x * x, os.getpid()]

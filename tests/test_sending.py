@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 import redis.exceptions as rex
 
-from quasar_redis import AsyncQuasar, EvictionPolicyWarning, Quasar, QueueCounts
+from quasar_redis import (
+    AsyncQuasar,
+    EvictionPolicyError,
+    EvictionPolicyWarning,
+    Quasar,
+    QueueCounts,
+)
 from quasar_redis.errors import ProtocolError, RedisUnavailable
 
 from .clients import kind
@@ -231,6 +237,19 @@ def test_the_eviction_policy_is_asked_once_and_a_refusal_says_nothing(kind: str)
     with pytest.warns(EvictionPolicyWarning, match="allkeys-lru"):
         _, sent, _ = run(kind, [COUNTS, COUNTS], twice, policy=b"allkeys-lru")
     assert sent == ["CONFIG GET", "FCALL", "FCALL"]
+
+
+def test_an_enqueue_is_refused_where_redis_may_evict_unless_allowed(kind: str) -> None:
+    def enqueue(client: Any) -> Any:
+        return client.enqueue("s", 1)
+
+    result, sent, _ = run(kind, [], enqueue, policy=b"allkeys-lru")
+    assert isinstance(result, EvictionPolicyError), result
+    assert "'allkeys-lru'" in str(result) and "allow_eviction=True" in str(result)
+    assert sent == ["CONFIG GET"]  # nothing written
+    with pytest.warns(EvictionPolicyWarning, match="allkeys-lru"):
+        result, sent, _ = run(kind, [COUNTS], lambda c: c.counts("a"), policy=b"allkeys-lru")
+    assert isinstance(result, QueueCounts) and sent == ["CONFIG GET", "FCALL"]
 
 
 def test_a_call_known_without_redis_sends_nothing(kind: str) -> None:

@@ -53,7 +53,8 @@ class Worker:
     own (one job each at a time; a job past its timeout, or whose lease is lost, is stopped by
     killing its process), each replaced after ``max_jobs_per_process`` jobs if set; None: in
     threads. Settings out of bounds raise InvalidArgument. A Redis whose
-    ``maxmemory-policy`` may evict keys is refused (ConfigurationError) unless ``allow_eviction``.
+    ``maxmemory-policy`` may evict keys is refused (ConfigurationError) unless ``allow_eviction``
+    (or the app's own ``allow_eviction``, which also lets its tasks enqueue there).
 
     ``run()`` serves on an event loop of its own until SIGTERM / SIGINT; ``await serve()`` on
     the running loop until ``stop()``. ``with worker:`` serves in a thread of its own for the
@@ -156,7 +157,7 @@ class Worker:
                 loop.add_signal_handler(sig, self._on_signal)
         processes = self._process_pool()
         await connect(self.app, self.connect_timeout, self._stopping)
-        await check_eviction(self.app, self.allow_eviction)
+        await check_eviction(self.app, self.allow_eviction or self.app.allow_eviction)
         self.context = WorkerContext(self.worker_id, self.app, tuple(self.queues), self.concurrency)
         token = serving.set(self.context)
         try:

@@ -10,6 +10,7 @@ from traceback import format_exception
 from typing import Any
 
 from .. import _types as t
+from .._args import MAX_PAYLOAD_BYTES
 from .._codec import Encoded
 from ..app import Task
 from ..errors import InvalidArgument
@@ -26,6 +27,10 @@ Build = Callable[[t.LeaseToken], t.Outcome]
 RETRY_WAITING = t.RetryWaiting.__name__
 #: The error kind of a job whose outcome the worker could not make (``worker_error``).
 WORKER_ERROR = "WorkerError"
+#: The error kinds of a result the worker cannot send: one its serializer cannot encode, one over
+#: the size limit. Permanent failures: the same code would make the same result again.
+BAD_RESULT = "BadResult"
+RESULT_TOO_LARGE = "ResultTooLarge"
 
 
 class OutcomeKind(enum.Enum):
@@ -87,8 +92,19 @@ def success(value: Any, task: Task[Any, Any] | None = None) -> Outcome:
             data = Encoded(serializer.dumps(value))
         except Exception as exc:  # a serializer may raise anything: the result is what is wrong
             reason = f"the result cannot be encoded as {name_of(serializer)}: {exc}"
-            return permanent("BadResult", reason, exc)
+            return permanent(BAD_RESULT, reason, exc)
+        limit = result_limit(task)
+        if len(data.data) > limit:
+            reason = f"result is {len(data.data)} bytes, over the limit of {limit}"
+            return permanent(RESULT_TOO_LARGE, reason)
     return Outcome(OutcomeKind.COMPLETED, lambda tok: _complete(tok, data, "inline", ttl))
+
+
+def result_limit(task: Task[Any, Any] | None) -> int:
+    """The most bytes an encoded result of ``task`` may have: its app's clients refuse to send
+    more (``Limits.max_payload_bytes``)."""
+    limits = None if task is None else task.app.limits
+    return MAX_PAYLOAD_BYTES if limits is None else limits.max_payload_bytes
 
 
 def failure(

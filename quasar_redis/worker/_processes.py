@@ -32,6 +32,7 @@ from typing import Any
 
 from ..app import Task
 from ..errors import ConfigurationError, InvalidArgument
+from ..retry import PermanentFailure
 from ._job import CancelFlag, JobContext, current
 
 log = logging.getLogger("quasar_redis.worker")
@@ -146,9 +147,14 @@ def _run(
     try:
         pickle.dumps(value)
     except Exception as exc:
-        error = TypeError(f"its result cannot be sent from its process: {exc}")
+        error = BadResult(f"the result cannot be sent from its process: {exc}")
         return False, error, f"{type(value).__name__}: {error}"
     return True, value, ""
+
+
+class BadResult(PermanentFailure):
+    """A result that cannot leave its process (it does not pickle): the job fails for good, as
+    one its serializer cannot encode does (the same code would return the same again)."""
 
 
 def _picklable(exc: BaseException) -> BaseException:

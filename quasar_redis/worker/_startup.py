@@ -136,7 +136,7 @@ async def check_eviction(app: App, allowed: bool) -> None:
     raise ConfigurationError(
         f"Redis at {at} has maxmemory-policy {policy!r}, which may evict job keys and lose jobs "
         "silently (docs/guarantees.md): set maxmemory-policy noeviction, or accept it with "
-        "Worker(allow_eviction=True) / quasar worker --allow-eviction"
+        "Worker(allow_eviction=True), App(allow_eviction=True) or quasar worker --allow-eviction"
     )
 
 
