@@ -170,7 +170,9 @@ ops.register(main)  # queues, info, jobs, job, retry, cancel, purge, pause, resu
     type=click.FloatRange(0, min_open=True),
     help="Give up (exit 1) when the jobs have not all finished after this many seconds.",
 )
-@log_level_option("WARNING", "INFO shows one line per job outcome.")
+@log_level_option(
+    "WARNING", "INFO shows one line per job outcome; DEBUG also the tracebacks of failures."
+)
 def demo(
     redis_url: str,
     jobs: int,

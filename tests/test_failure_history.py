@@ -164,11 +164,14 @@ class Records(logging.Handler):
 def records() -> Iterator[Records]:
     handler = Records()
     logger = logging.getLogger("quasar_redis.worker")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
     logger.addHandler(handler)
     try:
         yield handler
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def lookup(key: str) -> None:
@@ -199,13 +202,17 @@ def test_a_worker_keeps_the_traceback_and_logs_each_failure_with_the_job(
         assert "in lookup" in error.traceback and "quasar_redis" not in error.traceback
         assert error.traceback.rstrip().endswith("KeyError: 'missing'")
     failures = [r for r in records.records if getattr(r, "job_id", None) == handle.id]
-    assert [r.levelno for r in failures] == [logging.WARNING, logging.ERROR]
-    for attempt, record in enumerate(failures, 1):
+    # the retried attempt: one line, its traceback at DEBUG; the final failure: with its own
+    assert [r.levelno for r in failures] == [logging.WARNING, logging.DEBUG, logging.ERROR]
+    for attempt, record in zip((1, 1, 2), failures, strict=True):
         assert (record.queue, record.task, record.attempt) == ("default", "failing", attempt)  # type: ignore[attr-defined]
+    assert failures[0].exc_info is None
+    for record in failures[1:]:
         assert record.exc_info is not None and record.exc_info[0] is KeyError
-        assert "error=KeyError: 'missing'" in record.getMessage()
+    assert "error=KeyError: 'missing'" in failures[0].getMessage()
+    assert "error=KeyError: 'missing'" in failures[2].getMessage()
     assert "retryable" in failures[0].getMessage()
-    assert "discarded (out of attempts)" in failures[1].getMessage()
+    assert "discarded (out of attempts)" in failures[2].getMessage()
 
 
 def down(n: int) -> None:
