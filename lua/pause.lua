@@ -2,11 +2,12 @@
 -- claim_job.lua by id, report_claim.lua's claim) is refused QueuePaused until resume.lua; a
 -- claim of many applied before this call keeps its jobs. Enqueue, counts, lists, heartbeats,
 -- outcomes, sweep, promote, cancel, retry and prune go on as before; enqueue pushes no wake-up
--- token for a paused queue (finish in _lib.lua). Idempotent.
+-- token for a paused queue (finish in _lib.lua). Idempotent. A pause that changes the queue
+-- writes an event of no job (fields `ev` "paused" and `q`) to the stream, when it is given.
 -- Checks, in order: InvalidJob (the queue's name; a queue the namespace never had: unknown);
--- the types of the namespace's queue and paused sets (CorruptKey).
+-- the types of the namespace's queue and paused sets and of the stream (CorruptKey).
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] optional: the event stream
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue
 --
 -- Replies
@@ -22,6 +23,7 @@ local function open_pause(ctx)
   local queue = args[3]
   local bad = name_error(queue, "queue")
     or check_types(ctx, {key_queues(ctx), key_paused(ctx)}, "set")
+    or (ctx.events and check_types(ctx, {ctx.events}, "stream")) or nil
   if bad then return nil, bad end
   if redis.call("SISMEMBER", key_queues(ctx), queue) == 0 then
     return nil, invalid("unknown queue '" .. queue .. "': nothing was ever enqueued to it")
@@ -34,7 +36,11 @@ local function main(ctx)
   if now == nil then return queue end
   local again = recorded(ctx)
   if again then return applied("Paused", "", again) end
-  local changed = fmt(ctx, redis.call("SADD", key_paused(ctx), queue))
+  local changed = redis.call("SADD", key_paused(ctx), queue)
+  if changed == 1 and ctx.events then
+    redis.call("XADD", ctx.events, "MAXLEN", "~", EVENTS_MAX, "*", "ev", "paused", "q", queue)
+  end
+  changed = fmt(ctx, changed)
   record(ctx, changed)
   return applied("Paused", fmt(ctx, now), changed)
 end

@@ -1,9 +1,10 @@
 -- resume: a paused queue (pause.lua) leases again; its idle workers are woken at once: one
--- wake-up token per claimable job (ready, or delayed and due), at most WAKE_MAX. Idempotent.
+-- wake-up token per claimable job (ready, or delayed and due), at most WAKE_MAX. Idempotent. A
+-- resume that changes the queue writes an event of no job (`ev` "resumed", `q`), as pause does.
 -- Checks, in order: those of pause.lua (InvalidJob, CorruptKey), then the types of the keys it
 -- reads and writes (ready, delayed, wake).
 --
--- KEYS[1]  namespace prefix
+-- KEYS[1]  namespace prefix   KEYS[2] optional: the event stream
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue
 --
 -- Replies
@@ -25,6 +26,9 @@ local function main(ctx)
     local due = redis.call("ZCARD", key_q(ctx, queue, "ready"))
       + redis.call("ZCOUNT", key_q(ctx, queue, "delayed"), "-inf", fmt(ctx, now))
     for _ = 1, math.min(due, WAKE_MAX) do wake(ctx, queue) end
+    if ctx.events then
+      redis.call("XADD", ctx.events, "MAXLEN", "~", EVENTS_MAX, "*", "ev", "resumed", "q", queue)
+    end
   end
   record(ctx, fmt(ctx, changed))
   return applied("Resumed", fmt(ctx, now), fmt(ctx, changed))

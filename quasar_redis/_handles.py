@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
 from . import _types as t
-from ._waits import block_ms
-from .errors import JobCancelledError, JobFailedError, QuasarError
+from ._sending import CONNECTION_ERRORS
+from ._waits import Outage, block_ms
+from .errors import JobCancelledError, JobFailedError, QuasarError, RedisUnavailable
 
 if TYPE_CHECKING:
     from .app import App
+
+
+#: What breaks a wait for a while: a connection that broke (redis-py's own re-sends spent), raw
+#: from a read or as our RedisUnavailable from a call.
+WAIT_ERRORS = (*CONNECTION_ERRORS, RedisUnavailable)
 
 
 class JobHandle:
@@ -33,30 +40,47 @@ class JobHandle:
         """Block until the job ends; its result, or JobFailedError / JobCancelledError.
 
         Waits on the namespace's event stream (no polling loop); TimeoutError after ``timeout``.
+        A connection that breaks during the wait (a restart, a failover) is tried again, for up
+        to 30 s of Redis away (then RedisUnavailable), as long as the timeout allows.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        client = self.app.client
-        last = _last_event_id(client.redis.xrevrange(client.keys.events, count=1))
+        client, outage = self.app.client, Outage()
+        last: Any = None
         while True:
-            job = self._finished(client.get_job(self.id))
-            if job is not None:
-                return self._outcome(job)
-            block = block_ms(client.redis, _remaining_ms(deadline))
-            reply = client.redis.xread({client.keys.events: last}, block=block, count=1000)
-            last = _scan_events(reply, self.id, last)
+            try:
+                if last is None:
+                    last = _last_event_id(client.redis.xrevrange(client.keys.events, count=1))
+                job = self._finished(client.get_job(self.id))
+                if job is not None:
+                    return self._outcome(job)
+                block = block_ms(client.redis, _remaining_ms(deadline))
+                reply = client.redis.xread({client.keys.events: last}, block=block, count=1000)
+                last = _scan_events(reply, self.id, last)
+                outage.ok()
+            except WAIT_ERRORS as exc:
+                time.sleep(_pause(outage, exc, deadline))
 
     async def aresult(self, timeout: float | None = None) -> Any:
         """``result`` for asyncio code."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        client = self.app.aclient()
-        last = _last_event_id(await client.redis.xrevrange(client.keys.events, count=1))
+        client, outage = self.app.aclient(), Outage()
+        last: Any = None
         while True:
-            job = self._finished(await client.get_job(self.id))
-            if job is not None:
-                return self._outcome(job)
-            block = block_ms(client.redis, _remaining_ms(deadline))
-            reply = await client.redis.xread({client.keys.events: last}, block=block, count=1000)
-            last = _scan_events(reply, self.id, last)
+            try:
+                if last is None:
+                    reply = await client.redis.xrevrange(client.keys.events, count=1)
+                    last = _last_event_id(reply)
+                job = self._finished(await client.get_job(self.id))
+                if job is not None:
+                    return self._outcome(job)
+                block = block_ms(client.redis, _remaining_ms(deadline))
+                reply = await client.redis.xread(
+                    {client.keys.events: last}, block=block, count=1000
+                )
+                last = _scan_events(reply, self.id, last)
+                outage.ok()
+            except WAIT_ERRORS as exc:
+                await asyncio.sleep(_pause(outage, exc, deadline))
 
     def _finished(self, info: t.JobInfo | None) -> t.Job | None:
         if info is None:
@@ -71,6 +95,17 @@ class JobHandle:
         if isinstance(job.state, t.Cancelled):
             raise JobCancelledError(job)
         raise JobFailedError(job)
+
+
+def _pause(outage: Outage, exc: BaseException, deadline: float | None) -> float:
+    """How long to pause after ``exc`` broke a wait (see ``Outage``), never past ``deadline``."""
+    pause = outage.failed(exc)
+    if deadline is None:
+        return pause
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the job did not finish in time") from exc
+    return min(pause, left)
 
 
 def _last_event_id(reply: Any) -> Any:

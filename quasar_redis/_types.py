@@ -135,6 +135,9 @@ class Status(enum.Enum):
 
 
 TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.DISCARDED, Status.CANCELLED})
+#: The event stream's events of a queue rather than of a job (no ``job`` field): a pause and a
+#: resume that changed the queue. Every other event is the ``Status`` a job enters.
+QUEUE_EVENTS = frozenset({"paused", "resumed"})
 ACTIVE_STATUSES = frozenset(set(Status) - TERMINAL_STATUSES)
 
 

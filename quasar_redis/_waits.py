@@ -6,11 +6,27 @@ command comes only when its block ends: a block as long as the socket timeout fa
 ``TimeoutError``. Every blocking read the library makes on a client it does not configure itself
 blocks in slices shorter than that timeout; a slice that ends with nothing reads as a wait that
 found nothing, and its caller waits again.
+
+A wait also goes on through a connection that breaks under it (a restart, a failover, a dropped
+socket): redis-py re-sends a command a few times, then gives up, and the wait tries again after a
+pause (``Outage``) for as long as Redis stays away up to ``OUTAGE_S``.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+from ._sending import map_error
+from .errors import RedisUnavailable
+
+#: How long a wait goes on trying a Redis it cannot reach before it raises RedisUnavailable.
+OUTAGE_S = 30.0
+#: The pauses between its tries: doubling from the first to the last.
+FIRST_PAUSE_S = 0.05
+LAST_PAUSE_S = 1.0
 
 #: The read timeout assumed when a client's settings do not name one (redis-py 8's default).
 REDIS_PY_DEFAULT = 5.0
@@ -40,3 +56,29 @@ def block_slice(redis: Any, seconds: float) -> float:
 def block_ms(redis: Any, ms: int) -> int:
     """``block_slice`` for a block in milliseconds (at least 1: ``BLOCK 0`` waits for ever)."""
     return max(1, min(ms, int(block_slice(redis, ms / 1000) * 1000)))
+
+
+@dataclass
+class Outage:
+    """A wait's connection failures in a row: ``failed`` says how long to pause before trying
+    again, or raises once Redis has been away for ``OUTAGE_S`` (``RedisUnavailable``) or the
+    error is not one of a connection (mapped as every call's errors are); ``ok`` ends it."""
+
+    clock: Callable[[], float] = time.monotonic
+    since: float | None = None
+    pause: float = FIRST_PAUSE_S
+
+    def failed(self, exc: BaseException) -> float:
+        mapped = map_error(exc)
+        if not isinstance(mapped, RedisUnavailable):
+            raise mapped from exc
+        now = self.clock()
+        if self.since is None:
+            self.since = now
+        if now - self.since >= OUTAGE_S:
+            raise RedisUnavailable(f"Redis was away for {OUTAGE_S:g}s: {exc}") from exc
+        pause, self.pause = self.pause, min(LAST_PAUSE_S, self.pause * 2)
+        return pause
+
+    def ok(self) -> None:
+        self.since, self.pause = None, FIRST_PAUSE_S

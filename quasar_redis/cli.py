@@ -170,7 +170,9 @@ ops.register(main)  # queues, info, jobs, job, retry, cancel, purge, pause, resu
     type=click.FloatRange(0, min_open=True),
     help="Give up (exit 1) when the jobs have not all finished after this many seconds.",
 )
-@log_level_option("WARNING", "INFO shows one line per job outcome.")
+@log_level_option(
+    "WARNING", "INFO shows one line per job outcome; DEBUG also the tracebacks of failures."
+)
 def demo(
     redis_url: str,
     jobs: int,
@@ -439,7 +441,8 @@ def _option_args(param: click.Parameter, value: Any) -> list[str]:
 
 def format_event(entry_id: Any, fields: dict[Any, Any]) -> list[str]:
     """One stream entry as lines, one per job: UTC time (from the entry id), job, event, queue,
-    attempt. An entry lists the jobs of one run of the same event in one call, space-separated.
+    attempt. An entry lists the jobs of one run of the same event in one call, space-separated;
+    an event of a queue (a pause, a resume) is one line with no job.
     """
     text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
     when = datetime.fromtimestamp(int(text.split("-")[0]) / 1000, tz=timezone.utc)
@@ -449,9 +452,11 @@ def format_event(entry_id: Any, fields: dict[Any, Any]) -> list[str]:
         value = fields.get(name.encode(), b"?")
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
+    event, queue = get("ev"), get("q")
+    if b"job" not in fields:  # an event of the queue itself (QUEUE_EVENTS): a pause, a resume
+        return [f"{stamp} event={event} queue={queue}"]
     jobs, attempts = get("job").split(" "), get("a").split(" ")
     attempts += ["?"] * (len(jobs) - len(attempts))
-    event, queue = get("ev"), get("q")
     return [
         f"{stamp} job={job} event={event} queue={queue} attempt={attempt}"
         for job, attempt in zip(jobs, attempts, strict=False)

@@ -356,15 +356,31 @@ def open_app(url: str, namespace: str, console: Console) -> Iterator[App]:
         client.close()
 
 
+class OneLine(logging.Formatter):
+    """A formatter that leaves tracebacks out, so that each record stays one line: the demo's
+    failures are on purpose, and their tracebacks are in each job's failure history."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        kept = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = kept
+
+
 @contextmanager
 def job_logging(level: str, console: Console) -> Iterator[None]:
-    """The workers' log lines (one per job outcome at INFO) at ``level``, for this run only."""
+    """The workers' log lines (one per job outcome at INFO) at ``level``, for this run only;
+    tracebacks only at DEBUG."""
     handler: logging.Handler
     if console.is_terminal:
         handler = RichHandler(console=console, show_path=False)
     else:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    plain = "%(message)s" if console.is_terminal else LOG_FORMAT
+    verbose = level.upper() == "DEBUG"
+    handler.setFormatter(logging.Formatter(plain) if verbose else OneLine(plain))
     logger = logging.getLogger("quasar_redis")
     before = logger.level
     logger.setLevel(level.upper())

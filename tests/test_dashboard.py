@@ -173,6 +173,9 @@ def test_actions_retry_cancel_pause_resume_retry_all(
             assert "done=unchanged" in repeated.headers["location"]
             await confirmed_post(client, "/confirm/resume?queue=mail")
             assert (await client.get("/api/counts")).json()["queues"]["mail"]["paused"] is False
+            shown = (await client.get("/queues/mail")).text
+            paused, resumed = shown.index("<strong>paused</strong>"), shown.index("<strong>resumed")
+            assert paused < resumed  # the queue's events, oldest first
 
             cancelled = await confirmed_post(client, "/confirm/cancel?job=bad%3C1%3E")
             assert "done=cancelled" in cancelled.headers["location"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import subprocess
+import sys
 import time
 import uuid
 
@@ -68,6 +71,45 @@ def test_demo_runs_on_embedded_fakeredis_by_default() -> None:
     assert re.search(r"^\[\s*\d+\.\d\ds\] finished 200/200: available 0, ", result.output, re.M)
     assert "\x1b[" not in result.output
     assert "deleted the" not in result.output
+
+
+def demo_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``quasar demo`` in a process of its own (its log handler, as a user sees it)."""
+    env = {k: v for k, v in os.environ.items() if k not in NO_URL}
+    return subprocess.run(
+        [sys.executable, "-m", "quasar_redis", "demo", "--jobs", "100", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_demo_logs_failures_in_one_line_each_and_no_traceback() -> None:
+    done = demo_process()
+    assert done.returncode == 0, done.stderr
+    subprocess_output = done.stdout + done.stderr
+    assert "Traceback" not in subprocess_output
+    assert "\nsummary" in done.stdout
+    # the retried e-mails are one line each; the card declined (a final failure) is an ERROR
+    assert re.search(
+        r" WARNING quasar_redis\.worker: job \S+ stage=demo\.send_email attempt=1 "
+        r"status=retryable \(retry in [\d.]+s\) .* error=SmtpBusy: ",
+        done.stderr,
+    )
+    assert re.search(
+        r" ERROR quasar_redis\.worker: job order-1-charge stage=demo\.charge_card "
+        r"attempt=1 status=discarded \(failed permanently\) .* card declined",
+        done.stderr,
+    )
+
+
+def test_demo_shows_the_tracebacks_at_debug() -> None:
+    done = demo_process("--log-level", "DEBUG")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback (most recent call last)" in done.stderr
+    assert "SmtpBusy: SMTP server busy" in done.stderr
 
 
 def test_demo_on_real_redis_leaves_no_keys() -> None:

@@ -20,6 +20,7 @@ from quasar_redis import (
     Fail,
     InvalidJob,
     JobFailedError,
+    JobInfo,
     JobRefused,
     PermanentFail,
     Quasar,
@@ -164,11 +165,26 @@ class Records(logging.Handler):
 def records() -> Iterator[Records]:
     handler = Records()
     logger = logging.getLogger("quasar_redis.worker")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
     logger.addHandler(handler)
     try:
         yield handler
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def failed_run(task: Any) -> tuple[Any, JobInfo]:
+    """``task`` run on "missing" by a worker of its app until the job fails for good: its
+    handle and its job."""
+    with Worker(task.app, maintenance_interval=0.1, idle_wait=1.0):
+        handle = task.enqueue("missing")
+        with pytest.raises(JobFailedError):
+            handle.result(timeout=30)
+    info = handle.info()
+    assert info is not None
+    return handle, info
 
 
 def lookup(key: str) -> None:
@@ -181,13 +197,7 @@ def test_a_worker_keeps_the_traceback_and_logs_each_failure_with_the_job(
     def failing(key: str) -> None:
         lookup(key)
 
-    task = app.task(failing, name="failing", max_attempts=2, retry=0.0)
-    with Worker(app, maintenance_interval=0.1, idle_wait=1.0):
-        handle = task.enqueue("missing")
-        with pytest.raises(JobFailedError):
-            handle.result(timeout=30)
-    info = handle.info()
-    assert info is not None
+    handle, info = failed_run(app.task(failing, name="failing", max_attempts=2, retry=0.0))
     assert [(e.kind, e.message, e.attempt) for e in info.errors] == [
         ("KeyError", "'missing'", 1),
         ("KeyError", "'missing'", 2),
@@ -199,13 +209,43 @@ def test_a_worker_keeps_the_traceback_and_logs_each_failure_with_the_job(
         assert "in lookup" in error.traceback and "quasar_redis" not in error.traceback
         assert error.traceback.rstrip().endswith("KeyError: 'missing'")
     failures = [r for r in records.records if getattr(r, "job_id", None) == handle.id]
-    assert [r.levelno for r in failures] == [logging.WARNING, logging.ERROR]
-    for attempt, record in enumerate(failures, 1):
+    # the retried attempt: one line, its traceback at DEBUG; the final failure: with its own
+    assert [r.levelno for r in failures] == [logging.WARNING, logging.DEBUG, logging.ERROR]
+    for attempt, record in zip((1, 1, 2), failures, strict=True):
         assert (record.queue, record.task, record.attempt) == ("default", "failing", attempt)  # type: ignore[attr-defined]
+    assert failures[0].exc_info is None
+    for record in failures[1:]:
         assert record.exc_info is not None and record.exc_info[0] is KeyError
-        assert "error=KeyError: 'missing'" in record.getMessage()
+    assert "error=KeyError: 'missing'" in failures[0].getMessage()
+    assert "error=KeyError: 'missing'" in failures[2].getMessage()
     assert "retryable" in failures[0].getMessage()
-    assert "discarded (out of attempts)" in failures[1].getMessage()
+    assert "discarded (out of attempts)" in failures[2].getMessage()
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_under_middleware_the_traceback_holds_no_frame_of_the_worker(app: App, kind: str) -> None:
+    @app.middleware
+    def timed(job: Any) -> Iterator[None]:
+        yield
+
+    @app.middleware
+    async def around(job: Any, call_next: Any) -> Any:
+        return await call_next()
+
+    def failing(key: str) -> None:
+        lookup(key)
+
+    async def afailing(key: str) -> None:
+        lookup(key)
+
+    fn = failing if kind == "plain" else afailing
+    _, info = failed_run(app.task(fn, name="failing", max_attempts=1))
+    (error,) = info.errors
+    frames = [line for line in error.traceback.splitlines() if line.startswith("  File ")]
+    assert "quasar_redis" not in error.traceback, error.traceback
+    assert frames[0].endswith(", in around") and frames[-1].endswith(", in lookup"), frames
+    assert frames[-2].endswith(", in failing" if kind == "plain" else ", in afailing")
+    assert error.traceback.rstrip().endswith("KeyError: 'missing'")
 
 
 def down(n: int) -> None:

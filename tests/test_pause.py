@@ -27,6 +27,8 @@ from quasar_redis import (
     ReportedAndClaimed,
     Waiting,
 )
+from quasar_redis._types import QUEUE_EVENTS
+from quasar_redis.cli import format_event
 
 from .helpers import T0, applied, claimed, snapshot
 
@@ -47,6 +49,32 @@ def test_pause_and_resume_are_idempotent(q: Quasar) -> None:
     assert q.resume("default") is True
     assert q.resume("default") is False
     assert not q.queues()[0].paused
+
+
+def test_a_pause_and_a_resume_that_change_the_queue_are_events_of_no_job(q: Quasar) -> None:
+    enqueue(q, queue="mail")
+    q.pause("mail")
+    q.pause("mail")  # changes nothing: no event
+    q.resume("mail")
+    q.resume("mail")
+    entries = q.redis.xrange(q.keys.events)
+    assert [fields for _, fields in entries][1:] == [
+        {b"ev": b"paused", b"q": b"mail"},
+        {b"ev": b"resumed", b"q": b"mail"},
+    ]
+    lines = [line.split(" ", 1)[1] for entry in entries[1:] for line in format_event(*entry)]
+    assert lines == ["event=paused queue=mail", "event=resumed queue=mail"]
+    assert {"paused", "resumed"} == QUEUE_EVENTS
+
+
+def test_a_pause_checks_the_stream_before_it_writes(q: Quasar) -> None:
+    enqueue(q)
+    q.redis.delete(q.keys.events)
+    q.redis.set(q.keys.events, "not a stream")
+    before = snapshot(q)
+    with pytest.raises(CorruptKeyError):
+        q.pause("default")
+    assert snapshot(q) == before
 
 
 def test_a_paused_queue_leases_nothing_and_writes_nothing(q: Quasar) -> None:

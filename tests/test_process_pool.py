@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,48 @@ def test_quasar_worker_refuses_a_bad_process_count(value: str, namespace: str) -
     done = quasar("worker", "tests.process_tasks:app", "--processes", value, namespace=namespace)
     assert done.returncode == 2
     assert "--processes" in done.stderr and "Traceback" not in done.stderr
+
+
+SCRIPT = """
+from quasar_redis import App, Worker
+
+app = App("memory://", namespace="guard")
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+task = app.task(square, name="square")
+{body}
+"""
+RUN = """handle = task.enqueue(3)
+with Worker(app, processes=1, concurrency=1):
+    print("result", handle.result(timeout=60))
+"""
+
+
+def run_script(folder: Path, guarded: bool) -> subprocess.CompletedProcess[str]:
+    body = "if __name__ == '__main__':\n" + textwrap.indent(RUN, "    ") if guarded else RUN
+    (folder / "script.py").write_text(SCRIPT.format(body=body))
+    return subprocess.run(
+        [sys.executable, "script.py"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_script_that_starts_processes_with_no_main_guard_is_told_in_one_line(
+    tmp_path: Path,
+) -> None:
+    done = run_script(tmp_path, guarded=False)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("quasar_redis.errors.ConfigurationError: the processes for ")
+    assert last.endswith('start it under if __name__ == "__main__":')
+    assert "bootstrapping phase" not in done.stderr  # (multiprocessing's own message)
+    assert done.stderr.count("Traceback") == 1  # the script's, none from its process
+    assert run_script(tmp_path, guarded=True).stdout == "result 9\n"

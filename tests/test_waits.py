@@ -13,12 +13,18 @@ from typing import Any
 import click
 import pytest
 import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from quasar_redis import App, AsyncQuasar, Worker, cli
+from quasar_redis import App, AsyncQuasar, Connector, Worker, cli
 from quasar_redis._keys import KeySpace
-from quasar_redis._waits import block_ms, block_slice, socket_timeout
+from quasar_redis._waits import OUTAGE_S, Outage, block_ms, block_slice, socket_timeout
+from quasar_redis.errors import AuthenticationError, ProtocolError, RedisUnavailable
 
-from .helpers import app_url
+from .helpers import app_url, wait_for
+from .proxy import HOST, Proxy, has
 
 SOCKET_TIMEOUT = 1.0
 RUNS_FOR = 2.5  # longer than the socket timeout
@@ -123,3 +129,88 @@ def test_following_events_outlives_the_clients_socket_timeout(
         finally:
             add.join()
             client.close()
+
+
+class Unretried(Connector):
+    """Clients through a proxy at ``port`` that never send a command again: a connection that
+    breaks reaches the library's own code as redis-py's ``ConnectionError``."""
+
+    def __init__(self, port: int, db: int) -> None:
+        super().__init__(f"redis://{HOST}:{port}/{db}")
+        self.port, self.db = port, db
+
+    def sync(self) -> Any:
+        return redis.Redis(host=HOST, port=self.port, db=self.db, retry=Retry(NoBackoff(), 0))
+
+    def asyncio(self) -> Any:
+        retry = AsyncRetry(NoBackoff(), 0)
+        return redis.asyncio.Redis(host=HOST, port=self.port, db=self.db, retry=retry)
+
+
+def double(x: int) -> int:
+    return 2 * x
+
+
+def proxy_of(app: App) -> Proxy:
+    """A proxy in front of ``app``'s Redis."""
+    kwargs = app.client.redis.connection_pool.connection_kwargs
+    return Proxy(str(kwargs.get("host", HOST)), int(kwargs.get("port", 6379)))
+
+
+def db_of(app: App) -> int:
+    return int(app.client.redis.connection_pool.connection_kwargs.get("db", 0))
+
+
+@pytest.mark.parametrize("kind", ["sync", "asyncio"])
+def test_a_wait_for_a_result_goes_on_through_a_dropped_connection(
+    namespace: str, kind: str
+) -> None:
+    # The wait's XREAD gets its answer (the job's end) from Redis, and the proxy loses it and
+    # cuts the connection, as a failover or a restart would: the wait reads the job again.
+    with (
+        app_url("redis", namespace) as url,
+        App(url, namespace=namespace) as workers,
+        proxy_of(workers) as proxy,
+        App(connector=Unretried(proxy.port, db_of(workers)), namespace=namespace) as app,
+    ):
+        handle = app.task(double, name="double").enqueue(21)
+        proxy.cut_after_next(has(b"XREAD"))
+        got: list[Any] = []
+
+        async def wait_async() -> Any:
+            try:
+                return await handle.aresult(timeout=30)
+            finally:
+                await app.aclose()
+
+        def wait() -> None:
+            try:
+                got.append(handle.result(30) if kind == "sync" else asyncio.run(wait_async()))
+            except Exception as exc:
+                got.append(exc)
+
+        waiting = threading.Thread(target=wait)
+        waiting.start()
+        wait_for(lambda: proxy.forwarded(b"XREAD"), 10, "the wait to read the stream")
+        workers.task(double, name="double")
+        with Worker(workers, idle_wait=1.0):
+            waiting.join(30)
+        assert got == [42]
+        assert not proxy.armed and len(proxy.dropped) == 1, "no connection was cut"
+
+
+def test_a_wait_pauses_longer_each_time_and_gives_up_after_its_outage_bound() -> None:
+    now = [100.0]
+    outage = Outage(clock=lambda: now[0])
+    gone = redis.ConnectionError("Connection closed by server.")
+    assert [outage.failed(gone) for _ in range(7)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    now[0] += OUTAGE_S
+    with pytest.raises(RedisUnavailable, match="Redis was away for 30s: Timeout reading"):
+        outage.failed(redis.TimeoutError("Timeout reading from socket"))
+    outage.ok()
+    assert outage.failed(gone) == 0.05  # a new outage
+    # what no retry mends ends the wait at once, as every call's errors do
+    with pytest.raises(AuthenticationError):
+        outage.failed(redis.AuthenticationError("invalid password"))
+    with pytest.raises(ProtocolError):
+        Outage().failed(redis.ResponseError("WRONGTYPE"))

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from quasar_redis import App, CancelApplied, Connector, Quasar, StaleLease, Worker
+from quasar_redis import (
+    App,
+    CancelApplied,
+    Connector,
+    JobFailedError,
+    Quasar,
+    StaleLease,
+    Worker,
+)
 from quasar_redis.worker import OutcomeKind
 from quasar_redis.worker._lease_keeper import log_loss
 from quasar_redis.worker._lifecycle import stop_message
@@ -132,3 +140,38 @@ def test_signals_are_logged_as_what_the_stop_does(
         second = f"worker {worker.worker_id}: stopping now: handing back 1 running job"
         wait_for(lambda: second in messages(caplog), 10, "the second signal's line")
     assert worker.stats.handed_back == 1
+
+
+class Busy(Exception):
+    """A transient failure."""
+
+
+def failures_of(caplog: pytest.LogCaptureFixture, job_id: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "job_id", None) == job_id]
+
+
+def test_a_retried_attempt_is_one_line_and_a_final_failure_keeps_its_traceback(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="quasar_redis")
+
+    def flaky() -> None:
+        raise Busy("server busy")
+
+    task: Any = app.task(flaky, name="flaky", max_attempts=2, retry=0.05)
+    with Worker(app, maintenance_interval=0.1, idle_wait=1.0):
+        handle = task.enqueue()
+        with pytest.raises(JobFailedError):
+            handle.result(timeout=10)
+        wait_for(lambda: len(failures_of(caplog, handle.id)) == 3, 10, "the final failure's line")
+    retried, trace, final = failures_of(caplog, handle.id)
+    assert (retried.levelno, retried.exc_info) == (logging.WARNING, None)
+    assert retried.getMessage().startswith(f"job {handle.id} stage=flaky attempt=1 ")
+    assert "status=retryable (retry in 0.05s)" in retried.getMessage()
+    assert retried.getMessage().endswith("error=Busy: server busy")
+    assert "Traceback" not in logging.Formatter().format(retried)
+    assert trace.levelno == logging.DEBUG and trace.exc_info is not None
+    assert trace.exc_info[0] is Busy and trace.attempt == 1  # type: ignore[attr-defined]
+    assert final.levelno == logging.ERROR and final.exc_info is not None
+    assert "attempt=2 status=discarded (out of attempts)" in final.getMessage()
+    assert "Traceback" in logging.Formatter().format(final)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pprint
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +144,7 @@ class QueuePage:
     status: t.Status
     jobs: tuple[t.Job, ...]
     next_cursor: str | None
+    events: tuple[Event, ...]  # the queue's pauses and resumes
 
 
 async def queue_page(
@@ -153,8 +154,10 @@ async def queue_page(
     info = next((i for i in await client.queues() if i.name == queue), None)
     if info is None:
         return None
-    page = await client.page_jobs(queue, status, after=after, limit=PAGE_SIZE)
-    return QueuePage(info, status, page.jobs, page.next_cursor)
+    page, events = await asyncio.gather(
+        client.page_jobs(queue, status, after=after, limit=PAGE_SIZE), queue_events(client, queue)
+    )
+    return QueuePage(info, status, page.jobs, page.next_cursor, events)
 
 
 # --- a job --------------------------------------------------------------------------------------
@@ -237,6 +240,18 @@ async def _linked(client: AsyncQuasar, ids: Sequence[str]) -> tuple[Linked, ...]
 async def job_events(client: AsyncQuasar, job_id: str) -> tuple[Event, ...]:
     """The job's entries in the namespace's event stream (capped: older ones are gone), oldest
     first; looks through at most ``EVENTS_SCANNED`` entries, newest first, in chunks."""
+    return await _scan_events(client, lambda i, fields: _events_of(job_id, i, fields))
+
+
+async def queue_events(client: AsyncQuasar, queue: str) -> tuple[Event, ...]:
+    """The queue's own events (``QUEUE_EVENTS``: paused, resumed), oldest first, found as a
+    job's are."""
+    return await _scan_events(client, lambda i, fields: _queue_event_of(queue, i, fields))
+
+
+async def _scan_events(
+    client: AsyncQuasar, pick: Callable[[Any, dict[Any, Any]], list[Event]]
+) -> tuple[Event, ...]:
     stream, last = client.keys.events, "+"
     found: list[Event] = []
     scanned = 0
@@ -248,27 +263,38 @@ async def job_events(client: AsyncQuasar, job_id: str) -> tuple[Event, ...]:
             break
         scanned += len(entries)
         for entry_id, fields in entries:
-            found += _events_of(job_id, entry_id, fields)
+            found += pick(entry_id, fields)
         last = entries[-1][0]
     return tuple(reversed(found[:EVENTS_SHOWN]))
 
 
-def _events_of(job_id: str, entry_id: Any, fields: dict[Any, Any]) -> list[Event]:
-    def get(name: str) -> str:
-        value = fields.get(name.encode(), b"")
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+def _text(fields: dict[Any, Any], name: str) -> str:
+    value = fields.get(name.encode(), b"")
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
-    jobs = get("job").split(" ")
+
+def _at(entry_id: Any) -> str:
+    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    return t.readable_time(int(text.split("-")[0]))
+
+
+def _queue_event_of(queue: str, entry_id: Any, fields: dict[Any, Any]) -> list[Event]:
+    event = _text(fields, "ev")
+    if event not in t.QUEUE_EVENTS or _text(fields, "q") != queue:
+        return []
+    return [Event(_at(entry_id), event, queue, "")]
+
+
+def _events_of(job_id: str, entry_id: Any, fields: dict[Any, Any]) -> list[Event]:
+    jobs = _text(fields, "job").split(" ")
     if job_id not in jobs:
         return []
-    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-    at = t.readable_time(int(text.split("-")[0]))
-    attempts = get("a").split(" ")
+    at, attempts = _at(entry_id), _text(fields, "a").split(" ")
     made = []
     for i, name in enumerate(jobs):
         if name == job_id:
             attempt = attempts[i] if i < len(attempts) else "?"
-            made.append(Event(at, get("ev"), get("q"), attempt))
+            made.append(Event(at, _text(fields, "ev"), _text(fields, "q"), attempt))
     return list(reversed(made))  # (newest first, as the entries are read)
 
 

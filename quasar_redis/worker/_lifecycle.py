@@ -30,7 +30,7 @@ from ._metrics import WorkerMetrics
 from ._outbox import Outbox
 from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
-from ._processes import ProcessPool
+from ._processes import ProcessPool, leave_if_bootstrapping
 from ._registry import Registry
 from ._running import Runner
 from ._startup import announce, check_eviction, check_settings, connect
@@ -85,6 +85,7 @@ class Worker:
     ) -> None:
         if isinstance(queues, str) or not queues:
             raise InvalidArgument(f"queues must be a non-empty list of names: got {queues!r}")
+        leave_if_bootstrapping()
         check_settings(
             concurrency=concurrency,
             lease_ms=lease_ms,

@@ -7,8 +7,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from traceback import format_exception
+from types import TracebackType
 from typing import Any
 
+from .. import _hooks
 from .. import _types as t
 from .._args import MAX_PAYLOAD_BYTES
 from .._codec import Encoded
@@ -161,13 +163,10 @@ def error_kind(exc: BaseException) -> str:
 
 
 def traceback_of(exc: BaseException) -> str:
-    """``exc``'s traceback (with its causes) as Python prints it, from the task's own frames on
-    (the worker's and the executor's before them left out), cut to its last ``TRACEBACK_MAX``
-    bytes at a frame's start."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None and _machinery(tb.tb_frame.f_globals):
-        tb = tb.tb_next
-    text = "".join(format_exception(type(exc), exc, tb))
+    """``exc``'s traceback (with its causes) as Python prints it, the task's own frames (and a
+    middleware's) without the worker's and the executor's among them, cut to its last
+    ``TRACEBACK_MAX`` bytes at a frame's start."""
+    text = "".join(format_exception(type(exc), exc, _own_frames(exc.__traceback__)))
     data = text.encode("utf-8", "replace")
     if len(data) <= TRACEBACK_MAX:
         return text
@@ -177,7 +176,27 @@ def traceback_of(exc: BaseException) -> str:
     return CUT + tail[start:].decode("utf-8", "ignore")
 
 
-_MACHINERY = (f"{__package__}.", "asyncio.", "concurrent.futures.")
+#: The modules of the worker's running of a task: the worker's, the middleware chain's, asyncio's
+#: and an executor's.
+_MACHINERY = (f"{__package__}.", _hooks.__name__, "asyncio.", "concurrent.futures.")
+
+
+def _own_frames(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without the frames of the worker's running of a task (``_machinery``) that come
+    before the last frame of the user's code: those before the task, and those between a
+    middleware and the rest of the chain. What the last user frame called is kept whole (an
+    error raised inside a library call, for one); with no user frame, the last frame alone."""
+    frames: list[TracebackType] = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    own = {i for i, f in enumerate(frames) if not _machinery(f.tb_frame.f_globals)}
+    last = max(own, default=len(frames) - 1)
+    kept = [f for i, f in enumerate(frames) if i >= last or i in own]
+    made: TracebackType | None = None
+    for frame in reversed(kept):
+        made = TracebackType(made, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return made
 
 
 def _machinery(module_globals: dict[str, Any]) -> bool:

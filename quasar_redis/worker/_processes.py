@@ -40,6 +40,23 @@ log = logging.getLogger("quasar_redis.worker")
 STOP_TIMEOUT = 5.0  # seconds a child gets to exit once told to stop, before it is killed
 START_TIMEOUT = 120.0  # seconds a new child gets to import the tasks' modules
 READY = "ready"
+#: The exit code of a child whose import of the script started a Worker (sysexits' EX_CONFIG).
+UNGUARDED_EXIT = 78
+UNGUARDED = (
+    "the script that starts the worker ran again in its process (a process imports the "
+    "script, as multiprocessing's spawn does) and started a worker there: start it under "
+    'if __name__ == "__main__":'
+)
+
+
+def leave_if_bootstrapping() -> None:
+    """In a child process still importing the parent's main script (a script that starts a
+    Worker at import, with no ``if __name__ == "__main__":``): exit at once with
+    ``UNGUARDED_EXIT``, which the worker that started the child reports as ``UNGUARDED``, rather
+    than start a worker in every child. ``_inheriting`` is the flag CPython's own check reads
+    (``multiprocessing.spawn._check_not_importing_main``) and that it sets for that import."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise SystemExit(UNGUARDED_EXIT)
 
 
 class ProcessDied(Exception):
@@ -201,7 +218,10 @@ class Child:
             if self.conn.poll(START_TIMEOUT):
                 answer = self.conn.recv()
         except (EOFError, OSError):
-            answer = f"its process ended with exit code {self._exit_code()}"
+            code = self._exit_code()
+            answer = (
+                UNGUARDED if code == UNGUARDED_EXIT else f"its process ended with exit code {code}"
+            )
         if answer != READY:
             self.kill()
             raise ProcessDied(answer or f"its process did not start in {START_TIMEOUT:g} s")

@@ -421,12 +421,15 @@ class Runner:
 
 
 def _log_failure(running: HeldJob, outcome: o.Outcome, kind: o.OutcomeKind) -> None:
-    """A failed run's line: WARNING when it is retried, else ERROR, with the exception's
-    traceback (``exc_info``) and the job in ``extra`` (``job_id``, ``queue``, ``task``,
-    ``attempt``) for structured-logging handlers."""
+    """A failed run's line, with the job in ``extra`` (``job_id``, ``queue``, ``task``,
+    ``attempt``) for structured-logging handlers. A retried attempt is one WARNING line (its
+    error and when it runs again), its traceback at DEBUG (it is kept in the job's failure
+    history too); a final failure is an ERROR with the exception's traceback (``exc_info``)."""
     job = running.ctx.job
+    extra = {"job_id": job.id, "queue": job.queue, "task": job.stage, "attempt": job.attempt}
+    retried = kind is o.OutcomeKind.RETRYING
     log.log(
-        logging.WARNING if kind is o.OutcomeKind.RETRYING else logging.ERROR,
+        logging.WARNING if retried else logging.ERROR,
         "job %s stage=%s attempt=%d status=%s duration=%.3fs error=%s",
         job.id,
         job.stage,
@@ -434,9 +437,17 @@ def _log_failure(running: HeldJob, outcome: o.Outcome, kind: o.OutcomeKind) -> N
         o.describe(outcome, kind),
         running.duration,
         outcome.error,
-        exc_info=outcome.exception,
-        extra={"job_id": job.id, "queue": job.queue, "task": job.stage, "attempt": job.attempt},
+        exc_info=None if retried else outcome.exception,
+        extra=extra,
     )
+    if retried and outcome.exception is not None:
+        log.debug(
+            "job %s attempt=%d: the traceback of its failure",
+            job.id,
+            job.attempt,
+            exc_info=outcome.exception,
+            extra=extra,
+        )
 
 
 def _past(started: float, seconds: float) -> bool:
