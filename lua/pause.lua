@@ -2,7 +2,7 @@
 -- claim_job.lua by id, report_claim.lua's claim) is refused QueuePaused until resume.lua; a
 -- claim of many applied before this call keeps its jobs. Enqueue, counts, lists, heartbeats,
 -- outcomes, sweep, promote, cancel, retry and prune go on as before; enqueue pushes no wake-up
--- token for a paused queue (finish in _lib.lua). Idempotent.
+-- token for a paused queue (finish in include/call.lua). Idempotent.
 -- Checks, in order: InvalidJob (the queue's name; a queue the namespace never had: unknown);
 -- the types of the namespace's queue and paused sets (CorruptKey).
 --
@@ -13,6 +13,12 @@
 --   {"Paused", now, changed}   changed: "1" when the queue was not paused before, else "0"
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the first delivery's answer again ("Paused", "", changed).
+
+-- uses: core, checks, call
+local applied, clock, fmt, invalid = Core.applied, Core.clock, Core.fmt, Core.invalid
+local key_paused, key_queues = Core.key_paused, Core.key_queues
+local check_types, name_error = Checks.check_types, Checks.name_error
+local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
 
 -- The opening of pause / resume: now and the queue, or nil and a refusal.
 local function open_pause(ctx)
