@@ -19,6 +19,13 @@
 -- Hash fields: h host, p pid, q queues, c concurrency, r running job ids, v version,
 -- sa started at (the first announce since the entry last lapsed), ls last seen (now).
 
+-- uses: core, checks, call
+local applied, clock, fmt, int, invalid = Core.applied, Core.clock, Core.fmt, Core.int, Core.invalid
+local split = Core.split
+local check_types, id_error, name_error = Checks.check_types, Checks.id_error, Checks.name_error
+local text_error = Checks.text_error
+local run_call = Call.run_call
+
 local TTL_MIN, TTL_MAX = 1000, 3600000
 
 -- The registry's keys, type-checked: the set of live workers and, given a worker id, that

@@ -1,7 +1,7 @@
 -- cancel: any live state (Waiting, RetryWaiting, Leased) -> Cancelled(reason, now). A leased
 -- job's worker is then refused (StaleLease) at its next heartbeat or completion. Dependents of
 -- the cancelled job can never run and are cancelled too, naming the dependency: in this call up
--- to CASCADE.step of them, the rest left as cascade work (see "Cascades" in _lib.lua).
+-- to CASCADE.step of them, the rest left as cascade work (see "Cascades" in include/cascades.lua).
 -- Checks, in order (docs/lifecycle.md, cancel): InvalidJob for a malformed id; MissingJob; InvalidJob for a fence given that is
 -- no integer, FenceChanged; TerminalJob; our limit on the reason; the queue's keys (CorruptKey);
 -- every dependent this call's part of the cascade reaches (CorruptJob).
@@ -16,6 +16,15 @@
 --   {"MissingJob", id} | {"FenceChanged"} | {"TerminalJob"} | {"InvalidJob", reason} |
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
+
+-- uses: core, checks, job, call, cascades, outcomes
+local applied, fmt, refuse, split = Core.applied, Core.fmt, Core.refuse, Core.split
+local TERMINAL = Core.TERMINAL
+local check_queue, text_error = Checks.check_queue, Checks.text_error
+local job_reply, move = Job.job_reply, Job.move
+local record, run_call = Call.record, Call.run_call
+local apply_cascade, plan_cascade = Cascades.apply_cascade, Cascades.plan_cascade
+local open_fenced = Outcomes.open_fenced
 
 local function main(ctx)
   local reason = ctx.args[5]

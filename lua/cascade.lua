@@ -1,4 +1,4 @@
--- cascade: carries on the cascade work a call left in Redis (see "Cascades" in _lib.lua), one
+-- cascade: carries on the cascade work a call left in Redis (see "Cascades" in include/cascades.lua), one
 -- bounded step: at most CASCADE.step dependents visited, each as the call that started the
 -- cascade would have visited it (cancelled, or one pending dependency less), their own
 -- dependents planned in the room left or left as work in turn. The client of a call that replied
@@ -17,6 +17,17 @@
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the ids the first delivery gave (`more` as it is now), and
 -- changes nothing more.
+
+-- uses: core, checks, index, job, call, cascades
+local applied, clock, fmt, key_cascade = Core.applied, Core.clock, Core.fmt, Core.key_cascade
+local key_cascades, key_dependents, key_job = Core.key_cascades, Core.key_dependents, Core.key_job
+local split = Core.split
+local check_types = Checks.check_types
+local flush_args = Index.flush_args
+local load_job = Job.load_job
+local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
+local apply_cascade, CASCADE = Cascades.apply_cascade, Cascades.CASCADE
+local cascade_state, plan_cascade = Cascades.cascade_state, Cascades.plan_cascade
 
 local CASCADE_KINDS = {c = true, f = true, s = true}
 

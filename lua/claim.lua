@@ -32,6 +32,22 @@
 -- The nonce of the i-th claim is "<call id>.<i>". A re-sent call (same call id) gets the claims
 -- the first delivery made, with the same tokens, and leases nothing more.
 
+-- uses: core, checks, index, job, call, lease, promote, sweep
+local clock, fmt, int, invalid = Core.clock, Core.fmt, Core.int, Core.invalid
+local key_paused, key_q, num, pcall_typed = Core.key_paused, Core.key_q, Core.num, Core.pcall_typed
+local refuse, split = Core.refuse, Core.split
+local check_queue, duration_arg = Checks.check_queue, Checks.duration_arg
+local name_error, text_error = Checks.name_error, Checks.text_error
+local writes_error = Checks.writes_error
+local zread, zrem = Index.zread, Index.zrem
+local blocked, load_job, place, ready_id = Job.blocked, Job.load_job, Job.place, Job.ready_id
+local unplace = Job.unplace
+local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
+local grant, lease, replayed_claim = Lease.grant, Lease.lease, Lease.replayed_claim
+local token_record = Lease.token_record
+local promote_best, promote_queue = Promote.promote_best, Promote.promote_queue
+local expire_queue = Sweep.expire_queue
+
 local MAINTENANCE = 100
 
 -- QueuePaused while `queue` is paused (pause.lua), or nil; CorruptKey when the paused set is no
@@ -68,7 +84,7 @@ local function claims_replayed(ctx, rec, worker)
     local id = f[i]
     local h = load_job(ctx, id)
     if h then
-      out[#out + 1] = replayed_claim(ctx, id, h, worker, f[i + 1], f[i + 2], f[i + 3])
+      out[#out + 1] = replayed_claim(ctx, id, h, worker, {f[i + 1], f[i + 2], f[i + 3]})
     end
   end
   return out
@@ -91,12 +107,14 @@ end
 local LEASE_WRITES = {"ready", "leased"}
 local RETRY_LEASE_WRITES = {"ready", "leased", "retrying"}
 
--- Leases up to `limit` jobs from the head of the ready index into out / rec; returns how many
--- index entries it dropped (left behind by hand). A damaged job, or one whose move would write a
--- key of the wrong type, is skipped and left as it is (damaged keeps the refusals, skipped the
--- ids): the jobs around it are still claimed.
-local function take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped,
-    budget, ahead)
+-- Leases up to pick.limit jobs from the head of the ready index into pick.out / pick.rec;
+-- returns how many index entries it dropped (left behind by hand). A damaged job, or one whose
+-- move would write a key of the wrong type, is skipped and left as it is (pick.damaged keeps the
+-- refusals, pick.skipped the ids): the jobs around it are still claimed. pick: the claim (see
+-- claim_queue).
+local function take_some(ctx, pick, budget, ahead)
+  local queue, now, limit, out, rec = pick.queue, pick.now, pick.limit, pick.out, pick.rec
+  local damaged, skipped, leases = pick.damaged, pick.skipped, pick.grant
   local dropped = 0
   local loaded, cid = ctx.loaded, ctx.args[1]
   ahead = ahead + #damaged
@@ -118,7 +136,7 @@ local function take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, dam
       bad = writes_error(ctx, h.q, h.st == "R" and RETRY_LEASE_WRITES or LEASE_WRITES)
       if bad == nil then
         local raw = loaded[id] -- the fields as loaded, before the lease (see the replies above)
-        lease(ctx, id, h, worker, lease_ms, now, cid .. "." .. fmt(ctx, #rec + 1), member)
+        lease(ctx, id, h, leases, cid .. "." .. fmt(ctx, #rec + 1), member)
         out[#out + 1] = id
         out[#out + 1] = raw
         rec[#rec + 1] = id .. " " .. token_record(h)
@@ -163,15 +181,16 @@ local function claim_queue(ctx, now, queue, worker, lease_ms, limit)
   if bad2 then return bad2 end
   _, bad2 = expire_queue(ctx, queue, now, MAINTENANCE, {}, {})
   if bad2 then return bad2 end
-  local out, rec, damaged, skipped = {"ClaimsApplied", fmt(ctx, now)}, {}, {}, {}
+  local out, rec, damaged = {"ClaimsApplied", fmt(ctx, now)}, {}, {}
+  local pick = {queue = queue, now = now, limit = limit, out = out, rec = rec, damaged = damaged,
+    skipped = {}, grant = grant(ctx, worker, lease_ms, now)}
   -- Entries of ready it drops, re-indexes or skips as damaged, at most (docs/lifecycle.md,
   -- "Best first, and its bounds"): past it, it answers NothingClaimable(now) if it leased
   -- nothing. A pass after the first reads up to 32 entries ahead.
   local REPAIR_MAX = 100
   local budget, ahead = REPAIR_MAX, 0
   while #rec < limit and budget > 0 do
-    local dropped = take_some(ctx, queue, worker, lease_ms, now, limit, out, rec, damaged, skipped,
-      budget, ahead)
+    local dropped = take_some(ctx, pick, budget, ahead)
     if dropped == 0 then break end
     budget = budget - dropped
     ahead = math.min(budget, 32)

@@ -19,6 +19,19 @@
 --   {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the same token again, with the job as it is now.
 
+-- uses: core, checks, job, call, lease, claim
+local applied, clock, fmt, invalid = Core.applied, Core.clock, Core.fmt, Core.invalid
+local refuse, split, TERMINAL = Core.refuse, Core.split, Core.TERMINAL
+local check_queue, duration_arg, id_error = Checks.check_queue, Checks.duration_arg, Checks.id_error
+local text_error = Checks.text_error
+local blocked, dependency_error, job_reply = Job.blocked, Job.dependency_error, Job.job_reply
+local load_job = Job.load_job
+local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
+local grant, lease, replayed_claim = Lease.grant, Lease.lease, Lease.replayed_claim
+local token_record = Lease.token_record
+local token_reply = Lease.token_reply
+local paused_error = Claim.paused_error
+
 -- The checks of a job that may be leased: the lease duration, or a refusal.
 local function claim_ready(ctx, h, worker, lease_arg, now, available_at)
   if worker == "" then return invalid("worker_id must not be empty") end
@@ -46,7 +59,7 @@ local function main(ctx)
   if h == nil then return err end
   local again = recorded(ctx)
   if again then
-    return applied("ClaimApplied", "", replayed_claim(ctx, id, h, worker, unpack(split(again))))
+    return applied("ClaimApplied", "", replayed_claim(ctx, id, h, worker, split(again)))
   end
   if TERMINAL[h.st] then return refuse("TerminalJob") end
   local available_at = tonumber(h.at)
@@ -56,7 +69,7 @@ local function main(ctx)
   end
   local bad, lease_ms = claim_ready(ctx, h, worker, args[5], now, available_at)
   if bad then return bad end
-  lease(ctx, id, h, worker, lease_ms, now, args[1])
+  lease(ctx, id, h, grant(ctx, worker, lease_ms, now), args[1])
   local claim = {"Claim", job_reply(ctx, id, h), token_reply(id, h)}
   record(ctx, token_record(h))
   return applied("ClaimApplied", fmt(ctx, now), claim)

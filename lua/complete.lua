@@ -1,6 +1,6 @@
 -- complete: Leased -> Succeeded(output_ref, now). Releases every dependent whose dependencies
 -- have now all succeeded: in this call up to CASCADE.step of them, the rest left as cascade work
--- (see "Cascades" in _lib.lua).
+-- (see "Cascades" in include/cascades.lua).
 -- With a result retention (result_ttl ms), the job is also indexed in `expiring` at the time it
 -- may be deleted: now + the retention, at least the re-send window (CALL_TTL_MS); prune.lua
 -- deletes it from then on.
@@ -21,6 +21,16 @@
 --   {"MissingJob", id} | {"StaleLease"} | {"LeaseExpired", expires_at} | {"InvalidJob", reason} |
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again, not StaleLease.
+
+-- uses: core, checks, index, job, call, cascades, lease
+local CALL_TTL_MS, fmt, int, invalid = Core.CALL_TTL_MS, Core.fmt, Core.int, Core.invalid
+local key_q, MAXINT = Core.key_q, Core.MAXINT
+local text_error, writes_error = Checks.text_error, Checks.writes_error
+local zadd = Index.zadd
+local move = Job.move
+local run_call = Call.run_call
+local apply_cascade, plan_cascade = Cascades.apply_cascade, Cascades.plan_cascade
+local lease_error, lease_outcome = Lease.lease_error, Lease.lease_outcome
 
 -- What a completion writes: 3 TYPE calls (4 with a retention), not one per key of the queue
 -- (see writes_error).

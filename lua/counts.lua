@@ -3,7 +3,7 @@
 -- waiting jobs with available_at <= now; Scheduled = the other waiting jobs with available_at >
 -- now; Retryable = retry-waiting; Executing = leased; Completed / Discarded / Cancelled =
 -- finished and not yet pruned.
--- Derived from the indexes (see _lib.lua): every W job is in exactly one of ready / delayed /
+-- Derived from the indexes (see include/job.lua): every W job is in exactly one of ready / delayed /
 -- blocked, every R job in retrying and in one of ready / delayed; R jobs in delayed are those
 -- not yet due.
 --
@@ -14,6 +14,11 @@
 --   {"Counts", now, available, scheduled, retryable, executing, completed, discarded, cancelled,
 --    blocked}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
+
+-- uses: core, checks, call
+local applied, clock, fmt, key_q = Core.applied, Core.clock, Core.fmt, Core.key_q
+local check_queue, name_error = Checks.check_queue, Checks.name_error
+local run_call = Call.run_call
 
 -- The counts of a sound queue at `now`, as the reply lists them (queues.lua lists them too).
 local function queue_counts(ctx, queue, now)

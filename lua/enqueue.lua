@@ -36,6 +36,20 @@
 -- created it (field ec); one whose id the client made at random for this call needs no such
 -- field: only this call can have created a job with that id.
 
+-- uses: core, checks, events, job, call
+local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Core.ID_MAX, Core.int
+local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
+local key_queues, key_seq, PRIORITY_MAX = Core.key_queues, Core.key_seq, Core.PRIORITY_MAX
+local PRIORITY_MIN, refuse, split = Core.PRIORITY_MIN, Core.refuse, Core.split
+local id_error, int_arg, name_error = Checks.id_error, Checks.int_arg, Checks.name_error
+local stage_error, text_error, time_error = Checks.stage_error, Checks.text_error, Checks.time_error
+local writes_error = Checks.writes_error
+local emit, wake = Events.emit, Events.wake
+local blocked, field_args, job_reply = Job.blocked, Job.field_args, Job.job_reply
+local load_job, place, status_name = Job.load_job, Job.place, Job.status_name
+local decode_items, encode_items, record = Call.decode_items, Call.encode_items, Call.record
+local recorded, run_call = Call.recorded, Call.run_call
+
 local GROUP = 13
 
 -- A batch repeats the same few values (attempts, priority, stage, queue): each is checked once a
@@ -276,7 +290,10 @@ local function next_seq(ctx, limits, left)
   return limits.seq
 end
 
-local function each_one(ctx, a, now, limits, batch, before, reply, left)
+-- The i-th job `a` of `each`: {jobs, batch (the ids applied so far), reply, before (what the
+-- record of a re-sent call kept)}.
+local function each_one(ctx, a, now, limits, each, i)
+  local batch, before, reply, left = each.batch, each.before[i], each.reply, #each.jobs - i + 1
   if type(before) == "table" then return before, before end
   local h = not batch[a.id] and limits.resent and created_by(ctx, a) or nil -- not: a duplicate
   local fresh = h == nil
@@ -295,9 +312,10 @@ end
 
 -- A call record is written only when some job was refused: the applied ones carry the call id.
 local function enqueue_each(ctx, jobs, now, limits, reply, before)
-  local batch, kept, out, refused = {}, {}, {"EachResult", fmt(ctx, now)}, false
+  local kept, out, refused = {}, {"EachResult", fmt(ctx, now)}, false
+  local each = {jobs = jobs, batch = {}, reply = reply, before = before}
   for i, a in ipairs(jobs) do
-    out[#out + 1], kept[i] = each_one(ctx, a, now, limits, batch, before[i], reply, #jobs - i + 1)
+    out[#out + 1], kept[i] = each_one(ctx, a, now, limits, each, i)
     refused = refused or kept[i] ~= true
   end
   return out, refused and encode_items(kept) or nil

@@ -16,6 +16,14 @@
 --   {"TerminalJob"} | {"InvalidJob", reason} | {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
+-- uses: core, checks, call, cascades, outcomes
+local fmt, key_errors, refuse, TERMINAL = Core.fmt, Core.key_errors, Core.refuse, Core.TERMINAL
+local check_queue, check_types = Checks.check_queue, Checks.check_types
+local record, run_call = Call.record, Call.run_call
+local move_or_fail = Cascades.move_or_fail
+local job_applied, keep_error = Outcomes.job_applied, Outcomes.keep_error
+local open_fenced, retry_or_fail = Outcomes.open_fenced, Outcomes.retry_or_fail
+
 -- A leased job whose lease has run out (the fence as observed) -> RetryWaiting or Failed, as a
 -- failed attempt would go. Returns the refusal or nil; on success the job has moved.
 local function expire_job(ctx, id, h, now)
@@ -24,7 +32,7 @@ local function expire_job(ctx, id, h, now)
   local bad = check_types(ctx, {key_errors(ctx, id)}, "list")
     or move_or_fail(ctx, id, h, now, retry_or_fail(ctx, h, kind, reason, now, 0))
   if bad then return bad end
-  keep_error(ctx, id, h, kind, reason, "", now)
+  keep_error(ctx, id, h, now, {kind = kind, reason = reason, trace = ""})
   return nil
 end
 

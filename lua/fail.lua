@@ -4,7 +4,7 @@
 -- Checks, in order: MissingJob; the lease check of docs/lifecycle.md (StaleLease /
 -- LeaseExpired(expires_at)); InvalidJob for a retry delay that is no integer or negative, then
 -- our limits on kind, reason and traceback; the job's failure history key (CorruptKey).
--- Applied: the attempt is kept in the job's failure history (keep_error in _lib.lua).
+-- Applied: the attempt is kept in the job's failure history (keep_error in include/outcomes.lua).
 -- The edge is fail_job below; report.lua applies it too, once per Fail item.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
@@ -19,6 +19,16 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
+-- uses: core, checks, call, cascades, outcomes, lease
+local key_errors = Core.key_errors
+local check_queue, check_types = Checks.check_queue, Checks.check_types
+local duration_arg, error_text_error = Checks.duration_arg, Checks.error_text_error
+local text_error, time_error = Checks.text_error, Checks.time_error
+local run_call = Call.run_call
+local move_or_fail = Cascades.move_or_fail
+local keep_error, retry_or_fail = Outcomes.keep_error, Outcomes.retry_or_fail
+local lease_error, lease_outcome = Lease.lease_error, Lease.lease_outcome
+
 -- c: the held job (open_lease). A refusal, or nil once the job has moved.
 local function fail_job(ctx, c, reason, delay_arg, kind, trace)
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
@@ -32,7 +42,7 @@ local function fail_job(ctx, c, reason, delay_arg, kind, trace)
   if bad then return bad end
   bad = move_or_fail(ctx, c.id, c.h, c.now, retry_or_fail(ctx, c.h, kind, reason, c.now, delay))
   if bad then return bad end
-  keep_error(ctx, c.id, c.h, kind, reason, trace, c.now)
+  keep_error(ctx, c.id, c.h, c.now, {kind = kind, reason = reason, trace = trace})
   return nil
 end
 

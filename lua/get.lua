@@ -1,5 +1,5 @@
 -- get (read only): one job, with the dependency it waits on when it is blocked, and its failure
--- history (keep_error in _lib.lua). An id no job may have (id_error) is refused InvalidJob.
+-- history (keep_error in include/outcomes.lua). An id no job may have (id_error) is refused InvalidJob.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] job id
@@ -11,6 +11,13 @@
 --                                     the last failed attempts, newest first, as the history
 --                                     keeps them (none when its key holds another type)
 --   {"MissingJob", id} | {"CorruptJob", id, reason} | {"InvalidJob", reason}
+
+-- uses: core, checks, job, call
+local applied, clock, fmt, key_errors = Core.applied, Core.clock, Core.fmt, Core.key_errors
+local NONE, pcall_typed, split = Core.NONE, Core.pcall_typed, Core.split
+local id_error = Checks.id_error
+local blocked, job_reply, load_job = Job.blocked, Job.job_reply, Job.load_job
+local run_call = Call.run_call
 
 -- The first dependency not succeeded; else the first succeeded one whose cascade has not
 -- reached this job yet (its `cw`: the job is released when it does).

@@ -15,6 +15,15 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the same new token again, with the job as it is now.
 
+-- uses: core, checks, job, call, lease
+local applied, fmt, split = Core.applied, Core.fmt, Core.split
+local duration_arg, writes_error = Checks.duration_arg, Checks.writes_error
+local job_reply, move = Job.job_reply, Job.move
+local record, run_call = Call.record, Call.run_call
+local lease_error, open_lease = Lease.lease_error, Lease.open_lease
+local replayed_claim, token_record = Lease.replayed_claim, Lease.token_record
+local token_reply = Lease.token_reply
+
 -- A heartbeat writes the lease index only (the state does not change: no event).
 local HEARTBEAT_WRITES = {"leased"}
 
@@ -23,7 +32,7 @@ local function main(ctx)
   if c == nil then return err end
   if c.record then
     return applied("ClaimApplied", "",
-      replayed_claim(ctx, c.id, c.h, c.worker, unpack(split(c.record))))
+      replayed_claim(ctx, c.id, c.h, c.worker, split(c.record)))
   end
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
   if bad then return bad end

@@ -21,6 +21,14 @@
 -- O(log² N + limit): a page reads at most limit + SCAN_EXTRA index entries, so it may hold
 -- fewer than limit jobs (even none) before the end, which only an empty cursor marks.
 
+-- uses: core, checks, job, call
+local clock, fmt, ID_MAX, int, invalid = Core.clock, Core.fmt, Core.ID_MAX, Core.int, Core.invalid
+local key_job, key_q = Core.key_job, Core.key_q
+local check_queue, name_error = Checks.check_queue, Checks.name_error
+local blocked, job_reply, load_job = Job.blocked, Job.job_reply, Job.load_job
+local ready_id = Job.ready_id
+local run_call = Call.run_call
+
 local CHUNK_READ = 100
 local OFFSET_MAX = 1000
 local SCAN_EXTRA = 100

@@ -2,8 +2,8 @@
 -- claim_job.lua by id, report_claim.lua's claim) is refused QueuePaused until resume.lua; a
 -- claim of many applied before this call keeps its jobs. Enqueue, counts, lists, heartbeats,
 -- outcomes, sweep, promote, cancel, retry and prune go on as before; enqueue pushes no wake-up
--- token for a paused queue (finish in _lib.lua). Idempotent. A pause that changes the queue
--- writes an event of no job (fields `ev` "paused" and `q`) to the stream, when it is given.
+-- token for a paused queue (finish in include/call.lua). Idempotent. A pause that changes the
+-- queue writes an event of no job (fields `ev` "paused" and `q`) to the stream, when it is given.
 -- Checks, in order: InvalidJob (the queue's name; a queue the namespace never had: unknown);
 -- the types of the namespace's queue and paused sets and of the stream (CorruptKey).
 --
@@ -14,6 +14,13 @@
 --   {"Paused", now, changed}   changed: "1" when the queue was not paused before, else "0"
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the first delivery's answer again ("Paused", "", changed).
+
+-- uses: core, checks, events, call
+local applied, clock, fmt, invalid = Core.applied, Core.clock, Core.fmt, Core.invalid
+local key_paused, key_queues = Core.key_paused, Core.key_queues
+local check_types, name_error = Checks.check_types, Checks.name_error
+local EVENTS_MAX = Events.EVENTS_MAX
+local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
 
 -- The opening of pause / resume: now and the queue, or nil and a refusal.
 local function open_pause(ctx)

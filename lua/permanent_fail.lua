@@ -3,7 +3,7 @@
 -- Checks, in order: MissingJob; the lease check of docs/lifecycle.md (StaleLease /
 -- LeaseExpired(expires_at)); InvalidJob for an empty reason, then our limits on kind, reason and
 -- traceback; the job's failure history key (CorruptKey). Applied: the attempt is kept in the
--- job's failure history (keep_error in _lib.lua).
+-- job's failure history (keep_error in include/outcomes.lua).
 -- The edge is permanent_fail_job below; report.lua applies it too, once per PermanentFail item.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
@@ -18,6 +18,15 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
+-- uses: core, checks, call, cascades, outcomes, lease
+local fmt, invalid, key_errors = Core.fmt, Core.invalid, Core.key_errors
+local check_queue, check_types = Checks.check_queue, Checks.check_types
+local error_text_error, text_error = Checks.error_text_error, Checks.text_error
+local run_call = Call.run_call
+local move_or_fail = Cascades.move_or_fail
+local keep_error = Outcomes.keep_error
+local lease_error, lease_outcome = Lease.lease_error, Lease.lease_outcome
+
 -- c: the held job (open_lease). A refusal, or nil once the job has moved.
 local function permanent_fail_job(ctx, c, reason, kind, trace)
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)
@@ -30,7 +39,7 @@ local function permanent_fail_job(ctx, c, reason, kind, trace)
   bad = move_or_fail(ctx, c.id, c.h, c.now,
     {st = "F", fin = fmt(ctx, c.now), ek = kind, em = reason})
   if bad then return bad end
-  keep_error(ctx, c.id, c.h, kind, reason, trace, c.now)
+  keep_error(ctx, c.id, c.h, c.now, {kind = kind, reason = reason, trace = trace})
   return nil
 end
 

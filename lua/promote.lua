@@ -11,6 +11,15 @@
 --   {"Promoted", now, count}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
+-- uses: core, checks, index, events, job, call
+local applied, fmt, key_q = Core.applied, Core.fmt, Core.key_q
+local writes_error = Checks.writes_error
+local zadd, zread, zread_typed, zrem = Index.zadd, Index.zread, Index.zread_typed, Index.zrem
+local wake = Events.wake
+local blocked, load_job, ready_id = Job.blocked, Job.load_job, Job.ready_id
+local ready_member = Job.ready_member
+local each_queue, maintenance_args, run_call = Call.each_queue, Call.maintenance_args, Call.run_call
+
 local PROMOTE_WRITES = {"delayed", "delayed_pr", "ready", wake = true}
 
 -- Moves due jobs of a queue from delayed to ready, at most `limit`. Returns how many, and the

@@ -15,6 +15,17 @@
 --   {"Pruned", now, count}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
+-- uses: core, checks, job, call
+local applied, CALL_TTL_MS, clock, fmt = Core.applied, Core.CALL_TTL_MS, Core.clock, Core.fmt
+local int, invalid, key_dependents = Core.int, Core.invalid, Core.key_dependents
+local key_errors, key_job, key_q = Core.key_errors, Core.key_job, Core.key_q
+local key_queues, NAME_MAX, split = Core.key_queues, Core.NAME_MAX, Core.split
+local TERMINAL = Core.TERMINAL
+local check_queue, check_types = Checks.check_queue, Checks.check_types
+local valid_name = Checks.valid_name
+local blocked, load_job = Job.blocked, Job.load_job
+local run_call = Call.run_call
+
 local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
 
 -- Deleting a finished job, a step purge.lua takes too: one table, so that the function library

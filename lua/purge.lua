@@ -16,6 +16,15 @@
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 -- Cost: O(B * (D + log N)) for B ids, D their dependencies and dependents.
 
+-- uses: core, checks, job, call, prune
+local applied, CALL_TTL_MS, clock, fmt = Core.applied, Core.CALL_TTL_MS, Core.clock, Core.fmt
+local invalid, key_q = Core.invalid, Core.key_q
+local check_queue, id_error, int_arg = Checks.check_queue, Checks.id_error, Checks.int_arg
+local name_error = Checks.name_error
+local load_job = Job.load_job
+local run_call = Call.run_call
+local finished_jobs = Prune.finished_jobs
+
 local PURGED_STATES = {completed = {"S", "succeeded"}, discarded = {"F", "failed"},
   cancelled = {"C", "cancelled"}}
 local PURGE_MAX = 1000

@@ -10,6 +10,14 @@
 --    discarded, cancelled, blocked}...}   paused: "1" or "0"
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
+-- uses: core, checks, call, counts
+local clock, fmt, key_paused, key_queues = Core.clock, Core.fmt, Core.key_paused, Core.key_queues
+local NAME_MAX = Core.NAME_MAX
+local check_queue, check_types = Checks.check_queue, Checks.check_types
+local valid_name = Checks.valid_name
+local run_call = Call.run_call
+local queue_counts = Counts.queue_counts
+
 local function main(ctx)
   local now, e = clock(ctx.args[2])
   if now == nil then return e end

@@ -16,6 +16,14 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
+-- uses: core, checks, job, call, lease
+local fmt, num = Core.fmt, Core.num
+local check_queue, duration_arg = Checks.check_queue, Checks.duration_arg
+local time_error = Checks.time_error
+local move = Job.move
+local run_call = Call.run_call
+local lease_error, lease_outcome = Lease.lease_error, Lease.lease_outcome
+
 -- c: the held job (open_lease). A refusal, or nil once the job has moved.
 local function release_job(ctx, c, delay_arg)
   local bad = lease_error(c.id, c.h, c.t, c.worker, c.now)

@@ -21,6 +21,16 @@
 -- which were applied. A re-sent call (same call id) gets every item's first answer again:
 -- OutcomeApplied for those applied, the same refusal for the others; it changes nothing more.
 
+-- uses: core, job, call, complete, fail, permanent_fail, release
+local clock, fmt, int, invalid = Core.clock, Core.fmt, Core.int, Core.invalid
+local load_job = Job.load_job
+local decode_items, encode_items, record = Call.decode_items, Call.encode_items, Call.record
+local recorded, run_call = Call.recorded, Call.run_call
+local complete_job = Complete.complete_job
+local fail_job = Fail.fail_job
+local permanent_fail_job = PermanentFail.permanent_fail_job
+local release_job = Release.release_job
+
 local REPORT_GROUP = 11
 
 -- Each call name's edge, given an item's a, b, k and d.
@@ -63,8 +73,10 @@ local function report_item(ctx, base, i, now, worker, before)
 end
 
 -- Applies the n items of the groups after ARGV[base] (appending their replies to out); returns
--- the call record's encoding. before: the items the record of a re-sent call kept.
-local function report_items(ctx, base, n, now, worker, before, out)
+-- the call record's encoding. items: {base, n, now, worker}; before: the items the record of a
+-- re-sent call kept.
+local function report_items(ctx, items, before, out)
+  local base, n, now, worker = items.base, items.n, items.now, items.worker
   local kept = {}
   for i = 1, n do
     out[#out + 1], kept[i] = report_item(ctx, base, i, now, worker, before[i])
@@ -79,7 +91,8 @@ local function main(ctx)
   local n, bad = report_count(ctx, 4)
   if n == nil then return bad end
   local out = {"Reported", fmt(ctx, now)}
-  record(ctx, report_items(ctx, 4, n, now, args[3], decode_items(recorded(ctx)), out))
+  local items = {base = 4, n = n, now = now, worker = args[3]}
+  record(ctx, report_items(ctx, items, decode_items(recorded(ctx)), out))
   return out
 end
 

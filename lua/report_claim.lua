@@ -21,6 +21,14 @@
 -- outcomes as report.lua keeps them). A re-sent call gets every outcome's first answer again and
 -- the claims first handed out; a claim that leased nothing the first time is made anew.
 
+-- uses: core, call, claim, report
+local CALL_TTL_TEXT, clock, fmt, key_call = Core.CALL_TTL_TEXT, Core.clock, Core.fmt, Core.key_call
+local decode_items, record, recorded = Call.decode_items, Call.record, Call.recorded
+local run_call = Call.run_call
+local claim_args, claim_queue = Claim.claim_args, Claim.claim_queue
+local claims_replayed = Claim.claims_replayed
+local report_count, report_items = Report.report_count, Report.report_items
+
 local function main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
@@ -42,7 +50,8 @@ local function main(ctx)
     end
   end
   local results = {}
-  local kept = report_items(ctx, 7, n, now, worker, decode_items(items), results)
+  local held = {base = 7, n = n, now = now, worker = worker}
+  local kept = report_items(ctx, held, decode_items(items), results)
   if claimed then
     return {"ReportClaimed", fmt(ctx, now), results, claims_replayed(ctx, claimed, worker)}
   end

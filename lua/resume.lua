@@ -12,6 +12,13 @@
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the first delivery's answer again ("Resumed", "", changed).
 
+-- uses: core, checks, events, call, pause
+local applied, fmt, key_paused, key_q = Core.applied, Core.fmt, Core.key_paused, Core.key_q
+local writes_error = Checks.writes_error
+local wake, WAKE_MAX, EVENTS_MAX = Events.wake, Events.WAKE_MAX, Events.EVENTS_MAX
+local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
+local open_pause = Pause.open_pause
+
 local RESUME_WRITES = {"ready", "delayed", wake = true}
 
 local function main(ctx)

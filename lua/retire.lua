@@ -9,6 +9,11 @@
 --   {"Retired", now, removed}   removed: "1" when the worker had an entry, else "0"
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
+-- uses: core, call, announce
+local applied, clock, fmt = Core.applied, Core.clock, Core.fmt
+local run_call = Call.run_call
+local registry_keys = Announce.registry_keys
+
 local function main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])

@@ -15,6 +15,13 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
+-- uses: core, checks, job, call, outcomes
+local fmt, refuse = Core.fmt, Core.refuse
+local check_queue, text_error = Checks.check_queue, Checks.text_error
+local move = Job.move
+local record, run_call = Call.record, Call.run_call
+local job_applied, open_fenced = Outcomes.job_applied, Outcomes.open_fenced
+
 local function main(ctx)
   local reason = ctx.args[5]
   local c, err = open_fenced(ctx, true)

@@ -11,6 +11,14 @@
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 -- A re-sent call sweeps again: leases already expired are not touched twice.
 
+-- uses: core, checks, index, job, call, expire
+local applied, fmt, key_q = Core.applied, Core.fmt, Core.key_q
+local check_queue = Checks.check_queue
+local zread_typed, zrem = Index.zread_typed, Index.zrem
+local load_job = Job.load_job
+local each_queue, maintenance_args, run_call = Call.each_queue, Call.maintenance_args, Call.run_call
+local expire_job = Expire.expire_job
+
 -- Expires the leases of a queue that ran out, at most `limit`. Returns the ids it moved, and the
 -- refusal that stopped it before any write (a key of the wrong type: an expiry may write any key
 -- of the queue, so all are checked when a lease has run out).

@@ -11,6 +11,11 @@
 --    last_seen}...}   queues and running space-separated
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
+-- uses: core, call, announce
+local clock, fmt = Core.clock, Core.fmt
+local run_call = Call.run_call
+local registry_keys = Announce.registry_keys
+
 local WORKER_FIELDS = {"h", "p", "q", "c", "r", "v", "sa", "ls"}
 
 local function main(ctx)

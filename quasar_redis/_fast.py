@@ -104,7 +104,7 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
 
 
 def parse_job(reply: Sequence[Any]) -> t.Job:
-    """A job from ``{id, field, value, ...}``: mirrors lua/_lib.lua's ``job_reply`` (a later
+    """A job from ``{id, field, value, ...}``: mirrors lua/include/job.lua's ``job_reply`` (a later
     field wins, a field holding its DEFAULTS value may be absent, a blob may come in chunks)."""
     try:
         return _job_from_reply(reply)
@@ -113,7 +113,7 @@ def parse_job(reply: Sequence[Any]) -> t.Job:
 
 
 def parse_token(reply: Sequence[Any]) -> t.LeaseToken:
-    """A lease token: mirrors lua/_lib.lua's ``token_reply`` (id, rv, w, f, x, n)."""
+    """A lease token: mirrors lua/include/lease.lua's ``token_reply`` (id, rv, w, f, x, n)."""
     try:
         return _token(
             _text_of(reply[0], "utf-8", "replace"),
@@ -160,7 +160,7 @@ def parse_claimed(
     job_id: Any, before: Sequence[Any], now: Any, worker: str, lease_ms: int, nonce: str
 ) -> t.Claim:
     """A job a claim's first delivery leased, from its fields as they were before the lease (the
-    reply of lua/claim.lua and lua/report_claim.lua): mirrors lua/_lib.lua's ``lease`` as
+    reply of lua/claim.lua and lua/report_claim.lua): mirrors lua/include/lease.lua's ``lease`` as
     ``take_some`` applies it (st L, attempt + 1, fence + 1, the worker, expires_at = now +
     lease_ms, the nonce, attempted_at = now)."""
     try:

@@ -1,6 +1,6 @@
 """The general reading of a job and of a lease token, whatever shape the reply takes.
 
-A script replies a job as ``{id, field, value, ...}`` (lua/_lib.lua's ``job_reply``): a later
+A script replies a job as ``{id, field, value, ...}`` (lua/include/job.lua's ``job_reply``): a later
 field overrides an earlier one, a field holding its default may be absent, and a blob may come in
 chunks. The readings here take any names and values redis-py may give (text or bytes, integers or
 their digits) and check every field: a job no script of ours could have written raises
@@ -15,7 +15,7 @@ from typing import Any
 from . import _types as t
 from .errors import CorruptJobError
 
-#: Fields the scripts do not store while they hold these values (lua/_lib.lua DEFAULTS).
+#: Fields the scripts do not store while they hold these values (lua/include/job.lua DEFAULTS).
 DEFAULTS: dict[str, bytes] = {
     "rv": b"0",
     "a": b"0",
@@ -28,7 +28,7 @@ DEFAULTS: dict[str, bytes] = {
     "m": b"3",
     "q": b"default",
 }
-#: At most this many chunks per blob (lua/_lib.lua BLOB_CHUNKS): ``p``, ``p2`` ... ``p16``.
+#: At most this many chunks per blob (lua/include/job.lua BLOB_CHUNKS): ``p``, ``p2`` ... ``p16``.
 BLOB_CHUNKS = 16
 
 

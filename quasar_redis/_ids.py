@@ -1,5 +1,5 @@
 """What a job id may hold: one rule, checked here before a call is sent and again inside the
-scripts (``lua/_lib.lua``'s ``id_error``, whose table and words these mirror).
+scripts (``lua/include/checks.lua``'s ``id_error``, whose table and words these mirror).
 
 An id is 1 to 256 bytes of UTF-8 text without whitespace, control or format characters: no code
 point of Unicode's categories Zs, Zl, Zp (spaces and separators), Cc (controls) or Cf (format
@@ -16,7 +16,7 @@ import bisect
 
 ID_MAX_BYTES = 256
 
-#: The code points no id may hold, as inclusive ranges (lua/_lib.lua ID_REFUSED: the same).
+#: The code points no id may hold, as inclusive ranges (ID_REFUSED in lua/include/checks.lua).
 REFUSED: tuple[tuple[int, int], ...] = (
     (0x0000, 0x0020),
     (0x007F, 0x00A0),

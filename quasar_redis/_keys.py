@@ -1,4 +1,4 @@
-"""Every Redis key name of quasar_redis, built in one place (mirrored by ``lua/_lib.lua``).
+"""Every Redis key name of quasar_redis, built in one place (mirrored by ``lua/include/core.lua``).
 
 All keys of a namespace start with its root, ``<prefix>:{<namespace>}:``; the hash tag puts them
 in one cluster slot, so every script touches one slot. A namespace given a ``tag`` of its own

@@ -1,31 +1,33 @@
-"""The Lua scripts: found, assembled (``_lib.lua`` prepended) and hashed once per process.
+"""The Lua scripts: found, assembled and hashed once per process.
 
 In a wheel the scripts are the package resource ``quasar_redis/lua/`` (read through
 ``importlib.resources``); in a source checkout (editable install) they are the top-level ``lua/``
-folder. The same sources are served two ways:
+folder: one script per operation, and in ``lua/include/`` the steps they share, one file per
+concern. Each file declares the files it uses on a line ``-- uses: core, job`` and takes their
+definitions by name (``local fmt = Core.fmt``; a script may take another script's the same way:
+``Complete.complete_job``). The loader follows the lines, nothing else, and refuses a use not
+declared, a file declared and not used, an unknown file, a name the file does not define, files
+that use each other, and a name defined in two files. The same sources are served two ways:
 
-- as one Redis Functions library (Redis 7+, Valkey): ``_lib.lua`` and every script, loaded once
-  with ``FUNCTION LOAD`` and called with ``FCALL``. Redis runs a library's definitions once, at
-  load, so a call pays only for its own work;
+- as one Redis Functions library (Redis 7+, Valkey), loaded once with ``FUNCTION LOAD`` and called
+  with ``FCALL``: every file another uses becomes a table (``local Core = (function() ... return
+  {fmt = fmt, ...} end)()``), then each script is registered from a function of its own, so each
+  file's locals are its own and count against Lua's limit of 200 there. Redis runs a library's
+  definitions once, at load, so a call pays only for its own work;
 - as one script per operation (Redis 6.2, and where functions are refused): EVALSHA, loaded on
-  NOSCRIPT (restart, failover, SCRIPT FLUSH), then called again.
+  NOSCRIPT (restart, failover, SCRIPT FLUSH), then called again. Redis runs a script's whole chunk
+  on every call, and each definition and table it makes costs time on every call (about 12 us
+  for all the shared steps), so a script is flat: the definitions it reaches, in the files it
+  uses, then its own text without its ``local fmt = Core.fmt`` lines.
 
 Every script ends with ``return run_call(KEYS, ARGV, main)``: in a script that is the call; in
 the library it becomes the registration of ``main`` as the function ``quasar_<version>_<name>``,
 ``<version>`` being a hash of the sources, so that clients of different versions sharing one
 server each find their own functions.
 
-Each script carries the Redis commands it may run (``commands``, read from its source), which
-``run_call`` checks against the caller's ACL before anything is written (Redis 7+).
-
-Only the parts of ``_lib.lua`` a script uses are prepended to it: Redis runs a script's whole
-chunk on every call, and each ``local function`` and table it defines costs time on every call
-(about 12 us for the whole library), so a script carries the definitions it reaches and no more.
-
-A script may also use a top-level definition of another script, by name: an edge that two
-scripts apply lives in the script it is named after (report.lua applies complete.lua's
-``complete_job``). The script using it gets it prepended like the library's parts; the function
-library defines it once, after ``_lib.lua``, and leaves it out of its own script's block.
+Each script carries the Redis commands it may run (``commands``, read from the definitions it
+reaches), which ``run_call`` checks against the caller's ACL before anything is written (Redis
+7+).
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def lua_dir() -> Traversable:
     packaged = resources.files(__package__) / "lua"
     checkout = Path(__file__).resolve().parent.parent / "lua"
     for candidate in (packaged, checkout):
-        if (candidate / "_lib.lua").is_file():
+        if (candidate / "include" / "core.lua").is_file():
             return candidate
     raise ConfigurationError(f"the Lua scripts are missing (looked in {packaged} and {checkout})")
 
@@ -148,15 +150,9 @@ def lua_dir() -> Traversable:
 _DEFINES = re.compile(r"^local\s+(?:function\s+(\w+)|([\w ,]+?)\s*(?:=|$))")
 _NOT_CODE = re.compile(r"""--[^\n]*|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""")
 _WORD = re.compile(r"(?<![.:\w])[A-Za-z_]\w*")  # a name, not a field (h.at) nor a method
-
-
-@dataclass(frozen=True, slots=True)
-class _Block:
-    """A top-level definition of a file (with the comments just above it)."""
-
-    file: str
-    names: frozenset[str]
-    text: str
+_DECLARED = re.compile(r"^-- uses:(.*)$", re.M)
+_MODULE_USE = re.compile(r"(?<![.:\w])([A-Z][a-z]\w*)\.(\w+)")  # Core.fmt, not CASCADE.step
+_ALIASES = re.compile(r"local\s+([\w, ]+?)\s*=\s*([\w., ]+?)\s*")
 
 
 def _cut(text: str) -> list[tuple[frozenset[str], str]]:
@@ -180,85 +176,167 @@ def _cut(text: str) -> list[tuple[frozenset[str], str]]:
     return blocks
 
 
-class _Pool:
-    """Every top-level definition of ``_lib.lua`` and of the scripts, and which uses which.
+def title(name: str) -> str:
+    """The table a file's definitions are reached through: ``Core`` for core.lua, ``PermanentFail``
+    for permanent_fail.lua."""
+    return "".join(part.capitalize() for part in name.split("_"))
 
-    A script may use a definition of another script (report.lua applies complete.lua's
-    ``complete_job``): such a definition is shared as the library's are. A name is defined once
-    in all the files (``main`` aside, every script's own).
-    """
 
-    def __init__(self, lib: str, bodies: dict[str, str]) -> None:
-        self.bodies = bodies
-        self.blocks: list[_Block] = []
-        owner: dict[str, int] = {}
-        for file, text in {"_lib": lib, **bodies}.items():
-            for names, block in _cut(text):
-                for name in names - {"main"}:
-                    if name in owner:
-                        other = self.blocks[owner[name]].file
-                        raise ConfigurationError(f"{name} is defined in {other}.lua and {file}.lua")
-                    owner[name] = len(self.blocks)
-                self.blocks.append(_Block(file, names, block))
-        self.uses = [self._uses(b, owner) for b in self.blocks]
-        self.order: list[int] = []
-        self._placed: set[int] = set()
-        for i in range(len(self.blocks)):
-            self._visit(i, set())
+@dataclass(frozen=True, slots=True)
+class _File:
+    """An include file or a script: its text, what it declares it uses, what it defines."""
 
-    def _uses(self, block: _Block, owner: dict[str, int]) -> frozenset[int]:
-        words = set(_WORD.findall(_NOT_CODE.sub(" ", block.text))) - block.names
-        found = {owner[w] for w in words if w in owner}
-        if block.file == "_lib":  # the library stands alone
-            found = {i for i in found if self.blocks[i].file == "_lib"}
-        return frozenset(found)
+    name: str
+    text: str
+    declared: tuple[str, ...]
+    names: tuple[str, ...]  # its top-level definitions, in order
 
-    def _visit(self, i: int, path: set[int]) -> None:
-        """Appends block i to the order after every block it uses."""
-        if i in self._placed:
-            return
-        if i in path:
-            file = self.blocks[i].file
-            raise ConfigurationError(f"the Lua definitions of {file}.lua use each other")
-        path.add(i)
-        for used in sorted(self.uses[i]):
-            self._visit(used, path)
-        path.discard(i)
-        self.order.append(i)
-        self._placed.add(i)
+    @property
+    def code(self) -> str:
+        """The text without the ending of a script."""
+        if self.text.rstrip().endswith(ENDING):
+            return self.text.rstrip()[: -len(ENDING)]
+        return self.text
 
-    def reach(self, start: set[int]) -> set[int]:
-        """The blocks ``start`` uses, and those they use, ``start`` included."""
-        found, todo = set(start), list(start)
+    def module(self, code: str = "", names: list[str] | None = None) -> str:
+        """The file (or of it ``code``, defining ``names``) as a table of its definitions, made
+        by a function of its own (so its locals are its own, and count against Lua's limit
+        there)."""
+        fields = ", ".join(f"{n} = {n}" for n in (self.names if names is None else names))
+        code = (code or self.code).rstrip()
+        return f"local {title(self.name)} = (function()\n{code}\nreturn {{{fields}}}\nend)()\n"
+
+
+def _read(name: str, text: str) -> _File:
+    lines = _DECLARED.findall(text)
+    if len(lines) > 1:
+        raise ConfigurationError(f"{name}.lua has more than one '-- uses:' line")
+    declared = tuple(w for w in re.split(r"[\s,]+", lines[0] if lines else "") if w)
+    names: list[str] = []
+    for defined, _ in _cut(text):
+        names += sorted(defined - set(names))
+    return _File(name, text, declared, tuple(names))
+
+
+class _Files:
+    """Every include file and script, checked: each declares (``-- uses: core, job``) the files
+    whose definitions it reaches (``Core.fmt``), and no other; no two files use each other."""
+
+    def __init__(self, includes: dict[str, str], bodies: dict[str, str]) -> None:
+        for name in includes.keys() & bodies.keys():
+            raise ConfigurationError(f"{name}.lua is both an include file and a script")
+        self.includes = list(includes)
+        self.scripts = list(bodies)
+        self.files = {n: _read(n, t) for n, t in {**includes, **bodies}.items()}
+        self.by_title = {title(n): n for n in self.files}
+        for file in self.files.values():
+            self._check(file)
+        for name in self.files:
+            self.order([name])
+        # each top-level definition by (file, name): its text, and the definitions it names
+        self.blocks: dict[tuple[str, str], tuple[str, set[tuple[str, str]]]] = {}
+        self.aliases: set[tuple[str, str]] = set()  # (file, name) of local fmt = Core.fmt
+        self.aliases_of: dict[str, set[str]] = {name: set() for name in self.files}
+        for file in self.files.values():
+            for names, text in _cut(file.text):
+                self._link(file, names, text)
+        owner: dict[str, str] = {}
+        for name, defined in self.files.items():
+            for n in set(defined.names) - self.aliases_of[name] - {"main"}:
+                if n in owner:
+                    raise ConfigurationError(f"{n} is defined in {owner[n]}.lua and {name}.lua")
+                owner[n] = name
+
+    def _check(self, file: _File) -> None:
+        for used in file.declared:
+            if used not in self.files:
+                raise ConfigurationError(f"{file.name}.lua uses {used}, which is no Lua file")
+        reached = set()
+        for table, name in _MODULE_USE.findall(_NOT_CODE.sub(" ", file.text)):
+            if table not in self.by_title:
+                continue
+            used = self.by_title[table]
+            if used not in file.declared:
+                raise ConfigurationError(f"{file.name}.lua uses {table}.{name} but not {used}")
+            if name not in self.files[used].names:
+                raise ConfigurationError(f"{file.name}.lua uses {table}.{name}: no such definition")
+            reached.add(used)
+        for unused in sorted(set(file.declared) - reached):
+            raise ConfigurationError(f"{file.name}.lua declares {unused} but does not use it")
+
+    def order(self, start: list[str]) -> list[str]:
+        """``start`` and the files they use, and those they use, each after what it uses."""
+        order: list[str] = []
+
+        def visit(name: str, path: tuple[str, ...]) -> None:
+            if name in path:
+                cycle = " -> ".join((*path[path.index(name) :], name))
+                raise ConfigurationError(f"the Lua files use each other: {cycle}")
+            if name not in order:
+                for used in self.files[name].declared:
+                    visit(used, (*path, name))
+                order.append(name)
+
+        for name in start:
+            visit(name, ())
+        return order
+
+    def script(self, name: str) -> str:
+        """The script ``name`` after the definitions of the files it uses that it reaches, flat
+        (Redis runs a script's whole text on every call: each definition, table and alias it
+        carries costs time on every call, used or not). Names are unique across the files, and
+        an alias keeps its name: ``local fmt = Core.fmt`` goes, ``fmt`` is defined above."""
+        found = self._reach(name)
+        head = ""
+        for used in self.order([name])[:-1]:
+            keys = [k for k in self.blocks if k[0] == used and k in found and k[1]]
+            texts = dict.fromkeys(self.blocks[k][0] for k in keys if k not in self.aliases)
+            head += f"\n-- ===== {used}.lua =====\n" + "".join(texts)
+        own = [t for n, t in _cut(self.files[name].text) if not n & self.aliases_of[name]]
+        return f"{head}\n-- ===== {name}.lua =====\n" + "".join(own)
+
+    def shared(self) -> list[str]:
+        """The files some other file uses (every include file a script reaches, and the scripts
+        another script applies), each after what it uses."""
+        used = {u for f in self.files.values() for u in f.declared}
+        return [n for n in self.order(self.scripts) if n in used]
+
+    def reached(self, name: str) -> str:
+        """The definitions the script ``name`` reaches (its own, those of the files it uses that
+        it names, and those these name, ...), for the scan of the Redis commands it may run."""
+        found = self._reach(name)
+        return "".join(dict.fromkeys(self.blocks[k][0] for k in self.blocks if k in found))
+
+    def _reach(self, name: str) -> set[tuple[str, str]]:
+        """The definitions the script ``name`` reaches."""
+        todo = [(name, n) for n in (*self.files[name].names, "")]
+        found = set(todo)
         while todo:
-            for used in self.uses[todo.pop()] - found:
+            key = todo.pop()
+            for used in self.blocks.get(key, ("", set()))[1] - found:
                 found.add(used)
                 todo.append(used)
         return found
 
-    def of(self, file: str) -> set[int]:
-        return {i for i, b in enumerate(self.blocks) if b.file == file}
-
-    def script(self, name: str, title: str = "") -> str:
-        """The script ``name`` after the definitions of other files it reaches, in order."""
-        own = self.of(name)
-        wanted = self.reach(own) - own
-        if self.reach(wanted) & own:
-            raise ConfigurationError(f"{name}.lua uses a definition that uses one of its own")
-        head = "".join(self.blocks[i].text for i in self.order if i in wanted)
-        return head + title + self.bodies[name]
-
-    def shared(self) -> list[int]:
-        """The scripts' definitions another script reaches, in order."""
-        found: set[int] = set()
-        for i, block in enumerate(self.blocks):
-            elsewhere = {u for u in self.uses[i] if self.blocks[u].file != block.file}
-            found |= self.reach(elsewhere)
-        return [i for i in self.order if i in found and self.blocks[i].file != "_lib"]
-
-    def rest(self, name: str, shared: set[int]) -> str:
-        """The script ``name`` without its shared definitions."""
-        return "".join(self.blocks[i].text for i in sorted(self.of(name) - shared))
+    def _link(self, file: _File, names: frozenset[str], text: str) -> None:
+        """Each name of a top-level definition: its text, and the definitions it names."""
+        code = _NOT_CODE.sub(" ", text).strip()
+        aliases = _ALIASES.fullmatch(code)
+        if aliases and all(_MODULE_USE.fullmatch(r) for r in aliases.group(2).split(", ")):
+            pairs = zip(aliases.group(1).split(", "), aliases.group(2).split(", "), strict=True)
+            for alias, target in pairs:  # local fmt, num = Core.fmt, Core.num
+                table, used = target.split(".")
+                if alias != used:
+                    raise ConfigurationError(f"{file.name}.lua: {alias} = {target} is renamed")
+                self.blocks[file.name, alias] = (text, {(self.by_title[table], used)})
+                self.aliases.add((file.name, alias))
+                self.aliases_of[file.name].add(alias)
+            return
+        own = set(file.names) - names
+        found = {(file.name, w) for w in _WORD.findall(code) if w in own}
+        found |= {(self.by_title[t], n) for t, n in _MODULE_USE.findall(code) if t in self.by_title}
+        for name in names or {""}:
+            self.blocks[file.name, name] = (text, found)
 
 
 _LITERAL_CALL = re.compile(r'redis\.p?call\(\s*"([A-Z_]+)"')
@@ -294,7 +372,7 @@ def commands(source: str) -> tuple[frozenset[str], list[str]]:
 
 
 def uses(name: str, source: str) -> tuple[str, ...]:
-    """The commands the script ``name`` (assembled as ``source``) may run, sorted."""
+    """The commands the script ``name`` (its definitions reached: ``source``) may run, sorted."""
     found, _ = commands(source)
     if FLAGS.get(name) == "no-writes":
         found -= WRITES
@@ -305,66 +383,62 @@ def _lua_list(items: tuple[str, ...]) -> str:
     return "{" + ", ".join(f'"{item}"' for item in items) + "}"
 
 
-def assemble(lib: str, body: str) -> str:
-    """``body`` after the definitions of ``lib`` it reaches, in the library's order."""
-    return _Pool(lib, {"script": body}).script("script")
-
-
-def _sources() -> tuple[str, dict[str, str]]:
+def _sources() -> tuple[dict[str, str], dict[str, str]]:
     folder = lua_dir()
-    lib = (folder / "_lib.lua").read_text(encoding="utf-8")
+    include = folder / "include"
+    names = sorted(p.name[: -len(".lua")] for p in include.iterdir() if p.name.endswith(".lua"))
+    includes = {name: (include / f"{name}.lua").read_text(encoding="utf-8") for name in names}
     bodies = {name: (folder / f"{name}.lua").read_text(encoding="utf-8") for name in NAMES}
     for name, body in bodies.items():
         if body.rstrip().splitlines()[-1] != ENDING:
             raise ConfigurationError(f"{name}.lua must end with {ENDING!r}")
-    return lib, bodies
+    return includes, bodies
 
 
 @cache
-def _pool() -> _Pool:
-    return _Pool(*_sources())
+def _files() -> _Files:
+    return _Files(*_sources())
 
 
 @cache
 def library() -> Library:
-    """The function library: ``_lib.lua``, the scripts' shared definitions, then each script's
-    own in a block of its own (so each script's locals are its own)."""
-    lib, bodies = _sources()
-    pool = _pool()
-    sources = lib + "".join(bodies.values()) + repr(sorted(FLAGS.items()))
-    version = hashlib.sha1(sources.encode()).hexdigest()[:12]
-    name = f"quasar_{version}"
-    parts = [f"#!lua name={name}\n", lib]
-    shared = pool.shared()
-    for n, i in enumerate(shared):
-        block = pool.blocks[i]
-        if n == 0 or pool.blocks[shared[n - 1]].file != block.file:
-            parts.append(f"\n-- ===== {block.file}.lua, shared =====\n")
-        parts.append(block.text)
+    """The function library: every file another uses, each a table of its definitions, in order;
+    then each script registered, its definitions in a function of their own (so each script's
+    locals are its own)."""
+    files = _files()
+    texts = [files.files[n].text for n in (*files.includes, *files.scripts)]
+    version = hashlib.sha1(("".join(texts) + repr(sorted(FLAGS.items()))).encode()).hexdigest()
+    name = f"quasar_{version[:12]}"
+    parts = [f"#!lua name={name}\n"]
+    shared = files.shared()
+    parts += [f"\n-- ===== {n}.lua =====\n{files.files[n].module()}" for n in shared]
     parts.append(
         "\nlocal function register(name, main, flags, uses)\n"
+        "  local run_call = Call.run_call\n"
         "  redis.register_function{function_name = name, flags = flags,\n"
         "    callback = function(keys, args) return run_call(keys, args, main, uses) end}\n"
         "end\n"
     )
-    for script in bodies:
-        own = pool.rest(script, set(shared)).rstrip()
+    for script in files.scripts:
         flags = f'"{FLAGS[script]}"' if script in FLAGS else ""
-        listed = _lua_list(uses(script, pool.script(script)))
-        own = own[: -len(ENDING)] + f'register("{name}_{script}", main, {{{flags}}}, {listed})\n'
-        parts.append(f"\n-- ===== {script}.lua =====\ndo\n{own}end\n")
+        listed = _lua_list(uses(script, files.reached(script)))
+        main = f"{title(script)}.main"
+        if script not in shared:
+            main = f"(function()\n{files.files[script].code.rstrip()}\nreturn main\nend)()"
+        call = f'register("{name}_{script}", {main}, {{{flags}}}, {listed})'
+        parts.append(f"\n-- ===== {script}.lua =====\n{call}\n")
     return Library(name, "".join(parts))
 
 
 @cache
 def scripts() -> dict[str, Script]:
     """Every script by name, assembled and hashed (once per process)."""
-    pool = _pool()
+    files = _files()
     prefix = library().name
     out = {}
-    for name in pool.bodies:
-        source = pool.script(name, f"\n-- ===== {name}.lua =====\n").rstrip()
-        used = uses(name, source)
+    for name in files.scripts:
+        source = files.script(name).rstrip()
+        used = uses(name, files.reached(name))
         source = source[: -len(ENDING)] + f"return run_call(KEYS, ARGV, main, {_lua_list(used)})\n"
         sha = hashlib.sha1(source.encode()).hexdigest()
         out[name] = Script(name, source, sha, f"{prefix}_{name}", used)

@@ -39,7 +39,7 @@ UNKNOWN_NONCE = ""
 TERMINAL_STATES = (t.Succeeded, t.Failed, t.Cancelled)
 WAITING_STATES = (t.Waiting, t.RetryWaiting)
 
-#: lua/_lib.lua CALL_TTL_MS: prune keeps every job finished more recently than this.
+#: lua/include/core.lua CALL_TTL_MS: prune keeps every job finished more recently than this.
 RESEND_WINDOW_MS = 60_000
 
 

@@ -71,7 +71,7 @@ def test_the_scan_finds_every_command_the_lua_sources_name(private_server: Redis
     known = {c.decode().upper() for c in admin.command_list()}
     admin.close()
     named = set()
-    for path in Path(str(lua_dir())).glob("*.lua"):
+    for path in Path(str(lua_dir())).rglob("*.lua"):
         named |= set(re.findall(r'"([A-Z_]+)"', _code(path.read_text()))) & known
     scanned = {c for s in scripts().values() for c in commands(s.source)[0]}
     assert named <= scanned

@@ -63,7 +63,7 @@ def test_every_reply_tag_in_lua_is_known_to_python_and_back() -> None:
 
 
 def test_every_script_has_a_header_and_is_loaded() -> None:
-    files = {p.stem for p in LUA.glob("*.lua")} - {"_lib"}
+    files = {p.stem for p in LUA.glob("*.lua")}
     assert files == set(NAMES)
     for name in NAMES:
         head = (LUA / f"{name}.lua").read_text().splitlines()[0]
@@ -383,19 +383,19 @@ def test_halves_see_a_dependency_given_as_a_job(
     assert _halves(batch) == (batch,)
 
 
-def test_scripts_carry_only_the_library_parts_they_use() -> None:
-    from quasar_redis._scripts import assemble, scripts
+def test_scripts_carry_only_the_definitions_they_reach() -> None:
+    from quasar_redis._scripts import _Files, scripts
 
-    lib = (LUA / "_lib.lua").read_text()
     counts = scripts()["counts"].source
     assert "local function complete_job" not in counts
     assert "local function check_queue" in counts
     assert "local function complete_job" in scripts()["report"].source
-    body = "return fmt(1)"
-    shaken = assemble(lib, body)
-    assert shaken.endswith(body)
+    core = "local function fmt() end\nlocal function unused() end\n"
+    body = "-- uses: core\nlocal fmt = Core.fmt\nlocal function main() return fmt() end\n"
+    shaken = _Files({"core": core}, {"s": body}).script("s")
+    assert shaken.endswith("local function main() return fmt() end\n")
     assert "local function fmt" in shaken
-    assert "local function load_job" not in shaken
+    assert "unused" not in shaken and "Core" not in shaken  # (flat: the alias goes)
 
 
 def test_an_edge_two_scripts_apply_is_defined_once_in_the_library() -> None:
@@ -415,22 +415,63 @@ def local_names(lua: str) -> int:
 
 
 def test_the_library_stays_well_under_the_200_locals_lua_allows() -> None:
-    from quasar_redis._scripts import library
+    from quasar_redis._scripts import library, scripts
 
-    top, *blocks = library().source.split("\ndo\n")  # each script's own block
-    count = local_names(top) + max(local_names(block) for block in blocks)
-    assert count <= 180, count  # 20 to spare below Lua's limit of 200
+    # The library's top level holds one table per file that others use and the registration;
+    # each file's definitions are locals of a function of their own, as each script's are.
+    source = library().source
+    opening = re.compile(r"^local \w+ = \(function\(\)$", re.M)
+    top = len(opening.findall(source)) + source.count("\nlocal function register")
+    files = source.split("\n-- ===== ")[1:]
+    largest = max(local_names(f) - len(opening.findall(f)) for f in files)
+    print(f"library: {top} top-level names, at most {largest} in one file's function")
+    assert top <= 120, top  # room for many more files
+    assert largest <= 120, largest
+    # A script sent alone (EVALSHA) is flat: what it reaches, and its own, in one chunk.
+    flat = max(local_names(s.source) for s in scripts().values())
+    print(f"scripts: at most {flat} top-level names")
+    assert flat <= 180, flat  # 20 to spare below Lua's limit of 200
 
 
 def test_definitions_that_cannot_be_assembled_are_refused() -> None:
-    from quasar_redis._scripts import _Pool
+    from quasar_redis._scripts import _Files
 
-    with pytest.raises(ConfigurationError, match=r"x is defined in a\.lua and b\.lua"):
-        _Pool("", {"a": "local x = 1\n", "b": "local x = 2\n"})
-    f, g = "local function f() return g() end\n", "local function g() return f() end\n"
-    with pytest.raises(ConfigurationError, match="use each other"):
-        _Pool("", {"a": f, "b": g})
-    a = "local function h() end\nlocal function main() return g() end\n"
-    pool = _Pool("", {"a": a, "b": "local function g() return h() end\n"})
-    with pytest.raises(ConfigurationError, match=r"a\.lua uses a definition that uses one of its"):
-        pool.script("a")
+    one = {"one": "local f = 1\n"}
+    with pytest.raises(ConfigurationError, match=r"f is defined in one\.lua and two\.lua"):
+        _Files({**one, "two": "local f = 2\n"}, {})
+    with pytest.raises(ConfigurationError, match=r"use each other: one -> two -> one"):
+        cycle = {"one": "-- uses: two\nlocal f = Two.g\n", "two": "-- uses: one\nlocal g = One.f\n"}
+        _Files(cycle, {})
+    with pytest.raises(ConfigurationError, match=r"s\.lua uses nowhere, which is no Lua file"):
+        _Files(one, {"s": "-- uses: one, nowhere\nlocal f = One.f\n"})
+    with pytest.raises(ConfigurationError, match=r"s\.lua uses One\.f but not one"):
+        _Files(one, {"s": "local function main() return One.f end\n"})
+    with pytest.raises(ConfigurationError, match=r"s\.lua declares one but does not use it"):
+        _Files(one, {"s": "-- uses: one\nlocal function main() end\n"})
+    with pytest.raises(ConfigurationError, match=r"s\.lua uses One\.g: no such definition"):
+        _Files(one, {"s": "-- uses: one\nlocal g = One.g\n"})
+    with pytest.raises(ConfigurationError, match=r"s\.lua: h = One\.f is renamed"):
+        _Files(one, {"s": "-- uses: one\nlocal h = One.f\n"})
+
+
+def lua_code(path: Path) -> str:
+    """A Lua file without its comments and strings."""
+    return re.sub(r"""--[^\n]*|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'""", " ", path.read_text())
+
+
+def test_each_lua_file_declares_exactly_the_files_it_uses() -> None:
+    files = {p.stem: p for p in [*LUA.glob("*.lua"), *LUA.glob("include/*.lua")]}
+    tables = {"".join(w.capitalize() for w in name.split("_")): name for name in files}
+    for name, path in files.items():
+        line = re.search(r"^-- uses:(.*)$", path.read_text(), re.M)
+        declared = set(re.findall(r"\w+", line.group(1))) if line else set()
+        named = re.findall(r"\b([A-Z][a-z]\w*)\.\w", lua_code(path))
+        used = {tables[t] for t in named if t in tables}
+        assert declared == used, name
+
+
+def test_no_lua_function_takes_more_than_six_parameters() -> None:
+    for path in [*LUA.glob("*.lua"), *LUA.glob("include/*.lua")]:
+        for name, params in re.findall(r"function\s*([\w.:]*)\s*\(([^)]*)\)", lua_code(path)):
+            count = len([p for p in params.split(",") if p.strip()])
+            assert count <= 6, f"{path.name}: {name or 'function'} takes {count} (pass a table)"

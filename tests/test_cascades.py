@@ -28,7 +28,7 @@ from quasar_redis._scripts import lua_dir
 
 from .helpers import T0, applied, claimed, snapshot, wait_for, where
 
-_LIB = (lua_dir() / "_lib.lua").read_text()
+_LIB = (lua_dir() / "include" / "cascades.lua").read_text()
 STEP = int(re.search(r"local CASCADE = \{step = (\d+),", _LIB).group(1))  # type: ignore[union-attr]
 IDLE_MS = int(re.search(r"idle_ms = (\d+),", _LIB).group(1))  # type: ignore[union-attr]
 WIDE = STEP * 2 + STEP // 2  # dependents: more than two steps' worth

@@ -29,7 +29,7 @@ from quasar_redis._scripts import scripts
 
 from .helpers import T0, applied, claimed, snapshot
 
-LIB = Path(__file__).resolve().parent.parent / "lua" / "_lib.lua"
+LIB = Path(__file__).resolve().parent.parent / "lua" / "include" / "checks.lua"
 CATEGORIES = {"Zs", "Zl", "Zp", "Cc", "Cf"}
 #: Ids that must be refused: a non-breaking space, the line separator, a bidi override, a
 #: zero-width space, a soft hyphen, a C1 control, a lone surrogate, and the ASCII cases.

@@ -1,0 +1,52 @@
+-- events.lua: the event stream and the wake lists idle workers block on.
+
+-- uses: core
+local fmt, NONE = Core.fmt, Core.NONE
+
+-- The stream keeps about EVENTS_MAX job changes: an entry lists a run of them (up to a whole
+-- batch), so each XADD trims to EVENTS_MAX / (the changes in its own entry) entries, at least 1.
+local EVENTS_MAX = 10000
+local WAKE_MAX = 16
+local WAKE_KEEP = "-16" -- (LTRIM's start: the last WAKE_MAX tokens)
+
+-- Events are grouped: consecutive events of one kind and queue in one call become one stream
+-- entry whose `job` and `a` fields list the jobs and their attempts, space-separated (ids hold
+-- no whitespace), in order. One XADD per run (ctx.event_runs, made at the first) rather than
+-- per job; a job's events keep their order.
+local function emit(ctx, id, h, ev)
+  if ctx.events then
+    local runs = ctx.event_runs
+    if runs == nil then
+      runs = {}
+      ctx.event_runs = runs
+    end
+    local last = runs[#runs]
+    if last == nil or last.ev ~= ev or last.q ~= h.q then
+      last = {ev = ev, q = h.q, jobs = {}, attempts = {}}
+      runs[#runs + 1] = last
+    end
+    last.jobs[#last.jobs + 1] = id
+    last.attempts[#last.attempts + 1] = h.a
+  end
+end
+
+local function flush_events(ctx)
+  for _, run in ipairs(ctx.event_runs or NONE) do
+    local entries = fmt(ctx, math.max(1, math.floor(EVENTS_MAX / #run.jobs)))
+    redis.call("XADD", ctx.events, "MAXLEN", "~", entries, "*", "job", table.concat(run.jobs, " "),
+      "ev", run.ev, "q", run.q, "a", table.concat(run.attempts, " "))
+  end
+end
+
+-- Queues that got claimable jobs during this call, and how many (ctx.woken, made at the first):
+-- idle workers block on the queue's wake list; finish() pushes at most WAKE_MAX tokens per queue
+-- once the call is done.
+local function wake(ctx, queue)
+  local woken = ctx.woken
+  if woken == nil then
+    ctx.woken = {[queue] = 1}
+  else
+    woken[queue] = (woken[queue] or 0) + 1
+  end
+end
+
