@@ -39,11 +39,11 @@ from . import demo as demo_module
 from ._cli_acl import acl
 from ._connect import sync_client
 from ._dashboard_command import dashboard
+from ._environment import URL_VARIABLES
 from ._keys import KeySpace
 from ._loading import load_app
 from ._urls import MEMORY_URL, check_url, redact, redact_text, where
 from ._waits import block_ms
-from .app import URL_VARIABLES
 from .errors import ConfigurationError, QuasarError
 from .example import Example, open_quasar
 from .worker import Worker
