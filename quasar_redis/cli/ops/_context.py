@@ -21,12 +21,12 @@ import click
 import redis
 from rich.console import Console
 
-from .._connect import sync_client
-from .._environment import NAMESPACE_VARIABLE, URL_VARIABLES
-from .._keys import check_name
-from .._urls import MEMORY_URL, check_url, redact, redact_text
-from ..client import Quasar
-from ..errors import (
+from ..._connect import sync_client
+from ..._environment import NAMESPACE_VARIABLE, URL_VARIABLES
+from ..._keys import check_name
+from ..._urls import MEMORY_URL, check_url, redact, redact_text
+from ...client import Quasar
+from ...errors import (
     AuthenticationError,
     ConfigurationError,
     InvalidArgument,

@@ -13,9 +13,9 @@ import sys
 
 import click
 
-from ._origins import origin
-from ._urls import redact_text
-from .app import App
+from .._origins import origin
+from .._urls import redact_text
+from ..app import App
 
 EXAMPLE = "tasks:app, or myproject.tasks:app"
 

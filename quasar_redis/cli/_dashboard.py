@@ -8,9 +8,9 @@ from typing import Any
 import click
 import redis
 
-from ._environment import DASHBOARD_AUTH_VARIABLE, NAMESPACE_VARIABLE, URL_VARIABLES
-from ._urls import check_url, redact, redact_text
-from .errors import ConfigurationError, QuasarError
+from .._environment import DASHBOARD_AUTH_VARIABLE, NAMESPACE_VARIABLE, URL_VARIABLES
+from .._urls import check_url, redact, redact_text
+from ..errors import ConfigurationError, QuasarError
 
 INSTALL_HINT = "pip install 'quasar_redis[dashboard]'"
 

@@ -18,12 +18,12 @@ import click
 import redis
 from redis.cluster import RedisCluster
 
-from ._environment import NAMESPACE_VARIABLE, URL_VARIABLES
-from ._scripts import library, scripts
-from ._urls import check_url, redact_text
-from .acl import PATHS, ROLES, Paths, setuser
-from .client import Quasar
-from .errors import ConfigurationError, QuasarError
+from .._environment import NAMESPACE_VARIABLE, URL_VARIABLES
+from .._scripts import library, scripts
+from .._urls import check_url, redact_text
+from ..acl import PATHS, ROLES, Paths, setuser
+from ..client import Quasar
+from ..errors import ConfigurationError, QuasarError
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
