@@ -50,8 +50,8 @@ from benchmarks.harness import MINIMAL_SCRIPT, Server  # noqa: E402
 from benchmarks.run import RedisServer  # noqa: E402
 from quasar_redis import NewJob, Quasar  # noqa: E402
 from quasar_redis import _types as t  # noqa: E402
+from quasar_redis._call_codec import payload_of  # noqa: E402
 from quasar_redis._codec import encode  # noqa: E402
-from quasar_redis.app import payload_of  # noqa: E402
 
 QUEUE = "bench"
 ROOT_KEY = "quasar:{floor}:"

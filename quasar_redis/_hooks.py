@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._origins import origin
 from .errors import HookError
 
 if TYPE_CHECKING:
@@ -139,6 +140,12 @@ class Hooks:
         self.middleware: list[Any] = []
         self.arounds: tuple[Around, ...] = ()
 
+    def add_startup(self, fn: Any) -> None:
+        self.startup.append(check_hook(fn, "startup"))
+
+    def add_shutdown(self, fn: Any) -> None:
+        self.shutdown.append(check_hook(fn, "shutdown"))
+
     def add_middleware(self, fn: Any) -> None:
         around = as_around(fn)
         self.middleware.append(fn)
@@ -151,8 +158,6 @@ class Hooks:
             try:
                 await _call(hook, worker)
             except Exception as exc:
-                from ._loading import origin  # noqa: PLC0415 - it imports the app module
-
                 log.debug(
                     "worker %s: startup hook %s failed",
                     worker.worker_id,

@@ -1,578 +1,143 @@
-"""The job model: states, statuses, refusals, jobs, tokens and the results of transitions.
-
-Every value is frozen and slotted, and usable in ``match``::
-
-    match client.claim("emails", "worker-1", lease_ms=30_000):
-        case ClaimApplied(Claim(job, token)):
-            ...
-        case ClaimRefused(NothingClaimable(next_at)):
-            ...
-
-A job's ``Status`` (available, scheduled, blocked, executing, retryable, completed, discarded,
-cancelled) is what users see: logs, events, the CLI and the docs all speak of statuses. Inside,
-a job is in exactly one state (``Waiting`` ... ``Cancelled``), and its status is how that state
-shows at a given time (``status_of``: a waiting job is blocked while a dependency has not
-succeeded, else available or scheduled by its ``available_at``). docs/lifecycle.md writes down
-every status, state and edge, and each edge's refusals in the order they are checked.
+"""The job model in one namespace: ``_job_types`` (states, statuses, jobs, tokens) and
+``_result_types`` (refusals, the results of transitions, a lease holder's outcomes), so that
+``from . import _types as t`` reaches every value. docs/lifecycle.md writes down every status,
+state and edge, and each edge's refusals in the order they are checked.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
-from typing import Any, Literal, TypeAlias, TypeVar
-
-from ._codec import decode
-
-_T = TypeVar("_T")
-
-
-def builder(cls: type[_T]) -> Callable[..., _T]:
-    """A fast constructor of the frozen, slotted dataclass ``cls``: every field, positionally.
-
-    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, which costs
-    several times a plain attribute store. This builds a plain slotted twin of ``cls`` (the same
-    slots, in the same order) with an ordinary ``__init__``, then gives the new object the class
-    ``cls``, which CPython allows between classes of the same layout. The object is an ordinary
-    ``cls`` from then on (frozen, equal to one made by ``cls(...)``). Where that retyping is not
-    possible, or ``cls`` checks its fields in ``__post_init__``, this is ``cls`` itself.
-    """
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-    if tuple(names) != getattr(cls, "__slots__", None) or hasattr(cls, "__post_init__"):
-        return cls
-    params = "".join(f", {n}" for n in names)
-    stores = "".join(f"\n        self.{n} = {n}" for n in names) or "\n        pass"
-    source = (
-        f"class Twin:\n    __slots__ = {tuple(names)!r}\n    def __init__(self{params}):{stores}\n"
-        f"def build({params[2:]}):\n    made = Twin({params[2:]})\n    made.__class__ = cls\n"
-        "    return made\n"
-    )
-    space: dict[str, Any] = {"cls": cls}
-    exec(source, space)  # only field names, which are identifiers, go into the source
-    build: Callable[..., _T] = space["build"]
-    try:
-        probe = build(*([None] * len(names)))
-    except TypeError:  # not a layout CPython lets us retype (another interpreter, say)
-        return cls
-    return build if type(probe) is cls else cls
-
-
-def readable_time(ms: int) -> str:
-    """A time in integer milliseconds since the epoch as people read it: ISO 8601, UTC, to the
-    millisecond (``2025-01-31T12:00:00.250Z``)."""
-    when = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-# --- states ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """Enqueued; claimable from ``available_at`` on, once every dependency has succeeded."""
-
-    available_at: int
-
-
-@dataclass(frozen=True, slots=True)
-class RetryWaiting:
-    """Failed an attempt (or was retried by an operator); claimable again from ``available_at``."""
-
-    reason: str
-    available_at: int
-
-
-@dataclass(frozen=True, slots=True)
-class Leased:
-    """Held by ``worker_id`` under fence ``fencing_version`` until ``expires_at``."""
-
-    worker_id: str
-    fencing_version: int
-    expires_at: int
-
-
-@dataclass(frozen=True, slots=True)
-class Succeeded:
-    """Completed with ``output_ref``."""
-
-    output_ref: str
-    completed_at: int
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    """Gave up: out of attempts, failed permanently, or its lease expired on the last attempt."""
-
-    reason: str
-    failed_at: int
-
-
-@dataclass(frozen=True, slots=True)
-class Cancelled:
-    """Cancelled by an operator, or because a dependency was cancelled."""
-
-    reason: str
-    cancelled_at: int
-
-
-JobState: TypeAlias = Waiting | RetryWaiting | Leased | Succeeded | Failed | Cancelled
-
-
-class Status(enum.Enum):
-    """How a job's state shows at a given time (``status_of``; grouped as ``TERMINAL_STATUSES``
-    and ``ACTIVE_STATUSES``): the one vocabulary of logs, events, the CLI and the docs."""
-
-    AVAILABLE = "available"
-    SCHEDULED = "scheduled"
-    EXECUTING = "executing"
-    COMPLETED = "completed"
-    RETRYABLE = "retryable"
-    DISCARDED = "discarded"
-    CANCELLED = "cancelled"
-    BLOCKED = "blocked"  # waiting on a dependency that has not succeeded (yet, or ever)
-
-
-TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.DISCARDED, Status.CANCELLED})
-#: The event stream's events of a queue rather than of a job (no ``job`` field): a pause and a
-#: resume that changed the queue. Every other event is the ``Status`` a job enters.
-QUEUE_EVENTS = frozenset({"paused", "resumed"})
-ACTIVE_STATUSES = frozenset(set(Status) - TERMINAL_STATUSES)
-
-
-def status_of(state: JobState, now: int, pending_dependencies: int = 0) -> Status:
-    """The status a state shows at ``now`` (integer milliseconds), for a job with
-    ``pending_dependencies`` not yet succeeded."""
-    match state:
-        case Waiting(available_at):
-            if pending_dependencies:
-                return Status.BLOCKED
-            return Status.AVAILABLE if available_at <= now else Status.SCHEDULED
-        case RetryWaiting():
-            return Status.RETRYABLE
-        case Leased():
-            return Status.EXECUTING
-        case Succeeded():
-            return Status.COMPLETED
-        case Failed():
-            return Status.DISCARDED
-        case Cancelled():
-            return Status.CANCELLED
-    raise AssertionError(state)  # pragma: no cover
-
-
-# --- refusals: why a transition changed nothing (``JobError``) ----------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MissingJob:
-    job_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class DuplicateJob:
-    job_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class MissingDependency:
-    job_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class IncompleteDependency:
-    job_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class InvalidJob:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class NotAvailable:
-    available_at: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseHeld:
-    expires_at: int
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptLimitReached:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class TerminalJob:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class StaleLease:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseExpired:
-    expires_at: int
-
-
-@dataclass(frozen=True, slots=True)
-class NotFailed:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class FenceChanged:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class NothingClaimable:
-    """A claim by queue found no claimable job; ``next_at`` is when one may come due, if known."""
-
-    next_at: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class QueuePaused:
-    """A claim of a paused queue (``pause``), or of a job of one: nothing is leased from it
-    until ``resume``."""
-
-    queue: str
-
-
-JobError: TypeAlias = (
-    MissingJob
-    | DuplicateJob
-    | MissingDependency
-    | IncompleteDependency
-    | InvalidJob
-    | NotAvailable
-    | LeaseHeld
-    | AttemptLimitReached
-    | TerminalJob
-    | StaleLease
-    | LeaseExpired
-    | NotFailed
-    | FenceChanged
-    | NothingClaimable
-    | QueuePaused
+from ._job_types import (
+    ACTIVE_STATUSES,
+    QUEUE_EVENTS,
+    TERMINAL_STATUSES,
+    Cancelled,
+    Claim,
+    DependencyPolicy,
+    ErrorInfo,
+    Failed,
+    Job,
+    JobInfo,
+    JobState,
+    Leased,
+    LeaseToken,
+    RetryWaiting,
+    Status,
+    Succeeded,
+    Waiting,
+    builder,
+    readable_time,
+    status_of,
+)
+from ._result_types import (
+    STATE_NAMES,
+    AttemptLimitReached,
+    BatchApplied,
+    BatchRefused,
+    BatchResult,
+    CancelApplied,
+    CancelResult,
+    CascadeReport,
+    ClaimApplied,
+    ClaimRefused,
+    ClaimResult,
+    ClaimsApplied,
+    ClaimsResult,
+    Complete,
+    DuplicateJob,
+    Fail,
+    FenceChanged,
+    IncompleteDependency,
+    InvalidJob,
+    JobApplied,
+    JobError,
+    JobPage,
+    JobRefused,
+    JobResult,
+    LeaseExpired,
+    LeaseHeld,
+    MissingDependency,
+    MissingJob,
+    NotAvailable,
+    NotFailed,
+    NothingClaimable,
+    Outcome,
+    OutcomeApplied,
+    OutcomeResult,
+    PermanentFail,
+    QueueCounts,
+    QueueInfo,
+    QueuePaused,
+    Release,
+    ReportedAndClaimed,
+    StaleLease,
+    SweepReport,
+    TerminalJob,
+    WorkerInfo,
 )
 
-# --- jobs and tokens -------------------------------------------------------------------------
-
-DependencyPolicy: TypeAlias = Literal["block", "cancel"]
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorInfo:
-    """An error of a job: its kind (an exception's class name, ``Timeout``, ``LeaseExpired``
-    ...) and its message. In a failure history (``JobInfo.errors``) also its traceback (the
-    worker keeps its last 4 KB; empty when there is none), the attempt that failed and when
-    (ms, server clock); ``Job.error``, the job's last error, has the kind and message only."""
-
-    kind: str
-    message: str
-    traceback: str = ""
-    attempt: int = 0
-    at: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A job as stored, at the moment of the reply that carried it."""
-
-    id: str
-    queue: str
-    stage: str
-    raw_payload: bytes = field(repr=False)
-    input_ref: str
-    input_revision: int
-    dependencies: tuple[str, ...]
-    priority: int
-    attempt: int
-    max_attempts: int
-    fencing_version: int
-    state: JobState
-    inserted_at: int
-    attempted_at: int | None = None
-    completed_at: int | None = None
-    error: ErrorInfo | None = None
-    raw_result: bytes | None = field(default=None, repr=False)
-    on_dependency_failure: DependencyPolicy = "block"
-    pending_dependencies: int = 0
-
-    @property
-    def payload(self) -> Any:
-        """The payload, decoded from msgpack."""
-        return decode(self.raw_payload, "payload of job", self.id)
-
-    @property
-    def result(self) -> Any:
-        """The result a worker stored on completion, decoded from msgpack (None if none)."""
-        if not self.raw_result:
-            return None
-        return decode(self.raw_result, "result of job", self.id)
-
-    def status(self, now: int) -> Status:
-        """The job's status at ``now`` (integer milliseconds, server time)."""
-        return status_of(self.state, now, self.pending_dependencies)
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseToken:
-    """The capability a claim hands to one worker: every field must match for it to act."""
-
-    job_id: str
-    input_revision: int
-    worker_id: str
-    fencing_version: int
-    expires_at: int
-    nonce: str = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    job: Job
-    token: LeaseToken
-
-
-@dataclass(frozen=True, slots=True)
-class JobInfo:
-    """Inspection of one job: the job, the server time, the dependency it waits on, and its
-    last failed attempts (at most 5, oldest first)."""
-
-    job: Job
-    now: int
-    waiting_on: str | None
-    errors: tuple[ErrorInfo, ...] = ()
-
-    @property
-    def status(self) -> Status:
-        return self.job.status(self.now)
-
-
-# --- results -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JobApplied:
-    job: Job
-
-
-@dataclass(frozen=True, slots=True)
-class JobRefused:
-    error: JobError
-
-
-JobResult: TypeAlias = JobApplied | JobRefused
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimApplied:
-    claim: Claim
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRefused:
-    error: JobError
-
-
-ClaimResult: TypeAlias = ClaimApplied | ClaimRefused
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimsApplied:
-    """A claim by queue that leased one or more jobs (at most the limit asked for)."""
-
-    claims: tuple[Claim, ...]
-
-
-ClaimsResult: TypeAlias = ClaimsApplied | ClaimRefused
-
-
-@dataclass(frozen=True, slots=True)
-class BatchApplied:
-    """A bulk enqueue that wrote every job; ``jobs`` is empty when only ids were asked for."""
-
-    jobs: tuple[Job, ...]
-    ids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRefused:
-    """A bulk enqueue wrote nothing: job ``index`` (0-based) was refused with ``error``."""
-
-    index: int
-    error: JobError
-
-
-BatchResult: TypeAlias = BatchApplied | BatchRefused
-
-
-@dataclass(frozen=True, slots=True)
-class CancelApplied:
-    """A cancellation, and the dependents it cancelled with it (they can never run)."""
-
-    job: Job
-    cascaded: tuple[str, ...]
-
-
-CancelResult: TypeAlias = CancelApplied | JobRefused
-
-
-@dataclass(frozen=True, slots=True)
-class SweepReport:
-    """Leases a sweep expired, and ids in the lease index whose job hash is damaged."""
-
-    expired: tuple[str, ...]
-    damaged: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CascadeReport:
-    """One step of cascade work carried on: the dependents it cancelled, the damaged ones it
-    skipped (left untouched), and whether work is left (``more``)."""
-
-    cancelled: tuple[str, ...]
-    damaged: tuple[str, ...]
-    more: bool
-
-
-@dataclass(frozen=True, slots=True)
-class QueueCounts:
-    """Jobs of one queue by status at ``now`` (each job in exactly one)."""
-
-    now: int
-    available: int
-    scheduled: int
-    retryable: int
-    executing: int
-    completed: int
-    discarded: int
-    cancelled: int
-    blocked: int
-
-    def by_status(self) -> dict[Status, int]:
-        return {status: getattr(self, status.value) for status in Status}
-
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    """One queue of the namespace (``queues``): its counts and whether it is paused."""
-
-    name: str
-    counts: QueueCounts
-    paused: bool
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """A live worker as it last announced itself (``workers``); times in ms, server clock.
-
-    ``running``: the ids of the jobs it held then; ``started_at``: its first announcement (since
-    its entry last lapsed); ``last_seen``: its last one.
-    """
-
-    id: str
-    host: str
-    pid: int
-    queues: tuple[str, ...]
-    concurrency: int
-    running: tuple[str, ...]
-    version: str
-    started_at: int
-    last_seen: int
-
-
-@dataclass(frozen=True, slots=True)
-class JobPage:
-    """A page of jobs by cursor (``page_jobs``): ``next_cursor`` resumes after it, None at the end.
-    A page may hold fewer jobs than asked for (even none) before the end."""
-
-    jobs: tuple[Job, ...]
-    next_cursor: str | None
-
-
-# --- outcomes a lease holder reports (``report_many``) ------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Complete:
-    """Succeed the leased job (``complete``). ``result_ttl_ms``: keep the finished job that long
-    (at least the 60 s re-send window), then let ``prune`` delete it; None: until ``prune``'s
-    own age and count limits (docs/lifecycle.md)."""
-
-    token: LeaseToken
-    result: Any = None
-    output_ref: str = "inline"
-    result_ttl_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """Fail this attempt (``fail``): retried after ``retry_delay_ms`` while attempts remain.
-    ``traceback`` (at most 8,192 bytes) is kept in the job's failure history."""
-
-    token: LeaseToken
-    reason: str
-    retry_delay_ms: int = 0
-    kind: str = "Error"
-    traceback: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class PermanentFail:
-    """Fail the job for good (``permanent_fail``); ``traceback`` as ``Fail``'s."""
-
-    token: LeaseToken
-    reason: str
-    kind: str = "Error"
-    traceback: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """Hand the job back without using an attempt (``release``)."""
-
-    token: LeaseToken
-    delay_ms: int = 0
-
-
-Outcome: TypeAlias = Complete | Fail | PermanentFail | Release
-
-STATE_NAMES = {
-    "W": "Waiting",
-    "R": "RetryWaiting",
-    "L": "Leased",
-    "S": "Succeeded",
-    "F": "Failed",
-    "C": "Cancelled",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class OutcomeApplied:
-    """An outcome of ``report_many`` that was applied; ``state`` names the job's new state."""
-
-    job_id: str
-    state: str
-
-
-OutcomeResult: TypeAlias = OutcomeApplied | JobRefused
-
-
-@dataclass(frozen=True, slots=True)
-class ReportedAndClaimed:
-    """``report_and_claim``: each outcome's result, in order, and the claim's.
-
-    An outcome of a damaged job, or a claim refused for damaged data, comes as the exception
-    (``CorruptJobError``, ``CorruptKeyError``) in place of its result: the other part still counts.
-    """
-
-    outcomes: tuple[OutcomeResult | Exception, ...]
-    claim: ClaimsResult | Exception
+__all__ = [
+    "ACTIVE_STATUSES",
+    "AttemptLimitReached",
+    "BatchApplied",
+    "BatchRefused",
+    "BatchResult",
+    "CancelApplied",
+    "CancelResult",
+    "Cancelled",
+    "CascadeReport",
+    "Claim",
+    "ClaimApplied",
+    "ClaimRefused",
+    "ClaimResult",
+    "ClaimsApplied",
+    "ClaimsResult",
+    "Complete",
+    "DependencyPolicy",
+    "DuplicateJob",
+    "ErrorInfo",
+    "Fail",
+    "Failed",
+    "FenceChanged",
+    "IncompleteDependency",
+    "InvalidJob",
+    "Job",
+    "JobApplied",
+    "JobError",
+    "JobInfo",
+    "JobPage",
+    "JobRefused",
+    "JobResult",
+    "JobState",
+    "LeaseExpired",
+    "LeaseHeld",
+    "LeaseToken",
+    "Leased",
+    "MissingDependency",
+    "MissingJob",
+    "NotAvailable",
+    "NotFailed",
+    "NothingClaimable",
+    "Outcome",
+    "OutcomeApplied",
+    "OutcomeResult",
+    "PermanentFail",
+    "QUEUE_EVENTS",
+    "QueueCounts",
+    "QueueInfo",
+    "QueuePaused",
+    "Release",
+    "ReportedAndClaimed",
+    "RetryWaiting",
+    "STATE_NAMES",
+    "StaleLease",
+    "Status",
+    "Succeeded",
+    "SweepReport",
+    "TERMINAL_STATUSES",
+    "TerminalJob",
+    "Waiting",
+    "WorkerInfo",
+    "builder",
+    "readable_time",
+    "status_of",
+]

@@ -19,263 +19,31 @@ encoded, is refused at enqueue (``InvalidTaskCall``), before anything is sent.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import inspect
-import math
-import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _tracing
 from . import _types as t
 from ._base import ClientOptions
-from ._binding import CallCheck, script_name_problem, unencodable
+from ._call_codec import CallCodec
 from ._calls import Limits, NewJob
-from ._codec import Encoded
-from ._connect import async_client, sync_client
+from ._connector import Clients, Connector
 from ._handles import JobHandle
-from ._hooks import Hook, Hooks, check_hook
-from ._ids import id_error
+from ._hooks import Hook, Hooks
 from ._keys import check_name
-from ._urls import MEMORY_URL
+from ._tasks import EnqueueOptions, Task, TaskRegistry, TaskSettings
 from .aio import AsyncQuasar
 from .client import Quasar
-from .errors import (
-    ConfigurationError,
-    CorruptDataError,
-    InvalidTaskCall,
-    JobRefusedError,
-    QuasarError,
-)
-from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
-from .serializers import MSGPACK, Serializer, name_of
+from .errors import JobRefusedError
+from .retry import Exponential, PolicyLike
+from .serializers import MSGPACK, Serializer
 
-if TYPE_CHECKING:
-    from ._memory import MemoryServer
+__all__ = ["App", "Connector", "EnqueueOptions", "Task"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 M = TypeVar("M")
-
-
-URL_VARIABLES = ("QUASAR_REDIS_URL", "REDIS_URL")
-
-
-def redis_url(url: str | None = None) -> str:
-    """``url``, else the first of ``QUASAR_REDIS_URL`` and ``REDIS_URL`` set in the environment.
-
-    Neither: ConfigurationError, so that a producer that forgets its URL fails at once instead
-    of enqueuing into a server no worker sees.
-    """
-    if url is not None:
-        return url
-    for variable in URL_VARIABLES:
-        if os.environ.get(variable):
-            return os.environ[variable]
-    raise ConfigurationError(
-        "no Redis URL: pass one (App('redis://127.0.0.1:6379/0')) or set QUASAR_REDIS_URL "
-        f"(or REDIS_URL); App({MEMORY_URL!r}) asks for an embedded in-memory server, which no "
-        "other process sees"
-    )
-
-
-def _memory_server() -> MemoryServer:
-    # Imported here, not above: fakeredis and lupa load only when memory:// is asked for.
-    module = importlib.import_module(f"{__package__}._memory")
-    server: MemoryServer = module.MemoryServer()
-    return server
-
-
-class Connector:
-    """Makes sync and asyncio clients of one Redis server, or of one embedded server.
-
-    ``url``: a Redis URL (``redis://``, ``rediss://`` for TLS, ``unix://``; a Redis Cluster,
-    ``redis+cluster://host:port[,host:port...]``; a primary that Redis Sentinel manages,
-    ``redis+sentinel://host:26379[,host:port...]/service_name``: see docs/operations.md), or
-    ``memory://`` for an embedded in-memory server private to this connector; ``None``: the
-    URL in the environment (``QUASAR_REDIS_URL``, then ``REDIS_URL``), else ConfigurationError.
-    """
-
-    def __init__(self, url: str | None = None) -> None:
-        self.url = redis_url(url)
-        self._server = _memory_server() if self.url == MEMORY_URL else None
-
-    @property
-    def embedded(self) -> bool:
-        """Whether the clients are of an embedded server (``memory://``)."""
-        return self._server is not None
-
-    def sync(self) -> Any:
-        """A new sync client, on a connection pool of its own."""
-        if self._server is not None:
-            return self._server.sync()
-        return sync_client(self.url)
-
-    def asyncio(self) -> Any:
-        """A new asyncio client, on a connection pool of its own."""
-        if self._server is not None:
-            return self._server.asyncio()
-        return async_client(self.url)
-
-
-def payload_of(
-    args: Sequence[Any], kwargs: dict[str, Any], trace: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """The payload envelope of a call: ``a`` its positional arguments, ``k`` its keyword
-    arguments, and ``t`` the trace context of its enqueue when tracing is on."""
-    if trace is None:
-        return {"a": list(args), "k": kwargs}
-    return {"a": list(args), "k": kwargs, "t": trace}
-
-
-def args_of(payload: Any) -> tuple[list[Any], dict[str, Any]]:
-    """The call arguments in a job payload made by ``payload_of``."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("a", []), list):
-        raise TypeError("the payload is not a task call (expected {'a': [...], 'k': {...}})")
-    kwargs = payload.get("k", {})
-    if not isinstance(kwargs, dict):
-        raise TypeError("the payload's keyword arguments are not a map")
-    return list(payload.get("a", [])), kwargs
-
-
-def _ms(task: str, what: str, seconds: float | None) -> int | None:
-    """Seconds as whole ms; ``InvalidTaskCall`` for infinity or NaN, which have none."""
-    if seconds is None:
-        return None
-    if not math.isfinite(seconds):
-        problem = f"{what} must be a finite number of seconds, not {seconds!r}"
-        raise InvalidTaskCall(task, t.InvalidJob(problem))
-    return round(seconds * 1000)
-
-
-def _at_ms(task: str, run_at: datetime | float | None) -> int | None:
-    if isinstance(run_at, datetime):
-        return round(run_at.timestamp() * 1000)
-    return _ms(task, "run_at", run_at)
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueOptions:
-    """Per-call options: ``id`` makes the enqueue idempotent; ``delay``/``run_at`` schedule it."""
-
-    id: str | None = None
-    queue: str | None = None
-    priority: int | None = None
-    max_attempts: int | None = None
-    delay: float | None = None
-    run_at: datetime | float | None = None
-    depends_on: Sequence[str | JobHandle | t.Job] = ()
-    on_dependency_failure: t.DependencyPolicy = "block"
-
-
-@dataclass(frozen=True)
-class Task(Generic[P, R]):
-    """A function declared with ``App.task``: call it to run it here, enqueue it to run anywhere."""
-
-    app: App
-    fn: Callable[P, R]
-    name: str
-    queue: str = "default"
-    max_attempts: int = 3
-    priority: int = 0
-    lease_ms: int | None = None  # None: the lease of the worker that runs it
-    retry: RetryPolicy = field(default_factory=Exponential)
-    timeout: float | None = None
-    options_: EnqueueOptions = field(default_factory=EnqueueOptions)
-    result_ttl: float | None = None  # seconds; None: the namespace-wide prune only
-
-    @cached_property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
-
-    @cached_property
-    def result_ttl_ms(self) -> int | None:
-        """``result_ttl`` in milliseconds, as the completion sends it."""
-        return None if self.result_ttl is None else round(self.result_ttl * 1000)
-
-    @cached_property
-    def call_check(self) -> CallCheck:
-        """The function's signature, read once, that every enqueued call is checked against."""
-        return CallCheck(self.fn)
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.fn(*args, **kwargs)
-
-    def options(self, **opts: Any) -> Task[P, R]:
-        """The same task with per-call options (see ``EnqueueOptions``)."""
-        return replace(self, options_=replace(self.options_, **opts))
-
-    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
-        """The job this call would enqueue, for ``App.enqueue_many``; ``InvalidTaskCall`` for a
-        call the function cannot take, whose arguments cannot be encoded, or whose ``id`` or
-        ``depends_on`` names no job id (``docs/lifecycle.md``, job ids). With tracing on, a
-        ``create`` span: the job's run continues its trace."""
-        tracer = self.app.tracer()
-        if tracer is None:
-            return self._new_job(args, kwargs, None)
-        with _tracing.producing(tracer, "create", self._queue, self.app.namespace, task=self.name):
-            return self._new_job(args, kwargs, _tracing.carrier())
-
-    @property
-    def _queue(self) -> str:
-        return self.queue if self.options_.queue is None else self.options_.queue
-
-    def _new_job(
-        self, args: Sequence[Any], kwargs: dict[str, Any], trace: dict[str, str] | None
-    ) -> NewJob:
-        o = self.options_
-        deps = [_dep_id(d) for d in o.depends_on]
-        for value, what in [(o.id, "id"), *((d, "dependency") for d in deps)]:
-            if value is not None and (problem := id_error(value, what)) is not None:
-                raise InvalidTaskCall(self.name, t.InvalidJob(problem))
-        return NewJob(
-            stage=self.name,
-            payload=self.app.encode_call(self, args, kwargs, trace),
-            id=o.id,
-            queue=self.queue if o.queue is None else o.queue,
-            dependencies=deps,
-            priority=self.priority if o.priority is None else o.priority,
-            max_attempts=self.max_attempts if o.max_attempts is None else o.max_attempts,
-            available_at=_at_ms(self.name, o.run_at),
-            delay_ms=_ms(self.name, "delay", o.delay),
-            on_dependency_failure=o.on_dependency_failure,
-        )
-
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        """Enqueue a call; with an ``id`` option, enqueuing the same id again is a no-op. With
-        tracing on, inside a ``send`` span whose trace the job's run continues."""
-        tracer = self.app.tracer()
-        if tracer is None:
-            new = self._new_job(args, kwargs, None)
-            return self.app._handle(new, self.app.client.enqueue_job(new))
-        with self._sending(tracer) as span:
-            new = self._new_job(args, kwargs, _tracing.carrier())
-            handle = self.app._handle(new, self.app.client.enqueue_job(new))
-            span.set_attribute("messaging.message.id", handle.id)
-            return handle
-
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        """``enqueue`` for asyncio code."""
-        tracer = self.app.tracer()
-        if tracer is None:
-            new = self._new_job(args, kwargs, None)
-            return self.app._handle(new, await self.app.aclient().enqueue_job(new))
-        with self._sending(tracer) as span:
-            new = self._new_job(args, kwargs, _tracing.carrier())
-            handle = self.app._handle(new, await self.app.aclient().enqueue_job(new))
-            span.set_attribute("messaging.message.id", handle.id)
-            return handle
-
-    def _sending(self, tracer: Any) -> Any:
-        return _tracing.producing(tracer, "send", self._queue, self.app.namespace, task=self.name)
-
-
-def _dep_id(dep: str | JobHandle | t.Job) -> str:
-    return dep if isinstance(dep, str) else dep.id
 
 
 class App:
@@ -308,25 +76,27 @@ class App:
         self.connector = connector or Connector(url)
         self.limits = limits
         self.events = events
-        self.serializer: Serializer = MSGPACK if serializer is None else serializer
+        self.codec = CallCodec(MSGPACK if serializer is None else serializer)
         self.tracing = tracing
         self.allow_eviction = allow_eviction
-        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.tasks = TaskRegistry()
         self.hooks = Hooks()
-        self._client: Quasar | None = None
-        self._aclients: dict[int, AsyncQuasar] = {}
+        self.clients = Clients(self.connector, self.namespace, self._options)
+
+    @property
+    def serializer(self) -> Serializer:
+        """The serializer of task arguments and results."""
+        return self.codec.serializer
 
     @property
     def client(self) -> Quasar:
         """The sync client (one per app)."""
-        if self._client is None:
-            self._client = self.new_client()
-        return self._client
+        return self.clients.sync
 
     def new_client(self) -> Quasar:
         """A sync client on a connection pool of its own (for a thread of its own), closed by
         its ``close()``."""
-        return Quasar.owning(self.connector.sync(), self.namespace, **self._options())
+        return self.clients.new_sync()
 
     def _options(self) -> ClientOptions:
         """The options of the clients this app makes."""
@@ -336,24 +106,15 @@ class App:
 
     def aclient(self) -> AsyncQuasar:
         """The asyncio client of the running event loop (one per loop)."""
-        loop = asyncio.get_running_loop()
-        client = self._aclients.get(id(loop))
-        if client is None:
-            client = AsyncQuasar.owning(self.connector.asyncio(), self.namespace, **self._options())
-            self._aclients = {id(loop): client}
-        return client
+        return self.clients.asyncio()
 
     async def aclose(self) -> None:
         """Close the asyncio client of the running event loop (before the loop ends)."""
-        client = self._aclients.pop(id(asyncio.get_running_loop()), None)
-        if client is not None:
-            await client.aclose()
+        await self.clients.aclose()
 
     def close(self) -> None:
         """Close the sync client."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self.clients.close()
 
     def __enter__(self) -> App:
         return self
@@ -421,25 +182,12 @@ class App:
         prune after the 60 s re-send window); None: until the namespace-wide prune.
         """
 
+        settings = TaskSettings(
+            name, queue, max_attempts, priority, lease_ms, retry, timeout, result_ttl
+        )
+
         def declare(f: Callable[P, R]) -> Task[P, R]:
-            stage = name or f"{f.__module__}.{f.__qualname__}"
-            problem = None if name or self.connector.embedded else script_name_problem(f)
-            if problem is not None:
-                raise ConfigurationError(problem)
-            if stage in self.tasks:
-                raise QuasarError(f"a task named {stage!r} is declared twice")
-            if (lease_ms is not None and lease_ms < 1) or max_attempts < 1:
-                raise ValueError("lease_ms and max_attempts must be positive")
-            if result_ttl is not None and not 0 <= result_ttl < 10**9:
-                raise ValueError("result_ttl must be None or seconds, at least 0")
-            check_name(queue, "queue")
-            task = Task(
-                self, f, stage, queue, max_attempts, priority, lease_ms, as_policy(retry), timeout
-            )
-            if result_ttl is not None:
-                task = replace(task, result_ttl=result_ttl)
-            self.tasks[stage] = task
-            return task
+            return self.tasks.declare(self, f, settings, embedded=self.connector.embedded)
 
         return declare(fn) if fn is not None else declare
 
@@ -449,14 +197,14 @@ class App:
         """Declare a startup hook: ``fn(worker)`` (plain or async; ``worker`` a
         ``WorkerContext``) runs in every worker before it claims a job, in the order declared. One
         that raises keeps the worker from starting (``HookError``)."""
-        self.hooks.startup.append(check_hook(fn, "startup"))
+        self.hooks.add_startup(fn)
         return fn
 
     def on_shutdown(self, fn: Hook) -> Hook:
         """Declare a shutdown hook: ``fn(worker)`` runs in every worker once its jobs have ended
         (after a failed start too), in the order declared; one that raises is logged and the
         next still runs."""
-        self.hooks.shutdown.append(check_hook(fn, "shutdown"))
+        self.hooks.add_shutdown(fn)
         return fn
 
     def middleware(self, fn: M) -> M:
@@ -489,6 +237,7 @@ class App:
         return [JobHandle(self, job_id) for job_id in result.ids]
 
     def handle(self, job_id: str) -> JobHandle:
+        """The handle of the job ``job_id`` (nothing is sent)."""
         return JobHandle(self, job_id)
 
     def encode_call(
@@ -501,42 +250,29 @@ class App:
         """The payload of a call of ``task`` (with the trace context ``trace``), encoded;
         ``InvalidTaskCall`` if the function cannot take these arguments or the serializer cannot
         encode them."""
-        check = task.call_check
-        problem = check.problem(args, kwargs)
-        if problem is None:
-            try:
-                return Encoded(self.serializer.dumps(payload_of(args, kwargs, trace)))
-            except (TypeError, ValueError, OverflowError) as exc:
-                problem = unencodable(self.serializer, check.named(args, kwargs), exc)
-        raise InvalidTaskCall(task.name, t.InvalidJob(problem))
+        return self.codec.encode(task.name, task.call_check, args, kwargs, trace)
 
     def call_of(self, job: t.Job) -> tuple[list[Any], dict[str, Any]]:
         """The arguments of the call ``job`` runs (TypeError / CorruptDataError if none)."""
-        return args_of(self._load(job.raw_payload, "payload", job.id))
+        args, kwargs, _ = self.codec.traced_call_of(job)
+        return args, kwargs
 
     def traced_call_of(self, job: t.Job) -> tuple[list[Any], dict[str, Any], Any]:
         """``call_of``, and the trace context its enqueue stored (None if none)."""
-        payload = self._load(job.raw_payload, "payload", job.id)
-        args, kwargs = args_of(payload)
-        return args, kwargs, payload.get("t")
+        return self.codec.traced_call_of(job)
 
     def result_of(self, job: t.Job) -> Any:
         """The result ``job`` stored (None if it stored none)."""
-        return None if not job.raw_result else self._load(job.raw_result, "result", job.id)
+        return self.codec.result_of(job)
 
-    def _load(self, data: bytes, what: str, job_id: str) -> Any:
-        try:
-            return self.serializer.loads(data)
-        except Exception as exc:  # a user's serializer may raise anything on data it did not write
-            raise CorruptDataError(
-                f"{what} of job {job_id!r} is not valid {name_of(self.serializer)}: {exc}"
-            ) from None
-
-    def _handle(self, new: NewJob, result: t.JobResult) -> JobHandle:
+    def handle_of(self, job: NewJob, result: t.JobResult) -> JobHandle:
+        """The handle of ``job`` once a client enqueued it with ``result``: the new job's, or
+        the existing job's when ``job`` has an id already enqueued (an idempotent enqueue);
+        ``JobRefusedError`` for any other refusal. What ``Task.enqueue`` returns."""
         if isinstance(result, t.JobApplied):
             return JobHandle(self, result.job.id)
-        if isinstance(result.error, t.DuplicateJob) and new.id is not None:
-            return JobHandle(self, new.id)  # idempotent enqueue: the job is already there
+        if isinstance(result.error, t.DuplicateJob) and job.id is not None:
+            return JobHandle(self, job.id)
         raise JobRefusedError(result.error)
 
     # running jobs here, for tests (the worker package imports this module: imported when called)

@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from quasar_redis import Quasar
-from quasar_redis.cli import format_event, main
+from quasar_redis.cli import main
+from quasar_redis.cli._events import format_event
 
 from .helpers import NO_URL, REDIS_URL, claimed, delete_namespace, real_redis
 
@@ -276,7 +277,7 @@ def test_only_a_job_still_running_keeps_the_worker_command_from_a_clean_exit() -
     # as under CliRunner, that os._exit ended the test run itself).
     import threading as th
 
-    from quasar_redis.cli import job_threads_outlive
+    from quasar_redis.cli._worker import job_threads_outlive
 
     ending = th.Thread(target=time.sleep, args=(0.2,), name="quasar-task_0")
     ending.start()

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from quasar_redis import ClaimRefused, Quasar, QueuePaused, Status, __version__
 from quasar_redis.cli import main
-from quasar_redis.ops._look import ORDER
+from quasar_redis.cli.ops._look import ORDER
 
 from .helpers import (
     REDIS_URL,

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from quasar_redis import App, Worker
-from quasar_redis._demo_jobs import CHAIN, declare, plan
 from quasar_redis.cli import main
-from quasar_redis.demo import percentile
+from quasar_redis.cli._demo_jobs import CHAIN, declare, plan
+from quasar_redis.cli.demo import percentile
 
 from .helpers import NO_URL, REDIS_URL, real_redis
 
@@ -143,7 +143,7 @@ class BrokenWorker(Worker):
 
 
 def test_demo_stops_when_a_worker_dies(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("quasar_redis.demo.Worker", BrokenWorker)
+    monkeypatch.setattr("quasar_redis.cli.demo.Worker", BrokenWorker)
     started = time.monotonic()
     result = run("--jobs", "50")
     assert isinstance(result.exception, RuntimeError), result.output

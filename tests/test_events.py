@@ -15,7 +15,7 @@ from quasar_redis import (
     Status,
     Waiting,
 )
-from quasar_redis.cli import format_event
+from quasar_redis.cli._events import format_event
 
 from .helpers import T0, applied, claimed, snapshot, where
 

@@ -19,7 +19,7 @@ from quasar_redis import InvalidArgument, NewJob, Quasar, Status
 from quasar_redis._calls import WorkerEntry
 from quasar_redis._keys import KeySpace
 from quasar_redis.cli import main
-from quasar_redis.ops._migrate import PAGE, migrate_keys, old_root
+from quasar_redis.cli.ops._migrate import PAGE, migrate_keys, old_root
 
 from .helpers import REDIS_URL, T0, applied, claimed, delete_namespace, real_redis, snapshot
 

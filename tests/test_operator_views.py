@@ -9,9 +9,9 @@ import pytest
 
 from quasar_redis import Quasar, Status
 from quasar_redis._codec import pack
-from quasar_redis.ops._durations import parse_duration
-from quasar_redis.ops._look import ORDER, dependents, list_page, recent_events, status_named
-from quasar_redis.ops._show import decoded
+from quasar_redis.cli.ops._durations import parse_duration
+from quasar_redis.cli.ops._look import ORDER, dependents, list_page, recent_events, status_named
+from quasar_redis.cli.ops._show import decoded
 
 from .helpers import T0, applied
 from .test_operator import finish

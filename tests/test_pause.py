@@ -28,7 +28,7 @@ from quasar_redis import (
     Waiting,
 )
 from quasar_redis._types import QUEUE_EVENTS
-from quasar_redis.cli import format_event
+from quasar_redis.cli._events import format_event
 
 from .helpers import T0, applied, claimed, snapshot
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from quasar_redis import App, BatchApplied, Connector, NewJob, Quasar, Succeeded, Worker
-from quasar_redis.app import payload_of
+from quasar_redis._call_codec import payload_of
 
 from .helpers import app_url, wait_for
 

@@ -18,9 +18,10 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from quasar_redis import App, AsyncQuasar, Connector, Worker, cli
+from quasar_redis import App, AsyncQuasar, Connector, Worker
 from quasar_redis._keys import KeySpace
 from quasar_redis._waits import OUTAGE_S, Outage, block_ms, block_slice, socket_timeout
+from quasar_redis.cli._events import follow_stream
 from quasar_redis.errors import AuthenticationError, ProtocolError, RedisUnavailable
 
 from .helpers import app_url, wait_for
@@ -125,7 +126,7 @@ def test_following_events_outlives_the_clients_socket_timeout(
         add.start()
         try:
             with pytest.raises(Followed, match="job=j event=enqueued"):
-                cli.follow_stream(client, stream, b"0-0")
+                follow_stream(client, stream, b"0-0")
         finally:
             add.join()
             client.close()

@@ -53,7 +53,7 @@ from quasar_redis import (
     Worker,
     current_job,
 )
-from quasar_redis.app import payload_of
+from quasar_redis._call_codec import payload_of
 from quasar_redis.errors import RedisUnavailable
 from quasar_redis.worker import Lease, LeaseKeeper, _prefetch, _running
 from quasar_redis.worker._claiming import Claimer

@@ -37,7 +37,7 @@ from quasar_redis import (
     Succeeded,
     Waiting,
 )
-from quasar_redis.app import payload_of
+from quasar_redis._call_codec import payload_of
 
 from . import worker_tasks as wt
 from .consistency import check

@@ -21,7 +21,7 @@ from quasar_redis import (
     NewJob,
     Quasar,
 )
-from quasar_redis.app import payload_of
+from quasar_redis._call_codec import payload_of
 from quasar_redis.worker import Worker
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from typing import Any
 
 import click
 
-from .._keys import FAMILIES, SINGLES, KeySpace
-from ..errors import InvalidArgument
+from ..._keys import FAMILIES, SINGLES, KeySpace
+from ...errors import InvalidArgument
 from ._context import Operator, done, operating, operator_options
 
 PAGE = 1000  # keys asked of each SCAN call, and renamed per pipeline at most

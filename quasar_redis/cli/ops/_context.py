@@ -21,12 +21,12 @@ import click
 import redis
 from rich.console import Console
 
-from .._connect import sync_client
-from .._keys import check_name
-from .._urls import MEMORY_URL, check_url, redact, redact_text
-from ..app import URL_VARIABLES
-from ..client import Quasar
-from ..errors import (
+from ..._connect import sync_client
+from ..._environment import NAMESPACE_VARIABLE, URL_VARIABLES
+from ..._keys import check_name
+from ..._urls import MEMORY_URL, check_url, redact, redact_text
+from ...client import Quasar
+from ...errors import (
     AuthenticationError,
     ConfigurationError,
     InvalidArgument,
@@ -35,7 +35,6 @@ from ..errors import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-NAMESPACE_VARIABLE = "QUASAR_NAMESPACE"
 CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 15.0
 #: exit code of a command that ran but could not do all it was asked (a refused retry, say)

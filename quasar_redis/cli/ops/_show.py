@@ -11,8 +11,8 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from .. import _types as t
-from .._codec import unpack
+from ... import _types as t
+from ..._codec import unpack
 
 #: at most this much of a decoded value's text on a terminal (JSON gets it whole)
 SHOWN_CHARS = 2000

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _types as t
-from ..client import Quasar
+from ... import _types as t
+from ...client import Quasar
 from ._show import when
 
 #: statuses in the order ``quasar jobs`` lists a queue without --status

@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from .. import _types as t
+from ... import _types as t
 from ._context import Operator, operating, operator_options
 from ._look import ORDER
 from ._show import ago, when

@@ -12,8 +12,8 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import _types as t
-from .._calls import Call
+from ... import _types as t
+from ..._calls import Call
 from ._context import Operator, done, operating, operator_options
 from ._durations import parse_duration
 from ._look import status_named

@@ -8,9 +8,9 @@ from typing import Any
 import click
 import redis
 
-from ._urls import check_url, redact, redact_text
-from .app import URL_VARIABLES
-from .errors import ConfigurationError, QuasarError
+from .._environment import DASHBOARD_AUTH_VARIABLE, NAMESPACE_VARIABLE, URL_VARIABLES
+from .._urls import check_url, redact, redact_text
+from ..errors import ConfigurationError, QuasarError
 
 INSTALL_HINT = "pip install 'quasar_redis[dashboard]'"
 
@@ -44,7 +44,7 @@ def reachable(url: str) -> None:
 )
 @click.option(
     "--namespace",
-    envvar="QUASAR_NAMESPACE",
+    envvar=NAMESPACE_VARIABLE,
     default="default",
     show_default=True,
     help="The namespace to show (also QUASAR_NAMESPACE).",
@@ -61,7 +61,7 @@ def reachable(url: str) -> None:
 @click.option(
     "--basic-auth",
     metavar="USER:PASSWORD",
-    envvar="QUASAR_DASHBOARD_AUTH",
+    envvar=DASHBOARD_AUTH_VARIABLE,
     help="Ask every request for these credentials (also QUASAR_DASHBOARD_AUTH).",
 )
 @click.option(

@@ -15,10 +15,10 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ._calls import NewJob
-from .app import App, Task
-from .retry import Exponential, PermanentFailure, Snooze
-from .worker import current_job
+from .._calls import NewJob
+from ..app import App, Task
+from ..retry import Exponential, PermanentFailure, Snooze
+from ..worker import current_job
 
 QUEUES = ("default", "images", "emails", "reports")
 CHAIN = ("fetch", "parse", "transform", "load", "publish")

@@ -16,11 +16,11 @@ from typing import Any
 import click
 import redis
 
-from . import _types as t
-from ._connect import sync_client
-from ._urls import MEMORY_URL, redact, redact_text
-from .app import Connector
-from .client import Quasar
+from .. import _types as t
+from .._connect import sync_client
+from .._urls import MEMORY_URL, redact, redact_text
+from ..app import Connector
+from ..client import Quasar
 
 QUEUE = "images"
 LEASE_MS = 30_000

@@ -8,8 +8,8 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from .. import _types as t
-from ..client import Quasar
+from ... import _types as t
+from ...client import Quasar
 from ._context import Operator, operating, operator_options
 from ._look import (
     ORDER,

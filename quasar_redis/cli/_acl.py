@@ -18,12 +18,12 @@ import click
 import redis
 from redis.cluster import RedisCluster
 
-from ._scripts import library, scripts
-from ._urls import check_url, redact_text
-from .acl import PATHS, ROLES, Paths, setuser
-from .app import URL_VARIABLES
-from .client import Quasar
-from .errors import ConfigurationError, QuasarError
+from .._environment import NAMESPACE_VARIABLE, URL_VARIABLES
+from .._scripts import library, scripts
+from .._urls import check_url, redact_text
+from ..acl import PATHS, ROLES, Paths, setuser
+from ..client import Quasar
+from ..errors import ConfigurationError, QuasarError
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -69,7 +69,7 @@ def roles() -> None:
     "namespaces",
     multiple=True,
     required=True,
-    envvar="QUASAR_NAMESPACE",
+    envvar=NAMESPACE_VARIABLE,
     help="A namespace the user may use (repeat for several).",
 )
 @click.option("--tag", default="", help="The clients' tag= (hash tag), if they are given one.")

@@ -31,15 +31,15 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import _types as t
-from ._calls import NewJob
-from ._connect import sync_client
+from .. import _types as t
+from .._calls import NewJob
+from .._connect import sync_client
+from .._urls import MEMORY_URL, redact, redact_text, where
+from ..app import App
+from ..errors import QuasarError
+from ..worker import Worker, WorkerStats
 from ._demo_jobs import QUEUES, declare, plan
-from ._urls import MEMORY_URL, redact, redact_text, where
-from .app import App
-from .errors import QuasarError
 from .example import delete_namespace, holds_keys
-from .worker import Worker, WorkerStats
 
 ENQUEUE_BATCH = 500
 POLL_SECONDS = 0.05  # how often the demo checks whether every job has finished

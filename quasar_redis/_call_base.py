@@ -1,0 +1,120 @@
+"""What every call builder shares: the ``Call`` value, what a call is built from (``NewJob``,
+``Limits``, ``WorkerEntry``) and ``BuilderBase``, which makes a ``Call`` of a script."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from . import _types as t
+from ._args import MAX_PAYLOAD_BYTES, Arg, now_arg, text_arg
+from ._ids import id_error
+from ._keys import KeySpace
+from ._scripts import Script, scripts
+
+T = TypeVar("T")
+
+
+POLICIES = ("block", "cancel")
+
+
+def new_call_id() -> str:
+    return os.urandom(8).hex()
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Limits a client enforces on what it sends (checked again inside the scripts)."""
+
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    max_dependencies: int = 100
+    max_batch: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One script call, ready to send: ``args`` after KEYS[1]; ``parse`` reads the reply.
+
+    ``early`` is a result known without Redis (a refusal of input Python cannot even encode).
+    ``absorb`` adds to the result what each step of the cascade work the call left adds (the
+    dependents a cancel cancelled): see ``CallBuilder.cascade``.
+    """
+
+    script: Script
+    args: tuple[Arg, ...]
+    parse: Callable[[Any], T] = field(repr=False)
+    early: T | None = None
+    absorb: Callable[[T, t.CascadeReport], T] | None = field(default=None, repr=False)
+
+    @property
+    def call_id(self) -> str:
+        """The id the script records the call under (its first argument, ARGV[1]): a re-sent
+        call carries the same one."""
+        return str(self.args[0])
+
+
+def dependency_id(dep: Any) -> Any:
+    """The id a dependency names: a job id as given, or a ``Job``'s id (anything else as is, for
+    the caller to refuse)."""
+    return dep.id if isinstance(dep, t.Job) else dep
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """What to enqueue. ``available_at`` (absolute ms) wins over ``delay_ms`` (from server now)."""
+
+    stage: str
+    payload: Any = None
+    id: str | None = None
+    queue: str = "default"
+    input_ref: str = "inline"
+    input_revision: int = 0
+    dependencies: Sequence[str | t.Job] = ()
+    priority: int = 0
+    max_attempts: int = 3
+    available_at: int | None = None
+    delay_ms: int | None = None
+    on_dependency_failure: t.DependencyPolicy = "block"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEntry:
+    """What a live worker announces of itself in the registry (``announce``)."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    running: tuple[str, ...]
+    version: str
+
+
+class BuilderBase:
+    """Makes the ``Call`` of a script for one namespace; the call builders extend it."""
+
+    def __init__(self, keys: KeySpace, limits: Limits | None = None) -> None:
+        self.keys = keys
+        self.limits = limits or Limits()
+        self._scripts = scripts()
+
+    def _call(self, name: str, args: Sequence[Arg], parse: Callable[[Any], T]) -> Call[T]:
+        return Call(self._scripts[name], (new_call_id(), *args), parse)
+
+    def _by_id(
+        self,
+        name: str,
+        job_id: Any,
+        now: int | None,
+        rest: tuple[Arg, ...],
+        parse: Callable[[Any], T],
+        refused: Callable[[t.InvalidJob], T],
+    ) -> Call[T]:
+        """The call of a transition of one job by its id; answered without Redis (an
+        ``InvalidJob``) when ``job_id`` is no job id (``_ids``), as the script would answer."""
+        bad = id_error(job_id, "job_id")
+        if bad is not None:
+            return Call(self._scripts[name], (), parse, refused(t.InvalidJob(bad)))
+        return self._call(name, (now_arg(now), text_arg(job_id), *rest), parse)

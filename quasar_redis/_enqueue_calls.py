@@ -1,0 +1,146 @@
+"""The enqueue calls: one job, a batch all or nothing, a batch each on its own."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import _types as t
+from ._args import Arg, int_arg, now_arg, text_arg
+from ._call_base import POLICIES, BuilderBase, Call, NewJob, dependency_id, new_call_id
+from ._codec import EncodeError, encode
+from ._general import text
+from ._ids import id_error, sendable
+from ._replies import (
+    parse_batch_result,
+    parse_each_result,
+    parse_slim_batch,
+    parse_slim_each,
+    single_result,
+)
+from ._scripts import scripts
+
+
+def _job_group(job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
+    """A job's group of 13 arguments (lua/enqueue.lua), or the refusal of what Python cannot
+    send (a payload msgpack cannot encode, a dependency that is no job id, an unknown policy)."""
+    try:
+        payload = encode(job.payload)
+    except EncodeError as exc:
+        return t.InvalidJob(f"payload {exc}")
+    job_id: Any = job.id
+    if job_id is not None and not sendable(job_id):  # the script checks the rest, in batch order
+        return t.InvalidJob(id_error(job_id) or "id must be UTF-8 text")
+    if isinstance(job_id, bytes) and id_error(job_id) is None:  # UTF-8: the id is that text
+        job_id = job_id.decode()
+    deps: list[str] = []
+    for dep in job.dependencies:
+        dep_id = dependency_id(dep)
+        if (bad := id_error(dep_id, "dependency")) is not None:
+            return t.InvalidJob(bad)
+        deps.append(dep_id if isinstance(dep_id, str) else dep_id.decode())
+    if job.on_dependency_failure not in POLICIES:
+        return t.InvalidJob("on_dependency_failure must be 'block' or 'cancel'")
+    return (
+        text_arg(new_call_id() if job_id is None else job_id),
+        text_arg(job.queue),
+        text_arg(job.stage),
+        payload,
+        text_arg(job.input_ref),
+        int_arg(job.input_revision),
+        " ".join(deps),
+        int_arg(job.priority),
+        int_arg(job.max_attempts),
+        "" if job.available_at is None else int_arg(job.available_at),
+        "" if job.delay_ms is None else int_arg(job.delay_ms),
+        job.on_dependency_failure,
+        "1" if job.id is None else "",  # made here at random: no record of the call needed
+    )
+
+
+class EnqueueCalls(BuilderBase):
+    """Builds the calls that enqueue jobs."""
+
+    def _batch_size_error(self, jobs: Sequence[NewJob]) -> t.InvalidJob | None:
+        if not jobs:
+            return t.InvalidJob("a batch must hold at least one job")
+        if len(jobs) > self.limits.max_batch:
+            return t.InvalidJob(f"a batch may hold at most {self.limits.max_batch} jobs")
+        return None
+
+    def _enqueue_head(self, n: int, now: int | None, mode: str, reply: str) -> tuple[Arg, ...]:
+        limits = self.limits
+        return (
+            now_arg(now),
+            str(limits.max_payload_bytes),
+            str(limits.max_dependencies),
+            str(n),
+            mode,
+            reply,
+        )
+
+    def enqueue_many(
+        self, jobs: Sequence[NewJob], now: int | None = None, *, ids_only: bool = False
+    ) -> Call[t.BatchResult]:
+        """Enqueue all of ``jobs`` or none of them."""
+        return self._enqueue_all(jobs, now, ids_only)[0]
+
+    def _enqueue_all(
+        self, jobs: Sequence[NewJob], now: int | None, ids_only: bool
+    ) -> tuple[Call[t.BatchResult], list[tuple[Arg, ...]]]:
+        """``enqueue_many``'s call, and the argument group of each job it sends."""
+        groups: list[tuple[Arg, ...]] = []
+        error = self._batch_size_error(jobs)
+        early: t.BatchResult | None = None if error is None else t.BatchRefused(0, error)
+        for index, job in enumerate(jobs if early is None else ()):
+            group = _job_group(job)
+            if isinstance(group, t.InvalidJob):
+                early = t.BatchRefused(index, group)
+                break
+            groups.append(group)
+        head = self._enqueue_head(len(jobs), now, "all", "ids" if ids_only else "slim")
+        args = [arg for group in groups for arg in group]
+        parse = parse_batch_result if ids_only else parse_slim_batch(groups)
+        call = self._call("enqueue", (*head, *args), parse)
+        return Call(call.script, call.args, call.parse, early), groups
+
+    def enqueue_each(self, jobs: Sequence[NewJob], now: int | None = None) -> Call[list[Any]]:
+        """Enqueue each of ``jobs`` on its own (one call); a JobResult per job, in order.
+
+        Jobs Python cannot even encode get their refusal here and are not sent.
+        """
+        error = self._batch_size_error(jobs)
+        if error is not None:
+            return Call(scripts()["enqueue"], (), parse_each_result, [t.JobRefused(error)])
+        groups: list[tuple[Arg, ...]] = []
+        sent: list[int] = []
+        local: dict[int, t.JobResult] = {}
+        for index, job in enumerate(jobs):
+            group = _job_group(job)
+            if isinstance(group, t.InvalidJob):
+                local[index] = t.JobRefused(group)
+            else:
+                groups.append(group)
+                sent.append(index)
+        parse_slim = parse_slim_each(groups)
+
+        def parse(reply: Any) -> list[Any]:
+            results: list[Any] = [local.get(i) for i in range(len(jobs))]
+            answers = parse_slim(reply)
+            if len(answers) == 1 and len(sent) > 1:  # the whole call was refused
+                answers = answers * len(sent)
+            for i, result in zip(sent, answers, strict=True):
+                results[i] = result
+            return results
+
+        head = self._enqueue_head(len(sent), now, "each", "slim")
+        early = [local[i] for i in range(len(jobs))] if not sent else None
+        args = [arg for group in groups for arg in group]
+        return Call(self._scripts["enqueue"], (new_call_id(), *head, *args), parse, early)
+
+    def enqueue(self, job: NewJob, now: int | None = None) -> Call[t.JobResult]:
+        batch, groups = self._enqueue_all([job], now, ids_only=False)
+        job_id = text(groups[0][0]) if groups else ""  # the id sent (made here when none given)
+        early = None if batch.early is None else single_result(batch.early, job_id)
+        parse = batch.parse
+        return Call(batch.script, batch.args, lambda r: single_result(parse(r), job_id), early)

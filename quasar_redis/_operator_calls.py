@@ -1,0 +1,169 @@
+"""The operator calls: fenced changes of a job (expire, cancel, retry), maintenance (sweep,
+cascade, promote, prune, purge), inspection, queues and workers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import _types as t
+from ._args import Arg, int_arg, now_arg, text_arg
+from ._call_base import BuilderBase, Call, WorkerEntry
+from ._ids import id_error
+from ._replies import (
+    parse_cancel_result,
+    parse_cascade,
+    parse_count,
+    parse_counts,
+    parse_flag,
+    parse_job_info,
+    parse_job_result,
+    parse_jobs,
+    parse_now,
+    parse_page,
+    parse_queues,
+    parse_sweep,
+    parse_workers,
+)
+from .errors import InvalidArgument
+
+
+def _cancelled_too(result: t.CancelResult, step: t.CascadeReport) -> t.CancelResult:
+    if isinstance(result, t.CancelApplied):
+        return t.CancelApplied(result.job, result.cascaded + step.cancelled)
+    return result
+
+
+def _damaged_too(result: t.SweepReport, step: t.CascadeReport) -> t.SweepReport:
+    return t.SweepReport(result.expired, result.damaged + step.damaged)
+
+
+def _status_arg(status: t.Status | str) -> Arg:
+    return status.value if isinstance(status, t.Status) else text_arg(status)
+
+
+class OperatorCalls(BuilderBase):
+    """Builds the calls of operators and maintenance, and the reads."""
+
+    # fenced operator calls and maintenance -----------------------------------------------------
+
+    def expire(self, job_id: str, expected_fence: int, now: int | None = None) -> Call[t.JobResult]:
+        rest = (int_arg(expected_fence),)
+        return self._by_id("expire", job_id, now, rest, parse_job_result, t.JobRefused)
+
+    def cancel(
+        self, job_id: str, expected_fence: int | None, reason: str, now: int | None = None
+    ) -> Call[t.CancelResult]:
+        fence = "" if expected_fence is None else int_arg(expected_fence)
+        rest = (fence, text_arg(reason))
+        call = self._by_id("cancel", job_id, now, rest, parse_cancel_result, t.JobRefused)
+        return Call(call.script, call.args, call.parse, call.early, absorb=_cancelled_too)
+
+    def retry(
+        self, job_id: str, expected_fence: int | None, reason: str, now: int | None = None
+    ) -> Call[t.JobResult]:
+        fence = "" if expected_fence is None else int_arg(expected_fence)
+        rest = (fence, text_arg(reason))
+        return self._by_id("retry", job_id, now, rest, parse_job_result, t.JobRefused)
+
+    def sweep(self, limit: int, now: int | None = None) -> Call[t.SweepReport]:
+        call = self._call("sweep", (now_arg(now), int_arg(limit)), parse_sweep)
+        return Call(call.script, call.args, call.parse, absorb=_damaged_too)
+
+    def cascade(self, root: str, now: int | None = None) -> Call[t.CascadeReport]:
+        """One bounded step of cascade work (lua/cascade.lua): that of the call ``root`` (its
+        call id), or with ``root=""`` that of any call whose client went away."""
+        return self._call("cascade", (now_arg(now), text_arg(root)), parse_cascade)
+
+    def carry_on(self, call: Call[Any]) -> Call[t.CascadeReport]:
+        """The next step of the cascade work ``call`` left, at ``call``'s ``now``."""
+        return self._call("cascade", (call.args[1], call.call_id), parse_cascade)
+
+    def promote(self, limit: int, now: int | None = None) -> Call[int]:
+        return self._call("promote", (now_arg(now), int_arg(limit)), parse_count("Promoted"))
+
+    def prune(
+        self,
+        max_age_ms: int | None,
+        max_count: int | None,
+        limit: int,
+        now: int | None = None,
+    ) -> Call[int]:
+        age = "" if max_age_ms is None else int_arg(max_age_ms)
+        count = "" if max_count is None else int_arg(max_count)
+        return self._call(
+            "prune", (now_arg(now), age, count, int_arg(limit)), parse_count("Pruned")
+        )
+
+    def purge(
+        self,
+        queue: str,
+        status: t.Status | str,
+        job_ids: Sequence[str],
+        finished_before: int | None,
+        now: int | None = None,
+    ) -> Call[int]:
+        before = "" if finished_before is None else int_arg(finished_before)
+        head = (now_arg(now), text_arg(queue), _status_arg(status), before)
+        return self._call(
+            "purge", head + tuple(text_arg(i) for i in job_ids), parse_count("Purged")
+        )
+
+    # inspection ---------------------------------------------------------------------------------
+
+    def get(self, job_id: str, now: int | None = None) -> Call[t.JobInfo | None]:
+        bad = id_error(job_id, "job_id")
+        if bad is not None:  # a read: refused as an exception, before anything is sent
+            raise InvalidArgument(bad)
+        return self._call("get", (now_arg(now), text_arg(job_id)), parse_job_info)
+
+    def counts(self, queue: str, now: int | None = None) -> Call[t.QueueCounts]:
+        return self._call("counts", (now_arg(now), text_arg(queue)), parse_counts)
+
+    def list_jobs(
+        self, queue: str, status: t.Status | str, offset: int, limit: int, now: int | None = None
+    ) -> Call[list[t.Job]]:
+        args = (now_arg(now), text_arg(queue), _status_arg(status), int_arg(offset), int_arg(limit))
+        return self._call("list", args, parse_jobs)
+
+    def page_jobs(
+        self, queue: str, status: t.Status | str, after: str | None, limit: int, now: int | None
+    ) -> Call[t.JobPage]:
+        if after is not None and not (isinstance(after, str) and after.isascii()):
+            raise InvalidArgument("after must be a cursor a page of this status returned")
+        cursor = "" if after is None else after
+        args = (now_arg(now), text_arg(queue), _status_arg(status), "0", int_arg(limit), cursor)
+        return self._call("list", args, parse_page)
+
+    # queues and workers -------------------------------------------------------------------------
+
+    def pause(self, queue: str, now: int | None = None) -> Call[bool]:
+        return self._call("pause", (now_arg(now), text_arg(queue)), parse_flag("Paused"))
+
+    def resume(self, queue: str, now: int | None = None) -> Call[bool]:
+        return self._call("resume", (now_arg(now), text_arg(queue)), parse_flag("Resumed"))
+
+    def queues(self, now: int | None = None) -> Call[list[t.QueueInfo]]:
+        return self._call("queues", (now_arg(now),), parse_queues)
+
+    def announce(self, worker: WorkerEntry, ttl_ms: int, now: int | None = None) -> Call[int]:
+        """The worker registry's entry of a live worker, lapsing ``ttl_ms`` from now."""
+        args = (
+            now_arg(now),
+            text_arg(worker.id),
+            int_arg(ttl_ms),
+            text_arg(worker.host),
+            int_arg(worker.pid),
+            " ".join(worker.queues),
+            int_arg(worker.concurrency),
+            " ".join(worker.running),
+            text_arg(worker.version),
+        )
+        return self._call("announce", args, parse_now("Announced"))
+
+    def retire(self, worker_id: str, now: int | None = None) -> Call[bool]:
+        """The worker's registry entry removed (it stops)."""
+        return self._call("retire", (now_arg(now), text_arg(worker_id)), parse_flag("Retired"))
+
+    def workers(self, now: int | None = None) -> Call[list[t.WorkerInfo]]:
+        return self._call("workers", (now_arg(now),), parse_workers)

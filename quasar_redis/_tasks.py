@@ -1,0 +1,219 @@
+"""Tasks: a function declared with ``App.task``, its per-call options, and the registry of an
+app's tasks by name (what a worker looks a job's task up in)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from . import _tracing
+from . import _types as t
+from ._binding import CallCheck, script_name_problem
+from ._calls import NewJob
+from ._handles import JobHandle
+from ._ids import id_error
+from ._keys import check_name
+from .errors import ConfigurationError, InvalidTaskCall, QuasarError
+from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
+
+if TYPE_CHECKING:
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _ms(task: str, what: str, seconds: float | None) -> int | None:
+    """Seconds as whole ms; ``InvalidTaskCall`` for infinity or NaN, which have none."""
+    if seconds is None:
+        return None
+    if not math.isfinite(seconds):
+        problem = f"{what} must be a finite number of seconds, not {seconds!r}"
+        raise InvalidTaskCall(task, t.InvalidJob(problem))
+    return round(seconds * 1000)
+
+
+def _at_ms(task: str, run_at: datetime | float | None) -> int | None:
+    if isinstance(run_at, datetime):
+        return round(run_at.timestamp() * 1000)
+    return _ms(task, "run_at", run_at)
+
+
+def _dep_id(dep: str | JobHandle | t.Job) -> str:
+    return dep if isinstance(dep, str) else dep.id
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """Per-call options: ``id`` makes the enqueue idempotent; ``delay``/``run_at`` schedule it."""
+
+    id: str | None = None
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    delay: float | None = None
+    run_at: datetime | float | None = None
+    depends_on: Sequence[str | JobHandle | t.Job] = ()
+    on_dependency_failure: t.DependencyPolicy = "block"
+
+
+@dataclass(frozen=True)
+class Task(Generic[P, R]):
+    """A function declared with ``App.task``: call it to run it here, enqueue it to run anywhere."""
+
+    app: App
+    fn: Callable[P, R]
+    name: str
+    queue: str = "default"
+    max_attempts: int = 3
+    priority: int = 0
+    lease_ms: int | None = None  # None: the lease of the worker that runs it
+    retry: RetryPolicy = field(default_factory=Exponential)
+    timeout: float | None = None
+    options_: EnqueueOptions = field(default_factory=EnqueueOptions)
+    result_ttl: float | None = None  # seconds; None: the namespace-wide prune only
+
+    @cached_property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    @cached_property
+    def result_ttl_ms(self) -> int | None:
+        """``result_ttl`` in milliseconds, as the completion sends it."""
+        return None if self.result_ttl is None else round(self.result_ttl * 1000)
+
+    @cached_property
+    def call_check(self) -> CallCheck:
+        """The function's signature, read once, that every enqueued call is checked against."""
+        return CallCheck(self.fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def options(self, **opts: Any) -> Task[P, R]:
+        """The same task with per-call options (see ``EnqueueOptions``)."""
+        return replace(self, options_=replace(self.options_, **opts))
+
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
+        """The job this call would enqueue, for ``App.enqueue_many``; ``InvalidTaskCall`` for a
+        call the function cannot take, whose arguments cannot be encoded, or whose ``id`` or
+        ``depends_on`` names no job id (``docs/lifecycle.md``, job ids). With tracing on, a
+        ``create`` span: the job's run continues its trace."""
+        tracer = self.app.tracer()
+        if tracer is None:
+            return self._new_job(args, kwargs, None)
+        with _tracing.producing(tracer, "create", self._queue, self.app.namespace, task=self.name):
+            return self._new_job(args, kwargs, _tracing.carrier())
+
+    @property
+    def _queue(self) -> str:
+        return self.queue if self.options_.queue is None else self.options_.queue
+
+    def _new_job(
+        self, args: Sequence[Any], kwargs: dict[str, Any], trace: dict[str, str] | None
+    ) -> NewJob:
+        o = self.options_
+        deps = [_dep_id(d) for d in o.depends_on]
+        for value, what in [(o.id, "id"), *((d, "dependency") for d in deps)]:
+            if value is not None and (problem := id_error(value, what)) is not None:
+                raise InvalidTaskCall(self.name, t.InvalidJob(problem))
+        return NewJob(
+            stage=self.name,
+            payload=self.app.encode_call(self, args, kwargs, trace),
+            id=o.id,
+            queue=self.queue if o.queue is None else o.queue,
+            dependencies=deps,
+            priority=self.priority if o.priority is None else o.priority,
+            max_attempts=self.max_attempts if o.max_attempts is None else o.max_attempts,
+            available_at=_at_ms(self.name, o.run_at),
+            delay_ms=_ms(self.name, "delay", o.delay),
+            on_dependency_failure=o.on_dependency_failure,
+        )
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Enqueue a call; with an ``id`` option, enqueuing the same id again is a no-op. With
+        tracing on, inside a ``send`` span whose trace the job's run continues."""
+        tracer = self.app.tracer()
+        if tracer is None:
+            new = self._new_job(args, kwargs, None)
+            return self.app.handle_of(new, self.app.client.enqueue_job(new))
+        with self._sending(tracer) as span:
+            new = self._new_job(args, kwargs, _tracing.carrier())
+            handle = self.app.handle_of(new, self.app.client.enqueue_job(new))
+            span.set_attribute("messaging.message.id", handle.id)
+            return handle
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """``enqueue`` for asyncio code."""
+        tracer = self.app.tracer()
+        if tracer is None:
+            new = self._new_job(args, kwargs, None)
+            return self.app.handle_of(new, await self.app.aclient().enqueue_job(new))
+        with self._sending(tracer) as span:
+            new = self._new_job(args, kwargs, _tracing.carrier())
+            handle = self.app.handle_of(new, await self.app.aclient().enqueue_job(new))
+            span.set_attribute("messaging.message.id", handle.id)
+            return handle
+
+    def _sending(self, tracer: Any) -> Any:
+        return _tracing.producing(tracer, "send", self._queue, self.app.namespace, task=self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSettings:
+    """What ``App.task`` takes besides the function, checked by ``TaskRegistry.declare``."""
+
+    name: str | None = None
+    queue: str = "default"
+    max_attempts: int = 3
+    priority: int = 0
+    lease_ms: int | None = None
+    retry: PolicyLike = field(default_factory=Exponential)
+    timeout: float | None = None
+    result_ttl: float | None = None
+
+    def check(self) -> None:
+        """ValueError (or QuasarError for the queue name) for a setting out of range."""
+        if (self.lease_ms is not None and self.lease_ms < 1) or self.max_attempts < 1:
+            raise ValueError("lease_ms and max_attempts must be positive")
+        if self.result_ttl is not None and not 0 <= self.result_ttl < 10**9:
+            raise ValueError("result_ttl must be None or seconds, at least 0")
+        check_name(self.queue, "queue")
+
+
+class TaskRegistry(dict[str, "Task[Any, Any]"]):
+    """An app's tasks by name: each name declared once."""
+
+    def declare(
+        self, app: App, fn: Callable[P, R], settings: TaskSettings, *, embedded: bool
+    ) -> Task[P, R]:
+        """``fn`` as a task of ``app`` under ``settings``, registered; ConfigurationError for a
+        function a worker could not import by name (``embedded``: no worker process needs to),
+        QuasarError for a name declared twice."""
+        s = settings
+        stage = s.name or f"{fn.__module__}.{fn.__qualname__}"
+        problem = None if s.name or embedded else script_name_problem(fn)
+        if problem is not None:
+            raise ConfigurationError(problem)
+        if stage in self:
+            raise QuasarError(f"a task named {stage!r} is declared twice")
+        s.check()
+        task = Task(
+            app,
+            fn,
+            stage,
+            s.queue,
+            s.max_attempts,
+            s.priority,
+            s.lease_ms,
+            as_policy(s.retry),
+            s.timeout,
+            result_ttl=s.result_ttl,
+        )
+        self[stage] = task
+        return task

@@ -1,0 +1,71 @@
+"""The ``quasar`` command group: every command of the folder added to it.
+
+- ``quasar demo``: a realistic mix of jobs through in-process workers, with live progress and a
+  summary (``demo.py``).
+- ``quasar example``: the quick start, every edge of the lifecycle by hand (``example.py``).
+- ``quasar worker MODULE:APP``: run a worker for an application's tasks (``--burst``: until its
+  queues are empty; ``--reload``: restarted on a code change).
+- ``quasar events``: print (and follow) a namespace's event stream.
+- ``quasar queues``, ``info``, ``jobs``, ``job``, ``retry``, ``cancel``, ``purge``, ``pause``,
+  ``resume``, ``workers``: the operator commands (``ops``; docs/operations.md).
+
+``--redis-url`` defaults to ``QUASAR_REDIS_URL``, then ``REDIS_URL``; without either ``demo`` and
+``example`` run on an embedded in-memory server (``memory://``, fakeredis). Every URL shown is
+redacted (``redis://:***@host``). A mistake (a bad option, a module that does not import, Redis
+out of reach or refusing the password) is one line ``Error: ...`` and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .. import __version__
+from . import ops
+from ._acl import acl
+from ._dashboard import dashboard
+from ._events import events
+from ._showcase import demo, example
+from ._worker import worker
+
+
+class OneLineErrors(click.Group):
+    """A mistake on the command line is one line, ``Error: ...`` (exit 2), with where to look
+    for help, rather than click's usage block above it."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        *,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"Error: {exc.format_message()}{where}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)  # (an int: what ctx.exit(code) asked for)
+
+
+@click.group(cls=OneLineErrors)
+@click.version_option(__version__)
+def main() -> None:
+    """quasar_redis: a distributed job queue on Redis."""
+
+
+for command in (acl, demo, example, worker, events, dashboard):
+    main.add_command(command)
+ops.register(main)  # queues, info, jobs, job, retry, cancel, purge, pause, resume, workers

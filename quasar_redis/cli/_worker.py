@@ -1,0 +1,251 @@
+"""``quasar worker MODULE:APP``: a worker for an application's tasks (``--burst``: until its
+queues are empty; ``--reload``: restarted on a code change)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import shlex
+import sys
+import threading
+import time
+from typing import Any, Literal
+
+import click
+from click.core import ParameterSource
+
+from ..errors import QuasarError
+from ..worker import Worker
+from ._loading import load_app
+from ._options import log_level_option, quasar_error
+
+
+def prefetch_option(
+    ctx: click.Context, param: click.Parameter, value: str
+) -> int | Literal["auto"]:
+    """``--prefetch``: ``auto`` or a nonnegative integer."""
+    if value == "auto":
+        return "auto"
+    if not value.strip().isdigit():  # (no sign, no point)
+        raise click.BadParameter(f"{value!r} is neither 'auto' nor a nonnegative integer")
+    return int(value)
+
+
+@click.command()
+@click.argument("app_path", metavar="MODULE:APP")
+@click.option(
+    "--queue",
+    "-q",
+    "queues",
+    multiple=True,
+    help="Queue to work (repeatable); default: default.",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Jobs run at once.",
+)
+@click.option(
+    "--prefetch",
+    default="auto",
+    show_default=True,
+    metavar="auto|N",
+    callback=prefetch_option,
+    help="Jobs claimed ahead of free slots; 'auto': as many as should start within 10 ms by "
+    "recent run times, at most --concurrency (see docs/workers.md).",
+)
+@click.option(
+    "--lease-ms",
+    default=30_000,
+    show_default=True,
+    type=click.IntRange(1000),
+    help="Lease of a job whose task sets none, in ms; renewed while the job runs.",
+)
+@click.option(
+    "--grace",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds running jobs get to finish at a stop.",
+)
+@click.option(
+    "--connect-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds to try to reach Redis at start before giving up (exit 1).",
+)
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Stop (exit 0) once nothing of the queues is claimable and no job runs; jobs "
+    "scheduled for later stay.",
+)
+@click.option(
+    "--max-jobs",
+    default=None,
+    type=click.IntRange(1),
+    help="Stop (exit 0) after running this many jobs.",
+)
+@click.option(
+    "--allow-eviction",
+    is_flag=True,
+    help="Serve, and let the tasks enqueue, where Redis's maxmemory-policy may evict keys (jobs "
+    "may be lost: see docs/guarantees.md); refused by default.",
+)
+@click.option(
+    "--processes",
+    "-p",
+    default=None,
+    type=click.IntRange(1, 1000),
+    help="Run plain-function tasks in this many processes of their own (CPU-bound work; a job "
+    "past its timeout is killed); --concurrency defaults to it. Default: in threads.",
+)
+@click.option(
+    "--max-jobs-per-process",
+    default=None,
+    type=click.IntRange(1),
+    help="With --processes: replace a process after it ran this many jobs.",
+)
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="Development: restart the worker when a .py file under the current folder changes "
+    "(needs watchfiles: pip install 'quasar_redis[dev]').",
+)
+@click.option(
+    "--worker-id", default=None, help="Its name in leases and logs; default: <host>-<pid>-<random>."
+)
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics (needs "
+    "quasar_redis[prometheus]).",
+)
+@log_level_option("INFO", "INFO logs one line per job outcome.")
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    app_path: str,
+    queues: tuple[str, ...],
+    concurrency: int,
+    prefetch: int | Literal["auto"],
+    lease_ms: int,
+    grace: float,
+    connect_timeout: float,
+    burst: bool,
+    max_jobs: int | None,
+    allow_eviction: bool,
+    processes: int | None,
+    max_jobs_per_process: int | None,
+    reload: bool,
+    worker_id: str | None,
+    metrics_port: int | None,
+    log_level: str,
+) -> None:
+    """Run a worker for the tasks of MODULE:APP until SIGTERM / SIGINT (twice: at once).
+
+    MODULE is a module name (tasks, myproject.tasks), importable from the current folder; APP
+    the name of its quasar_redis App.
+    """
+    if reload:
+        reloading(ctx)
+        return
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = load_app(app_path)
+    app.allow_eviction = app.allow_eviction or allow_eviction  # (its tasks enqueue as well)
+    if processes is not None and ctx.get_parameter_source("concurrency") is ParameterSource.DEFAULT:
+        concurrency = processes
+    try:
+        runner = Worker(
+            app,
+            queues or ("default",),
+            concurrency,
+            prefetch=prefetch,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            grace=grace,
+            connect_timeout=connect_timeout,
+            burst=burst,
+            max_jobs=max_jobs,
+            allow_eviction=allow_eviction,
+            processes=processes,
+            max_jobs_per_process=max_jobs_per_process,
+        )
+        if metrics_port is not None:
+            serve_metrics(runner, metrics_port)
+        runner.run(install_signals=True)
+    except QuasarError as exc:
+        raise quasar_error(exc) from None
+    if job_threads_outlive(1.0):
+        logging.shutdown()  # a plain-function job still runs past the grace period: leave it
+        os._exit(0)
+
+
+def serve_metrics(runner: Worker, port: int) -> None:
+    """``--metrics-port``: the worker's metrics, served from a thread of their own."""
+    try:  # optional (quasar_redis[prometheus]): imported only when asked for
+        prometheus: Any = importlib.import_module("quasar_redis.prometheus")
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
+    prometheus.serve_worker_metrics(runner, port)
+
+
+def job_threads_outlive(seconds: float) -> bool:
+    """Whether a plain-function job's thread still runs ``seconds`` after the worker stopped (a
+    job past its grace period); the pool's idle threads end in that time."""
+    deadline = time.monotonic() + seconds
+    for thread in threading.enumerate():
+        if thread.name.startswith("quasar-task"):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                return True
+    return False
+
+
+def reloading(ctx: click.Context) -> None:
+    """``--reload``: run this worker command (without ``--reload``) in a child process, started
+    again whenever a .py file under the current folder changes."""
+    try:  # optional (quasar_redis[dev]): imported only when asked for
+        watchfiles: Any = importlib.import_module("watchfiles")
+    except ImportError:
+        raise click.ClickException(
+            "--reload needs watchfiles: pip install 'quasar_redis[dev]'"
+        ) from None
+    command = [sys.executable, "-m", "quasar_redis", "worker", *command_args(ctx)]
+    click.echo(f"quasar worker --reload: watching {os.getcwd()} for .py changes", err=True)
+    watchfiles.run_process(
+        os.getcwd(),
+        target=shlex.join(command),
+        target_type="command",
+        watch_filter=watchfiles.PythonFilter(),
+        callback=lambda changes: click.echo(
+            f"quasar worker --reload: {len(changes)} change(s), restarting", err=True
+        ),
+    )
+
+
+def command_args(ctx: click.Context) -> list[str]:
+    """The command line of ``ctx``'s command as it was parsed, without ``--reload``."""
+    args: list[str] = []
+    for param in ctx.command.params:
+        value = ctx.params[param.name or ""]
+        if isinstance(param, click.Argument):
+            args.append(str(value))
+        elif param.name != "reload" and value is not None and value is not False:
+            args += _option_args(param, value)
+    return args
+
+
+def _option_args(param: click.Parameter, value: Any) -> list[str]:
+    flag = param.opts[0]
+    if isinstance(param, click.Option) and param.is_flag:
+        return [flag]
+    return [part for one in (value if param.multiple else (value,)) for part in (flag, str(one))]
