@@ -91,9 +91,9 @@ def worker_of(app: App, **options: Any) -> Worker:
 
 def runner_of(worker: Worker) -> Runner:
     """The jobs a serving worker holds (its ``Runner``)."""
-    runner = worker._runner
-    assert runner is not None, "the worker has not served"
-    return runner
+    serving = worker._serving
+    assert serving is not None, "the worker has not served"
+    return serving.runner
 
 
 def job_of(handle: JobHandle) -> Job:
@@ -1068,8 +1068,8 @@ def race_a_heartbeat(
         results = execute_many(calls) if renewed_first or not beat else []
         if beat:
             gate.set()  # the job returns now: its outcome is queued, or carried by a claim
-            keeper = worker._keeper
-            assert keeper is not None
+            assert worker._serving is not None
+            keeper = worker._serving.keeper
             wait_for(lambda: any(x.finishing for x in keeper.held()), 10, "the outcome")
             if not renewed_first:
                 results = execute_many(calls)
