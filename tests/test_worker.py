@@ -1171,7 +1171,7 @@ def test_claim_loop_survives_a_failed_wake_up(app: App, monkeypatch: pytest.Monk
             lambda: all(isinstance(job_of(h).state, Succeeded) for h in handles), 3
         )
     assert finished, (
-        "BUG (worker._claiming.Claimer._wake_others): the wake-up push after a full claim batch "
+        "BUG (worker._claiming.Background.wake): the wake-up push after a full claim batch "
         "(AsyncQuasar.wake) fails outside the claim loop's QuasarError handling: one connection "
         "error (Redis restarting) ends the claim loop, and with it serve() and the `quasar "
         "worker` process "

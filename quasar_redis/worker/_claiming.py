@@ -73,8 +73,7 @@ class Claimer:
         # many claim calls are in flight.
         self.asked = 0
         self.in_flight = 0
-        self.waking: set[str] = set()  # queues with a wake-up push in flight
-        self.background: set[asyncio.Future[Any]] = set()
+        self.background = Background(client)
 
     async def run(self) -> None:
         """The claim loops, until a stop; the first that fails ends the others."""
@@ -115,7 +114,8 @@ class Claimer:
                 denied = access_denied(exc)
                 if denied is not None:  # refused credentials or permissions: no retry helps
                     raise denied from exc
-                wait = self._retry_in(backoff)
+                # (sooner while a claim to send again carries outcomes their leases need)
+                wait = self.reporter.retry_in(backoff, self.resends.carried())
                 log.warning(
                     "worker %s: claim failed (%s); retrying in %.2fs",
                     self.worker_id,
@@ -135,10 +135,6 @@ class Claimer:
                 # likely an empty one) goes out. A full claim sends the next one first instead,
                 # so that Redis works on it while these jobs run.
                 await asyncio.sleep(0)
-
-    def _retry_in(self, backoff: float) -> float:
-        """``backoff``, or sooner while a claim waiting to be sent again carries outcomes."""
-        return self.reporter.retry_in(backoff, self.resends.carried())
 
     async def _full(self) -> None:
         """No slot free (as many outcomes on their way as jobs running, or the other loop's claim
@@ -311,7 +307,7 @@ class Claimer:
             self.resends.cut_short(call_id)
             pop.add_done_callback(functools.partial(self._late, queue, call_id))
         # Not awaited: redis-py may sit out a cancelled BLPOP until its timeout.
-        self._in_background(pop)
+        self.background.keep(pop)
         return answered
 
     def _late(self, queue: str, call_id: str, pop: asyncio.Future[Any]) -> None:
@@ -335,10 +331,28 @@ class Claimer:
         if claims:
             self.runner.start_all(claims)
             if len(claims) == want:
-                self._wake_others(queue)
+                self.background.wake(queue)
         return len(claims)
 
-    def _wake_others(self, queue: str) -> None:
+
+class Background:
+    """What the claim loops do not wait for: futures kept until done (their exceptions
+    retrieved), and wake-up pushes for other idle workers."""
+
+    __slots__ = ("client", "futures", "waking")
+
+    def __init__(self, client: AsyncQuasar) -> None:
+        self.client = client
+        self.futures: set[asyncio.Future[Any]] = set()
+        self.waking: set[str] = set()  # queues with a wake-up push in flight
+
+    def keep(self, future: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Keep ``future`` until it is done (its exception, if any, retrieved)."""
+        self.futures.add(future)
+        future.add_done_callback(_forget(self.futures))
+        return future
+
+    def wake(self, queue: str) -> None:
         """Push a wake-up token for ``queue`` (another idle worker looks too), without waiting.
 
         At most one push per queue is in flight: a claim that fills up meanwhile needs no other.
@@ -346,14 +360,8 @@ class Claimer:
         if queue in self.waking:
             return
         self.waking.add(queue)
-        push = self._in_background(asyncio.ensure_future(self.client.wake(queue)))
+        push = self.keep(asyncio.ensure_future(self.client.wake(queue)))
         push.add_done_callback(lambda _: self.waking.discard(queue))
-
-    def _in_background(self, future: asyncio.Future[Any]) -> asyncio.Future[Any]:
-        """Keep ``future`` until it is done (its exception, if any, retrieved)."""
-        self.background.add(future)
-        future.add_done_callback(_forget(self.background))
-        return future
 
 
 async def pause(stopping: asyncio.Event, seconds: float) -> None:

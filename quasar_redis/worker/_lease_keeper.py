@@ -65,6 +65,7 @@ class LeaseKeeper:
         dispatch: Dispatch | None = None,
     ) -> None:
         self.client = client
+        self.wire = Wire(client, worker_id)
         self.dispatch = dispatch or _run_all
         self.worker_id = worker_id
         self.retry_for = retry_for
@@ -228,9 +229,9 @@ class LeaseKeeper:
             if error is None:
                 if not unsure:  # none sent may have been applied: built from the newest tokens
                     tokens = [item.lease.token for item in batch]
-                    chunks, calls = self._report_calls(batch)
+                    chunks, calls = self.wire.reports(batch)
                 try:
-                    return self._resent(batch, tokens, _flat(chunks, self._send(calls)))
+                    return self._resent(batch, tokens, _flat(chunks, self.wire.send(calls)))
                 except QuasarError as exc:
                     if not passes(exc):
                         return [exc] * len(batch)
@@ -277,14 +278,6 @@ class LeaseKeeper:
         soonest = min(dues, default=self._next_due)
         return max(0.0, min(backoff, soonest - time.monotonic(), self._next_due - time.monotonic()))
 
-    def _report_calls(self, batch: list[Outgoing]) -> tuple[list[list[Outgoing]], list[Call[Any]]]:
-        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
-        chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
-        report = self.client.calls.report
-        worker_id = self.worker_id
-        calls = [report(worker_id, [x.build(x.lease.token) for x in chunk]) for chunk in chunks]
-        return chunks, calls
-
     def _renew(self, *, renew_due: bool) -> BaseException | None:
         """Heartbeats of the leases whose outcome the keeper holds (``REPORTING``): those whose
         answer was lost (sent again as they were) and, with ``renew_due``, those due. The error
@@ -299,9 +292,9 @@ class LeaseKeeper:
             ]
         if not leases:
             return None
-        beats = [lease.beat or self._beat(lease, now) for lease in leases]
+        beats = [lease.beat or self.wire.beat(lease, now) for lease in leases]
         waiting = None
-        for lease, result, (_, sent_at) in zip(leases, self._beats(beats), beats, strict=True):
+        for lease, result, (_, sent_at) in zip(leases, self.wire.beats(beats), beats, strict=True):
             if isinstance(result, BaseException) and passes(result):
                 waiting = result  # sent again next time
                 lease.retry_at = time.monotonic() + retry_wait(lease, time.monotonic())
@@ -330,9 +323,9 @@ class LeaseKeeper:
         self._next_due = min(later, default=now + 0.5)
         if not due:
             return
-        beats = [lease.beat or self._beat(lease, now) for lease in due]
+        beats = [lease.beat or self.wire.beat(lease, now) for lease in due]
         try:
-            results = self._beats(beats)
+            results = self.wire.beats(beats)
             for lease, result, (_, sent_at) in zip(due, results, beats, strict=True):
                 self._after_heartbeat(lease, result, sent_at)
                 if not lease.lost:
@@ -341,11 +334,6 @@ class LeaseKeeper:
             with self._lock:
                 for lease in due:
                     lease.apply(BEAT_ENDED)
-
-    def _beat(self, lease: Lease, now: float) -> tuple[Call[t.ClaimResult], float]:
-        """A new heartbeat of ``lease``, kept on it until answered."""
-        lease.beat = (self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms), now)
-        return lease.beat
 
     def _after_heartbeat(self, lease: Lease, result: Any, sent_at: float) -> None:
         """``sent_at``: when the heartbeat was first sent (Redis renewed the lease after)."""
@@ -363,13 +351,37 @@ class LeaseKeeper:
             now = time.monotonic()
             lease.retry_at = now + retry_wait(lease, now)
 
-    def _send(self, calls: list[Call[Any]]) -> list[Any]:
+
+class Wire:
+    """The lease keeper's calls, on its own connection: heartbeats and reports, built from the
+    leases' newest tokens."""
+
+    __slots__ = ("client", "worker_id")
+
+    def __init__(self, client: Quasar, worker_id: str) -> None:
+        self.client = client
+        self.worker_id = worker_id
+
+    def reports(self, batch: list[Outgoing]) -> tuple[list[list[Outgoing]], list[Call[Any]]]:
+        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
+        chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
+        report = self.client.calls.report
+        worker_id = self.worker_id
+        calls = [report(worker_id, [x.build(x.lease.token) for x in chunk]) for chunk in chunks]
+        return chunks, calls
+
+    def beat(self, lease: Lease, now: float) -> tuple[Call[t.ClaimResult], float]:
+        """A new heartbeat of ``lease``, kept on it until answered."""
+        lease.beat = (self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms), now)
+        return lease.beat
+
+    def send(self, calls: list[Call[Any]]) -> list[Any]:
         """The replies of ``calls`` (one call without a pipeline)."""
         if len(calls) == 1:
             return [self.client.execute(calls[0])]
         return self.client.execute_many(calls)
 
-    def _beats(self, beats: list[tuple[Call[t.ClaimResult], float]]) -> list[Any]:
+    def beats(self, beats: list[tuple[Call[t.ClaimResult], float]]) -> list[Any]:
         """The results of heartbeats, sent once in one pipeline (an exception for each if the
         pipeline failed)."""
         try:
