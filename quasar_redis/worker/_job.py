@@ -148,7 +148,7 @@ class HeldJob(Lease):
         self.ctx = ctx
         self.started = started  # its claim, then the start of its run
         self.task: asyncio.Task[None] | None = None  # made as it leaves QUEUED for a slot
-        self.outcome: Outcome | None = None  # handed to the outbox
+        self.outcome: Outcome | None = None  # handed to the reporter
         self.duration = 0.0  # from its start (its claim, unless prefetched) to the outcome
 
     def move_to(self, phase: JobPhase) -> None:

@@ -314,7 +314,7 @@ class LeaseKeeper:
         now = time.monotonic()
         if now < self._next_due:
             return
-        with self._lock:  # (an outcome taken by carry() is finishing: never beaten after)
+        with self._lock:  # (an outcome taken into a claim is finishing: never beaten after)
             live = [x for x in self._leases.values() if x.state is HELD]
             due = [lease for lease in live if now >= due_of(lease)]
             for lease in due:
@@ -330,7 +330,7 @@ class LeaseKeeper:
                 self._after_heartbeat(lease, result, sent_at)
                 if not lease.lost:
                     self._next_due = min(self._next_due, due_of(lease))
-        finally:  # only now, the new tokens in place, may carry() take these leases' outcomes
+        finally:  # only now, the new tokens in place, may a claim take these leases' outcomes
             with self._lock:
                 for lease in due:
                     lease.apply(BEAT_ENDED)
