@@ -91,9 +91,9 @@ def worker_of(app: App, **options: Any) -> Worker:
 
 def runner_of(worker: Worker) -> Runner:
     """The jobs a serving worker holds (its ``Runner``)."""
-    runner = worker._runner
-    assert runner is not None, "the worker has not served"
-    return runner
+    serving = worker._serving
+    assert serving is not None, "the worker has not served"
+    return serving.runner
 
 
 def job_of(handle: JobHandle) -> Job:
@@ -1068,8 +1068,8 @@ def race_a_heartbeat(
         results = execute_many(calls) if renewed_first or not beat else []
         if beat:
             gate.set()  # the job returns now: its outcome is queued, or carried by a claim
-            keeper = worker._keeper
-            assert keeper is not None
+            assert worker._serving is not None
+            keeper = worker._serving.keeper
             wait_for(lambda: any(x.finishing for x in keeper.held()), 10, "the outcome")
             if not renewed_first:
                 results = execute_many(calls)
@@ -1171,7 +1171,7 @@ def test_claim_loop_survives_a_failed_wake_up(app: App, monkeypatch: pytest.Monk
             lambda: all(isinstance(job_of(h).state, Succeeded) for h in handles), 3
         )
     assert finished, (
-        "BUG (worker._claiming.Claimer._wake_others): the wake-up push after a full claim batch "
+        "BUG (worker._claiming.Background.wake): the wake-up push after a full claim batch "
         "(AsyncQuasar.wake) fails outside the claim loop's QuasarError handling: one connection "
         "error (Redis restarting) ends the claim loop, and with it serve() and the `quasar "
         "worker` process "

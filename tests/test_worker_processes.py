@@ -671,7 +671,7 @@ def check_reconnected(worker: WorkerProcess, worked_after: set[str]) -> None:
     stderr = worker.stderr()
     assert "Traceback" not in stderr, (
         f"{worker.name} died or hung when Redis restarted. If the traceback ends in the wake-up "
-        "push (AsyncQuasar.wake): BUG (worker._claiming.Claimer._wake_others), the wake-up push "
+        "push (AsyncQuasar.wake): BUG (worker._claiming.Background.wake), the wake-up push "
         "after a full claim batch fails outside the claim loop's QuasarError handling (shown "
         "every time by test_worker.py::test_claim_loop_survives_a_failed_wake_up; here it "
         f"depends on where the kill lands):\n{stderr[-3000:]}"

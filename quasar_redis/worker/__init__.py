@@ -11,13 +11,17 @@ of them may run it at once.
 Outcomes ride the next claim: one ``report_claim`` call reports the jobs that ended and claims
 as many new ones (one round trip a batch). When no claim is about to go out (the worker is idle,
 backing off, full or stopping), or a heartbeat of the job is in flight, the lease keeper reports
-the outcome instead.
+the outcome instead. The reporter (``_reporting``) makes that choice for every outcome, and
+hands every result back to the runner.
 
-The modules, by role: ``_lifecycle`` (the ``Worker``: serve, stop, drain), ``_claiming`` (the claim
-loops and the idle wait; ``_outbox``, the outcomes a claim carries; ``_resend``, calls sent again),
-``_running`` (slots, runs, outcomes; ``_prefetch``), ``_job`` (a held job and its ``JobPhase``),
-``_outcomes``, ``_lease_keeper`` and ``_maintenance``; ``_startup`` (settings checked, Redis
-reached, the start line) and ``_drain`` (burst mode on this loop, for tests).
+The modules, by role: ``_lifecycle`` (the ``Worker``: settings, serve, stop, ``with``) and
+``_serving`` (the parts of one serve, and its stop as ordered steps); ``_claiming`` (the claim
+loops and the idle wait; ``_resend``, calls sent again); ``_reporting`` (each outcome's way to
+Redis and back); ``_running`` (slots, phases, hand-backs, results; ``_invoking`` calls a task,
+``_prefetch``); ``_job`` (a held job and its ``JobPhase``); ``_lease`` (a lease, its
+``LeaseState``, an ``Outgoing`` outcome) and ``_lease_keeper``; ``_outcomes``; ``_maintenance``
+(and the Redis clock's offset) and ``_registry``; ``_startup`` (settings checked, Redis reached,
+the start line) and ``_drain`` (burst mode on this loop, for tests).
 """
 
 from .._hooks import WorkerContext
@@ -31,11 +35,12 @@ from ._job import (
     current_job,
     current_worker,
 )
-from ._lease_keeper import LEASE_CHANGES, Lease, LeaseEvent, LeaseKeeper, LeaseState, PhaseError
+from ._lease import LEASE_CHANGES, Build, Lease, LeaseEvent, LeaseState, PhaseError
+from ._lease_keeper import LeaseKeeper
 from ._lifecycle import Worker, default_worker_id
-from ._outbox import CARRY_MAX
-from ._outcomes import REASON_MAX, Build, Outcome, OutcomeKind, WorkerStats
+from ._outcomes import REASON_MAX, Outcome, OutcomeKind, WorkerStats
 from ._prefetch import PREFETCH_STALE_S, PREFETCH_WAIT_S, RUN_AVG_WEIGHT
+from ._reporting import CARRY_MAX
 from ._resend import CUT_SHORT_KEPT
 
 __all__ = [

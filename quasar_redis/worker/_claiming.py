@@ -1,5 +1,6 @@
-"""Claiming: the claim loops, each claim carrying the outcomes of the outbox, the idle wait on the
-queues' wake lists (which carries a claim of its own), and calls sent again after a lost reply.
+"""Claiming: the claim loops, each claim carrying the outcomes the reporter gives it, the idle wait
+on the queues' wake lists (which carries a claim of its own), and calls sent again after a lost
+reply.
 
 An idle worker blocks on the queues' wake lists until work arrives or the next scheduled job is
 due. On a plain asyncio client the wait carries the next claim of the first queue: Redis runs it
@@ -14,7 +15,6 @@ import contextlib
 import functools
 import logging
 import random
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,11 +32,10 @@ from ..errors import (
     QuasarError,
     RedisUnavailable,
 )
-from ._lease_keeper import Item, retry_wait
-from ._outbox import Outbox
+from ._lease import Outgoing
+from ._reporting import Reporter
 from ._resend import Resends
 from ._running import Runner
-from ._transient import passes
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -50,7 +49,8 @@ class Claimer:
         *,
         client: AsyncQuasar,
         runner: Runner,
-        outbox: Outbox,
+        reporter: Reporter,
+        redis_ms: Callable[[], float],
         queues: list[str],
         lanes: int,
         idle_wait: float,
@@ -59,7 +59,8 @@ class Claimer:
     ) -> None:
         self.client = client
         self.runner = runner
-        self.outbox = outbox
+        self.reporter = reporter
+        self.redis_ms = redis_ms  # the Redis clock's time now (kept by the worker's maintenance)
         self.queues = queues
         self.lanes = lanes
         self.idle_wait = idle_wait
@@ -72,13 +73,11 @@ class Claimer:
         # many claim calls are in flight.
         self.asked = 0
         self.in_flight = 0
-        self.offset_ms = 0.0  # the Redis clock minus ours (kept by the worker's maintenance)
-        self.waking: set[str] = set()  # queues with a wake-up push in flight
-        self.background: set[asyncio.Future[Any]] = set()
+        self.background = Background(client)
 
     async def run(self) -> None:
         """The claim loops, until a stop; the first that fails ends the others."""
-        self.outbox.carrying = self.lanes
+        self.reporter.claim_loops(self.lanes)
         if self.lanes == 1:
             await self._claim_loop(0)
             return
@@ -115,16 +114,17 @@ class Claimer:
                 denied = access_denied(exc)
                 if denied is not None:  # refused credentials or permissions: no retry helps
                     raise denied from exc
-                wait = self._retry_in(backoff)
+                # (sooner while a claim to send again carries outcomes their leases need)
+                wait = self.reporter.retry_in(backoff, self.resends.carried())
                 log.warning(
                     "worker %s: claim failed (%s); retrying in %.2fs",
                     self.worker_id,
                     redact_text(str(exc)),
                     wait,
                 )
-                self._stop_carrying()
+                self.reporter.pause_carrying()
                 await pause(self.stopping, wait)
-                self.outbox.carrying += 1
+                self.reporter.resume_carrying()
                 backoff = min(backoff * 2, 5.0) * random.uniform(0.8, 1.2)
                 continue
             backoff = 0.05
@@ -135,12 +135,6 @@ class Claimer:
                 # likely an empty one) goes out. A full claim sends the next one first instead,
                 # so that Redis works on it while these jobs run.
                 await asyncio.sleep(0)
-
-    def _retry_in(self, backoff: float) -> float:
-        """``backoff``, or sooner while a claim waiting to be sent again carries outcomes: as
-        soon as their leases need (``retry_wait``), so that it goes out before they end."""
-        now = time.monotonic()
-        return min([backoff] + [retry_wait(item[0], now) for item in self.resends.carried()])
 
     async def _full(self) -> None:
         """No slot free (as many outcomes on their way as jobs running, or the other loop's claim
@@ -155,7 +149,7 @@ class Claimer:
         """Until a slot may have freed. The outcomes waiting for a claim go through the lease
         keeper meanwhile, unless a claim in flight takes them when it is back."""
         if not self.in_flight:
-            self.outbox.flush()
+            self.reporter.flush()
         self.slot.clear()
         await self.slot.wait()
 
@@ -169,11 +163,11 @@ class Claimer:
             else:  # a job that ends may retry at once, or enqueue others: claim again then
                 await self._wait_for_slot()
             return
-        self._stop_carrying()
+        self.reporter.pause_carrying()
         try:
             await self.idle(lane, next_at)
         finally:
-            self.outbox.carrying += 1
+            self.reporter.resume_carrying()
 
     def _all_done(self) -> bool:
         """No job held (none waiting, running or reporting) and no claim in flight."""
@@ -206,7 +200,7 @@ class Claimer:
                 self.resends.keep(lane, queue, call, carried)
                 raise
             except BaseException as exc:
-                self._unsent(carried, exc)
+                self.reporter.unsent(carried, exc)
                 raise
             finally:
                 self.asked -= want
@@ -223,50 +217,28 @@ class Claimer:
                 break
         return got, next_at
 
-    def _claim_part(self, reply: Any, carried: list[Item]) -> t.ClaimsResult:
+    def _claim_part(self, reply: Any, carried: list[Outgoing]) -> t.ClaimsResult:
         """The claim's result of a claim's reply; the outcomes it carried get theirs."""
         if not isinstance(reply, t.ReportedAndClaimed):
             return reply  # type: ignore[no-any-return]
-        self._settle(carried, reply.outcomes)
+        self.reporter.settle(carried, reply.outcomes)
         if isinstance(reply.claim, Exception):
             raise reply.claim
         return reply.claim
 
-    def _next_call(self, queue: str, want: int) -> tuple[Call[Any], list[Item]]:
+    def _next_call(self, queue: str, want: int) -> tuple[Call[Any], list[Outgoing]]:
         """A claim of ``want`` jobs of ``queue``, carrying the outcomes waiting to be reported."""
         calls = self.client.calls
-        carried, outcomes = self.outbox.take()
+        carried, outcomes = self.reporter.take()
         if outcomes:
             call = calls.report_claim(self.worker_id, outcomes, queue, self.lease_ms, want)
             return call, carried
         return calls.claim(queue, self.worker_id, self.lease_ms, want), carried
 
-    def _settle(self, carried: list[Item], results: Sequence[Any]) -> None:
-        """The results of outcomes a claim carried: to their jobs, as the lease keeper's are."""
-        if carried:
-            self.outbox.keeper.forget(carried)
-            self.runner.deliver([(item[2], r) for item, r in zip(carried, results, strict=True)])
-
-    def _unsent(self, carried: list[Item], exc: BaseException) -> None:
-        """A claim carrying ``carried`` failed with ``exc`` (not for want of Redis): refused
-        before it ran, by an error that can pass, its outcomes go to the lease keeper, which sends
-        them again; any other error is their result."""
-        if not passes(exc):
-            self._settle(carried, [exc] * len(carried))
-        elif carried:
-            self.outbox.keeper.report_many(carried)
-
-    def _stop_carrying(self) -> None:
-        """This loop sends no claim for now: outcomes go to the lease keeper unless another
-        loop carries them."""
-        self.outbox.carrying -= 1
-        self.outbox.flush()
-
     def report_unanswered(self) -> None:
-        """On the way out: the outcomes of calls whose reply was lost go to the lease keeper (as
-        a new report: one applied the first time is refused as stale, which changes nothing)."""
-        self.outbox.items.extend(self.resends.drop_all())
-        self.outbox.flush()
+        """On the way out: calls whose reply was lost are not sent again; the outcomes they
+        carried go to the lease keeper."""
+        self.reporter.to_keeper(self.resends.drop_all())
 
     # idling -------------------------------------------------------------------------------------
 
@@ -280,7 +252,7 @@ class Claimer:
         """
         timeout = self.idle_wait
         if next_at is not None:
-            local_ms = time.time() * 1000 + self.offset_ms
+            local_ms = self.redis_ms()
             timeout = min(timeout, max(0.001, (next_at - local_ms) / 1000))
         free, queue = self.free(), self.queues[0]
         claim: Call[t.ClaimsResult] | None = None
@@ -335,7 +307,7 @@ class Claimer:
             self.resends.cut_short(call_id)
             pop.add_done_callback(functools.partial(self._late, queue, call_id))
         # Not awaited: redis-py may sit out a cancelled BLPOP until its timeout.
-        self._in_background(pop)
+        self.background.keep(pop)
         return answered
 
     def _late(self, queue: str, call_id: str, pop: asyncio.Future[Any]) -> None:
@@ -359,10 +331,28 @@ class Claimer:
         if claims:
             self.runner.start_all(claims)
             if len(claims) == want:
-                self._wake_others(queue)
+                self.background.wake(queue)
         return len(claims)
 
-    def _wake_others(self, queue: str) -> None:
+
+class Background:
+    """What the claim loops do not wait for: futures kept until done (their exceptions
+    retrieved), and wake-up pushes for other idle workers."""
+
+    __slots__ = ("client", "futures", "waking")
+
+    def __init__(self, client: AsyncQuasar) -> None:
+        self.client = client
+        self.futures: set[asyncio.Future[Any]] = set()
+        self.waking: set[str] = set()  # queues with a wake-up push in flight
+
+    def keep(self, future: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Keep ``future`` until it is done (its exception, if any, retrieved)."""
+        self.futures.add(future)
+        future.add_done_callback(_forget(self.futures))
+        return future
+
+    def wake(self, queue: str) -> None:
         """Push a wake-up token for ``queue`` (another idle worker looks too), without waiting.
 
         At most one push per queue is in flight: a claim that fills up meanwhile needs no other.
@@ -370,14 +360,8 @@ class Claimer:
         if queue in self.waking:
             return
         self.waking.add(queue)
-        push = self._in_background(asyncio.ensure_future(self.client.wake(queue)))
+        push = self.keep(asyncio.ensure_future(self.client.wake(queue)))
         push.add_done_callback(lambda _: self.waking.discard(queue))
-
-    def _in_background(self, future: asyncio.Future[Any]) -> asyncio.Future[Any]:
-        """Keep ``future`` until it is done (its exception, if any, retrieved)."""
-        self.background.add(future)
-        future.add_done_callback(_forget(self.background))
-        return future
 
 
 async def pause(stopping: asyncio.Event, seconds: float) -> None:

@@ -2,7 +2,7 @@
 
 A held job is in exactly one phase (``JobPhase``); ``PHASE_CHANGES`` lists every change allowed,
 and ``HeldJob.move_to`` refuses any other (``PhaseError``: a bug in the worker). Its lease, kept by
-the lease keeper's thread, has a state of its own (``LeaseState``, in ``_lease_keeper``).
+the lease keeper's thread, has a state of its own (``LeaseState``, in ``_lease``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .. import _types as t
 from .._hooks import WorkerContext, serving
-from ._lease_keeper import Lease, PhaseError
+from ._lease import Lease, PhaseError
 
 if TYPE_CHECKING:
     from ._outcomes import Outcome
@@ -148,7 +148,7 @@ class HeldJob(Lease):
         self.ctx = ctx
         self.started = started  # its claim, then the start of its run
         self.task: asyncio.Task[None] | None = None  # made as it leaves QUEUED for a slot
-        self.outcome: Outcome | None = None  # handed to the outbox
+        self.outcome: Outcome | None = None  # handed to the reporter
         self.duration = 0.0  # from its start (its claim, unless prefetched) to the outcome
 
     def move_to(self, phase: JobPhase) -> None:

@@ -3,18 +3,14 @@
 Heartbeats of one worker go through this thread, one batch (one pipeline, one round trip) at a
 time, so they keep going while the event loop is busy: a job that blocks the loop, or a CPU-bound
 one, cannot starve them. Outcomes (completions, failures, hand-backs) go through it too, or ride
-the worker's next claim (``carry``): either way an outcome is sent only while no heartbeat of its
-lease is in flight and none starts after, so it always carries the newest token (a heartbeat
-renews the token, and the old one is then stale).
-
-Each lease is in one state (``LeaseState``); ``LEASE_CHANGES`` lists what each event makes of each
-state, and ``Lease.apply`` refuses an event the table does not list for the state (``PhaseError``:
-a bug in the worker). Every change is made under the keeper's lock.
+the worker's next claim (``_reporting``): either way an outcome is sent only while no heartbeat of
+its lease is in flight and none starts after, so it always carries the newest token (a heartbeat
+renews the token, and the old one is then stale). Each lease is in one state (``_lease``), changed
+under the keeper's lock.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import queue
 import threading
@@ -27,138 +23,32 @@ from .._calls import Call
 from .._urls import redact_text
 from ..client import Quasar
 from ..errors import QuasarError, RedisUnavailable
+from ._lease import (
+    BEAT,
+    BEAT_ENDED,
+    BEATING,
+    CARRY,
+    FINISH,
+    HELD,
+    REFUSED,
+    REPORTING,
+    Build,
+    Lease,
+    Outgoing,
+    due_of,
+    end_of,
+    retry_wait,
+)
 from ._transient import passes
 
 log = logging.getLogger("quasar_redis.worker")
 
-#: Builds the outcome from the newest token.
-Report = Callable[[t.LeaseToken], t.Outcome]
 #: Called with an outcome's result (an OutcomeResult, or the exception that stopped it).
 Done = Callable[[Any], None]
-#: Gets the ``(done, result)`` pairs of one batch, ``done`` as given to ``report`` (a worker hands
-#: them to its event loop in one go); the default calls each ``done(result)``.
+#: Gets the ``(handle, result)`` pairs of one batch, ``handle`` as given to ``report`` (a worker
+#: hands them to its event loop in one go); the default calls each ``handle(result)``.
 Dispatch = Callable[[list[tuple[Any, Any]]], None]
-#: One outcome to send: the lease, what builds the outcome from its newest token, and ``done``.
-Item = tuple["Lease", Report, Any]
 BATCH = 1000
-
-
-class PhaseError(QuasarError):
-    """A held job or its lease was asked for a change its table does not allow: a worker bug."""
-
-
-class LeaseState(enum.Enum):
-    """Where a held lease is, as the lease keeper sees it."""
-
-    HELD = "held"  # renewed by heartbeats
-    BEATING = "beating"  # a heartbeat of it is in flight (its token may change)
-    FINISHING = "finishing"  # its outcome went out with a claim: no heartbeat until its answer
-    # its outcome was queued while a heartbeat was in flight: it goes out after, with the new token
-    BEATING_FINISHING = "beating, finishing"
-    # its outcome is the keeper's to send: renewed between the tries of its report (a finished
-    # job's lease outlives an outage its outcome waits through, as a running job's does)
-    REPORTING = "reporting"
-    LOST = "lost"  # a heartbeat was refused: no more heartbeats, its outcome never counts
-
-    __hash__ = object.__hash__  # (see JobPhase)
-
-
-class LeaseEvent(enum.Enum):
-    """What happens to a lease."""
-
-    BEAT = "beat"  # a heartbeat is sent
-    BEAT_ENDED = "beat ended"  # its answer is in (a renewal, or Redis unreachable)
-    REFUSED = "refused"  # the heartbeat was refused: the lease is lost
-    FINISH = "finish"  # its outcome is queued for the keeper
-    CARRY = "carry"  # its outcome is taken into a claim
-
-    __hash__ = object.__hash__
-
-
-# The members by name (see JobPhase).
-HELD = LeaseState.HELD
-BEATING = LeaseState.BEATING
-FINISHING = LeaseState.FINISHING
-BEATING_FINISHING = LeaseState.BEATING_FINISHING
-REPORTING = LeaseState.REPORTING
-LOST = LeaseState.LOST
-BEAT = LeaseEvent.BEAT
-BEAT_ENDED = LeaseEvent.BEAT_ENDED
-REFUSED = LeaseEvent.REFUSED
-FINISH = LeaseEvent.FINISH
-CARRY = LeaseEvent.CARRY
-#: What each event makes of each state; ``Lease.apply`` refuses the pairs not listed.
-LEASE_CHANGES: dict[LeaseState, dict[LeaseEvent, LeaseState]] = {
-    HELD: {BEAT: BEATING, FINISH: REPORTING, CARRY: FINISHING},
-    BEATING: {BEAT_ENDED: HELD, REFUSED: LOST, FINISH: BEATING_FINISHING},
-    BEATING_FINISHING: {BEAT_ENDED: REPORTING, REFUSED: LOST},
-    # to the keeper: the claim that carried it was refused before it ran, or lost its reply and
-    # the worker stops
-    FINISHING: {FINISH: REPORTING},
-    # (renewed by the keeper's report of it, which ends its holding)
-    REPORTING: {},
-    # the worker has not heard yet (its outcome is then refused); the refused beat ends
-    LOST: {FINISH: LOST, CARRY: LOST, BEAT_ENDED: LOST},
-}
-#: A renewal or an outcome that could not reach Redis is tried again after RETRY_S at most...
-RETRY_S = 0.2
-#: ... and never later than half the time its lease has left, down to LAST_TRY_S: so a try comes
-#: before the lease ends, however the outage falls.
-LAST_TRY_S = 0.02
-
-
-class Lease:
-    """A job this worker holds: its newest token and what to do if the lease is lost.
-
-    ``on_lost`` is called, from the keeper's thread, with the lease and the refusal.
-    """
-
-    __slots__ = (
-        "beat",
-        "claim",
-        "lease_ms",
-        "on_lost",
-        "renewed_at",
-        "retry_at",
-        "state",
-        "token",
-    )
-
-    def __init__(
-        self, claim: t.Claim, lease_ms: int, on_lost: Callable[[Lease, t.JobError], None]
-    ) -> None:
-        self.claim = claim
-        self.lease_ms = lease_ms
-        self.on_lost = on_lost
-        self.token: t.LeaseToken = claim.token
-        self.renewed_at = 0.0  # monotonic time of the claim or last heartbeat
-        self.retry_at = 0.0  # when a renewal is due sooner than a third in (0.0: not sooner)
-        self.state = HELD
-        # a heartbeat sent whose answer was lost, and when it was first sent: sent again as it is
-        # (same call id), since Redis may have renewed the lease and made the token stale
-        self.beat: tuple[Call[t.ClaimResult], float] | None = None
-
-    @property
-    def job_id(self) -> str:
-        return self.claim.job.id
-
-    @property
-    def lost(self) -> bool:
-        return self.state is LOST
-
-    @property
-    def finishing(self) -> bool:
-        """Its outcome is queued or sent (and it was not lost)."""
-        state = self.state
-        return state is FINISHING or state is BEATING_FINISHING or state is REPORTING
-
-    def apply(self, event: LeaseEvent) -> None:
-        """Apply ``event`` (under the keeper's lock); PhaseError if ``LEASE_CHANGES`` has no
-        change for it in this state."""
-        state = LEASE_CHANGES[self.state].get(event)
-        if state is None:
-            raise PhaseError(f"lease of job {self.job_id}: no change for {event} in {self.state}")
-        self.state = state
 
 
 _WAKE = object()  # put on the queue to make the keeper look at its leases again
@@ -175,12 +65,13 @@ class LeaseKeeper:
         dispatch: Dispatch | None = None,
     ) -> None:
         self.client = client
+        self.wire = Wire(client, worker_id)
         self.dispatch = dispatch or _run_all
         self.worker_id = worker_id
         self.retry_for = retry_for
         self._leases: dict[str, Lease] = {}
         self._lock = threading.Lock()
-        self._outcomes: queue.SimpleQueue[list[Item] | object | None] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[list[Outgoing] | object | None] = queue.SimpleQueue()
         self._next_due = time.monotonic() + 0.5
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="quasar-lease-keeper", daemon=True)
@@ -209,54 +100,62 @@ class LeaseKeeper:
             due = self._next_due
             for lease in leases:
                 self._leases[lease.claim.job.id] = lease
-                due = min(due, _due(lease))
+                due = min(due, due_of(lease))
             sooner = due < self._next_due
             self._next_due = due
         if sooner:
             self._outcomes.put(_WAKE)  # the keeper may be asleep past this lease's first renewal
 
-    def report(self, lease: Lease, build: Report, done: Done) -> None:
+    def report(self, lease: Lease, build: Build, done: Done) -> None:
         """Send the job's outcome with its newest token; ``done`` gets the result."""
-        self.report_many([(lease, build, done)])
+        self.send([Outgoing(lease, build, done)])
 
-    def report_many(self, items: list[Item]) -> None:
-        """``report`` for many outcomes at once; the dispatch gets each ``done`` with its result.
+    def report_many(self, items: list[tuple[Lease, Build, Any]]) -> None:
+        """``report`` for many outcomes at once, each ``(lease, build, handle)``."""
+        self.send([Outgoing(*item) for item in items])
 
-        The list is the keeper's from then on.
-        """
-        with self._lock:
-            for lease, _, _ in items:
-                lease.apply(FINISH)
-        self._outcomes.put(items)
-
-    def carry(self, items: list[Item]) -> tuple[list[Item], list[t.Outcome]]:
-        """The outcomes of ``items`` the caller may send itself now (in its own call, such as a
-        claim), built from their newest tokens: those whose lease has no heartbeat in flight.
-        No heartbeat of them starts after; the rest go out through the keeper (``report_many``).
-
-        The caller sends them, then hands the results to ``forget`` and to their ``done``.
-        """
-        taken: list[Item] = []
-        outcomes: list[t.Outcome] = []
-        left: list[Item] = []
+    def send(self, items: list[Outgoing]) -> None:
+        """Send the outcomes of ``items`` from their leases' newest tokens; the dispatch gets
+        each handle with its result. The list is the keeper's from then on."""
         with self._lock:
             for item in items:
-                lease = item[0]
-                if lease.state is BEATING or lease.beat is not None:  # its token may be stale
-                    left.append(item)
+                item.lease.apply(FINISH)
+        self._outcomes.put(items)
+
+    def tokens_to_carry(self, items: list[Outgoing]) -> list[t.LeaseToken | None]:
+        """For each of ``items``, the newest token of its lease if the caller may send its
+        outcome itself now (in its own call, such as a claim): no heartbeat of it is in flight,
+        and none starts after. None where one is in flight (its token may be stale): that
+        outcome is still the caller's, for ``send``.
+
+        The caller sends those it took, then hands the results to ``forget``."""
+        tokens: list[t.LeaseToken | None] = []
+        with self._lock:
+            for item in items:
+                lease = item.lease
+                if lease.state is BEATING or lease.beat is not None:
+                    tokens.append(None)
                 else:
                     lease.apply(CARRY)
-                    taken.append(item)
-                    outcomes.append(item[1](lease.token))
-        if left:
-            self.report_many(left)
-        return taken, outcomes
+                    tokens.append(lease.token)
+        return tokens
 
-    def forget(self, items: list[Item]) -> None:
-        """Stop keeping the leases of ``items``, whose outcomes were sent (``carry``)."""
+    def carry(self, items: list[Outgoing]) -> tuple[list[Outgoing], list[t.Outcome]]:
+        """The outcomes of ``items`` the caller may send itself now, built from their newest
+        tokens (``tokens_to_carry``); the rest go out through the keeper (``send``)."""
+        tokens = self.tokens_to_carry(items)
+        left = [item for item, token in zip(items, tokens, strict=True) if token is None]
+        if left:
+            self.send(left)
+        taken = [(x, token) for x, token in zip(items, tokens, strict=True) if token is not None]
+        return [x for x, _ in taken], [x.build(token) for x, token in taken]
+
+    def forget(self, items: list[Outgoing]) -> None:
+        """Stop keeping the leases of ``items``, whose outcomes were sent by the caller."""
         with self._lock:
             leases = self._leases
-            for lease, _, _ in items:
+            for item in items:
+                lease = item.lease
                 job_id = lease.claim.job.id
                 if leases.get(job_id) is lease:  # not a newer lease of the same job
                     del leases[job_id]
@@ -264,6 +163,10 @@ class LeaseKeeper:
     def held(self) -> list[Lease]:
         with self._lock:
             return list(self._leases.values())
+
+    def close(self) -> None:
+        """Close its connection (once stopped)."""
+        self.client.close()
 
     # the thread -----------------------------------------------------------------------------------
 
@@ -274,7 +177,7 @@ class LeaseKeeper:
                 break
             if batch:
                 self._send_outcomes(batch)
-            self._heartbeat_due()
+            self._heartbeatdue_of()
         rest = self._take_outcomes(0.0) or []
         if rest:
             self._send_outcomes(rest)
@@ -283,8 +186,8 @@ class LeaseKeeper:
         """Until the earliest heartbeat is due (kept up to date by hold and each round)."""
         return max(0.0, min(self._next_due - time.monotonic(), 0.5))
 
-    def _take_outcomes(self, wait: float) -> list[Item] | None:
-        batch: list[Item] = []
+    def _take_outcomes(self, wait: float) -> list[Outgoing] | None:
+        batch: list[Outgoing] = []
         try:
             item = self._outcomes.get(timeout=wait) if wait > 0 else self._outcomes.get_nowait()
         except queue.Empty:
@@ -302,13 +205,13 @@ class LeaseKeeper:
             except queue.Empty:
                 return batch
 
-    def _send_outcomes(self, batch: list[Item]) -> None:
+    def _send_outcomes(self, batch: list[Outgoing]) -> None:
         """One report call per BATCH outcomes (all in one pipeline), sent until answered."""
         results = self._report(batch)
         self.forget(batch)
-        self.dispatch([(item[2], r) for item, r in zip(batch, results, strict=True)])
+        self.dispatch([(item.handle, r) for item, r in zip(batch, results, strict=True)])
 
-    def _report(self, batch: list[Item]) -> list[Any]:
+    def _report(self, batch: list[Outgoing]) -> list[Any]:
         """The outcomes' results. Sent again while the error can pass (``passes``) until the
         leases have surely run out (``retry_for`` at least, and past each lease's end): the same
         calls once one may have been applied (Redis unreachable); while every try was refused
@@ -317,7 +220,7 @@ class LeaseKeeper:
         answer first; an outcome refused because its lease was renewed after its call was built
         goes out again from the new token (``_resent``). No wait outlasts the next renewal due."""
         started = time.monotonic()
-        chunks: list[list[Item]] = []
+        chunks: list[list[Outgoing]] = []
         calls: list[Call[Any]] = []
         tokens: list[t.LeaseToken] = []
         unsure, tries, backoff = False, 0, 0.05
@@ -325,10 +228,10 @@ class LeaseKeeper:
             error = self._renew(renew_due=tries > 0)
             if error is None:
                 if not unsure:  # none sent may have been applied: built from the newest tokens
-                    tokens = [x.token for x, _, _ in batch]
-                    chunks, calls = self._report_calls(batch)
+                    tokens = [item.lease.token for item in batch]
+                    chunks, calls = self.wire.reports(batch)
                 try:
-                    return self._resent(batch, tokens, _flat(chunks, self._send(calls)))
+                    return self._resent(batch, tokens, _flat(chunks, self.wire.send(calls)))
                 except QuasarError as exc:
                     if not passes(exc):
                         return [exc] * len(batch)
@@ -341,11 +244,11 @@ class LeaseKeeper:
             if not tries:
                 log.warning("Redis cannot take outcomes now (%s); retrying in %.2fs", why, wait)
             time.sleep(wait)
-            self._heartbeat_due()  # the other leases are renewed meanwhile
+            self._heartbeatdue_of()  # the other leases are renewed meanwhile
             tries, backoff = tries + 1, min(backoff * 2, 2.0)
 
     def _resent(
-        self, batch: list[Item], tokens: list[t.LeaseToken], results: list[Any]
+        self, batch: list[Outgoing], tokens: list[t.LeaseToken], results: list[Any]
     ) -> list[Any]:
         """``results``, but for the outcomes refused ``StaleLease`` because their lease was
         renewed after their call was built (a call re-sent as it was, after an outage): those
@@ -353,7 +256,7 @@ class LeaseKeeper:
         again = [
             i
             for i, (item, token, result) in enumerate(zip(batch, tokens, results, strict=True))
-            if item[0].token is not token
+            if item.lease.token is not token
             and isinstance(result, t.JobRefused)
             and isinstance(result.error, t.StaleLease)
         ]
@@ -362,26 +265,18 @@ class LeaseKeeper:
                 results[i] = result
         return results
 
-    def _ran_out(self, batch: list[Item], started: float) -> bool:
+    def _ran_out(self, batch: list[Outgoing], started: float) -> bool:
         """Whether to give up on ``batch``: ``retry_for`` has passed, and each lease's end."""
         now = time.monotonic()
-        return now >= started + self.retry_for and all(now >= _end(x) for x, _, _ in batch)
+        return now >= started + self.retry_for and all(now >= end_of(item.lease) for item in batch)
 
     def _wait(self, backoff: float) -> float:
         """Until the next try of a report: ``backoff``, or sooner when a renewal is due first
         (of a lease whose outcome the keeper holds, or of another)."""
         with self._lock:
-            dues = [_due(x) for x in self._leases.values() if x.state is REPORTING]
+            dues = [due_of(x) for x in self._leases.values() if x.state is REPORTING]
         soonest = min(dues, default=self._next_due)
         return max(0.0, min(backoff, soonest - time.monotonic(), self._next_due - time.monotonic()))
-
-    def _report_calls(self, batch: list[Item]) -> tuple[list[list[Item]], list[Call[Any]]]:
-        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
-        chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
-        report = self.client.calls.report
-        worker_id = self.worker_id
-        calls = [report(worker_id, [build(x.token) for x, build, _ in chunk]) for chunk in chunks]
-        return chunks, calls
 
     def _renew(self, *, renew_due: bool) -> BaseException | None:
         """Heartbeats of the leases whose outcome the keeper holds (``REPORTING``): those whose
@@ -393,13 +288,13 @@ class LeaseKeeper:
             leases = [
                 x
                 for x in self._leases.values()
-                if x.state is REPORTING and (x.beat is not None or (renew_due and now >= _due(x)))
+                if x.state is REPORTING and (x.beat is not None or (renew_due and now >= due_of(x)))
             ]
         if not leases:
             return None
-        beats = [lease.beat or self._beat(lease, now) for lease in leases]
+        beats = [lease.beat or self.wire.beat(lease, now) for lease in leases]
         waiting = None
-        for lease, result, (_, sent_at) in zip(leases, self._beats(beats), beats, strict=True):
+        for lease, result, (_, sent_at) in zip(leases, self.wire.beats(beats), beats, strict=True):
             if isinstance(result, BaseException) and passes(result):
                 waiting = result  # sent again next time
                 lease.retry_at = time.monotonic() + retry_wait(lease, time.monotonic())
@@ -415,35 +310,30 @@ class LeaseKeeper:
             lease.renewed_at = sent_at
             lease.retry_at = 0.0
 
-    def _heartbeat_due(self) -> None:
+    def _heartbeatdue_of(self) -> None:
         now = time.monotonic()
         if now < self._next_due:
             return
-        with self._lock:  # (an outcome taken by carry() is finishing: never beaten after)
+        with self._lock:  # (an outcome taken into a claim is finishing: never beaten after)
             live = [x for x in self._leases.values() if x.state is HELD]
-            due = [lease for lease in live if now >= _due(lease)]
+            due = [lease for lease in live if now >= due_of(lease)]
             for lease in due:
                 lease.apply(BEAT)
-        later = [_due(lease) for lease in live if _due(lease) > now]
+        later = [due_of(lease) for lease in live if due_of(lease) > now]
         self._next_due = min(later, default=now + 0.5)
         if not due:
             return
-        beats = [lease.beat or self._beat(lease, now) for lease in due]
+        beats = [lease.beat or self.wire.beat(lease, now) for lease in due]
         try:
-            results = self._beats(beats)
+            results = self.wire.beats(beats)
             for lease, result, (_, sent_at) in zip(due, results, beats, strict=True):
                 self._after_heartbeat(lease, result, sent_at)
                 if not lease.lost:
-                    self._next_due = min(self._next_due, _due(lease))
-        finally:  # only now, the new tokens in place, may carry() take these leases' outcomes
+                    self._next_due = min(self._next_due, due_of(lease))
+        finally:  # only now, the new tokens in place, may a claim take these leases' outcomes
             with self._lock:
                 for lease in due:
                     lease.apply(BEAT_ENDED)
-
-    def _beat(self, lease: Lease, now: float) -> tuple[Call[t.ClaimResult], float]:
-        """A new heartbeat of ``lease``, kept on it until answered."""
-        lease.beat = (self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms), now)
-        return lease.beat
 
     def _after_heartbeat(self, lease: Lease, result: Any, sent_at: float) -> None:
         """``sent_at``: when the heartbeat was first sent (Redis renewed the lease after)."""
@@ -461,13 +351,37 @@ class LeaseKeeper:
             now = time.monotonic()
             lease.retry_at = now + retry_wait(lease, now)
 
-    def _send(self, calls: list[Call[Any]]) -> list[Any]:
+
+class Wire:
+    """The lease keeper's calls, on its own connection: heartbeats and reports, built from the
+    leases' newest tokens."""
+
+    __slots__ = ("client", "worker_id")
+
+    def __init__(self, client: Quasar, worker_id: str) -> None:
+        self.client = client
+        self.worker_id = worker_id
+
+    def reports(self, batch: list[Outgoing]) -> tuple[list[list[Outgoing]], list[Call[Any]]]:
+        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
+        chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
+        report = self.client.calls.report
+        worker_id = self.worker_id
+        calls = [report(worker_id, [x.build(x.lease.token) for x in chunk]) for chunk in chunks]
+        return chunks, calls
+
+    def beat(self, lease: Lease, now: float) -> tuple[Call[t.ClaimResult], float]:
+        """A new heartbeat of ``lease``, kept on it until answered."""
+        lease.beat = (self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms), now)
+        return lease.beat
+
+    def send(self, calls: list[Call[Any]]) -> list[Any]:
         """The replies of ``calls`` (one call without a pipeline)."""
         if len(calls) == 1:
             return [self.client.execute(calls[0])]
         return self.client.execute_many(calls)
 
-    def _beats(self, beats: list[tuple[Call[t.ClaimResult], float]]) -> list[Any]:
+    def beats(self, beats: list[tuple[Call[t.ClaimResult], float]]) -> list[Any]:
         """The results of heartbeats, sent once in one pipeline (an exception for each if the
         pipeline failed)."""
         try:
@@ -501,31 +415,10 @@ def _run_all(pairs: list[tuple[Any, Any]]) -> None:
         done(result)
 
 
-def _flat(chunks: list[list[Item]], replies: list[Any]) -> list[Any]:
+def _flat(chunks: list[list[Outgoing]], replies: list[Any]) -> list[Any]:
     """One result per outcome from the replies of their report calls (a call's error for each
     of its outcomes)."""
     results: list[Any] = []
     for chunk, reply in zip(chunks, replies, strict=True):
         results.extend(reply if isinstance(reply, list) else [reply] * len(chunk))
     return results
-
-
-def _end(lease: Lease) -> float:
-    """When the lease runs out, by the worker's clock (from the last renewal sent)."""
-    return lease.renewed_at + lease.lease_ms / 1000
-
-
-def _due(lease: Lease) -> float:
-    """When the lease should be renewed: a third of the way through it, or sooner to try again
-    a renewal that could not reach Redis."""
-    return lease.retry_at or lease.renewed_at + lease.lease_ms / 3000
-
-
-def retry_wait(lease: Lease, now: float) -> float:
-    """How long to wait before trying again a call of ``lease`` (a renewal, an outcome) that
-    could not reach Redis: RETRY_S, but at most half the time the lease has left, down to
-    LAST_TRY_S, so that tries come closer together as its end nears (RETRY_S once it is past)."""
-    left = _end(lease) - now
-    if left <= 0:
-        return RETRY_S
-    return min(RETRY_S, max(LAST_TRY_S, left / 2))

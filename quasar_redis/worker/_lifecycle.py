@@ -1,8 +1,8 @@
 """The Worker: its settings, and its life: serve (or run, or ``with``), stop, drain.
 
-While it serves, its parts are: the claim loops (``_claiming``), the jobs it holds and runs
-(``_running``), the lease keeper's thread (``_lease_keeper``) and the maintenance loop
-(``_maintenance``).
+While it serves, its parts are those of ``Serving`` (``_serving``: made in order, stopped in
+ordered steps): the lease keeper, the reporter, the runner, the claim loops, maintenance and the
+registry entry.
 """
 
 from __future__ import annotations
@@ -15,24 +15,18 @@ import signal
 import socket
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Literal
+from typing import Literal
 
 from .._hooks import WorkerContext, serving
 from .._keys import check_name
 from ..app import App
 from ..errors import InvalidArgument
-from ._claiming import Claimer
-from ._lease_keeper import LeaseKeeper
-from ._maintenance import Maintenance
 from ._metrics import WorkerMetrics
-from ._outbox import Outbox
 from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
 from ._processes import ProcessPool, leave_if_bootstrapping
-from ._registry import Registry
-from ._running import Runner
+from ._serving import Serving
 from ._startup import announce, check_eviction, check_settings, connect
 
 log = logging.getLogger("quasar_redis.worker")
@@ -124,9 +118,7 @@ class Worker:
         self._stopping = asyncio.Event()  # no more claims, no job starts
         self._slot = asyncio.Event()  # a slot may have freed
         self._poke = asyncio.Event()  # look for work again
-        self._keeper: LeaseKeeper | None = None
-        self._runner: Runner | None = None
-        self._claimer: Claimer | None = None
+        self._serving: Serving | None = None
         # ``with`` / ``async with``: the thread or task serving, and what ended it
         self._thread: threading.Thread | None = None
         self._started: threading.Event | None = None  # set once it serves (or cannot)
@@ -169,7 +161,8 @@ class Worker:
     async def _serve_started(
         self, loop: asyncio.AbstractEventLoop, processes: ProcessPool | None
     ) -> None:
-        """Run the startup hooks, then serve until stopped; then the shutdown hooks."""
+        """Run the startup hooks, then serve until stopped (the shutdown hooks are a step of the
+        stop: ``Serving.stop_steps``)."""
         hooks, context = self.app.hooks, self.context
         assert context is not None
         try:
@@ -179,42 +172,20 @@ class Worker:
         except BaseException:
             await hooks.stop(context)
             raise
-        keeper, runner, claimer, pool = self._open(loop, processes)
-        upkeep = self._maintenance(runner, claimer)
-        maintenance = asyncio.create_task(upkeep.run())
-        registry = Registry(
-            client=claimer.client,
-            runner=runner,
-            queues=self.queues,
-            interval=self.maintenance_interval,
+        self._serving = serving = Serving(
+            self,
+            context,
+            processes,
+            prefetch=self._prefetch,
+            stopping=self._stopping,
+            slot=self._slot,
+            poke=self._poke,
         )
-        announcing = asyncio.create_task(registry.run())
+        serving.start_loops()
         announce(self.worker_id, self.app, self.queues, self._settings())
         if self._started is not None:  # ``with``: the block begins
             self._started.set()
-        try:
-            await claimer.run()
-        finally:
-            self._stopping.set()  # ends maintenance even if a cancellation gets swallowed
-            claimer.outbox.carrying = 0
-            claimer.outbox.flush()
-            claimer.report_unanswered()
-            await self._drain(runner)
-            maintenance.cancel()
-            announcing.cancel()
-            await asyncio.gather(maintenance, announcing, return_exceptions=True)
-            await registry.retire()
-            claimer.outbox.flush()
-            await hooks.stop(context)
-            await asyncio.to_thread(keeper.stop)
-            await asyncio.sleep(0)  # (the last results the keeper handed over are counted)
-            await upkeep.last_stats()
-            assert self._keeper is not None
-            self._keeper.client.close()
-            pool.shutdown(wait=False, cancel_futures=True)
-            if processes is not None:
-                await processes.close()
-            log.info("worker %s stopped", self.worker_id)
+        await serving.run()
 
     def _process_pool(self) -> ProcessPool | None:
         """The processes plain-function tasks run in, if asked for; InvalidArgument for a task
@@ -225,68 +196,12 @@ class Worker:
         pool.check(self.app.tasks)
         return pool
 
-    def _open(
-        self, loop: asyncio.AbstractEventLoop, processes: ProcessPool | None = None
-    ) -> tuple[LeaseKeeper, Runner, Claimer, ThreadPoolExecutor]:
-        """The parts of one serve(): the lease keeper (started), the runner, the claim loops."""
-        client = self.app.aclient()
-
-        def dispatch(pairs: list[tuple[Any, Any]]) -> None:
-            loop.call_soon_threadsafe(runner.deliver, pairs)  # one wake-up of the loop a batch
-
-        keeper = LeaseKeeper(self.app.new_client(), self.worker_id, dispatch=dispatch)
-        self._keeper = keeper
-        outbox = Outbox(keeper, loop)
-        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="quasar-task")
-        self._runner = runner = Runner(
-            app_tasks=self.app.tasks,
-            worker_id=self.worker_id,
-            lease_ms=self.lease_ms,
-            concurrency=self.concurrency,
-            prefetch=self._prefetch,
-            stats=self.stats,
-            keeper=keeper,
-            outbox=outbox,
-            pool=pool,
-            processes=processes,
-            stopping=self._stopping,
-            slot=self._slot,
-            poke=self._poke,
-            middleware=self.app.hooks.arounds,
-            worker=self.context,
-        )
-        runner.metrics = self.metrics
-        self.metrics.worker_id, self.metrics.concurrency = self.worker_id, self.concurrency
-        self.metrics.running = lambda: runner.live
-        self._claimer = Claimer(
-            client=client,
-            runner=runner,
-            outbox=outbox,
-            queues=self.queues,
-            lanes=self._prefetch.lanes,
-            idle_wait=self.idle_wait,
-            burst=self.burst,
-            max_jobs=self.max_jobs,
-        )
-        keeper.start()
-        return keeper, runner, self._claimer, pool
-
     def _settings(self) -> str:
         """The settings the start line shows."""
         text = f"concurrency {self.concurrency}, prefetch {self.prefetch}"
         text += ", burst" if self.burst else ""
         text += f", {self.processes} processes" if self.processes else ""
         return text if self.max_jobs is None else f"{text}, max_jobs {self.max_jobs}"
-
-    def _maintenance(self, runner: Runner, claimer: Claimer) -> Maintenance:
-        return Maintenance(
-            client=claimer.client,
-            runner=runner,
-            claimer=claimer,
-            interval=self.maintenance_interval,
-            prune_max_age=self.prune_max_age,
-            prune_max_count=self.prune_max_count,
-        )
 
     # stopping -----------------------------------------------------------------------------------
 
@@ -307,27 +222,18 @@ class Worker:
     def _stop_now(self) -> None:
         self._stopping.set()
         self._slot.set()
-        if self._runner is not None:
-            self._runner.hand_back_queued()  # (the grace is for jobs that run)
+        if self._serving is not None:
+            runner = self._serving.runner
+            runner.hand_back_queued()  # (the grace is for jobs that run)
             if self.grace <= 0:
-                self._runner.hand_back_all()
+                runner.hand_back_all()
 
     def _on_signal(self) -> None:
         self._signals += 1
         immediate = self._signals > 1
-        running = self._runner.live if self._runner is not None else 0
+        running = self._serving.runner.live if self._serving is not None else 0
         log.info("worker %s: %s", self.worker_id, stop_message(running, self.grace, immediate))
         self.stop(immediate=immediate)
-
-    async def _drain(self, runner: Runner) -> None:
-        runner.hand_back_queued()
-        tasks = [r.task for r in runner.held.values() if r.task is not None]
-        if tasks and self.grace > 0:
-            await asyncio.wait(tasks, timeout=self.grace)
-        runner.hand_back_all()
-        left = [r.task for r in runner.held.values() if r.task is not None]
-        if left:
-            await asyncio.wait(left, timeout=10.0)
 
     # with / async with --------------------------------------------------------------------------
 

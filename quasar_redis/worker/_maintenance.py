@@ -1,7 +1,8 @@
 """The maintenance every worker runs: promote due jobs, recover expired leases, prune finished
-jobs; and, for the worker itself, the Redis clock's offset, prefetched jobs that waited too
-long, and its recent counts added to the rolling store (``_rolling``) every ``STATS_ROUNDS``
-rounds. Any number of workers may run it at once: each step is one atomic script."""
+jobs; and, for the worker itself, the Redis clock's offset from its own (the other parts read
+the Redis time through ``redis_ms``), prefetched jobs that waited too long, and its recent counts
+added to the rolling store (``_rolling``) every ``STATS_ROUNDS`` rounds. Any number of workers
+may run it at once: each step is one atomic script."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from .._rolling import write_commands
 from .._urls import redact_text
 from ..aio import AsyncQuasar
 from ..errors import QuasarError
-from ._claiming import Claimer, pause
+from ._claiming import pause
 from ._running import Runner
 
 log = logging.getLogger("quasar_redis.worker")
@@ -38,18 +39,21 @@ class Maintenance:
         *,
         client: AsyncQuasar,
         runner: Runner,
-        claimer: Claimer,
         interval: float,
         prune_max_age: float | None,
         prune_max_count: int | None,
     ) -> None:
         self.client = client
         self.runner = runner
-        self.claimer = claimer
         self.interval = interval
         self.prune_max_age = prune_max_age
         self.prune_max_count = prune_max_count
         self.stopping: asyncio.Event = runner.stopping
+        self.offset_ms = 0.0  # the Redis clock minus ours, from the last TIME read
+
+    def redis_ms(self) -> float:
+        """The Redis clock's time now, in ms (ours until its first TIME read)."""
+        return time.time() * 1000 + self.offset_ms
 
     async def run(self) -> None:
         rounds = 0
@@ -99,8 +103,7 @@ class Maintenance:
     async def write_stats(self) -> None:
         """Add what was counted since the last write to the rolling store (one pipeline)."""
         counts = self.runner.metrics.tally.take()
-        now_ms = time.time() * 1000 + self.claimer.offset_ms
-        commands = write_commands(self.client.keys, counts, now_ms)
+        commands = write_commands(self.client.keys, counts, self.redis_ms())
         if not commands:
             return
         try:
@@ -117,4 +120,4 @@ class Maintenance:
             server_ms = await self.client.server_time_ms()
         except Exception as exc:  # a Redis error: the next round tries again
             raise QuasarError(f"TIME failed: {exc}") from exc
-        self.claimer.offset_ms = server_ms - time.time() * 1000
+        self.offset_ms = server_ms - time.time() * 1000

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from traceback import format_exception
 from types import TracebackType
@@ -18,13 +17,13 @@ from ..app import Task
 from ..errors import InvalidArgument
 from ..retry import Snooze, delay_ms
 from ..serializers import MSGPACK, name_of
+from ._lease import Build
 
 REASON_MAX = 8000
 #: The bytes of a failure's traceback kept with it: the end, where its innermost frames and the
 #: exception itself are.
 TRACEBACK_MAX = 4096
 CUT = "... (earlier lines left out)\n"
-Build = Callable[[t.LeaseToken], t.Outcome]
 #: ``OutcomeApplied.state`` of a failure that will be retried (state names are the states' names).
 RETRY_WAITING = t.RetryWaiting.__name__
 #: The error kind of a job whose outcome the worker could not make (``worker_error``).

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import _types as t
 from .._calls import Call
-from ._lease_keeper import Item
+from ._lease import Outgoing
 
 CUT_SHORT_KEPT = 64
 
@@ -21,14 +21,14 @@ class Resends:
     __slots__ = ("_calls", "_cut_short")
 
     def __init__(self) -> None:
-        self._calls: dict[tuple[int, str], tuple[Call[Any], list[Item]]] = {}
+        self._calls: dict[tuple[int, str], tuple[Call[Any], list[Outgoing]]] = {}
         self._cut_short: dict[str, set[str]] = {}
 
-    def keep(self, lane: int, queue: str, call: Call[Any], carried: list[Item]) -> None:
+    def keep(self, lane: int, queue: str, call: Call[Any], carried: list[Outgoing]) -> None:
         """Send ``call`` (carrying ``carried``) again: its reply was lost."""
         self._calls[(lane, queue)] = (call, carried)
 
-    def pop(self, lane: int, queue: str) -> tuple[Call[Any], list[Item]] | None:
+    def pop(self, lane: int, queue: str) -> tuple[Call[Any], list[Outgoing]] | None:
         """The call of this claim loop and queue to send again, if any (then forgotten)."""
         return self._calls.pop((lane, queue), None)
 
@@ -40,11 +40,11 @@ class Resends:
         """Whether any call waits to be sent again."""
         return bool(self._calls)
 
-    def carried(self) -> list[Item]:
+    def carried(self) -> list[Outgoing]:
         """The outcomes the calls waiting to be sent again carry."""
         return [item for _, items in self._calls.values() for item in items]
 
-    def drop_all(self) -> list[Item]:
+    def drop_all(self) -> list[Outgoing]:
         """Forget every call (the worker stops); the outcomes they carried."""
         carried = self.carried()
         self._calls.clear()

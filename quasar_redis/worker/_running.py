@@ -4,22 +4,17 @@ outcome, hand-backs, lost leases, and the outcomes' results."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import logging
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import _types as t
-from .._hooks import Around, WorkerContext, chain
-from .._tracing import Consuming
+from .._hooks import WorkerContext
 from ..app import Task
-from ..errors import CorruptDataError
-from ..retry import PermanentFailure, Snooze
 from . import _outcomes as o
+from ._invoking import Invoker
 from ._job import (
     DONE,
     HANDING_BACK,
@@ -34,22 +29,16 @@ from ._job import (
     JobContext,
     current,
 )
-from ._lease_keeper import LOST as LEASE_LOST
-from ._lease_keeper import Lease, LeaseKeeper, log_loss
+from ._lease import LOST as LEASE_LOST
+from ._lease import Lease, Outgoing
+from ._lease_keeper import LeaseKeeper, log_loss
 from ._metrics import WorkerMetrics
-from ._outbox import Outbox
 from ._prefetch import Prefetch
-from ._processes import ProcessPool
+from ._reporting import Reporter
 
 log = logging.getLogger("quasar_redis.worker")
 
 _context = t.builder(JobContext)
-#: A call's positional and keyword arguments.
-Call = tuple[list[Any], dict[str, Any]]
-#: Outcomes a run's span shows as an error.
-_FAILED = frozenset({o.OutcomeKind.FAILED, o.OutcomeKind.FAILED_PERMANENTLY})
-#: What a run's span says when the run was cancelled, by the job's phase.
-_ENDED = {HANDING_BACK: "handed back", LOST: "lost"}
 
 
 class Runner:
@@ -67,13 +56,11 @@ class Runner:
         prefetch: Prefetch,
         stats: o.WorkerStats,
         keeper: LeaseKeeper,
-        outbox: Outbox,
-        pool: ThreadPoolExecutor,
-        processes: ProcessPool | None = None,
+        reporter: Reporter,
+        invoker: Invoker,
         stopping: asyncio.Event,
         slot: asyncio.Event,
         poke: asyncio.Event,
-        middleware: tuple[Around, ...] = (),
         worker: WorkerContext | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
@@ -83,14 +70,12 @@ class Runner:
         self.concurrency = concurrency
         self.prefetch = prefetch
         self.stats = stats
-        self.keeper = keeper
-        self.outbox = outbox
-        self.pool = pool
-        self.processes = processes  # plain functions run here when set, else in ``pool``
+        self.keeper = keeper  # keeps the leases of the jobs held
+        self.reporter = reporter  # takes their outcomes to Redis, and back to ``deliver``
+        self.invoker = invoker  # runs their tasks
         self.stopping = stopping  # set: no job starts any more
         self.slot = slot  # set when a slot may have freed (a full claim loop waits on it)
         self.poke = poke  # set to look for work again (ends an idle wait)
-        self.middleware = middleware  # around every run, the first outermost
         self.worker = worker  # what its tasks see as current_worker()
         self.held: dict[str, HeldJob] = {}
         self.queued: deque[HeldJob] = deque()  # prefetched, in claim order (let go ones skipped)
@@ -158,7 +143,7 @@ class Runner:
         try:
             token = current.set(running.ctx)
             try:
-                outcome = await self._invoke(running, task)
+                outcome = await self.invoker.outcome_of(running, task)
             except asyncio.CancelledError:
                 if running.lost or running.phase is not HANDING_BACK:
                     return
@@ -179,98 +164,14 @@ class Runner:
                 running.move_to(DONE)
                 self._let_go(running)
 
-    async def _invoke(self, running: HeldJob, task: Task[Any, Any] | None) -> o.Outcome:
-        job = running.ctx.job
-        if task is None:
-            return o.permanent("UnknownTask", f"no task named {job.stage!r} in this worker")
-        app = task.app
-        tracer = app.tracer() if app.tracing else None
-        try:
-            if tracer is None:
-                args, kwargs = app.call_of(job)
-            else:
-                args, kwargs, trace = app.traced_call_of(job)
-        except (TypeError, CorruptDataError) as exc:
-            return o.permanent("BadPayload", str(exc), exc)
-        if tracer is None:
-            return await self._outcome(running, task, (args, kwargs), None)
-        span = Consuming(tracer, job, task.name, trace, self.worker_id, app.namespace)
-        try:
-            outcome = await self._outcome(running, task, (args, kwargs), span)
-        except BaseException:  # cancelled: its lease was lost, or the worker hands it back
-            span.end(_ENDED.get(running.phase, "cancelled"), failed=False)
-            raise
-        span.end(outcome.kind.value, failed=outcome.kind in _FAILED)
-        return outcome
-
-    async def _outcome(
-        self, running: HeldJob, task: Task[Any, Any], call: Call, span: Consuming | None
-    ) -> o.Outcome:
-        """Run the task (inside its middleware and span, if any) and make its outcome."""
-        job = running.ctx.job
-        args, kwargs = call
-        try:
-            if self.middleware or span is not None:
-                value = await self._wrapped(running, task, call, span)
-            else:
-                value = await self._timed(task, args, kwargs, running.ctx)
-        except Snooze as snooze:
-            return o.snoozed(snooze)
-        except PermanentFailure as exc:
-            return o.permanent(o.error_kind(exc), str(exc) or "permanent failure", exc)
-        except (TimeoutError, asyncio.TimeoutError) as exc:  # one class from Python 3.11 on
-            running.ctx.cancelled.set()
-            timed_out = task.timeout is not None and _past(running.started, task.timeout)
-            reason = f"timed out after {task.timeout}s" if timed_out else str(exc) or "timeout"
-            kind = "Timeout" if timed_out else o.error_kind(exc)
-            return o.failure(task, job, exc, kind, reason)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # SystemExit / KeyboardInterrupt from a task fail the job only
-            return o.failure(task, job, exc, o.error_kind(exc), str(exc) or repr(exc))
-        return o.success(value, task)
-
-    def _wrapped(
-        self, running: HeldJob, task: Task[Any, Any], call: Call, span: Consuming | None
-    ) -> Any:
-        """The run inside the middleware (the task's timeout counts the task alone), inside the
-        span: an awaitable."""
-
-        def inner() -> Any:
-            return self._timed(task, *call, running.ctx)
-
-        run = chain(self.middleware, running.ctx, inner) if self.middleware else inner()
-        return run if span is None else span.watch(run)
-
-    def _timed(
-        self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any], job: JobContext
-    ) -> Any:
-        """The task's call, within its timeout (a process of the pool keeps a plain function's
-        timeout itself): an awaitable."""
-        if task.timeout is None or (self.processes is not None and not task.is_async):
-            return self._call(task, args, kwargs, job)
-        return asyncio.wait_for(self._call(task, args, kwargs, job), task.timeout)
-
-    async def _call(
-        self, task: Task[Any, Any], args: list[Any], kwargs: dict[str, Any], job: JobContext
-    ) -> Any:
-        if task.is_async:
-            return await task.fn(*args, **kwargs)
-        if self.processes is not None:  # its timeout counts from when its process takes it
-            return await self.processes.run(task, args, kwargs, job, task.timeout)
-        ctx = contextvars.copy_context()
-        call = functools.partial(ctx.run, task.fn, *args, **kwargs)
-        return await self.loop.run_in_executor(self.pool, call)
-
     def send(self, running: HeldJob, outcome: o.Outcome) -> None:
-        """Queue the outcome for the next claim, or for the lease keeper when no claim is about
-        to go out: the outcomes of one turn of the loop go as one."""
+        """Hand the outcome to the reporter (its result comes back to ``deliver``)."""
         running.outcome = outcome
         running.duration = time.monotonic() - running.started
         if self.prefetch.auto and running.phase in RUNS:  # (not a job handed back unstarted)
             self.prefetch.learn(running.duration)
         running.move_to(REPORTING)
-        self.outbox.put((running, outcome.build, running))
+        self.reporter.put(Outgoing(running, outcome.build, running))
         self.reporting += 1
         self.slot.set()
 
@@ -332,6 +233,18 @@ class Runner:
     def _hand_back_unstarted(self, running: HeldJob) -> None:
         self._never_runs(running)
         self.send(running, o.HANDED_BACK)
+
+    async def drain(self, grace: float) -> None:
+        """At a stop: jobs waiting for a slot are handed back, running ones get ``grace``
+        seconds to end, then those left are handed back (and given 10 s to end)."""
+        self.hand_back_queued()
+        tasks = [r.task for r in self.held.values() if r.task is not None]
+        if tasks and grace > 0:
+            await asyncio.wait(tasks, timeout=grace)
+        self.hand_back_all()
+        left = [r.task for r in self.held.values() if r.task is not None]
+        if left:
+            await asyncio.wait(left, timeout=10.0)
 
     def give_back_stale(self) -> None:
         """prefetch="auto", from the maintenance loop: jobs that waited too long for a slot go
@@ -448,7 +361,3 @@ def _log_failure(running: HeldJob, outcome: o.Outcome, kind: o.OutcomeKind) -> N
             exc_info=outcome.exception,
             extra=extra,
         )
-
-
-def _past(started: float, seconds: float) -> bool:
-    return time.monotonic() - started >= seconds * 0.999
