@@ -36,6 +36,7 @@ from .test_worker_processes import (
     Fleet,
     WorkerProcess,
     check_reconnected,
+    enqueue,
     get_jobs,
     new_job,
     wait_for,
@@ -403,20 +404,46 @@ def inside_an_enqueue(data: bytes, start: int, root: bytes, acked: set[str]) -> 
         pos = end
 
 
-def ends_in_multi(data: bytes) -> bool:
-    """Whether ``data``, whole commands, ends inside a MULTI block (no EXEC after its MULTI)."""
-    pos, inside = 0, False
+def open_block(data: bytes) -> list[list[bytes]] | None:
+    """The commands of the MULTI block ``data`` (whole commands) ends inside (no EXEC after its
+    MULTI), or None when it ends outside any block."""
+    pos = 0
+    block: list[list[bytes]] | None = None
     while pos < len(data):
         args, pos = _command(data, pos)
-        inside = {b"MULTI": True, b"EXEC": False}.get(args[0].upper(), inside)
-    return inside
+        name = args[0].upper()
+        if name == b"MULTI":
+            block = []
+        elif name == b"EXEC":
+            block = None
+        elif block is not None:
+            block.append(args)
+    return block
 
 
-def left_in_multi(server: RedisServer, path: Path, data: bytes) -> bool:
-    """After Redis loaded a cut file: whether it kept the file ending inside a MULTI block (the
-    block's first commands, its EXEC lost), where its next writes then go."""
+def left_in_multi(server: RedisServer, data: bytes) -> tuple[int, list[list[bytes]]] | None:
+    """After Redis loaded a cut file: where it cut the file and the commands of the MULTI block
+    it left the file ending inside (the block's first commands, its EXEC lost), or None when it
+    cut the file before the block."""
     found = re.findall(r"Truncating the AOF \S+ at offset (\d+)", server.log())
-    return bool(found) and ends_in_multi(data[: int(found[-1])])
+    if not found:
+        return None
+    end = int(found[-1])
+    block = open_block(data[:end])
+    return None if block is None else (end, block)
+
+
+def has_a_block(data: bytes) -> bool:
+    """Whether ``data`` (whole commands, read from a command's start) holds a whole MULTI ...
+    EXEC block."""
+    pos, opened = 0, False
+    while pos < len(data):
+        args, pos = _command(data, pos)
+        name = args[0].upper()
+        if name == b"EXEC" and opened:
+            return True
+        opened = opened or name == b"MULTI"
+    return False
 
 
 def load_cut_file(server: RedisServer, remedy: str) -> None:
@@ -463,8 +490,13 @@ def test_an_aof_cut_at_any_byte_loses_only_what_was_cut(stage: Stage, remedy: st
     with path.open("r+b") as f:
         f.truncate(cut)
     load_cut_file(stage.server, remedy)
-    in_multi = left_in_multi(stage.server, path, data)
+    left = left_in_multi(stage.server, data)
     resent = set(producer.finish()) - set(ids)
+    # Writes follow the load, whatever the crash left in flight: a batch of the test's own (a
+    # script's MULTI block in the file; the producer may have had no batch to send again, and
+    # every job Redis kept may have succeeded already, so that nothing else would write).
+    more = [new_job("wt.quick_short", id=f"b-{i:06d}") for i in range(BATCH)]
+    after = set(enqueue(stage.q, more))
 
     prefix = f"{stage.q.keys.root}job:".encode()
     expected = created_before(data, cut, prefix)
@@ -478,22 +510,28 @@ def test_an_aof_cut_at_any_byte_loses_only_what_was_cut(stage: Stage, remedy: st
     print(
         f"AOF of {len(data):,} bytes cut at {cut:,} ({remedy}): "
         f"{len(ids) - len(kept)} of {len(ids)} acknowledged jobs lost, those "
-        f"acknowledged in the last {crash - min(lost):.2f}s; after the restart: {report}"
+        f"acknowledged in the last {crash - min(lost):.2f}s; after the restart and "
+        f"{len(after)} jobs enqueued then: {report}"
     )
 
-    everything = kept | resent
+    everything = kept | resent | after
     finish_all(stage, everything)
     stage.fleet.close()
     stage.server.kill(signal.SIGTERM)
     stage.server.start()  # (the file as it was left: a cut MULTI block would come back now)
     report = check(stage.q.redis, stage.fleet.namespace)
     if remedy == "none":
-        # Redis kept the cut enqueue's first writes in the file, and replays them now with the
-        # writes that followed: half a script, a job hash in no index (Redis 7.0; Valkey cuts
-        # the file before the MULTI). What a remedy is for.
-        assert in_multi, "Redis cut the file before the block: this Redis needs no remedy"
+        # Redis kept the cut enqueue's first writes in the file, and the writes that followed
+        # went after them: its MULTI now takes in the next block, up to that block's EXEC, and
+        # the replay applies half a script, a job hash in no index (Redis 7.0; Valkey cuts the
+        # file before the MULTI). What a remedy is for.
+        assert left is not None, "Redis cut the file before the block: this Redis needs no remedy"
+        end, block = left
+        assert has_a_block(incr_file(stage.server.folder).read_bytes()[end:]), "no block followed"
+        half = {a[len(prefix) :].decode() for args in block for a in args if a.startswith(prefix)}
+        assert half, block
         assert "MULTI calls can not be nested" in stage.server.log()
-        assert report.orphans and not report.dangling, report
+        assert set(report.orphans) == half and not report.dangling, report
         print(f"loaded with no remedy, then restarted: {report}")
         return
     assert "MULTI calls can not be nested" not in stage.server.log()
