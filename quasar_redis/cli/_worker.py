@@ -15,6 +15,7 @@ from typing import Any, Literal
 import click
 from click.core import ParameterSource
 
+from .._environment import URL_VARIABLES
 from ..errors import QuasarError
 from ..worker import Worker
 from ._loading import load_app
@@ -174,6 +175,8 @@ def worker(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if redis_url is not None:  # (for an app made without a URL, and any process it starts)
+        os.environ[URL_VARIABLES[0]] = redis_url
     app = load_app(app_path)
     if redis_url is not None:
         app.connect(redis_url)
