@@ -98,6 +98,13 @@ class App:
         its ``close()``."""
         return self.clients.new_sync()
 
+    def connect(self, url: str) -> None:
+        """Make this app's clients of ``url`` from now on (``quasar worker --redis-url``); the
+        clients it made before are closed."""
+        self.clients.close()
+        self.connector = Connector(url)
+        self.clients = Clients(self.connector, self.namespace, self._options)
+
     def _options(self) -> ClientOptions:
         """The options of the clients this app makes."""
         return ClientOptions(

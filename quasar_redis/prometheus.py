@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._types import Status
+from . import _reading as reading
+from ._views import counts_of
 from .errors import ConfigurationError
 
 INSTALL_HINT = "pip install 'quasar_redis[prometheus]'"
@@ -62,7 +63,8 @@ __all__ = [
 
 
 def depth_families(queues: Sequence[Any]) -> list[Metric]:
-    """``quasar_queue_jobs`` and ``quasar_queue_paused`` of ``queues`` (``QueueInfo``s)."""
+    """``quasar_queue_jobs`` and ``quasar_queue_paused`` of ``queues`` (``QueueInfo``s, as
+    ``_reading.queues`` reads them)."""
     core = _core
     jobs = core.GaugeMetricFamily(
         "quasar_queue_jobs", "Jobs of a queue by status.", labels=["queue", "status"]
@@ -71,15 +73,15 @@ def depth_families(queues: Sequence[Any]) -> list[Metric]:
         "quasar_queue_paused", "1 if the queue is paused, else 0.", labels=["queue"]
     )
     for info in queues:
-        for status in Status:
-            jobs.add_metric([info.name, status.value], getattr(info.counts, status.value))
+        for status, n in counts_of(info.counts).items():
+            jobs.add_metric([info.name, status], n)
         paused.add_metric([info.name], 1 if info.paused else 0)
     return [jobs, paused]
 
 
 def slot_families(workers: Iterable[tuple[str, int, int]]) -> list[Metric]:
     """``quasar_worker_running_jobs`` and ``quasar_worker_free_slots`` of ``(worker id, running,
-    concurrency)`` triples."""
+    concurrency)`` triples (``_views.slots_of``)."""
     core = _core
     running = core.GaugeMetricFamily(
         "quasar_worker_running_jobs", "Jobs the worker runs now.", labels=["worker"]
@@ -167,7 +169,7 @@ def registry_of(make: Callable[[], list[Metric]]) -> CollectorRegistry:
 def worker_registry(worker: Worker, client: Quasar) -> CollectorRegistry:
     """The registry ``quasar worker --metrics-port`` serves: the worker's own counts and the
     depth of its queues (read with ``client``, at most one call a second)."""
-    cache = DepthCache(client.queues)
+    cache = DepthCache(lambda: reading.run(client, reading.queues(client.calls)))
     mine = set(worker.queues)
 
     def make() -> list[Metric]:

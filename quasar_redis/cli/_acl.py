@@ -18,12 +18,13 @@ import click
 import redis
 from redis.cluster import RedisCluster
 
-from .._environment import NAMESPACE_VARIABLE, URL_VARIABLES
+from .._environment import NAMESPACE_VARIABLE
 from .._scripts import library, scripts
 from .._urls import check_url, redact_text
 from ..acl import PATHS, ROLES, Paths, setuser
 from ..client import Quasar
 from ..errors import ConfigurationError, QuasarError
+from ._options import redis_url_option
 
 
 def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -35,11 +36,8 @@ def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
         raise click.BadParameter(str(exc)) from None
 
 
-redis_url_option = click.option(
-    "--redis-url",
-    envvar=list(URL_VARIABLES),
-    callback=_url,
-    help="Redis, as an admin user (also QUASAR_REDIS_URL, REDIS_URL).",
+admin_url_option = redis_url_option(
+    _url, help="Redis, as an admin user (also QUASAR_REDIS_URL, REDIS_URL)."
 )
 
 
@@ -90,7 +88,7 @@ def roles() -> None:
     help="An environment variable holding the user's password (stored as its SHA-256).",
 )
 @click.option("--apply", is_flag=True, help="Run the command on --redis-url instead of printing.")
-@redis_url_option
+@admin_url_option
 def setuser_command(
     user: str,
     role_names: tuple[str, ...],
@@ -140,7 +138,7 @@ def setuser_command(
 
 
 @acl.command()
-@redis_url_option
+@admin_url_option
 @click.option(
     "--functions/--no-functions",
     default=True,

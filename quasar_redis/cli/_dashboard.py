@@ -8,9 +8,10 @@ from typing import Any
 import click
 import redis
 
-from .._environment import DASHBOARD_AUTH_VARIABLE, NAMESPACE_VARIABLE, URL_VARIABLES
+from .._environment import DASHBOARD_AUTH_VARIABLE
 from .._urls import check_url, redact, redact_text
 from ..errors import ConfigurationError, QuasarError
+from ._options import namespace_option, redis_url_option
 
 INSTALL_HINT = "pip install 'quasar_redis[dashboard]'"
 
@@ -36,19 +37,8 @@ def reachable(url: str) -> None:
 
 
 @click.command()
-@click.option(
-    "--redis-url",
-    envvar=list(URL_VARIABLES),
-    callback=_url,
-    help="Redis (also QUASAR_REDIS_URL, REDIS_URL).",
-)
-@click.option(
-    "--namespace",
-    envvar=NAMESPACE_VARIABLE,
-    default="default",
-    show_default=True,
-    help="The namespace to show (also QUASAR_NAMESPACE).",
-)
+@redis_url_option(_url)
+@namespace_option("The namespace to show (also QUASAR_NAMESPACE).", checked=False)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",

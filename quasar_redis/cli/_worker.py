@@ -15,10 +15,11 @@ from typing import Any, Literal
 import click
 from click.core import ParameterSource
 
+from .._environment import URL_VARIABLES
 from ..errors import QuasarError
 from ..worker import Worker
 from ._loading import load_app
-from ._options import log_level_option, quasar_error
+from ._options import log_level_option, quasar_error, redis_url_option, url_checked
 
 
 def prefetch_option(
@@ -32,8 +33,22 @@ def prefetch_option(
     return int(value)
 
 
+def given_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--redis-url`` as given on the command line; from the environment it is None: an app
+    made without a URL reads the environment itself, and one made with a URL keeps it."""
+    if ctx.get_parameter_source(param.name or "") is not ParameterSource.COMMANDLINE:
+        return None
+    checked: str | None = url_checked(memory=True)(ctx, param, value)
+    return checked
+
+
 @click.command()
 @click.argument("app_path", metavar="MODULE:APP")
+@redis_url_option(
+    given_url,
+    help="Redis to serve instead of the app's own URL (an app made without one reads "
+    "QUASAR_REDIS_URL, then REDIS_URL).",
+)
 @click.option(
     "--queue",
     "-q",
@@ -132,6 +147,7 @@ def prefetch_option(
 def worker(
     ctx: click.Context,
     app_path: str,
+    redis_url: str | None,
     queues: tuple[str, ...],
     concurrency: int,
     prefetch: int | Literal["auto"],
@@ -159,7 +175,11 @@ def worker(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if redis_url is not None:  # (for an app made without a URL, and any process it starts)
+        os.environ[URL_VARIABLES[0]] = redis_url
     app = load_app(app_path)
+    if redis_url is not None:
+        app.connect(redis_url)
     app.allow_eviction = app.allow_eviction or allow_eviction  # (its tasks enqueue as well)
     if processes is not None and ctx.get_parameter_source("concurrency") is ParameterSource.DEFAULT:
         concurrency = processes

@@ -18,8 +18,11 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from .. import _reading as reading
 from .. import _types as t
 from .._keys import NAME_RE, check_name
+from .._reading import arun
+from .._views import slots_of
 from ..aio import AsyncQuasar
 from ..errors import InvalidArgument, QuasarError
 from . import _data as data
@@ -219,7 +222,7 @@ class Dashboard:
 
     async def overview(self, request: Request) -> tuple[str, dict[str, Any]]:
         infos = await self.queue_infos()
-        workers = await self.client.workers()
+        workers = await arun(self.client, reading.workers(self.client.calls))
         charts = await data.charts(self.client)
         return "overview.html", {
             "title": "Overview",
@@ -266,7 +269,8 @@ class Dashboard:
         }
 
     async def workers(self, request: Request) -> tuple[str, dict[str, Any]]:
-        return "workers.html", {"title": "Workers", "workers": await self.client.workers()}
+        workers = await arun(self.client, reading.workers(self.client.calls))
+        return "workers.html", {"title": "Workers", "workers": workers}
 
     async def confirm(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
         action = request.path_params["action"]
@@ -309,9 +313,8 @@ class Dashboard:
         except ImportError as exc:
             return refusal(str(exc), 501)
         infos = await self.queue_infos()
-        workers = await self.client.workers()
-        slots = [(w.id, len(w.running), w.concurrency) for w in workers]
-        families = prometheus.depth_families(infos) + prometheus.slot_families(slots)
+        workers = await arun(self.client, reading.workers(self.client.calls))
+        families = prometheus.depth_families(infos) + prometheus.slot_families(slots_of(workers))
         body = prometheus.generate_latest(prometheus.registry_of(lambda: families))
         return Response(body, headers={"content-type": prometheus.CONTENT_TYPE_LATEST})
 

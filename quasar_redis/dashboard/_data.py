@@ -6,18 +6,21 @@ from __future__ import annotations
 import asyncio
 import json
 import pprint
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _paged as paged
+from .. import _reading as reading
 from .. import _rolling as rolling
 from .. import _types as t
+from .. import _views as views
 from .._codec import unpack
+from .._reading import arun
 from ..aio import AsyncQuasar
 
 SHOWN_MAX = 20_000  # characters of a payload or result shown; the rest is cut
 LINKED_MAX = 100  # dependencies and dependents shown with their status
-EVENTS_SCANNED = 10_000  # stream entries looked through for a job's events (the stream's cap)
 EVENTS_SHOWN = 200
 PAGE_SIZE = 50
 
@@ -62,14 +65,14 @@ def _readable(value: Any) -> str:
 
 async def queue_infos(client: AsyncQuasar) -> list[Any]:
     """Every queue of the namespace (``QueueInfo``: name, counts, paused), by name."""
-    return list(await client.queues())
+    return await arun(client, reading.queues(client.calls))
 
 
 def counts_json(infos: Sequence[Any]) -> dict[str, Any]:
     """The live numbers of the pages: per queue, each status and whether it is paused."""
     queues = {}
     for info in infos:
-        entry: dict[str, Any] = {s.value: getattr(info.counts, s.value) for s in t.Status}
+        entry: dict[str, Any] = dict(views.counts_of(info.counts))
         entry["paused"] = bool(info.paused)
         queues[info.name] = entry
     return {"queues": queues}
@@ -144,158 +147,44 @@ class QueuePage:
     status: t.Status
     jobs: tuple[t.Job, ...]
     next_cursor: str | None
-    events: tuple[Event, ...]  # the queue's pauses and resumes
+    events: tuple[views.Event, ...]  # the queue's pauses and resumes
 
 
 async def queue_page(
     client: AsyncQuasar, queue: str, status: t.Status, after: str | None
 ) -> QueuePage | None:
     """A page of ``queue``'s jobs in ``status``; None if the namespace has no such queue."""
-    info = next((i for i in await client.queues() if i.name == queue), None)
+    info = next((i for i in await queue_infos(client) if i.name == queue), None)
     if info is None:
         return None
     page, events = await asyncio.gather(
-        client.page_jobs(queue, status, after=after, limit=PAGE_SIZE), queue_events(client, queue)
+        client.page_jobs(queue, status, after=after, limit=PAGE_SIZE),
+        arun(client, reading.queue_events(client.calls, queue, EVENTS_SHOWN)),
     )
-    return QueuePage(info, status, page.jobs, page.next_cursor, events)
+    return QueuePage(info, status, page.jobs, page.next_cursor, tuple(events))
 
 
 # --- a job --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Linked:
-    """A job named by another (a dependency or a dependent) and its status, if it still exists."""
-
-    id: str
-    status: str
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    at: str
-    event: str
-    queue: str
-    attempt: str
-
-
-@dataclass(frozen=True, slots=True)
 class JobPage:
-    info: t.JobInfo
+    """A job whole (``JobView``), its payload and result shown as text."""
+
+    view: views.JobView
     payload: Shown | None
     result: Shown | None
-    errors: tuple[t.ErrorInfo, ...]  # oldest first
-    dependencies: tuple[Linked, ...]
-    dependents: tuple[Linked, ...]
-    more_dependents: bool
-    events: tuple[Event, ...]
+
+    @property
+    def info(self) -> t.JobInfo:
+        return self.view.info
 
 
 async def job_page(client: AsyncQuasar, job_id: str) -> JobPage | None:
-    info = await client.get_job(job_id)
-    if info is None:
+    view = await arun(client, reading.job_view(client.calls, job_id, LINKED_MAX, EVENTS_SHOWN))
+    if view is None:
         return None
-    job = info.job
-    dependent_ids, more = await _dependents(client, job_id)
-    dependencies, dependents, events = await asyncio.gather(
-        _linked(client, job.dependencies[:LINKED_MAX]),
-        _linked(client, dependent_ids),
-        job_events(client, job_id),
-    )
-    errors = info.errors or ((job.error,) if job.error else ())
-    return JobPage(
-        info,
-        shown(job.raw_payload),
-        shown(job.raw_result),
-        errors,
-        dependencies,
-        dependents,
-        more or len(job.dependencies) > LINKED_MAX,
-        events,
-    )
-
-
-async def _dependents(client: AsyncQuasar, job_id: str) -> tuple[list[str], bool]:
-    """Up to ``LINKED_MAX`` ids of the jobs depending on ``job_id`` (SSCAN, bounded), and
-    whether there are more."""
-    key = client.keys.dependents(job_id)
-    found: list[str] = []
-    cursor: Any = 0
-    for _ in range(20):
-        cursor, members = await client.redis.sscan(key, cursor, count=LINKED_MAX)
-        found += [m.decode() if isinstance(m, bytes) else str(m) for m in members]
-        if int(cursor) == 0 or len(found) > LINKED_MAX:
-            break
-    return sorted(found)[:LINKED_MAX], len(found) > LINKED_MAX or int(cursor) != 0
-
-
-async def _linked(client: AsyncQuasar, ids: Sequence[str]) -> tuple[Linked, ...]:
-    infos = await asyncio.gather(*(client.get_job(i) for i in ids))
-    return tuple(
-        Linked(i, "deleted" if info is None else info.status.value)
-        for i, info in zip(ids, infos, strict=True)
-    )
-
-
-async def job_events(client: AsyncQuasar, job_id: str) -> tuple[Event, ...]:
-    """The job's entries in the namespace's event stream (capped: older ones are gone), oldest
-    first; looks through at most ``EVENTS_SCANNED`` entries, newest first, in chunks."""
-    return await _scan_events(client, lambda i, fields: _events_of(job_id, i, fields))
-
-
-async def queue_events(client: AsyncQuasar, queue: str) -> tuple[Event, ...]:
-    """The queue's own events (``QUEUE_EVENTS``: paused, resumed), oldest first, found as a
-    job's are."""
-    return await _scan_events(client, lambda i, fields: _queue_event_of(queue, i, fields))
-
-
-async def _scan_events(
-    client: AsyncQuasar, pick: Callable[[Any, dict[Any, Any]], list[Event]]
-) -> tuple[Event, ...]:
-    stream, last = client.keys.events, "+"
-    found: list[Event] = []
-    scanned = 0
-    while scanned < EVENTS_SCANNED and len(found) < EVENTS_SHOWN:
-        entries = await client.redis.xrevrange(stream, max=last, count=1000)
-        if last != "+":
-            entries = entries[1:]  # (the boundary entry was seen already)
-        if not entries:
-            break
-        scanned += len(entries)
-        for entry_id, fields in entries:
-            found += pick(entry_id, fields)
-        last = entries[-1][0]
-    return tuple(reversed(found[:EVENTS_SHOWN]))
-
-
-def _text(fields: dict[Any, Any], name: str) -> str:
-    value = fields.get(name.encode(), b"")
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _at(entry_id: Any) -> str:
-    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-    return t.readable_time(int(text.split("-")[0]))
-
-
-def _queue_event_of(queue: str, entry_id: Any, fields: dict[Any, Any]) -> list[Event]:
-    event = _text(fields, "ev")
-    if event not in t.QUEUE_EVENTS or _text(fields, "q") != queue:
-        return []
-    return [Event(_at(entry_id), event, queue, "")]
-
-
-def _events_of(job_id: str, entry_id: Any, fields: dict[Any, Any]) -> list[Event]:
-    jobs = _text(fields, "job").split(" ")
-    if job_id not in jobs:
-        return []
-    at, attempts = _at(entry_id), _text(fields, "a").split(" ")
-    made = []
-    for i, name in enumerate(jobs):
-        if name == job_id:
-            attempt = attempts[i] if i < len(attempts) else "?"
-            made.append(Event(at, _text(fields, "ev"), _text(fields, "q"), attempt))
-    return list(reversed(made))  # (newest first, as the entries are read)
+    return JobPage(view, shown(view.info.job.raw_payload), shown(view.info.job.raw_result))
 
 
 def job_fields(job: t.Job, now: int) -> list[tuple[str, str]]:
@@ -332,31 +221,13 @@ def job_fields(job: t.Job, now: int) -> list[tuple[str, str]]:
 
 
 async def purge(client: AsyncQuasar, queue: str, status: t.Status) -> int:
-    """Delete every job of ``queue`` in ``status`` (completed, discarded or cancelled), a page
-    of 100 per call; returns how many were deleted."""
-    deleted, after = 0, None
-    while True:
-        page = await client.page_jobs(queue, status, after=after, limit=100)
-        if page.jobs:
-            deleted += await client.purge(queue, status, [job.id for job in page.jobs])
-        if page.next_cursor is None:
-            return deleted
-        after = page.next_cursor
+    """Delete every job of ``queue`` in ``status`` (completed, discarded or cancelled), by
+    pages (``_paged.py``, as ``quasar purge``); returns how many were deleted."""
+    return (await arun(client, paged.purge_finished(client.calls, queue, status))).purged
 
 
 async def retry_all_failed(client: AsyncQuasar, queue: str) -> int:
-    """Retry every failed (discarded) job of ``queue``, a page of 100 per round trip; returns
-    how many were retried."""
-    retried, after = 0, None
-    while True:
-        page = await client.page_jobs(queue, t.Status.DISCARDED, after=after, limit=100)
-        if page.jobs:
-            calls = [
-                client.calls.retry(job.id, None, "retried from the dashboard", None)
-                for job in page.jobs
-            ]
-            results = await client.execute_many(calls)
-            retried += sum(isinstance(r, t.JobApplied) for r in results)
-        if page.next_cursor is None:
-            return retried
-        after = page.next_cursor
+    """Retry every failed (discarded) job of ``queue``, by pages, each job's fence passed
+    (``_paged.py``, as ``quasar retry --all-failed``); returns how many were retried."""
+    flow = paged.retry_failed(client.calls, queue, "retried from the dashboard")
+    return (await arun(client, flow)).changed

@@ -6,38 +6,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ... import _paged as paged
 from ... import _types as t
-from ..._calls import Call
+from ..._paged import BATCH, Tally
+from ..._reading import run
 from ._context import Operator, done, operating, operator_options
 from ._durations import parse_duration
 from ._look import status_named
 
-BATCH = 100  # calls per pipeline: each is one short script, so Redis is never held for long
-PAGE = 500  # jobs read per page of a queue (``page_jobs``: by cursor, bounded)
 REFUSALS_SHOWN = 20
 REASON = "retried by operator"
 
 
-@dataclass
-class Tally:
-    """What a bulk command changed and what was refused, by id."""
-
-    changed: int = 0
-    cascaded: int = 0
-    refused: list[tuple[str, str]] = field(default_factory=list)
-
-    def document(self) -> dict[str, Any]:
-        return {
-            "changed": self.changed,
-            "cascaded": self.cascaded,
-            "refused": [{"id": i, "reason": r} for i, r in self.refused],
-        }
+def document(tally: Tally) -> dict[str, Any]:
+    return {
+        "changed": tally.changed,
+        "cascaded": tally.cascaded,
+        "refused": [{"id": i, "reason": refusal_text(e)} for i, e in tally.refused],
+    }
 
 
 @contextmanager
@@ -83,65 +74,26 @@ def check_ids(op: Operator, job_ids: Sequence[str]) -> None:
         )
 
 
-def apply(op: Operator, calls: Sequence[tuple[str, Call[Any]]], tally: Tally) -> None:
-    """Send ``calls`` (id, call) in one pipeline and count what each did."""
-    results = op.q.execute_many([call for _, call in calls])
-    for (job_id, _), result in zip(calls, results, strict=True):
-        if isinstance(result, t.JobRefused):
-            tally.refused.append((job_id, refusal_text(result.error)))
-        else:
-            tally.changed += 1
-            tally.cascaded += len(getattr(result, "cascaded", ()))
-
-
-def by_ids(
-    op: Operator, given: Sequence[str], what: str, build: Callable[[str], Call[Any]]
-) -> Tally:
+def by_ids(op: Operator, given: Sequence[str], what: str, build: Callable[[str], Any]) -> Tally:
     job_ids = list(dict.fromkeys(given))  # (an id given twice is changed once)
     check_ids(op, job_ids)
-    tally = Tally()
     with progress(op, what, len(job_ids)) as advance:
-        for start in range(0, len(job_ids), BATCH):
-            chunk = job_ids[start : start + BATCH]
-            apply(op, [(i, build(i)) for i in chunk], tally)
-            advance(len(chunk))
-    return tally
+        return run(op.q, paged.by_ids(job_ids, build, advance))
 
 
 def report(op: Operator, tally: Tally, verb: str, extra: dict[str, Any] | None = None) -> None:
     """The outcome: JSON, or a line per refusal and a count; exit 1 if any was refused."""
     if op.as_json:
-        op.emit_json(tally.document() | (extra or {}))
+        op.emit_json(document(tally) | (extra or {}))
     else:
-        for job_id, reason in tally.refused[:REFUSALS_SHOWN]:
-            click.echo(f"{job_id}: not {verb}: {reason}", err=True)
+        for job_id, error in tally.refused[:REFUSALS_SHOWN]:
+            click.echo(f"{job_id}: not {verb}: {refusal_text(error)}", err=True)
         if len(tally.refused) > REFUSALS_SHOWN:
             click.echo(f"... and {len(tally.refused) - REFUSALS_SHOWN} more refused", err=True)
         cascade = f" (and {tally.cascaded} dependents with them)" if tally.cascaded else ""
         refused = f"; {len(tally.refused)} refused" if tally.refused else ""
         click.echo(f"{verb} {tally.changed} job(s){cascade}{refused}")
     done(not tally.refused)
-
-
-def finished_at(job: t.Job) -> int:
-    state: Any = job.state
-    return int(job.completed_at or getattr(state, "failed_at", 0) or state.cancelled_at)
-
-
-def finished_pages(
-    op: Operator, queue: str, status: t.Status, before: int
-) -> Iterator[list[t.Job]]:
-    """Pages of the queue's jobs in a finished ``status`` that finished before ``before``
-    (pages run by finish time: the walk ends at the first later one)."""
-    cursor: str | None = None
-    while True:
-        page = op.q.page_jobs(queue, status, after=cursor, limit=PAGE)
-        jobs = [job for job in page.jobs if finished_at(job) < before]
-        if jobs:
-            yield jobs
-        if page.next_cursor is None or len(jobs) < len(page.jobs):
-            return
-        cursor = page.next_cursor
 
 
 def ids_or_queue(job_ids: tuple[str, ...], queue: str | None, flag: str) -> None:
@@ -169,21 +121,10 @@ def retry(
             report(op, tally, "retried")
             return
         op.require_queue(queue)
-        tally, start = Tally(), op.server_now()
         total = op.q.counts(queue).discarded
         with progress(op, f"retrying {queue}", total) as advance:
-            for jobs in finished_pages(op, queue, t.Status.DISCARDED, start + 1):
-                for s in range(0, len(jobs), BATCH):
-                    chunk = jobs[s : s + BATCH]
-                    calls = [
-                        (j.id, op.q.calls.retry(j.id, j.fencing_version, REASON)) for j in chunk
-                    ]
-                    apply(op, calls, tally)
-                    advance(len(chunk))
+            tally = run(op.q, paged.retry_failed(op.q.calls, queue, REASON, advance))
         report(op, tally, "retried", {"queue": queue})
-
-
-REASON = "retried by operator"
 
 
 @click.command()
@@ -251,17 +192,11 @@ def purge(
     (a worker's re-sent report must still find them), as do jobs a blocked job depends on."""
     with operating(redis_url, namespace, as_json) as op:
         op.require_queue(queue)
-        before = op.server_now() - (older_than or 0)
         total = op.q.counts(queue).by_status()[status]
-        purged = seen = 0
         with progress(op, f"purging {queue}", total) as advance:
-            for jobs in finished_pages(op, queue, status, before):
-                for s in range(0, len(jobs), BATCH):
-                    ids = [j.id for j in jobs[s : s + BATCH]]
-                    purged += op.q.purge(queue, status, ids, finished_before=before)
-                    seen += len(ids)
-                    advance(len(ids))
-        kept = seen - purged
+            flow = paged.purge_finished(op.q.calls, queue, status, older_than or 0, advance)
+            outcome = run(op.q, flow)
+        purged, kept = outcome.purged, outcome.kept
         if as_json:
             op.emit_json({"queue": queue, "status": status.value, "purged": purged, "kept": kept})
             return

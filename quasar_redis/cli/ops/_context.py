@@ -22,8 +22,9 @@ import redis
 from rich.console import Console
 
 from ..._connect import sync_client
-from ..._environment import NAMESPACE_VARIABLE, URL_VARIABLES
+from ..._environment import NAMESPACE_VARIABLE
 from ..._keys import check_name
+from ..._reading import run, server_now
 from ..._urls import MEMORY_URL, check_url, redact, redact_text
 from ...client import Quasar
 from ...errors import (
@@ -33,6 +34,7 @@ from ...errors import (
     QuasarError,
     RedisUnavailable,
 )
+from .._options import json_option, namespace_option, redis_url_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONNECT_TIMEOUT_S = 5.0
@@ -58,30 +60,12 @@ def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
         raise click.BadParameter(str(exc)) from None
 
 
-def _namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_name(value, "namespace")
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def operator_options(command: F) -> F:
-    """``--redis-url``, ``--namespace`` and ``--json``, given to the command as ``op``."""
-    command = click.option(
-        "--json", "as_json", is_flag=True, help="Print JSON (one document) for scripts."
-    )(command)
-    command = click.option(
-        "--namespace",
-        envvar=NAMESPACE_VARIABLE,
-        default="default",
-        show_default=True,
-        callback=_namespace,
-        help="The namespace (also QUASAR_NAMESPACE).",
-    )(command)
-    return click.option(
-        "--redis-url",
-        envvar=list(URL_VARIABLES),
-        callback=_url,
+    """``--redis-url`` (required: no embedded server), ``--namespace`` and ``--json``."""
+    command = json_option()(command)
+    command = namespace_option()(command)
+    return redis_url_option(
+        _url,
         help="Redis (also QUASAR_REDIS_URL, REDIS_URL): redis://, rediss://, "
         "redis+cluster://, redis+sentinel://.",
     )(command)
@@ -166,8 +150,7 @@ class Operator:
 
     def server_now(self) -> int:
         """Redis's clock, in ms (the clock every stored time is on)."""
-        seconds, micros = self.q.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return run(self.q, server_now(self.q.calls))
 
     # output ------------------------------------------------------------------------------------
 

@@ -9,7 +9,10 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ... import _reading as reading
 from ... import _types as t
+from ..._reading import run
+from ..._views import counts_of
 from ._context import Operator, operating, operator_options
 from ._look import ORDER
 from ._show import ago, when
@@ -17,12 +20,8 @@ from ._show import ago, when
 COLUMNS = [s.value for s in ORDER]
 
 
-def counts_of(counts: t.QueueCounts) -> dict[str, int]:
-    return {status: getattr(counts, status) for status in COLUMNS}
-
-
 def queue_document(info: t.QueueInfo) -> dict[str, Any]:
-    counts = counts_of(info.counts)
+    counts = counts_of(info.counts, ORDER)
     return {
         "name": info.name,
         "paused": info.paused,
@@ -37,7 +36,7 @@ def queues(redis_url: str, namespace: str, as_json: bool) -> None:
     """Every queue of the namespace: its jobs by status, and whether it is paused."""
     with operating(redis_url, namespace, as_json) as op:
         op.require_namespace()
-        rows = [queue_document(info) for info in op.q.queues()]
+        rows = [queue_document(info) for info in run(op.q, reading.queues(op.q.calls))]
         if as_json:
             op.emit_json(rows)
             return
@@ -53,7 +52,7 @@ def queues(redis_url: str, namespace: str, as_json: bool) -> None:
 
 
 def info_document(op: Operator, queue: str) -> dict[str, Any]:
-    found = [i for i in op.q.queues() if i.name == queue]
+    found = [i for i in run(op.q, reading.queues(op.q.calls)) if i.name == queue]
     if not found:  # (gone between the two reads)
         raise click.ClickException(f"no queue {queue!r} in namespace {op.namespace!r}")
     document = queue_document(found[0])
@@ -61,7 +60,8 @@ def info_document(op: Operator, queue: str) -> dict[str, Any]:
     document["oldest_available"] = (
         {"id": oldest[0].id, "enqueued_at": oldest[0].inserted_at} if oldest else None
     )
-    document["workers"] = [worker_document(w) for w in op.q.workers() if queue in w.queues]
+    found_workers = run(op.q, reading.workers(op.q.calls))
+    document["workers"] = [worker_document(w) for w in found_workers if queue in w.queues]
     return document
 
 
@@ -109,7 +109,7 @@ def worker_document(w: t.WorkerInfo) -> dict[str, Any]:
 def workers(redis_url: str, namespace: str, as_json: bool) -> None:
     """The live workers of the namespace: where they run, their queues and their jobs."""
     with operating(redis_url, namespace, as_json) as op:
-        found = op.q.workers()
+        found = run(op.q, reading.workers(op.q.calls))
         if not found:
             op.require_namespace()
         if as_json:

@@ -8,17 +8,19 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from ... import _reading as reading
 from ... import _types as t
-from ...client import Quasar
+from ..._reading import run
+from ..._views import JobView
 from ._context import Operator, operating, operator_options
 from ._look import (
+    EVENTS_SHOWN,
     ORDER,
-    dependents,
+    RELATED_SHOWN,
+    event_document,
     list_page,
-    recent_events,
     status_named,
     status_words,
-    statuses_of,
 )
 from ._show import details, shown, summary
 
@@ -96,13 +98,12 @@ def jobs(
             op.console.print(f"more: --after {listing.next_cursor}")
 
 
-def _related(q: Quasar, info: t.JobInfo) -> dict[str, Any]:
-    total, some = dependents(q, info.job.id)
-    dependencies = list(info.job.dependencies)
+def _related(view: JobView) -> dict[str, Any]:
     return {
-        "dependencies": statuses_of(q, dependencies[:50]),
-        "dependents_total": total,
-        "dependents": statuses_of(q, some),
+        "dependencies": {d.id: d.named("missing") for d in view.dependencies},
+        "dependents_total": view.dependents.total,
+        "dependents": {d.id: d.named("missing") for d in view.dependent_statuses},
+        "events": [event_document(e) for e in view.events],
     }
 
 
@@ -114,12 +115,11 @@ def job(job_id: str, redis_url: str, namespace: str, as_json: bool) -> None:
     tracebacks, what it waits on, its dependents and its recent events."""
     with operating(redis_url, namespace, as_json) as op:
         op.require_ids([job_id])
-        info = op.q.get_job(job_id)
-        if info is None:
+        view = run(op.q, reading.job_view(op.q.calls, job_id, RELATED_SHOWN, EVENTS_SHOWN))
+        if view is None:
             op.require_namespace()
             raise click.ClickException(f"no job {job_id!r} in namespace {namespace!r}")
-        document = details(info) | _related(op.q, info)
-        document["events"] = recent_events(op.q, job_id)
+        document = details(view.info) | _related(view)
         if as_json:
             op.emit_json(document)
         else:
