@@ -73,7 +73,7 @@ ROLES: dict[str, Role] = {
             "producer",
             "enqueues jobs (enqueue, enqueue_many, the task API) and reads them back, awaiting "
             "their results",
-            _words("enqueue get"),
+            _words("enqueue get_job"),
             _words(
                 "EXISTS GET HGETALL HSET INCRBY LRANGE LTRIM RPUSH SADD SET SISMEMBER TIME TYPE "
                 "XADD ZADD ZREM ZSCORE"
@@ -86,8 +86,9 @@ ROLES: dict[str, Role] = {
             "jobs, recovers expired leases, prunes finished jobs, announces itself in the "
             "worker registry",
             _words(
-                "claim claim_job heartbeat complete fail permanent_fail release report "
-                "report_claim expire sweep promote prune get announce retire cascade"
+                "claim claim_job heartbeat complete fail permanent_fail release report_many "
+                "report_and_claim expire sweep_expired promote_due prune get_job announce retire "
+                "resume_cascades"
             ),
             _words(
                 "DEL EXISTS GET HDEL HGETALL HINCRBY HSET HSETNX LPUSH LRANGE LTRIM PEXPIRE "
@@ -104,8 +105,8 @@ ROLES: dict[str, Role] = {
             "inspects (get_job, counts, list_jobs, queues, workers, events), cancels, retries, "
             "expires, sweeps, promotes, prunes, pauses and resumes queues; does not enqueue",
             _words(
-                "get counts list cancel cascade retry expire sweep promote prune purge pause "
-                "resume queues workers"
+                "get_job counts list_jobs cancel resume_cascades retry expire sweep_expired "
+                "promote_due prune purge pause resume queues workers"
             ),
             _words(
                 "DEL EXISTS GET HDEL HGET HGETALL HINCRBY HMGET HSET LPUSH LRANGE LTRIM RENAME "
@@ -118,7 +119,7 @@ ROLES: dict[str, Role] = {
             "reader",
             "reads only (get_job, counts, list_jobs, queues, events): dashboards and "
             "monitoring; not workers(), which drops lapsed entries of the registry (a write)",
-            _words("get counts list queues"),
+            _words("get_job counts list_jobs queues"),
             _words(
                 "HGET HGETALL LRANGE SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE ZRANK ZSCORE"
             ),

@@ -378,7 +378,7 @@ class LeaseKeeper:
     def _report_calls(self, batch: list[Item]) -> tuple[list[list[Item]], list[Call[Any]]]:
         """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
         chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
-        report = self.client.calls.report
+        report = self.client.calls.report_many
         worker_id = self.worker_id
         calls = [report(worker_id, [build(x.token) for x, build, _ in chunk]) for chunk in chunks]
         return chunks, calls

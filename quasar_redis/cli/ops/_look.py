@@ -84,7 +84,7 @@ def list_page(
 
 def statuses_of(q: Quasar, ids: Sequence[str]) -> dict[str, str]:
     """The status of each job of ``ids`` (``missing`` for one that is gone), in one round trip."""
-    infos = q.execute_many([q.calls.get(i) for i in ids]) if ids else []
+    infos = q.execute_many([q.calls.get_job(i) for i in ids]) if ids else []
     return {
         i: "missing" if info is None else info.status.value
         for i, info in zip(ids, infos, strict=True)
