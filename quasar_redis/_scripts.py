@@ -2,7 +2,8 @@
 
 In a wheel the scripts are the package resource ``quasar_redis/lua/`` (read through
 ``importlib.resources``); in a source checkout (editable install) they are the top-level ``lua/``
-folder: one script per operation, and in ``lua/include/`` the steps they share, one file per
+folder: one script per operation, named after the client method that sends it (the folder is
+the list of them: ``names()``), and in ``lua/include/`` the steps they share, one file per
 concern. Each file declares the files it uses on a line ``-- uses: core, job`` and takes their
 definitions by name (``local fmt = Core.fmt``; a script may take another script's the same way:
 ``Complete.complete_job``). The loader follows the lines, nothing else, and refuses a use not
