@@ -49,8 +49,11 @@ class LeaseCalls(BuilderBase):
         )
 
     def claim(
-        self, queue: str, worker_id: str, lease_ms: int, now: int | None = None
+        self, queue: str, worker_id: str, lease_ms: int, *, now: int | None = None
     ) -> Call[t.ClaimResult]:
+        """The best claimable job of ``queue``: ``claim_many`` of one. (``now`` by keyword: a
+        call written for ``claim_many``'s arguments fails here rather than read ``limit`` as
+        ``now``.)"""
         many = self.claim_many(queue, worker_id, lease_ms, 1, now)
         return Call(many.script, many.args, lambda r: first_claim(many.parse(r)))
 

@@ -77,7 +77,7 @@ class Operations:
         self, queue: str, worker_id: str, lease_ms: int, *, now: int | None = None
     ) -> Call[t.ClaimResult]:
         """Lease the best claimable job of ``queue``, or ``ClaimRefused(NothingClaimable)``."""
-        return self.calls.claim(queue, worker_id, lease_ms, now)
+        return self.calls.claim(queue, worker_id, lease_ms, now=now)
 
     def claim_many(
         self, queue: str, worker_id: str, lease_ms: int, limit: int, *, now: int | None = None

@@ -490,7 +490,7 @@ def _claimed_once(users: Users) -> tuple[Quasar, Any]:
     admin = Quasar(users.admin, users.namespace)
     applied(admin.enqueue("s", id="a"))
     applied(admin.enqueue("s", id="b"))
-    first = admin.calls.claim("default", "w", 60_000, None)
+    first = admin.calls.claim("default", "w", 60_000)
     assert claimed(admin.execute(first)).job.id == "a"
     return admin, first
 
@@ -606,7 +606,7 @@ def test_without_the_check_up_front_a_refused_read_is_named_and_nothing_changes(
     before = snapshot(users.admin, users.namespace)
     no_sismember = users.make(["worker"], without=("+sismember",))
     users.grant(no_sismember, "+eval")
-    claim = admin.calls.claim("default", "w", 60_000, None)
+    claim = admin.calls.claim("default", "w", 60_000)
     denied = refused(lambda: _unchecked(no_sismember, admin, claim))
     assert "expected a set" not in str(denied)
     assert snapshot(users.admin, users.namespace) == before

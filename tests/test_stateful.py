@@ -395,7 +395,7 @@ class QuasarMachine(RuleBasedStateMachine):
         actual: ClaimResult | ClaimsResult
         expected: ClaimResult | ClaimsResult
         if limit is None:
-            actual = self.send(self.q.calls.claim(queue, worker, lease, self.now))
+            actual = self.send(self.q.calls.claim(queue, worker, lease, now=self.now))
             expected = self.model.claim(queue, worker, lease, self.now)
         else:
             actual = self.send(self.q.calls.claim_many(queue, worker, lease, limit, self.now))
