@@ -12,7 +12,7 @@
 --
 -- Replies
 --   {"JobApplied", now, job, {cascaded ids...}}   (in {"More", ...} when work is left: the
---                                     client then carries it on, cascade.lua)
+--                                     client then carries it on, resume_cascades.lua)
 --   {"MissingJob", id} | {"FenceChanged"} | {"TerminalJob"} | {"InvalidJob", reason} |
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.

@@ -1,15 +1,15 @@
 -- claim: Waiting / RetryWaiting (due, dependencies met) -> Leased, by queue, up to `limit` jobs.
 -- Best first: lowest priority value, then earliest available_at, then enqueue order. Before it
--- picks, it promotes the best due scheduled jobs of the queue (promote.lua's promote_best:
+-- picks, it promotes the best due scheduled jobs of the queue (promote_due.lua's promote_best:
 -- however many came due, the `limit` best of them, priority by priority), then the earliest due
--- ones (promote_queue), and expires run-out leases of the queue (sweep.lua's expire_queue), all
+-- ones (promote_queue), and expires run-out leases of the queue (sweep_expired.lua's expire_queue), all
 -- bounded and on this queue only; it never offers a job a claim by id would refuse. The bounds
 -- and what they allow are in docs/lifecycle.md ("Best first, and its bounds").
 -- Checks, in order: InvalidJob (worker, lease duration, queue name, limit); QueuePaused while
 -- the queue is paused (pause.lua: nothing is promoted, expired or leased then); then the keys the
 -- claim writes (CorruptKey); then, job by job from the head of the ready index, the job itself
 -- (a damaged one is skipped) and the keys its own move writes.
--- The edge is claim_queue below; report_claim.lua claims with it too, after its outcomes.
+-- The edge is claim_queue below; report_and_claim.lua claims with it too, after its outcomes.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue   ARGV[4] worker id
@@ -32,7 +32,7 @@
 -- The nonce of the i-th claim is "<call id>.<i>". A re-sent call (same call id) gets the claims
 -- the first delivery made, with the same tokens, and leases nothing more.
 
--- uses: core, checks, index, job, call, lease, promote, sweep
+-- uses: core, checks, index, job, call, lease, promote_due, sweep_expired
 local clock, fmt, int, invalid = Core.clock, Core.fmt, Core.int, Core.invalid
 local key_paused, key_q, num, pcall_typed = Core.key_paused, Core.key_q, Core.num, Core.pcall_typed
 local refuse, split = Core.refuse, Core.split
@@ -45,8 +45,8 @@ local unplace = Job.unplace
 local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
 local grant, lease, replayed_claim = Lease.grant, Lease.lease, Lease.replayed_claim
 local token_record = Lease.token_record
-local promote_best, promote_queue = Promote.promote_best, Promote.promote_queue
-local expire_queue = Sweep.expire_queue
+local promote_best, promote_queue = PromoteDue.promote_best, PromoteDue.promote_queue
+local expire_queue = SweepExpired.expire_queue
 
 local MAINTENANCE = 100
 

@@ -8,7 +8,7 @@
 -- of worker, job id, input revision, state, fence, nonce or expiry; LeaseExpired(expires_at)
 -- when now >= expires_at); InvalidJob for an empty output_ref, then our limit on it, then for a
 -- result_ttl that is not a nonnegative integer (or puts the deletion past 2^50).
--- The edge is complete_job below; report.lua applies it too, once per Complete item.
+-- The edge is complete_job below; report_many.lua applies it too, once per Complete item.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)

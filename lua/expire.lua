@@ -5,7 +5,7 @@
 -- job, TerminalJob for a finished one; the queue's keys (CorruptKey); LeaseHeld(expires_at) for a
 -- lease not yet run out; the job's failure history key (CorruptKey). Applied: the attempt is kept
 -- in the job's failure history (kind LeaseExpired, no traceback).
--- The write is expire_job below; sweep.lua (every queue) and claim.lua (its queue) apply it too.
+-- The write is expire_job below; sweep_expired.lua (every queue) and claim.lua (its queue) apply it too.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] job id   ARGV[4] observed fence

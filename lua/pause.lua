@@ -1,5 +1,5 @@
 -- pause: from now on the queue leases nothing: every claim of it (claim.lua by queue,
--- claim_job.lua by id, report_claim.lua's claim) is refused QueuePaused until resume.lua; a
+-- claim_job.lua by id, report_and_claim.lua's claim) is refused QueuePaused until resume.lua; a
 -- claim of many applied before this call keeps its jobs. Enqueue, counts, lists, heartbeats,
 -- outcomes, sweep, promote, cancel, retry and prune go on as before; enqueue pushes no wake-up
 -- token for a paused queue (finish in include/call.lua). Idempotent. A pause that changes the

@@ -4,7 +4,7 @@
 -- LeaseExpired(expires_at)); InvalidJob for an empty reason, then our limits on kind, reason and
 -- traceback; the job's failure history key (CorruptKey). Applied: the attempt is kept in the
 -- job's failure history (keep_error in include/outcomes.lua).
--- The edge is permanent_fail_job below; report.lua applies it too, once per PermanentFail item.
+-- The edge is permanent_fail_job below; report_many.lua applies it too, once per PermanentFail item.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)

@@ -3,7 +3,7 @@
 -- later ("snooze"). The fence stays; the next claim raises it as every claim does.
 -- Checks, in order: MissingJob; the lease check of docs/lifecycle.md (StaleLease /
 -- LeaseExpired(expires_at)); InvalidJob for a delay that is no integer or negative.
--- The edge is release_job below; report.lua applies it too, once per Release item.
+-- The edge is release_job below; report_many.lua applies it too, once per Release item.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)

@@ -160,9 +160,9 @@ def parse_claimed(
     job_id: Any, before: Sequence[Any], now: Any, worker: str, lease_ms: int, nonce: str
 ) -> t.Claim:
     """A job a claim's first delivery leased, from its fields as they were before the lease (the
-    reply of lua/claim.lua and lua/report_claim.lua): mirrors lua/include/lease.lua's ``lease`` as
-    ``take_some`` applies it (st L, attempt + 1, fence + 1, the worker, expires_at = now +
-    lease_ms, the nonce, attempted_at = now)."""
+    reply of lua/claim.lua and lua/report_and_claim.lua): mirrors lua/include/lease.lua's
+    ``lease`` as ``take_some`` applies it (st L, attempt + 1, fence + 1, the worker, expires_at =
+    now + lease_ms, the nonce, attempted_at = now)."""
     try:
         if type(job_id) is not bytes or (before and type(before[0]) is not bytes):
             raise TypeError("not the common reply")

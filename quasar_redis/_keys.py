@@ -29,7 +29,7 @@ SINGLES = ("cascades", "events", "paused", "queues", "seq", "workers")
 QUEUE_SETS = (
     "ready",
     "delayed",
-    "delayed_pr",  # the same jobs by priority, for the claims (lua/promote.lua promote_best)
+    "delayed_pr",  # the same jobs by priority, for the claims (lua/promote_due.lua promote_best)
     "retrying",
     "leased",
     "blocked",

@@ -23,7 +23,7 @@ from .errors import QuasarError
 def _claim_args(
     call_id: str, queue: str, worker_id: str, lease_ms: int, limit: int, now: int | None
 ) -> tuple[Arg, ...]:
-    """The arguments a claim by queue starts with (claim, report_claim)."""
+    """The arguments a claim by queue starts with (claim_many, report_and_claim)."""
     return (
         call_id,
         now_arg(now),
@@ -37,7 +37,7 @@ def _claim_args(
 class LeaseCalls(BuilderBase):
     """Builds the calls that claim jobs and report a lease holder's outcomes."""
 
-    def claim(
+    def claim_many(
         self, queue: str, worker_id: str, lease_ms: int, limit: int, now: int | None = None
     ) -> Call[t.ClaimsResult]:
         call_id = new_call_id()
@@ -48,10 +48,13 @@ class LeaseCalls(BuilderBase):
             lambda reply: parse_claims_result(reply, call_id, worker_id, lease_ms),
         )
 
-    def claim_one(
-        self, queue: str, worker_id: str, lease_ms: int, now: int | None = None
+    def claim(
+        self, queue: str, worker_id: str, lease_ms: int, *, now: int | None = None
     ) -> Call[t.ClaimResult]:
-        many = self.claim(queue, worker_id, lease_ms, 1, now)
+        """The best claimable job of ``queue``: ``claim_many`` of one. (``now`` by keyword: a
+        call written for ``claim_many``'s arguments fails here rather than read ``limit`` as
+        ``now``.)"""
+        many = self.claim_many(queue, worker_id, lease_ms, 1, now)
         return Call(many.script, many.args, lambda r: first_claim(many.parse(r)))
 
     def claim_job(
@@ -135,16 +138,16 @@ class LeaseCalls(BuilderBase):
             items.extend(group)
         return items, None
 
-    def report(
+    def report_many(
         self, worker_id: str, outcomes: Sequence[t.Outcome], now: int | None = None
     ) -> Call[list[t.OutcomeResult | QuasarError]]:
         """Many lease holders' outcomes in one call; each applied or refused on its own."""
         items, early = self._report_items(outcomes)
         args = (now_arg(now), text_arg(worker_id), *items)
-        call = self._call("report", args, parse_report([o.token.job_id for o in outcomes]))
+        call = self._call("report_many", args, parse_report([o.token.job_id for o in outcomes]))
         return Call(call.script, call.args, call.parse, early)
 
-    def report_claim(
+    def report_and_claim(
         self,
         worker_id: str,
         outcomes: Sequence[t.Outcome],
@@ -153,8 +156,9 @@ class LeaseCalls(BuilderBase):
         limit: int,
         now: int | None = None,
     ) -> Call[t.ReportedAndClaimed]:
-        """Outcomes (as ``report``), then a claim of up to ``limit`` jobs of ``queue``: one call."""
-        script = self._scripts["report_claim"]
+        """Outcomes (as ``report_many``), then a claim of up to ``limit`` jobs of ``queue``, in
+        one call."""
+        script = self._scripts["report_and_claim"]
         items, refused = self._report_items(outcomes)
         if refused is not None:  # nothing is sent: the claim is refused with the outcomes
             first = refused[0]

@@ -77,13 +77,13 @@ class Operations:
         self, queue: str, worker_id: str, lease_ms: int, *, now: int | None = None
     ) -> Call[t.ClaimResult]:
         """Lease the best claimable job of ``queue``, or ``ClaimRefused(NothingClaimable)``."""
-        return self.calls.claim_one(queue, worker_id, lease_ms, now)
+        return self.calls.claim(queue, worker_id, lease_ms, now=now)
 
     def claim_many(
         self, queue: str, worker_id: str, lease_ms: int, limit: int, *, now: int | None = None
     ) -> Call[t.ClaimsResult]:
         """Lease up to ``limit`` (1-1000) jobs of ``queue`` in one call, best first."""
-        return self.calls.claim(queue, worker_id, lease_ms, limit, now)
+        return self.calls.claim_many(queue, worker_id, lease_ms, limit, now)
 
     def claim_job(
         self, job_id: str, worker_id: str, lease_ms: int, *, now: int | None = None
@@ -154,7 +154,7 @@ class Operations:
         Each is checked and applied on its own, as its single call would be; a damaged job gives
         its exception in place of its result.
         """
-        return self.calls.report(worker_id, outcomes, now)
+        return self.calls.report_many(worker_id, outcomes, now)
 
     def report_and_claim(
         self,
@@ -168,7 +168,7 @@ class Operations:
     ) -> Call[t.ReportedAndClaimed]:
         """``report_many(outcomes)``, then ``claim_many(queue, ...)``, in one call (a worker's
         round trip): each part is applied or refused on its own, as its own call would be."""
-        return self.calls.report_claim(worker_id, outcomes, queue, lease_ms, limit, now)
+        return self.calls.report_and_claim(worker_id, outcomes, queue, lease_ms, limit, now)
 
     # operators and maintenance ----------------------------------------------------------------
 
@@ -202,7 +202,7 @@ class Operations:
 
     def sweep_expired(self, *, limit: int = 1000, now: int | None = None) -> Call[t.SweepReport]:
         """Expire up to ``limit`` leases that ran out, over every queue."""
-        return self.calls.sweep(limit, now)
+        return self.calls.sweep_expired(limit, now)
 
     def resume_cascades(self, *, now: int | None = None) -> Call[t.CascadeReport]:
         """One bounded step of cascade work whose client went away (idle for 5 s): dependents
@@ -211,11 +211,11 @@ class Operations:
         A call that leaves cascade work carries it on itself before it returns; workers run
         this in their maintenance, so that work left by a client that died is done too.
         """
-        return self.calls.cascade("", now)
+        return self.calls.resume_cascades(now)
 
     def promote_due(self, *, limit: int = 1000, now: int | None = None) -> Call[int]:
         """Make up to ``limit`` due scheduled jobs claimable; returns how many."""
-        return self.calls.promote(limit, now)
+        return self.calls.promote_due(limit, now)
 
     def prune(
         self,
@@ -252,7 +252,7 @@ class Operations:
     def get_job(self, job_id: str, *, now: int | None = None) -> Call[t.JobInfo | None]:
         """The job, its status, the dependency it waits on and its last failed attempts
         (``JobInfo.errors``); None if there is no such job."""
-        return self.calls.get(job_id, now)
+        return self.calls.get_job(job_id, now)
 
     def counts(self, queue: str, *, now: int | None = None) -> Call[t.QueueCounts]:
         """How many jobs of ``queue`` are in each status."""

@@ -66,21 +66,22 @@ class OperatorCalls(BuilderBase):
         rest = (fence, text_arg(reason))
         return self._by_id("retry", job_id, now, rest, parse_job_result, t.JobRefused)
 
-    def sweep(self, limit: int, now: int | None = None) -> Call[t.SweepReport]:
-        call = self._call("sweep", (now_arg(now), int_arg(limit)), parse_sweep)
+    def sweep_expired(self, limit: int, now: int | None = None) -> Call[t.SweepReport]:
+        call = self._call("sweep_expired", (now_arg(now), int_arg(limit)), parse_sweep)
         return Call(call.script, call.args, call.parse, absorb=_damaged_too)
 
-    def cascade(self, root: str, now: int | None = None) -> Call[t.CascadeReport]:
-        """One bounded step of cascade work (lua/cascade.lua): that of the call ``root`` (its
-        call id), or with ``root=""`` that of any call whose client went away."""
-        return self._call("cascade", (now_arg(now), text_arg(root)), parse_cascade)
+    def resume_cascades(self, now: int | None = None) -> Call[t.CascadeReport]:
+        """One bounded step of the cascade work of any call whose client went away
+        (lua/resume_cascades.lua)."""
+        return self._call("resume_cascades", (now_arg(now), ""), parse_cascade)
 
     def carry_on(self, call: Call[Any]) -> Call[t.CascadeReport]:
-        """The next step of the cascade work ``call`` left, at ``call``'s ``now``."""
-        return self._call("cascade", (call.args[1], call.call_id), parse_cascade)
+        """The next step of the cascade work ``call`` left, at ``call``'s ``now``: the script of
+        ``resume_cascades`` given ``call``'s id, so that it carries on that call's work."""
+        return self._call("resume_cascades", (call.args[1], call.call_id), parse_cascade)
 
-    def promote(self, limit: int, now: int | None = None) -> Call[int]:
-        return self._call("promote", (now_arg(now), int_arg(limit)), parse_count("Promoted"))
+    def promote_due(self, limit: int, now: int | None = None) -> Call[int]:
+        return self._call("promote_due", (now_arg(now), int_arg(limit)), parse_count("Promoted"))
 
     def prune(
         self,
@@ -111,11 +112,11 @@ class OperatorCalls(BuilderBase):
 
     # inspection ---------------------------------------------------------------------------------
 
-    def get(self, job_id: str, now: int | None = None) -> Call[t.JobInfo | None]:
+    def get_job(self, job_id: str, now: int | None = None) -> Call[t.JobInfo | None]:
         bad = id_error(job_id, "job_id")
         if bad is not None:  # a read: refused as an exception, before anything is sent
             raise InvalidArgument(bad)
-        return self._call("get", (now_arg(now), text_arg(job_id)), parse_job_info)
+        return self._call("get_job", (now_arg(now), text_arg(job_id)), parse_job_info)
 
     def counts(self, queue: str, now: int | None = None) -> Call[t.QueueCounts]:
         return self._call("counts", (now_arg(now), text_arg(queue)), parse_counts)
@@ -124,7 +125,7 @@ class OperatorCalls(BuilderBase):
         self, queue: str, status: t.Status | str, offset: int, limit: int, now: int | None = None
     ) -> Call[list[t.Job]]:
         args = (now_arg(now), text_arg(queue), _status_arg(status), int_arg(offset), int_arg(limit))
-        return self._call("list", args, parse_jobs)
+        return self._call("list_jobs", args, parse_jobs)
 
     def page_jobs(
         self, queue: str, status: t.Status | str, after: str | None, limit: int, now: int | None
@@ -133,7 +134,7 @@ class OperatorCalls(BuilderBase):
             raise InvalidArgument("after must be a cursor a page of this status returned")
         cursor = "" if after is None else after
         args = (now_arg(now), text_arg(queue), _status_arg(status), "0", int_arg(limit), cursor)
-        return self._call("list", args, parse_page)
+        return self._call("list_jobs", args, parse_page)
 
     # queues and workers -------------------------------------------------------------------------
 

@@ -99,7 +99,7 @@ def listing(
 
 def statuses(calls: CallBuilder, ids: Sequence[str]) -> Read[tuple[views.Linked, ...]]:
     """The status of each job of ``ids``, in one round trip."""
-    infos = (yield [calls.get(i) for i in ids]) if ids else []
+    infos = (yield [calls.get_job(i) for i in ids]) if ids else []
     return views.linked(ids, infos)
 
 
@@ -155,7 +155,7 @@ def job_view(
 ) -> Read[views.JobView | None]:
     """The job whole (``JobView``), at most ``linked_max`` dependencies and dependents with
     their statuses; None if there is no such job."""
-    info = yield calls.get(job_id)
+    info = yield calls.get_job(job_id)
     if info is None:
         return None
     found = yield from dependents(calls, job_id, linked_max)

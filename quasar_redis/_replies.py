@@ -176,7 +176,7 @@ def parse_report(job_ids: Sequence[str]) -> Callable[[Any], list[t.OutcomeResult
 def parse_report_claimed(
     job_ids: Sequence[str], call_id: str, worker: str, lease_ms: int
 ) -> Callable[[Any], t.ReportedAndClaimed]:
-    """The parser of a report_claim call: the report's results and the claim's."""
+    """The parser of a report_and_claim call: the report's results and the claim's."""
 
     def parse(reply: Any) -> t.ReportedAndClaimed:
         if _tag(reply) != "ReportClaimed":
@@ -315,7 +315,7 @@ def parse_cascade(reply: Any) -> t.CascadeReport:
 
 def work_left(reply: Any) -> tuple[Any, bool]:
     """A reply and whether its call left cascade work (``{"More", reply}``: the client carries
-    it on with lua/cascade.lua before it hands the result over)."""
+    it on with lua/resume_cascades.lua before it hands the result over)."""
     if isinstance(reply, list) and len(reply) == 2 and reply[0] == b"More":
         return reply[1], True
     return reply, False

@@ -2,7 +2,8 @@
 
 In a wheel the scripts are the package resource ``quasar_redis/lua/`` (read through
 ``importlib.resources``); in a source checkout (editable install) they are the top-level ``lua/``
-folder: one script per operation, and in ``lua/include/`` the steps they share, one file per
+folder: one script per operation, named after the client method that sends it (the folder is
+the list of them: ``names()``), and in ``lua/include/`` the steps they share, one file per
 concern. Each file declares the files it uses on a line ``-- uses: core, job`` and takes their
 definitions by name (``local fmt = Core.fmt``; a script may take another script's the same way:
 ``Complete.complete_job``). The loader follows the lines, nothing else, and refuses a use not
@@ -49,57 +50,26 @@ if TYPE_CHECKING:
     else:
         from importlib.abc import Traversable
 
-NAMES = (
-    "enqueue",
-    "claim",
-    "claim_job",
-    "complete",
-    "fail",
-    "permanent_fail",
-    "heartbeat",
-    "release",
-    "report",
-    "report_claim",
-    "expire",
-    "sweep",
-    "promote",
-    "cancel",
-    "cascade",
-    "retry",
-    "prune",
-    "purge",
-    "get",
-    "counts",
-    "list",
-    "pause",
-    "resume",
-    "queues",
-    "announce",
-    "retire",
-    "workers",
-)
-
 #: Flags of the functions (Redis 7 reads them at FUNCTION LOAD; a script without flags runs under
 #: Redis's older rules). ``no-writes``: the call only reads, so it runs on a full Redis (and a
 #: replica). ``allow-oom``: the call runs on a full Redis: prune and purge delete, and cancel
 #: rewrites a job in place (plus a call record and an event) so that an operator can drain a
-#: full queue, and cascade carries on what a cancel left; heartbeat rewrites a lease's expiry in
-#: place (plus a call record), so that a full Redis does not take the leases of running jobs or
-#: of finished ones whose outcome waits for room; pause and resume add or remove one set
-#: member (an operator stops or restarts a queue in an incident); retire and workers only
-#: delete. The rest is refused whole, before it writes anything. Scripts (EVALSHA) carry no
-#: flags: a
-#: ``#!lua`` line would break them on Redis 6.2 and fakeredis; there Redis refuses only a
-#: script's first write, so reads and prune run on a full Redis too.
+#: full queue, and resume_cascades carries on what a cancel left; heartbeat rewrites a lease's
+#: expiry in place (plus a call record), so that a full Redis does not take the leases of
+#: running jobs or of finished ones whose outcome waits for room; pause and resume add or remove
+#: one set member (an operator stops or restarts a queue in an incident); retire and workers
+#: only delete. The rest is refused whole, before it writes anything. Scripts (EVALSHA) carry no
+#: flags: a ``#!lua`` line would break them on Redis 6.2 and fakeredis; there Redis refuses only
+#: a script's first write, so reads and prune run on a full Redis too.
 FLAGS = {
-    "get": "no-writes",
+    "get_job": "no-writes",
     "counts": "no-writes",
-    "list": "no-writes",
+    "list_jobs": "no-writes",
     "prune": "allow-oom",
     "purge": "allow-oom",
     "cancel": "allow-oom",
     "heartbeat": "allow-oom",
-    "cascade": "allow-oom",
+    "resume_cascades": "allow-oom",
     "queues": "no-writes",
     "pause": "allow-oom",
     "resume": "allow-oom",
@@ -383,12 +353,22 @@ def _lua_list(items: tuple[str, ...]) -> str:
     return "{" + ", ".join(f'"{item}"' for item in items) + "}"
 
 
+def _lua_names(folder: Traversable) -> list[str]:
+    return sorted(p.name[: -len(".lua")] for p in folder.iterdir() if p.name.endswith(".lua"))
+
+
+@cache
+def names() -> tuple[str, ...]:
+    """Every script's name, sorted: the ``.lua`` files of the scripts' folder, which is the one
+    list of them (each name is the client method that sends the script: docs/contributing.md)."""
+    return tuple(_lua_names(lua_dir()))
+
+
 def _sources() -> tuple[dict[str, str], dict[str, str]]:
     folder = lua_dir()
     include = folder / "include"
-    names = sorted(p.name[: -len(".lua")] for p in include.iterdir() if p.name.endswith(".lua"))
-    includes = {name: (include / f"{name}.lua").read_text(encoding="utf-8") for name in names}
-    bodies = {name: (folder / f"{name}.lua").read_text(encoding="utf-8") for name in NAMES}
+    includes = {n: (include / f"{n}.lua").read_text(encoding="utf-8") for n in _lua_names(include)}
+    bodies = {name: (folder / f"{name}.lua").read_text(encoding="utf-8") for name in names()}
     for name, body in bodies.items():
         if body.rstrip().splitlines()[-1] != ENDING:
             raise ConfigurationError(f"{name}.lua must end with {ENDING!r}")

@@ -16,7 +16,7 @@ A step is one of:
 
 A call that leaves cascade work in Redis (a cancel, failure or completion whose dependents did
 not all fit in its bound: its reply is ``{"More", reply}``) is carried on before its result is
-handed over: one bounded step after another (lua/cascade.lua), each a call of its own, until
+handed over: one bounded step after another (lua/resume_cascades.lua), each a call of its own, until
 none is left.
 
 What the server lacks is loaded and the failed call sent again, at most ``SENDS`` times: the

@@ -4,8 +4,11 @@ A role is the operations (scripts) its users call and every Redis command they r
 those scripts and from the client itself; ``rules`` turns roles into ``ACL SETUSER`` rules whose
 keys are those of the namespace (``~<key root>*``) and whose commands are those listed, nothing
 more (``-@all``, no pub/sub channels). docs/security.md explains each role; ``quasar acl
-setuser`` prints the command. The lists are written out here, to be read and reviewed;
-tests/test_acl.py checks them against the Lua sources, so that they follow the scripts.
+setuser`` prints the command. A role lists its operations; the commands they run are read from
+their scripts (``Script.uses``), so a new script needs its name in a role and nothing else here.
+The commands of each role are also written out in docs/security.md, to be read and reviewed:
+tests/test_acl.py checks that table against these roles, so a script that starts running a new
+command changes what its roles grant only with that table.
 
 How the scripts reach Redis decides the rest (``paths``):
 
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ._keys import KeySpace
+from ._scripts import scripts
 from .errors import ConfigurationError
 
 Paths = Literal["functions", "scripts", "both"]
@@ -47,14 +51,19 @@ CLUSTER = ("ASKING", "CLUSTER|SHARDS", "CLUSTER|SLOTS", "COMMAND")
 class Role:
     """What the users of one role do, and the Redis commands it takes.
 
-    ``operations``: the scripts (``lua/<name>.lua``) they call; ``in_scripts``: every command
-    those scripts may run; ``direct``: the commands the client sends itself."""
+    ``operations``: the scripts (``lua/<name>.lua``) they call; ``direct``: the commands the
+    client sends itself."""
 
     name: str
     summary: str
     operations: tuple[str, ...]
-    in_scripts: tuple[str, ...]
     direct: tuple[str, ...]
+
+    @property
+    def in_scripts(self) -> tuple[str, ...]:
+        """Every command the role's scripts may run, sorted (read from their sources)."""
+        found = scripts()
+        return tuple(sorted({c for op in self.operations for c in found[op].uses}))
 
     @property
     def commands(self) -> tuple[str, ...]:
@@ -73,11 +82,7 @@ ROLES: dict[str, Role] = {
             "producer",
             "enqueues jobs (enqueue, enqueue_many, the task API) and reads them back, awaiting "
             "their results",
-            _words("enqueue get"),
-            _words(
-                "EXISTS GET HGETALL HSET INCRBY LRANGE LTRIM RPUSH SADD SET SISMEMBER TIME TYPE "
-                "XADD ZADD ZREM ZSCORE"
-            ),
+            _words("enqueue get_job"),
             _words("PING XREAD XREVRANGE"),
         ),
         Role(
@@ -86,13 +91,9 @@ ROLES: dict[str, Role] = {
             "jobs, recovers expired leases, prunes finished jobs, announces itself in the "
             "worker registry",
             _words(
-                "claim claim_job heartbeat complete fail permanent_fail release report "
-                "report_claim expire sweep promote prune get announce retire cascade"
-            ),
-            _words(
-                "DEL EXISTS GET HDEL HGETALL HINCRBY HSET HSETNX LPUSH LRANGE LTRIM PEXPIRE "
-                "RENAME RPOP RPUSH SADD SCARD SET SISMEMBER SMEMBERS SPOP SRANDMEMBER SREM TIME "
-                "TYPE XADD ZADD ZCARD ZRANGE ZRANGEBYSCORE ZREM ZREMRANGEBYSCORE ZSCORE"
+                "claim claim_job heartbeat complete fail permanent_fail release report_many "
+                "report_and_claim expire sweep_expired promote_due prune get_job announce retire "
+                "resume_cascades"
             ),
             # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
             # and add what they counted to the dashboard's rolling store (HINCRBY, EXPIRE)
@@ -104,13 +105,8 @@ ROLES: dict[str, Role] = {
             "inspects (get_job, counts, list_jobs, queues, workers, events), cancels, retries, "
             "expires, sweeps, promotes, prunes, pauses and resumes queues; does not enqueue",
             _words(
-                "get counts list cancel cascade retry expire sweep promote prune purge pause "
-                "resume queues workers"
-            ),
-            _words(
-                "DEL EXISTS GET HDEL HGET HGETALL HINCRBY HMGET HSET LPUSH LRANGE LTRIM RENAME "
-                "RPOP RPUSH SADD SCARD SET SISMEMBER SMEMBERS SPOP SRANDMEMBER SREM TIME TYPE "
-                "XADD ZADD ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZREM ZREMRANGEBYSCORE ZSCORE"
+                "get_job counts list_jobs cancel resume_cascades retry expire sweep_expired "
+                "promote_due prune purge pause resume queues workers"
             ),
             _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
         ),
@@ -118,10 +114,7 @@ ROLES: dict[str, Role] = {
             "reader",
             "reads only (get_job, counts, list_jobs, queues, events): dashboards and "
             "monitoring; not workers(), which drops lapsed entries of the registry (a write)",
-            _words("get counts list queues"),
-            _words(
-                "HGET HGETALL LRANGE SISMEMBER SMEMBERS TIME TYPE ZCARD ZCOUNT ZRANGE ZRANK ZSCORE"
-            ),
+            _words("get_job counts list_jobs queues"),
             _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
         ),
     )

@@ -24,7 +24,7 @@ from quasar_redis import (
 )
 from quasar_redis._base import warn_policy
 from quasar_redis._replies import APPLIED, FAULTS, REFUSALS
-from quasar_redis._scripts import NAMES, lua_dir
+from quasar_redis._scripts import lua_dir, names, scripts
 
 from .clients import clients, kind
 from .helpers import T0, applied, claimed
@@ -63,9 +63,9 @@ def test_every_reply_tag_in_lua_is_known_to_python_and_back() -> None:
 
 
 def test_every_script_has_a_header_and_is_loaded() -> None:
-    files = {p.stem for p in LUA.glob("*.lua")}
-    assert files == set(NAMES)
-    for name in NAMES:
+    assert names() == tuple(sorted(p.stem for p in LUA.glob("*.lua")))
+    assert tuple(scripts()) == names()
+    for name in names():
         head = (LUA / f"{name}.lua").read_text().splitlines()[0]
         assert head.startswith(f"-- {name}") or name == "retry", head
     assert lua_dir() in (LUA, Path(quasar_redis.__file__).parent / "lua")
@@ -389,7 +389,7 @@ def test_scripts_carry_only_the_definitions_they_reach() -> None:
     counts = scripts()["counts"].source
     assert "local function complete_job" not in counts
     assert "local function check_queue" in counts
-    assert "local function complete_job" in scripts()["report"].source
+    assert "local function complete_job" in scripts()["report_many"].source
     core = "local function fmt() end\nlocal function unused() end\n"
     body = "-- uses: core\nlocal fmt = Core.fmt\nlocal function main() return fmt() end\n"
     shaken = _Files({"core": core}, {"s": body}).script("s")
@@ -405,7 +405,7 @@ def test_an_edge_two_scripts_apply_is_defined_once_in_the_library() -> None:
     assert shared.count("local function complete_job") == 1
     assert "local function complete_job" not in blocks  # nor again in complete.lua's block
     assert "local function complete_job" in scripts()["complete"].source
-    assert "local function take_some" in scripts()["report_claim"].source
+    assert "local function take_some" in scripts()["report_and_claim"].source
 
 
 def local_names(lua: str) -> int:

@@ -197,7 +197,7 @@ def test_a_resent_cancel_gets_its_first_reply_and_its_work_is_still_carried_on(
     result = q.execute(call)
     assert isinstance(result, CancelApplied)
     assert sorted(result.cascaded) == sorted(ids)
-    step = q.calls.cascade(call.call_id, T0 + 1)
+    step = q.calls.carry_on(call)
     assert q.execute(step) == CascadeReport((), (), False)
 
 
@@ -205,12 +205,12 @@ def test_a_resent_step_gets_its_first_reply(q: Quasar) -> None:
     fan_out(q, WIDE)
     call = q.calls.cancel("root", None, "stop", T0 + 1)
     alone(q, call)
-    step = q.calls.cascade(call.call_id, T0 + 1)
+    step = q.calls.carry_on(call)
     first, _ = alone(q, step)
     again, _ = alone(q, step)
     assert isinstance(first, CascadeReport) and first.more and len(first.cancelled) == STEP
     assert again == first
-    q.execute(q.calls.cascade(call.call_id, T0 + 1))
+    q.execute(q.calls.carry_on(call))
     assert q.counts("default", now=T0 + 1).cancelled == WIDE + 1
 
 
@@ -222,7 +222,7 @@ def test_a_damaged_dependent_met_in_a_step_is_skipped_and_reported(q: Quasar) ->
     q.redis.hset(q.keys.job(waiting[0]), "sq", "x")
     damaged: tuple[str, ...] = ()
     while True:
-        step = q.execute(q.calls.cascade(call.call_id, T0 + 1))
+        step = q.execute(q.calls.carry_on(call))
         damaged += step.damaged
         if not step.more:
             break

@@ -379,7 +379,7 @@ def test_execute_many_pipeline_on_cluster(rc: RedisCluster, confined: Confined) 
     applied(client.enqueue("s", id="j"))
     rc.script_flush()  # the pipeline meets NOSCRIPT too
     try:
-        results = client.execute_many([client.calls.get("j"), client.calls.counts("default")])
+        results = client.execute_many([client.calls.get_job("j"), client.calls.counts("default")])
     except Exception as exc:  # RedisClusterException is not a RedisError
         pytest.fail(
             "Quasar.execute_many cannot run on RedisCluster: redis-py's ClusterPipeline blocks "

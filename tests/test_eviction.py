@@ -258,7 +258,7 @@ def test_what_an_evicting_redis_loses(evicting: str, namespace: str) -> None:
         evicted = int(admin.info("stats")["evicted_keys"])
         kept = [
             j
-            for j, info in zip(ids, q.execute_many([q.calls.get(j) for j in ids]), strict=True)
+            for j, info in zip(ids, q.execute_many([q.calls.get_job(j) for j in ids]), strict=True)
             if info
         ]
         report = check(admin, namespace)

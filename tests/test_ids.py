@@ -65,7 +65,7 @@ def test_the_table_is_unicodes_whitespace_control_and_format_characters() -> Non
 def lua_verdict(q: Quasar, raw: bytes) -> str:
     """The script's answer to an id sent as is, past every check of Python's: "ok" for an id it
     takes (no such job here), else the refusal's reason."""
-    call: Call[Any] = Call(scripts()["get"], (new_call_id(), "", raw), lambda reply: reply)
+    call: Call[Any] = Call(scripts()["get_job"], (new_call_id(), "", raw), lambda reply: reply)
     reply = q.execute(call)
     tag = text(reply[0])
     if tag == "MissingJob":
@@ -140,13 +140,13 @@ def test_a_bad_id_is_refused_everywhere_and_changes_nothing(q: Quasar, bad: str)
     assert claimed(q.claim_job(good.id, "w", 1000, now=T0)).job.id == "good"
 
 
-@pytest.mark.parametrize("script", ["claim_job", "cancel", "retry", "expire", "get"])
+@pytest.mark.parametrize("script", ["claim_job", "cancel", "retry", "expire", "get_job"])
 @pytest.mark.parametrize("bad", [b"a\xc2\xa0b", b"a\xe2\x80\xaeb", b"a\xed\xb2\x80b", b"\xff"])
 def test_the_scripts_refuse_a_bad_id_sent_past_python(q: Quasar, script: str, bad: bytes) -> None:
     """A client that skips Python's check (another language, an old version) gets the same
     refusal from the script itself, before anything is read or written."""
     before = snapshot(q)
-    rest: dict[str, tuple[str, ...]] = {"claim_job": ("w", "1000"), "expire": ("0",), "get": ()}
+    rest: dict[str, tuple[str, ...]] = {"claim_job": ("w", "1000"), "expire": ("0",), "get_job": ()}
     rest |= {"cancel": ("", "r"), "retry": ("", "r")}
     args: tuple[str | bytes, ...] = (new_call_id(), str(T0), bad, *rest[script])
     reply = q.execute(Call(scripts()[script], args, lambda r: r))

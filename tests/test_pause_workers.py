@@ -58,7 +58,7 @@ def server_ms(q: Quasar) -> int:
 
 
 def last_claims(q: Quasar, ids: list[str]) -> dict[str, int | None]:
-    infos = q.execute_many([q.calls.get(i) for i in ids])
+    infos = q.execute_many([q.calls.get_job(i) for i in ids])
     return {i: info.job.attempted_at for i, info in zip(ids, infos, strict=True)}
 
 

@@ -126,7 +126,9 @@ def present(q: Quasar, ids: Sequence[str]) -> set[str]:
         chunk = ids[i : i + 500]
         found |= {
             j
-            for j, info in zip(chunk, q.execute_many([q.calls.get(j) for j in chunk]), strict=True)
+            for j, info in zip(
+                chunk, q.execute_many([q.calls.get_job(j) for j in chunk]), strict=True
+            )
             if info is not None
         }
     return found

@@ -1,4 +1,4 @@
-"""report (lua/report.lua): many lease holders' outcomes in one call, each on its own."""
+"""report (lua/report_many.lua): many lease holders' outcomes in one call, each on its own."""
 
 from __future__ import annotations
 
@@ -91,7 +91,9 @@ def test_report_is_checked_as_the_single_calls_are(q: Quasar) -> None:
 
 def test_resent_report_replays_what_it_applied(q: Quasar) -> None:
     tokens = leases(q, 2)
-    call = q.calls.report("w", [Complete(tokens[0]), Complete(tokens[1], output_ref="")], T0 + 1)
+    call = q.calls.report_many(
+        "w", [Complete(tokens[0]), Complete(tokens[1], output_ref="")], T0 + 1
+    )
     first = q.execute(call)
     before = snapshot(q)
     again = q.execute(call)

@@ -1,4 +1,4 @@
-"""report_claim (lua/report_claim.lua): a worker's outcomes and its next claim in one call."""
+"""report_claim (lua/report_and_claim.lua): a worker's outcomes and its next claim in one call."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_a_resent_call_gets_its_first_answers_and_changes_nothing_more(q: Quasar
     tokens = leases(q, ["a", "b"])
     q.enqueue_many([NewJob("s", id=f"n{i}") for i in range(4)], now=T0)
     outcomes = [Complete(tokens[0]), Complete(tokens[1], output_ref="")]
-    call = q.calls.report_claim("w", outcomes, "default", 1000, 2, T0 + 1)
+    call = q.calls.report_and_claim("w", outcomes, "default", 1000, 2, T0 + 1)
     first = q.execute(call)
     before = snapshot(q)
     again = q.execute(call)
@@ -144,7 +144,7 @@ def test_a_resent_call_gets_its_first_answers_and_changes_nothing_more(q: Quasar
 
 def test_a_resent_call_whose_claim_found_nothing_claims_anew_once(q: Quasar) -> None:
     (token,) = leases(q, ["a"])
-    call = q.calls.report_claim("w", [Complete(token)], "default", 1000, 2, T0 + 1)
+    call = q.calls.report_and_claim("w", [Complete(token)], "default", 1000, 2, T0 + 1)
     first = q.execute(call)
     assert isinstance(first.claim, ClaimRefused)
     q.enqueue("s", id="new", now=T0 + 1)

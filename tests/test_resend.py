@@ -48,7 +48,7 @@ def test_resent_batch_enqueue(q: Quasar) -> None:
 def test_resent_claim_by_queue_leases_nothing_more_and_returns_the_same_tokens(q: Quasar) -> None:
     for i in range(4):
         applied(q.enqueue("s", id=f"j{i}", now=T0))
-    call = q.calls.claim("default", "w", 1000, 2, T0)
+    call = q.calls.claim_many("default", "w", 1000, 2, T0)
     first = q.execute(call)
     assert isinstance(first, ClaimsApplied)
     before = snapshot(q)

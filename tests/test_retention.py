@@ -114,7 +114,7 @@ def test_a_retained_dependency_stays_while_a_blocked_job_needs_it(q: Quasar) -> 
 
 def test_a_resent_completion_still_finds_a_job_dropped_at_once(q: Quasar) -> None:
     q.enqueue("s", id="a", now=T0)
-    call = q.calls.report("w", [Complete(lease(q, "a"), None, result_ttl_ms=0)], T0 + 1)
+    call = q.calls.report_many("w", [Complete(lease(q, "a"), None, result_ttl_ms=0)], T0 + 1)
     first = q.execute_many([call])[0]
     assert q.prune(now=T0 + 1 + WINDOW - 1) == 0
     assert q.execute_many([call])[0] == first == [OutcomeApplied("a", "Succeeded")]

@@ -395,10 +395,10 @@ class QuasarMachine(RuleBasedStateMachine):
         actual: ClaimResult | ClaimsResult
         expected: ClaimResult | ClaimsResult
         if limit is None:
-            actual = self.send(self.q.calls.claim_one(queue, worker, lease, self.now))
+            actual = self.send(self.q.calls.claim(queue, worker, lease, now=self.now))
             expected = self.model.claim(queue, worker, lease, self.now)
         else:
-            actual = self.send(self.q.calls.claim(queue, worker, lease, limit, self.now))
+            actual = self.send(self.q.calls.claim_many(queue, worker, lease, limit, self.now))
             expected = self.model.claim_many(queue, worker, lease, limit, self.now)
         self.expect_claims(actual, expected, what)
 
@@ -471,7 +471,7 @@ class QuasarMachine(RuleBasedStateMachine):
         picked = [self.pick_token(data) for _ in range(size)]
         caller = picked[0][1]
         outcomes = [self.outcome_for(data, token) for token, _ in picked]
-        actual = self.send(self.q.calls.report(caller, outcomes, self.now))
+        actual = self.send(self.q.calls.report_many(caller, outcomes, self.now))
         expected = self.model.report(caller, outcomes, self.now)
         self.expect(actual, expected, f"report({caller!r}, {outcomes})")
 
@@ -546,7 +546,7 @@ class QuasarMachine(RuleBasedStateMachine):
 
     @rule(limit=st.sampled_from([1, 2, 1000]))
     def sweep(self, limit: int) -> None:
-        report: SweepReport = self.send(self.q.calls.sweep(limit, self.now))
+        report: SweepReport = self.send(self.q.calls.sweep_expired(limit, self.now))
         event(f"sweep: {len(report.expired)} expired")
         self.check_sweep(report, limit, self.now)
 
@@ -565,7 +565,7 @@ class QuasarMachine(RuleBasedStateMachine):
 
     @rule(limit=st.just(1000))  # a limit above the jobs there are: which ones move is known
     def promote(self, limit: int) -> None:
-        moved = self.send(self.q.calls.promote(limit, self.now))
+        moved = self.send(self.q.calls.promote_due(limit, self.now))
         self.expect(moved, self.model.promote(self.now), "promote")
 
     @rule(max_age=st.sampled_from([None, 0, 100, 1000]), max_count=st.sampled_from([None, 0, 1, 2]))
@@ -624,7 +624,7 @@ class QuasarMachine(RuleBasedStateMachine):
         held = [i for i in IDS if i in self.model.jobs]
         absent = [self.q.keys.job(i) for i in IDS if i not in self.model.jobs]
         assert not absent or self.q.redis.exists(*absent) == 0, f"a job the model lacks: {absent}"
-        calls: list[Call[Any]] = [self.q.calls.get(i, self.now) for i in held]
+        calls: list[Call[Any]] = [self.q.calls.get_job(i, self.now) for i in held]
         calls += [self.q.calls.counts(queue, self.now) for queue in QUEUES]
         results = self.q.execute_many(calls)
         infos: list[JobInfo | None] = results[: len(held)]
@@ -686,7 +686,7 @@ def test_resent_report_gets_the_first_reply(q: Quasar) -> None:
     claim = q.claim_job("x", "w", 100, now=T_START + 1)
     assert isinstance(claim, ClaimApplied)
     token = claim.claim.token
-    call = q.calls.report("w", [Complete(token, output_ref=""), Complete(token)], T_START + 2)
+    call = q.calls.report_many("w", [Complete(token, output_ref=""), Complete(token)], T_START + 2)
     first = q.execute(call)
     assert first[0] == JobRefused(InvalidJob("output_ref must not be empty"))
     assert q.execute(call) == first  # the re-send: StaleLease, as the second item completed x

@@ -770,7 +770,7 @@ def test_the_lease_keeper_stops_when_its_stop_comes_with_the_last_outcomes(
 # --- idling and waking ---------------------------------------------------------------------------
 
 
-CLAIMS = ("claim", "report_claim")  # a claim, alone or carrying outcomes
+CLAIMS = ("claim", "report_and_claim")  # a claim, alone or carrying outcomes
 
 
 @pytest.fixture
@@ -973,7 +973,7 @@ def test_outcomes_ride_the_next_claim_and_each_is_reported_once(
 
     async def recorded(self: AsyncQuasar, call: Any) -> Any:
         result = await execute(self, call)
-        if call.script.name == "report_claim":
+        if call.script.name == "report_and_claim":
             count = int(call.args[6])
             carried.extend(str(call.args[8 + 11 * i]) for i in range(count))
         return result
@@ -983,7 +983,7 @@ def test_outcomes_ride_the_next_claim_and_each_is_reported_once(
 
     def reports(calls: Any) -> None:
         for call in calls:
-            if call.script.name == "report":
+            if call.script.name == "report_many":
                 count = int(call.args[3])
                 by_keeper.extend(str(call.args[5 + 11 * i]) for i in range(count))
 
@@ -1025,7 +1025,7 @@ def test_outcomes_of_a_claim_whose_reply_was_lost_are_reported_at_stop(
     refused: list[str] = []
 
     async def unreachable(self: AsyncQuasar, call: Any) -> Any:
-        if call.script.name == "report_claim":
+        if call.script.name == "report_and_claim":
             refused.append(call.args[0])
             raise RedisUnavailable("Redis went away (simulated)")
         return await execute(self, call)

@@ -208,8 +208,8 @@ def test_outcomes_refused_by_a_busy_redis_are_sent_again_until_accepted(
 ) -> None:
     """Each report and claim is refused BUSY a few times (the script never ran): the outcomes
     go out again, none is dropped, no job runs twice. Outcomes go out with a claim
-    (``report_claim``, the worker's asyncio client) or through the lease keeper (``report``, its
-    blocking client), as timing has it: both are refused."""
+    (``report_and_claim``, the worker's asyncio client) or through the lease keeper
+    (``report_many``, its blocking client), as timing has it: both are refused."""
     client = app.new_client()
     refusals = Counter[str]()
     execute = AsyncQuasar.execute
@@ -251,4 +251,4 @@ def test_outcomes_refused_by_a_busy_redis_are_sent_again_until_accepted(
     finally:
         client.redis.close()
     assert runs == Counter(range(8))
-    assert refusals["report"] + refusals["report_claim"] >= 3, refusals
+    assert refusals["report_many"] + refusals["report_and_claim"] >= 3, refusals

@@ -244,7 +244,7 @@ def get_jobs(q: Quasar, ids: Sequence[str]) -> dict[str, Job]:
     for i in range(0, len(ids), 500):
         chunk = ids[i : i + 500]
         for job_id, info in zip(
-            chunk, q.execute_many([q.calls.get(j) for j in chunk]), strict=True
+            chunk, q.execute_many([q.calls.get_job(j) for j in chunk]), strict=True
         ):
             assert info is not None, f"job {job_id} was lost"
             out[job_id] = info.job

@@ -26,7 +26,7 @@ local function record(ctx, value)
 end
 
 -- A call that leaves cascade work replies {"More", reply}: the client carries the work on
--- (cascade.lua) before it hands the reply's result to its caller. Work is left when the cascade
+-- (resume_cascades.lua) before it hands the reply's result to its caller. Work is left when the cascade
 -- this call started (its root: the call id) has some in Redis: this call left it, or, for a
 -- re-sent call, the first delivery did and it is not done yet.
 local function finish(ctx, reply)

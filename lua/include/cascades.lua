@@ -22,7 +22,7 @@ local blocked, load_job, move = Job.blocked, Job.load_job, Job.move
 --                            renamed: a dependent enqueued since is not visited, as it was not
 --                            there when the parent moved)
 -- and the parent's hash counts its items left in `cw`. The call replies {"More", reply}
--- (finish); cascade.lua carries the work on, step by step: the caller's client at once, and a
+-- (finish); resume_cascades.lua carries the work on, step by step: the caller's client at once, and a
 -- worker's maintenance once a root has been idle for CASCADE.idle_ms (its caller went away).
 -- Until the cascade reaches a dependent, the dependent stays blocked (it still counts the parent
 -- among its pending dependencies): nothing runs early, and get names the parent it waits on.
@@ -34,7 +34,7 @@ local CASCADE = {step = 50, idle_ms = 5000, reason = {c = " was cancelled", f = 
 
 -- The call's cascade state, ctx.cascade (made at the first parent with dependents: most calls
 -- never need it): the room left, the root, the ids this call cancelled, whether it left work;
--- a step of cascade.lua (step) lists the damaged dependents it skipped (damaged).
+-- a step of resume_cascades.lua (step) lists the damaged dependents it skipped (damaged).
 local function cascade_state(ctx)
   local cs = ctx.cascade
   if cs == nil or cs.room == nil then
@@ -60,7 +60,7 @@ local function visit_action(kind, pid, ph, dh)
 end
 
 -- The jobs of ids as {id, h}: a missing one is skipped (pruned); a damaged one refuses the call
--- (nil and the refusal) or, in a step of cascade.lua, is listed in cs.damaged and skipped.
+-- (nil and the refusal) or, in a step of resume_cascades.lua, is listed in cs.damaged and skipped.
 local function load_visited(ctx, cs, ids)
   local out = {}
   for _, id in ipairs(ids) do

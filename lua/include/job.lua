@@ -143,10 +143,10 @@ end
 -- that ties go by availability, then enqueue order). An R job sits in retrying (by
 -- available_at) and in one of delayed / ready. L jobs sit in leased (by expires_at); finished
 -- jobs in succeeded / failed / cancelled (by finished_at). Counts and pages by status are
--- derived from these (counts.lua, list.lua): no index holds every waiting job twice.
+-- derived from these (counts.lua, list_jobs.lua): no index holds every waiting job twice.
 -- Every job in delayed is also in delayed_pr, as ready would hold it (score priority, the same
 -- member): so a claim finds the best due jobs among many come due at once, priority by priority
--- (promote.lua's promote_best), where delayed gives them by due time alone.
+-- (promote_due.lua's promote_best), where delayed gives them by due time alone.
 
 -- Members sort by available_at, then sequence: both as fixed-width big-endian bytes (6 and 5:
 -- available_at below 2^48 ms, sequence below 2^40), then the id. Binary rather than hex keeps a

@@ -8,7 +8,7 @@ never reported. An idle worker blocks on the queues' wake lists until work arriv
 scheduled job is due. Maintenance (promote, sweep, prune) runs inside every worker; any number
 of them may run it at once.
 
-Outcomes ride the next claim: one ``report_claim`` call reports the jobs that ended and claims
+Outcomes ride the next claim: one ``report_and_claim`` call reports the jobs that ended and claims
 as many new ones (one round trip a batch). When no claim is about to go out (the worker is idle,
 backing off, full or stopping), or a heartbeat of the job is in flight, the lease keeper reports
 the outcome instead. The reporter (``_reporting``) makes that choice for every outcome, and

@@ -231,9 +231,9 @@ class Claimer:
         calls = self.client.calls
         carried, outcomes = self.reporter.take()
         if outcomes:
-            call = calls.report_claim(self.worker_id, outcomes, queue, self.lease_ms, want)
+            call = calls.report_and_claim(self.worker_id, outcomes, queue, self.lease_ms, want)
             return call, carried
-        return calls.claim(queue, self.worker_id, self.lease_ms, want), carried
+        return calls.claim_many(queue, self.worker_id, self.lease_ms, want), carried
 
     def report_unanswered(self) -> None:
         """On the way out: calls whose reply was lost are not sent again; the outcomes they
@@ -260,7 +260,7 @@ class Claimer:
         asked = 0
         if free > 0 and self.client.can_wait_and_claim:
             asked = min(free, 1000)
-            claim = self.client.calls.claim(queue, self.worker_id, self.lease_ms, asked)
+            claim = self.client.calls.claim_many(queue, self.worker_id, self.lease_ms, asked)
             wait: Any = self.client.wait_and_claim(
                 self.queues, max(timeout, 0.001), claim, waiting.append
             )

@@ -365,7 +365,7 @@ class Wire:
     def reports(self, batch: list[Outgoing]) -> tuple[list[list[Outgoing]], list[Call[Any]]]:
         """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
         chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
-        report = self.client.calls.report
+        report = self.client.calls.report_many
         worker_id = self.worker_id
         calls = [report(worker_id, [x.build(x.lease.token) for x in chunk]) for chunk in chunks]
         return chunks, calls

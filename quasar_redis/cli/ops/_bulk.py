@@ -63,7 +63,7 @@ def check_ids(op: Operator, job_ids: Sequence[str]) -> None:
     missing: list[str] = []
     for start in range(0, len(job_ids), BATCH):
         chunk = list(job_ids[start : start + BATCH])
-        infos = op.q.execute_many([op.q.calls.get(i) for i in chunk])  # (malformed: raises)
+        infos = op.q.execute_many([op.q.calls.get_job(i) for i in chunk])  # (malformed: raises)
         missing += [i for i, info in zip(chunk, infos, strict=True) if info is None]
     if missing:
         op.require_namespace()

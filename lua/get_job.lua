@@ -1,4 +1,4 @@
--- get (read only): one job, with the dependency it waits on when it is blocked, and its failure
+-- get_job (read only): one job, with the dependency it waits on when it is blocked, and its failure
 -- history (keep_error in include/outcomes.lua). An id no job may have (id_error) is refused InvalidJob.
 --
 -- KEYS[1]  namespace prefix

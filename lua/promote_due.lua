@@ -1,4 +1,4 @@
--- promote: make due scheduled and retry-waiting jobs claimable (delayed -> ready), over all
+-- promote_due: make due scheduled and retry-waiting jobs claimable (delayed -> ready), over all
 -- queues of the namespace, at most `limit` jobs per call. No state changes: Waiting stays
 -- Waiting, RetryWaiting stays RetryWaiting; only the claim index moves.
 -- The edge, for one queue, is promote_queue below (by due time); claim.lua runs it on its queue

@@ -1,4 +1,4 @@
--- report_claim: a worker's outcomes and its next claim in one call: report.lua's items (its
+-- report_and_claim: a worker's outcomes and its next claim in one call: report_many.lua's items (its
 -- report_count and report_items), then claim.lua's claim (its claim_args and claim_queue; the
 -- outcomes first, so that a job whose last dependency completes here can be claimed by this very
 -- call). Each part is applied or refused on its own, exactly as its own script would: a refused
@@ -8,26 +8,26 @@
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue   ARGV[4] worker id
 -- ARGV[5]  lease duration ms   ARGV[6] claim limit (1..1000)
--- ARGV[7]  item count N (1..1000), then N groups of 11 as in report.lua
+-- ARGV[7]  item count N (1..1000), then N groups of 11 as in report_many.lua
 --
 -- Replies
---   {"ReportClaimed", now, {result...}, claim}   the results as report.lua gives them, and the
+--   {"ReportClaimed", now, {result...}, claim}   the results as report_many.lua gives them, and the
 --                                  claim's reply as claim.lua gives it (ClaimsApplied with each
 --                                  job's fields before the lease, NothingClaimable, a refusal:
 --                                  QueuePaused for a paused queue, whose outcomes still count)
 --   {"InvalidJob", reason}         a malformed call (nothing applied)
 -- Re-sent calls: the call record is "<n>:<claim record><items>" when the claim leased jobs (n the
 -- length of the claim's record, as claim.lua keeps it) or "-<items>" when it did not (the
--- outcomes as report.lua keeps them). A re-sent call gets every outcome's first answer again and
+-- outcomes as report_many.lua keeps them). A re-sent call gets every outcome's first answer again and
 -- the claims first handed out; a claim that leased nothing the first time is made anew.
 
--- uses: core, call, claim, report
+-- uses: core, call, claim, report_many
 local CALL_TTL_TEXT, clock, fmt, key_call = Core.CALL_TTL_TEXT, Core.clock, Core.fmt, Core.key_call
 local decode_items, record, recorded = Call.decode_items, Call.record, Call.recorded
 local run_call = Call.run_call
 local claim_args, claim_queue = Claim.claim_args, Claim.claim_queue
 local claims_replayed = Claim.claims_replayed
-local report_count, report_items = Report.report_count, Report.report_items
+local report_count, report_items = ReportMany.report_count, ReportMany.report_items
 
 local function main(ctx)
   local args = ctx.args

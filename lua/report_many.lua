@@ -1,8 +1,8 @@
--- report: many lease holders' outcomes in one call (a worker's batch): each item is one of
+-- report_many: many lease holders' outcomes in one call (a worker's batch): each item is one of
 -- complete / fail / permanent_fail / release, checked and applied on its own exactly as its own
 -- script would, by that script's edge (complete_job in complete.lua, fail_job in fail.lua,
 -- permanent_fail_job in permanent_fail.lua, release_job in release.lua): a refused item changes
--- nothing and does not stop the others. report_claim.lua applies its items with report_items.
+-- nothing and does not stop the others. report_and_claim.lua applies its items with report_items.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] caller's worker id

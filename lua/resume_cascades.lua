@@ -1,4 +1,4 @@
--- cascade: carries on the cascade work a call left in Redis (see "Cascades" in include/cascades.lua), one
+-- resume_cascades: carries on the cascade work a call left in Redis (see "Cascades" in include/cascades.lua), one
 -- bounded step: at most CASCADE.step dependents visited, each as the call that started the
 -- cascade would have visited it (cancelled, or one pending dependency less), their own
 -- dependents planned in the room left or left as work in turn. The client of a call that replied

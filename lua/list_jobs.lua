@@ -1,4 +1,4 @@
--- list (read only): a page of a queue's jobs in one status (each job is in exactly one).
+-- list_jobs (read only): a page of a queue's jobs in one status (each job is in exactly one).
 -- Order: Available: the claimable ones in claim order, then those due but not yet promoted (by
 -- available_at); Scheduled by available_at; Blocked by available_at; Retryable by available_at;
 -- Executing by lease expiry; Completed / Discarded / Cancelled by finish time.

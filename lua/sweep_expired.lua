@@ -1,4 +1,4 @@
--- sweep: expire every lease that ran out, over all queues of the namespace, at most `limit` jobs
+-- sweep_expired: expire every lease that ran out, over all queues of the namespace, at most `limit` jobs
 -- per call (call again while it reports a full batch). Each job moves as expire.lua moves it
 -- (its expire_job). A damaged job hash found in the lease index is reported and left untouched.
 -- The sweep of one queue is expire_queue below; claim.lua runs it on its queue before it picks.
