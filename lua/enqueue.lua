@@ -161,6 +161,8 @@ local function dependency_checks(ctx, a, batch)
   return pending
 end
 
+-- Job i's group of arguments by name: the layout quasar_redis/_schema.py's ENQUEUE_ITEM declares
+-- (tests/test_schema.py holds the two to each other).
 local function read_group(args, i)
   local b = 7 + (i - 1) * GROUP
   return {

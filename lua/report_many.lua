@@ -61,13 +61,17 @@ end
 local function report_item(ctx, base, i, now, worker, before)
   if type(before) == "table" then return before, before end -- refused the first time: again
   local args = ctx.args
-  local b = base + (i - 1) * REPORT_GROUP
-  local t = {args[b + 2], args[b + 3], args[b + 4], args[b + 5], args[b + 6], args[b + 7]}
+  local o = base + (i - 1) * REPORT_GROUP
+  -- The item's arguments by name: the layout quasar_redis/_schema.py's REPORT_ITEM declares (the
+  -- token's six as lease.lua's open_lease reads them; tests/test_schema.py holds the two to each
+  -- other).
+  local t = {args[o + 2], args[o + 3], args[o + 4], args[o + 5], args[o + 6], args[o + 7]}
   local h, err = load_job(ctx, t[1])
   if h == nil then return err, err end
   if before == true then return h.st, true end
-  local bad = OUTCOME_EDGES[args[b + 1]](ctx, {now = now, id = t[1], h = h, t = t, worker = worker},
-    args[b + 8], args[b + 9], args[b + 10], args[b + 11])
+  local call, a, b, k, d = args[o + 1], args[o + 8], args[o + 9], args[o + 10], args[o + 11]
+  local bad = OUTCOME_EDGES[call](ctx, {now = now, id = t[1], h = h, t = t, worker = worker},
+    a, b, k, d)
   if bad then return bad, bad end
   return h.st, true
 end

@@ -48,7 +48,8 @@ def lease_args(token: t.LeaseToken, worker_id: str) -> tuple[Arg, ...]:
 
 
 def report_token_args(token: t.LeaseToken) -> tuple[Arg, ...]:
-    """The six token arguments of a report item (``lease_args`` without the worker id)."""
+    """The six token arguments of a report item (``_schema.TOKEN``: ``lease_args`` without the
+    worker id)."""
     job_id, worker, nonce = token.job_id, token.worker_id, token.nonce
     rv, fence, expires = token.input_revision, token.fencing_version, token.expires_at
     if (
@@ -80,6 +81,9 @@ def result_arg(result: Any, max_bytes: int) -> bytes | t.JobRefused:
 def outcome_group(
     outcome: t.Outcome, max_result: int = MAX_PAYLOAD_BYTES
 ) -> tuple[Arg, ...] | t.JobRefused:
+    """An outcome's item of a report in ``_schema.REPORT_ITEM``'s order (a plain tuple, built
+    once per outcome: tests/test_schema.py reads it back by the layout's names), or the refusal
+    of a result Python cannot send."""
     if (
         type(outcome) is t.Complete
         and outcome.result is None

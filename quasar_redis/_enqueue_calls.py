@@ -22,8 +22,10 @@ from ._scripts import scripts
 
 
 def _job_group(job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
-    """A job's group of 13 arguments (lua/enqueue.lua), or the refusal of what Python cannot
-    send (a payload msgpack cannot encode, a dependency that is no job id, an unknown policy)."""
+    """A job's group of arguments in ``_schema.ENQUEUE_ITEM``'s order, or the refusal of what
+    Python cannot send (a payload msgpack cannot encode, a dependency that is no job id, an
+    unknown policy). A plain tuple, built once per job: tests/test_schema.py reads it back by
+    the layout's names."""
     try:
         payload = encode(job.payload)
     except EncodeError as exc:

@@ -1,31 +1,49 @@
 """The fast readings of the common replies, each the mirror of the Lua that wrote the reply.
 
 The common reply is what redis-py gives with ``decode_responses=False``: every name and text value
-bytes. These readings build the same values as ``_general`` without its per-field generic steps;
-some rebuild what a script wrote without it being sent back (a claimed job's lease, a job an
-enqueue created), applying in Python exactly what the Lua they name applied. Whatever a reading
-does not expect raises inside it, and the general reading decides instead (and raises its error).
-A change to the Lua a reading mirrors changes the reading too; tests/test_parse_fast.py checks
-that each gives what the general reading gives.
+bytes. These readings build the same values as ``_general`` without its per-field generic steps.
+Whatever a reading does not expect raises inside it, and the general reading decides instead (and
+raises its error). A change to the Lua a reading mirrors changes the reading too;
+tests/test_parse_fast.py checks that each gives what the general reading gives.
+
+Two readings rebuild what a script wrote without it being sent back, so that the commonest
+replies stay short: ``parse_claimed`` (a claimed job's lease, as lua/include/lease.lua's ``lease``
+wrote it) and ``created_job`` (a job an enqueue created, from the arguments the client sent).
+They are the only places Python re-derives a script's writes, and they take every field, default
+and argument position from ``_schema``: tests/test_schema.py checks that no function of the
+package spells a job field's key but ``_schema`` and the readers it names (which read what a reply
+carries), and that the Lua those two mirror writes what ``_schema`` says it writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, TypeAlias
 
 from . import _types as t
-from ._general import BLOB_CHUNKS, DEFAULTS, general_job, general_token, optional_int, text
+from ._general import general_job, general_token, optional_int, text
+from ._schema import BLOB_CHUNKS, BLOBS, DEFAULTS, ENQUEUE_ITEM, KEY, LEASE_WRITES, STATE
 from .errors import ProtocolError
 
-#: One job's arguments as an enqueue sends them (lua/enqueue.lua's group of 13).
+#: One job's arguments as an enqueue sends them (``_schema.ENQUEUE_ITEM``).
 Group: TypeAlias = Sequence[str | bytes]
 
 _DEFAULTS_B = {name.encode(): value for name, value in DEFAULTS.items()}
 _CHUNKS_B = {
-    name: [f"{name.decode()}{i}".encode() for i in range(2, BLOB_CHUNKS + 1)]
-    for name in (b"p", b"res")
+    name.encode(): [f"{name}{i}".encode() for i in range(2, BLOB_CHUNKS + 1)] for name in BLOBS
 }
+# What the derivations below write or read, by name.
+LEASE_KEYS_B = tuple(key.encode() for key in LEASE_WRITES)
+_ST, _A, _F, _W, _X, _N, _ATT = LEASE_KEYS_B
+_LEASED = STATE["leased"].encode()
+_NEW_ATTEMPT, _NEW_FENCE = int(DEFAULTS[KEY["attempt"]]), int(DEFAULTS[KEY["fencing_version"]])
+# The arguments created_job reads, by name, in the order it unpacks them.
+_CREATED_READS = (
+    "id queue stage payload input_ref input_revision dependencies priority max_attempts"
+    " available_at delay odf"
+)
+_CREATED = itemgetter(*map(ENQUEUE_ITEM.index, _CREATED_READS.split()))
 _TERMINAL_B = (b"S", b"F", b"C")
 _text_of = bytes.decode
 _job = t.builder(t.Job)
@@ -138,7 +156,7 @@ def parse_leased(reply: Sequence[Any]) -> t.Claim:
     job = parse_job(reply)
     state = job.state
     # The nonce: the last "n" field (a later field overrides an earlier one), near the end.
-    nonce = next((reply[i + 1] for i in range(len(reply) - 2, 0, -2) if reply[i] == b"n"), None)
+    nonce = next((reply[i + 1] for i in range(len(reply) - 2, 0, -2) if reply[i] == _N), None)
     if not isinstance(state, t.Leased) or nonce is None:
         raise ProtocolError(f"claimed job {job.id!r} is not leased")
     token = _token(
@@ -160,36 +178,57 @@ def parse_claimed(
     job_id: Any, before: Sequence[Any], now: Any, worker: str, lease_ms: int, nonce: str
 ) -> t.Claim:
     """A job a claim's first delivery leased, from its fields as they were before the lease (the
-    reply of lua/claim.lua and lua/report_and_claim.lua): mirrors lua/include/lease.lua's
-    ``lease`` as ``take_some`` applies it (st L, attempt + 1, fence + 1, the worker, expires_at =
-    now + lease_ms, the nonce, attempted_at = now)."""
+    reply of lua/claim.lua and lua/report_and_claim.lua): ``_schema.LEASE_WRITES`` applied as
+    lua/include/lease.lua's ``lease`` applies them."""
     try:
         if type(job_id) is not bytes or (before and type(before[0]) is not bytes):
             raise TypeError("not the common reply")
         f = _DEFAULTS_B.copy()
         it = iter(before)
         f.update(zip(it, it, strict=True))
-        fence, expires = int(f[b"f"]) + 1, int(now) + lease_ms
-        f[b"st"], f[b"a"], f[b"f"] = b"L", b"%d" % (int(f[b"a"]) + 1), b"%d" % fence
-        f[b"w"], f[b"x"], f[b"att"] = worker.encode(), b"%d" % expires, now
+        fence, expires = int(f[_F]) + 1, int(now) + lease_ms
+        f[_ST], f[_A], f[_F] = _LEASED, b"%d" % (int(f[_A]) + 1), b"%d" % fence
+        f[_W], f[_X], f[_ATT] = worker.encode(), b"%d" % expires, now
         job = _job_from_fields(job_id, f)
         return _claim(job, _token(job.id, job.input_revision, worker, fence, expires, nonce))
     except Exception:  # anything unusual: the general reading decides (and raises its error)
-        fields = dict(zip(map(text, before[::2]), before[1::2], strict=True))
-        attempt, fence = int(fields.get("a", b"0")) + 1, int(fields.get("f", b"0")) + 1
-        lease = [b"st", b"L", b"a", b"%d" % attempt, b"f", b"%d" % fence, b"w", _as_bytes(worker)]
-        lease += [b"x", b"%d" % (int(now) + lease_ms), b"n", _as_bytes(nonce)]
-        lease += [b"att", _as_bytes(now)]
-        return parse_leased([job_id, *before, *lease])
+        return parse_leased([job_id, *before, *_lease_fields(before, now, worker, lease_ms, nonce)])
+
+
+def _lease_fields(
+    before: Sequence[Any], now: Any, worker: str, lease_ms: int, nonce: str
+) -> list[bytes]:
+    """``_schema.LEASE_WRITES`` as names and values, for fields of any shape."""
+    fields = {
+        text(name).encode(): value for name, value in zip(before[::2], before[1::2], strict=True)
+    }
+    attempt = int(fields.get(_A, _DEFAULTS_B[_A])) + 1
+    fence = int(fields.get(_F, _DEFAULTS_B[_F])) + 1
+    values: tuple[bytes, ...] = (_LEASED, b"%d" % attempt, b"%d" % fence, _as_bytes(worker))
+    values += (b"%d" % (int(now) + lease_ms), _as_bytes(nonce), _as_bytes(now))
+    return [part for pair in zip(LEASE_KEYS_B, values, strict=True) for part in pair]
 
 
 def created_job(group: Group, now: int, pending: bytes) -> t.Job:
     """A job this very call created, from what the client sent (a "slim" reply carries only its
     count of dependencies not yet succeeded): the Job a "jobs" reply would have given. Mirrors
-    the job table lua/enqueue.lua's ``write_one`` stores (st W, attempt 0, fence 0, available_at
-    = the given time or now + delay, inserted_at = now)."""
-    job_id, queue, stage, payload, input_ref, revision, deps, priority, attempts = group[:9]
-    available_at, delay, policy = group[9:12]
+    the job table lua/enqueue.lua's ``write_one`` stores (waiting, the attempt and fencing
+    version at their defaults, available_at = the given time or now + delay, inserted_at = now),
+    reading ``group`` by the names of ``_schema.ENQUEUE_ITEM``."""
+    (
+        job_id,
+        queue,
+        stage,
+        payload,
+        input_ref,
+        revision,
+        deps,
+        priority,
+        attempts,
+        available_at,
+        delay,
+        policy,
+    ) = _CREATED(group)
     at = now + int(delay or 0) if available_at == "" else int(available_at)
     return _job(
         job_id,
@@ -200,9 +239,9 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         int(revision),
         tuple(str(deps).split()),
         int(priority),
-        0,
+        _NEW_ATTEMPT,
         int(attempts),
-        0,
+        _NEW_FENCE,
         t.Waiting(at),
         now,
         None,

@@ -5,6 +5,9 @@ field overrides an earlier one, a field holding its default may be absent, and a
 chunks. The readings here take any names and values redis-py may give (text or bytes, integers or
 their digits) and check every field: a job no script of ours could have written raises
 ``CorruptJobError``. ``_fast`` reads the common reply faster and falls back to these.
+
+They read what a reply carries, by the short keys ``_schema.FIELDS`` declares (defaults and blob
+chunks from there too); tests/test_schema.py checks that every key they spell is declared.
 """
 
 from __future__ import annotations
@@ -13,23 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _types as t
-from .errors import CorruptJobError
+from ._schema import BLOB_CHUNKS, BLOBS, DEFAULTS
 
-#: Fields the scripts do not store while they hold these values (lua/include/job.lua DEFAULTS).
-DEFAULTS: dict[str, bytes] = {
-    "rv": b"0",
-    "a": b"0",
-    "f": b"0",
-    "pd": b"0",
-    "dp": b"",
-    "ir": b"inline",
-    "odf": b"block",
-    "pr": b"0",
-    "m": b"3",
-    "q": b"default",
-}
-#: At most this many chunks per blob (lua/include/job.lua BLOB_CHUNKS): ``p``, ``p2`` ... ``p16``.
-BLOB_CHUNKS = 16
+__all__ = ["BLOB_CHUNKS", "DEFAULTS", "general_job", "general_token", "optional_int", "text"]
+from .errors import CorruptJobError
 
 
 def text(value: Any) -> str:
@@ -60,12 +50,12 @@ def _state(f: dict[str, bytes]) -> t.JobState:
 
 def _fields(reply: Sequence[Any]) -> dict[str, bytes]:
     """The job fields of a reply: later ones win, defaults filled in, blob chunks joined."""
-    f = dict(DEFAULTS)
+    f: dict[str, bytes] = dict(DEFAULTS)
     it = iter(reply)
     next(it)
     for name, value in zip(it, it, strict=True):
         f[name.decode() if isinstance(name, bytes) else name] = value
-    for name in ("p", "res"):
+    for name in BLOBS:
         if f"{name}2" in f:
             parts = [f.get(name, b"")]
             for i in range(2, BLOB_CHUNKS + 1):

@@ -26,7 +26,8 @@
 --   transitions (a claim of many jobs, a report, an enqueue in "each" mode) check each one before
 --   its own first write: a refused one is skipped whole, never half-written.
 --
--- Job hash fields (a hash at KEYS[1].."job:"..id; the id is the key suffix):
+-- Job hash fields (a hash at KEYS[1].."job:"..id; the id is the key suffix), declared with their
+-- defaults in quasar_redis/_schema.py (tests/test_schema.py holds the scripts to it):
 --   q queue, s stage, p payload (msgpack bytes), ir input_ref, rv input_revision,
 --   dp dependencies (space-separated ids), pd dependencies not yet succeeded, odf on-dependency-
 --   failure policy ("block" | "cancel"), pr priority, sq enqueue sequence, a attempt,
@@ -35,7 +36,8 @@
 --   cr cancel reason, o output_ref, res result (msgpack bytes), ins inserted_at,
 --   att attempted_at, fin finished_at (S, F, C), hd "1" once another job depends on this one
 --   (so that jobs nobody depends on never read their dependents set), ec the id of the call that
---   enqueued it (a re-sent enqueue finds its jobs by it).
+--   enqueued it (a re-sent enqueue finds its jobs by it), cw how many of its cascade items are
+--   not done (cascades.lua).
 -- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
 -- equals available_at (a job enqueued without a delay), and the payload and the
 -- result are stored in chunks of at most 64 bytes (p, p2, p3, ... / res, res2, ...), up to
