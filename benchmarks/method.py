@@ -111,10 +111,11 @@ through `logging`, which has no handler here.
   {s_latency} jobs are enqueued one every {interval_ms:g} ms. Each job's latency is the time its
   task starts minus the time just before its enqueue call (same machine, same clock), so it
   includes the enqueue round trip and the worker's pick-up delay.
-- **Memory per waiting job**: `used_memory` after the one-at-a-time enqueue minus before, divided
-  by the jobs. It counts everything a system keeps per enqueued job: for quasar the job hash, its
-  index entry, the call record kept for re-sent calls (it expires) and an entry of the event
-  stream (it keeps about the last 10,000 job changes).
+- **Memory per waiting job**: `used_memory` less the clients' buffers (`mem_clients_normal`,
+  which move by tens of kilobytes with the traffic) after the one-at-a-time enqueue minus
+  before, divided by the jobs. It counts everything a system keeps per enqueued job: for quasar
+  the job hash, its index entry, the call record kept for re-sent calls (it expires) and an
+  entry of the event stream (it keeps about the last 10,000 job changes).
 - **Redis CPU**: the change of `used_cpu_sys + used_cpu_user` (INFO) divided by the jobs: over
   the one-at-a-time enqueue, and over a process figure from the worker's start to its end (so it
   includes the worker's start-up, polling and maintenance). The time spent inside commands
