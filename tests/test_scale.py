@@ -9,7 +9,11 @@ ratio taken in the same run: the same calls over a small queue (40,000 jobs, 2,0
 are the reference, and at scale no kind of call costs more on average than MEAN_RATIO times its
 reference, nor any single call more than SPIKE_RATIO times its kind's reference median or
 CPU_MS_MAX (a call whose work grew with the queue costs tens to hundreds of times more over a
-million jobs). Setting the jobs
+million jobs). The reference is measured just before and just after the calls at scale and the
+larger figure taken, so that load which comes and goes on the machine meanwhile weighs on both
+sides. SLOWLOG's wall time is printed, not held to a bound: on a loaded machine Redis is
+descheduled in the middle of short calls (up to 640 ms seen beside other work, for calls of under
+10 ms of CPU). Setting the jobs
 up (bulk enqueues of 1,000 jobs) is not measured. docs/redis-layout.md, "Bounds", gives the
 figures measured here.
 """
@@ -21,6 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +46,9 @@ from quasar_redis import (
 from .helpers import T0, real_redis
 from .servers import RedisServer, server_in
 
-pytestmark = pytest.mark.heavy
+#: Heavy, and given time: filling a million jobs takes 90 s on a quiet machine, over 300 s on a
+#: loaded one.
+pytestmark = [pytest.mark.heavy, pytest.mark.timeout(1800)]
 
 #: How much more one kind of call may cost on average at scale than over the small queue (kinds
 #: of at least MANY calls: one call alone is a sample, not an average).
@@ -53,9 +60,6 @@ SPIKE_RATIO = 15.0
 #: What no call may cost, whatever the machine: a call that reads a million entries, or a hundred
 #: thousand dependents, costs more than this on any machine; the calls here cost 1 to 10 ms.
 CPU_MS_MAX = 50.0
-#: What SLOWLOG's wall time may show on a 2-core machine running other work beside the test
-#: (docs/redis-layout.md, "Bounds": Redis descheduled in the middle of a call).
-WALL_MS = 500.0
 #: The batch of the calls under test (a worker's maintenance batch).
 SIZE = 100
 #: Memory per Waiting job, 100-byte payload, 16-character ids (docs/redis-layout.md, "Memory").
@@ -117,8 +121,8 @@ class Costs:
 def measured(
     client: redis.Redis, q: Quasar, what: str, run: Callable[[], Any]
 ) -> tuple[Any, Costs]:
-    """``run()``'s result and what each call ``q`` sent meanwhile cost Redis's CPU, once SLOWLOG
-    has shown that none held Redis WALL_MS. Prints what it saw."""
+    """``run()``'s result and what each call ``q`` sent meanwhile cost Redis's CPU. Prints what
+    it saw, SLOWLOG's wall times too."""
     send, costs = q._send, Costs(what)
 
     def metered(command: Any) -> Any:
@@ -141,27 +145,34 @@ def measured(
         f"{len(slow)} calls of 10 ms or more (wall), the longest {max(slow, default=0):.1f} ms\n"
         f"  CPU: {costs.summary()}"
     )
-    assert max(slow, default=0) < WALL_MS, f"{what}: a call held Redis {max(slow):.1f} ms"
     return result, costs
 
 
-def assert_bounded(at_scale: Costs, reference: Costs) -> None:
-    """Each kind of call costs at scale what it costs over the small queue, within the ratios."""
-    assert at_scale.by_kind.keys() == reference.by_kind.keys()
+def assert_bounded(at_scale: Costs, before: Costs, after: Costs) -> None:
+    """Each kind of call costs at scale what it costs over the small queue, within the ratios;
+    the reference of each kind is the larger of the two taken around the calls at scale."""
+    assert at_scale.by_kind.keys() == before.by_kind.keys() == after.by_kind.keys()
     for kind, ms in at_scale.by_kind.items():
-        mean, median = (
-            statistics.mean(reference.by_kind[kind]),
-            statistics.median(reference.by_kind[kind]),
+        mean = max(statistics.mean(before.by_kind[kind]), statistics.mean(after.by_kind[kind]))
+        median = max(
+            statistics.median(before.by_kind[kind]), statistics.median(after.by_kind[kind])
         )
         assert len(ms) < MANY or statistics.mean(ms) <= MEAN_RATIO * mean, (
             f"{at_scale.what}: {kind} costs {statistics.mean(ms):.2f} ms on average, "
-            f"{reference.what}: {mean:.2f} ms"
+            f"{before.what}: {mean:.2f} ms"
         )
         assert max(ms) <= SPIKE_RATIO * median, (
             f"{at_scale.what}: a {kind} call cost {max(ms):.2f} ms, "
-            f"{reference.what}: {median:.2f} ms (median)"
+            f"{before.what}: {median:.2f} ms (median)"
         )
         assert max(ms) < CPU_MS_MAX, f"{at_scale.what}: a {kind} call cost {max(ms):.2f} ms"
+
+
+def bracketed(measure: Callable[[int, str], Costs], n: int, reference: int) -> None:
+    """``measure(n)`` held to ``measure(reference)`` taken just before and just after it."""
+    before = measure(reference, "before")
+    at_scale = measure(n, "")
+    assert_bounded(at_scale, before, measure(reference, "after"))
 
 
 def fan_out(q: Quasar, policy: str, n: int) -> None:
@@ -178,8 +189,8 @@ def fan_out(q: Quasar, policy: str, n: int) -> None:
     )
 
 
-def cancelled(client: redis.Redis, n: int) -> Costs:
-    q = Quasar(client, f"cancel-{n}")
+def cancelled(client: redis.Redis, n: int, label: str) -> Costs:
+    q = Quasar(client, f"cancel-{n}{label}")
     fan_out(q, "block", n)
     result, costs = measured(
         client, q, f"cancel, {n:,} dependents", lambda: q.cancel("root", now=T0 + 1)
@@ -192,13 +203,12 @@ def cancelled(client: redis.Redis, n: int) -> Costs:
 
 
 def test_a_cancel_over_100000_dependents_is_cut_in_bounded_steps(client: redis.Redis) -> None:
-    reference = cancelled(client, FAN_OUT_REFERENCE)
-    assert_bounded(cancelled(client, FAN_OUT), reference)
+    bracketed(partial(cancelled, client), FAN_OUT, FAN_OUT_REFERENCE)
 
 
-def finished(client: redis.Redis, outcome: str, n: int) -> Costs:
+def finished(client: redis.Redis, outcome: str, n: int, label: str) -> Costs:
     """A failure cancelling ``n`` dependents that asked for it; a completion releasing them."""
-    q = Quasar(client, f"{outcome}-{n}")
+    q = Quasar(client, f"{outcome}-{n}{label}")
     fan_out(q, "cancel" if outcome == "permanent_fail" else "block", n)
     token = q.claim_job("root", "w", 600_000, now=T0).claim.token  # type: ignore[union-attr]
     if outcome == "permanent_fail":
@@ -216,13 +226,12 @@ def finished(client: redis.Redis, outcome: str, n: int) -> Costs:
 def test_an_outcome_over_100000_dependents_is_cut_in_bounded_steps(
     client: redis.Redis, outcome: str
 ) -> None:
-    reference = finished(client, outcome, FAN_OUT_REFERENCE)
-    assert_bounded(finished(client, outcome, FAN_OUT), reference)
+    bracketed(partial(finished, client, outcome), FAN_OUT, FAN_OUT_REFERENCE)
 
 
-def filled(client: redis.Redis, n: int) -> Quasar:
+def filled(client: redis.Redis, n: int, label: str = "") -> Quasar:
     """``n`` Waiting jobs (100-byte payloads, generated 16-character ids) in one queue."""
-    q = Quasar(client, f"jobs-{n}")
+    q = Quasar(client, f"jobs-{n}{label}")
     enqueue_all(q, lambda start: [NewJob("s", PAYLOAD)] * BATCH, n)
     return q
 
@@ -297,6 +306,8 @@ def exercised(client: redis.Redis, q: Quasar, n: int) -> list[Costs]:
 def test_calls_over_1000000_jobs_stay_within_their_bound(
     client: redis.Redis, million: Quasar
 ) -> None:
-    reference = exercised(client, filled(client, JOBS_REFERENCE), JOBS_REFERENCE)
-    for at_scale, small in zip(exercised(client, million, JOBS), reference, strict=True):
-        assert_bounded(at_scale, small)
+    before = exercised(client, filled(client, JOBS_REFERENCE, "before"), JOBS_REFERENCE)
+    at_scale = exercised(client, million, JOBS)
+    after = exercised(client, filled(client, JOBS_REFERENCE, "after"), JOBS_REFERENCE)
+    for costs in zip(at_scale, before, after, strict=True):
+        assert_bounded(*costs)
