@@ -21,6 +21,7 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -132,18 +133,39 @@ class LocalCluster:
         self.wait_settled(deadline)
         return replica
 
-    def kill_primary(self, primary: int) -> int:
+    def freeze(self, port: int) -> None:
+        """SIGSTOP a node: it holds its state, answers nothing and receives nothing."""
+        self.processes[self.ports.index(port)].send_signal(signal.SIGSTOP)
+
+    def thaw(self, port: int) -> None:
+        """SIGCONT a node frozen by ``freeze``."""
+        self.processes[self.ports.index(port)].send_signal(signal.SIGCONT)
+
+    def kill_primary(self, primary: int, replica: int | None = None) -> int:
         """SIGKILL ``primary``; wait until its replica is promoted and every live node says
-        the cluster is ok. Returns the new primary's port."""
-        replica = self.replica_of(primary)
+        the cluster is ok. Returns the new primary's port. A frozen ``replica`` (``freeze``:
+        ask ``replica_of`` before) is thawed right after the kill."""
+        frozen = replica is not None
+        replica = replica if replica is not None else self.replica_of(primary)
         proc = self.processes[self.ports.index(primary)]
         self.killed.add(primary)
         proc.kill()
         proc.wait(timeout=10)
+        if frozen:
+            self.thaw(replica)
         deadline = time.monotonic() + START_TIMEOUT_S + self.node_timeout_ms / 1000
         _wait(self, lambda: self.roles().get(replica, 0) is None, "the promotion", deadline)
         self.wait_settled(deadline)
         return replica
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again (it keeps its cluster config, not its data: it rejoins as
+        a replica of the primary that took its place) and wait until the cluster settles."""
+        server = shutil.which("redis-server") or "redis-server"
+        index = self.ports.index(port)
+        self.processes[index] = _spawn(server, port, self.workdir, self.node_timeout_ms)
+        self.killed.discard(port)
+        self.wait_settled()
 
     def wait_settled(self, deadline: float | None = None) -> None:
         """Until every live node says the cluster is ok over every slot, agrees on each slot's
