@@ -79,6 +79,15 @@ Flow = Generator[Step, Any, T]
 SENDS = 3
 
 CONNECTION_ERRORS = (rex.ConnectionError, rex.TimeoutError)
+#: What redis-py's cluster client raises once its own retries are spent while a slot has no
+#: primary yet (a failover) or its keys are on two nodes (a migration: TRYAGAIN, "TTL
+#: exhausted"): nothing was applied, and the same call can be sent again.
+CLUSTER_PASSING = (
+    rex.ClusterError,
+    rex.TryAgainError,
+    rex.MasterDownError,
+    rex.RedisClusterException,
+)
 
 
 class EvictionPolicyWarning(RuntimeWarning):
@@ -237,6 +246,11 @@ def map_error(exc: BaseException) -> BaseException:
         return denied
     if isinstance(exc, CONNECTION_ERRORS):
         return RedisUnavailable(str(exc) or type(exc).__name__)
+    if isinstance(exc, CLUSTER_PASSING):
+        return RedisUnavailable(
+            f"the cluster cannot serve the namespace's slot now ({type(exc).__name__}: {exc}): "
+            "a failover or a slot migration under way; send the call again"
+        )
     if isinstance(exc, rex.OutOfMemoryError) or "used memory > 'maxmemory'" in str(exc):
         return RedisFull(
             f"Redis is out of memory ({exc}): nothing was written; raise maxmemory or free "
