@@ -5,6 +5,7 @@ until every replica's link is up with its offset caught up with its primary's.
 ``LocalCluster.failover(port)`` moves a primary to its replica with ``CLUSTER FAILOVER``;
 ``LocalCluster.kill_primary(port)`` kills a primary with SIGKILL and waits until its replica is
 promoted and the cluster is ok again (``cluster-node-timeout`` sets how long that takes).
+``Migration`` moves one slot to another primary, step by step.
 
 ``start_cluster()`` runs three ``redis-server --cluster-enabled yes`` processes on free ports (each
 port and its cluster bus port, port + 10000, checked free), joins them with ``redis-cli --cluster
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -354,3 +356,38 @@ def cluster_or_skip(
         if require:
             pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but the local Redis Cluster did not start: {exc}")
         pytest.skip(f"could not start a local Redis Cluster: {exc}")
+
+
+def node_ids(cluster: LocalCluster) -> dict[int, str]:
+    ids = {}
+    for port in cluster.ports:
+        with cluster.node_client(port) as node:
+            ids[port] = node.execute_command("CLUSTER", "MYID").decode()
+    return ids
+
+
+class Migration:
+    """The steps of moving one slot from ``source`` to ``target`` (ports)."""
+
+    def __init__(self, cluster: LocalCluster, slot: int, source: int, target: int) -> None:
+        self.cluster, self.slot, self.source, self.target = cluster, slot, source, target
+        self.ids = node_ids(cluster)
+
+    def _on(self, port: int, *args: Any) -> Any:
+        with self.cluster.node_client(port) as node:
+            return node.execute_command(*args)
+
+    def begin(self) -> None:
+        self._on(self.target, "CLUSTER", "SETSLOT", self.slot, "IMPORTING", self.ids[self.source])
+        self._on(self.source, "CLUSTER", "SETSLOT", self.slot, "MIGRATING", self.ids[self.target])
+
+    def keys(self) -> list[bytes]:
+        return list(self._on(self.source, "CLUSTER", "GETKEYSINSLOT", self.slot, 1000))
+
+    def move(self, keys: list[bytes]) -> None:
+        self._on(self.source, "MIGRATE", HOST, self.target, "", 0, 5000, "KEYS", *keys)
+
+    def finish(self) -> None:
+        others = [p for p in self.cluster.primaries() if p not in (self.target, self.source)]
+        for port in (self.target, self.source, *others):  # (replicas learn it from these)
+            self._on(port, "CLUSTER", "SETSLOT", self.slot, "NODE", self.ids[self.target])

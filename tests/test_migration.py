@@ -20,7 +20,7 @@ from redis.cluster import RedisCluster
 
 from quasar_redis import Durable, JobApplied, Quasar, RedisUnavailable
 
-from .cluster import HOST, LocalCluster, cluster_or_skip
+from .cluster import HOST, LocalCluster, Migration, cluster_or_skip
 from .helpers import REQUIRE, applied, claimed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.heavy]
@@ -35,40 +35,6 @@ def cluster() -> Iterator[LocalCluster]:
         yield started
     finally:
         started.stop()
-
-
-def node_ids(cluster: LocalCluster) -> dict[int, str]:
-    ids = {}
-    for port in cluster.ports:
-        with cluster.node_client(port) as node:
-            ids[port] = node.execute_command("CLUSTER", "MYID").decode()
-    return ids
-
-
-class Migration:
-    """The steps of moving one slot from ``source`` to ``target`` (ports)."""
-
-    def __init__(self, cluster: LocalCluster, slot: int, source: int, target: int) -> None:
-        self.cluster, self.slot, self.source, self.target = cluster, slot, source, target
-        self.ids = node_ids(cluster)
-
-    def _on(self, port: int, *args: Any) -> Any:
-        with self.cluster.node_client(port) as node:
-            return node.execute_command(*args)
-
-    def begin(self) -> None:
-        self._on(self.target, "CLUSTER", "SETSLOT", self.slot, "IMPORTING", self.ids[self.source])
-        self._on(self.source, "CLUSTER", "SETSLOT", self.slot, "MIGRATING", self.ids[self.target])
-
-    def keys(self) -> list[bytes]:
-        return list(self._on(self.source, "CLUSTER", "GETKEYSINSLOT", self.slot, 1000))
-
-    def move(self, keys: list[bytes]) -> None:
-        self._on(self.source, "MIGRATE", HOST, self.target, "", 0, 5000, "KEYS", *keys)
-
-    def finish(self) -> None:
-        for port in (self.target, self.source, *self.cluster.ports):
-            self._on(port, "CLUSTER", "SETSLOT", self.slot, "NODE", self.ids[self.target])
 
 
 @pytest.mark.parametrize(
