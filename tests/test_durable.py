@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import redis
+from click.testing import CliRunner
 
 from quasar_redis import (
     App,
@@ -28,6 +30,8 @@ from quasar_redis import (
     RedisUnavailable,
     Succeeded,
 )
+from quasar_redis.cli import main
+from quasar_redis.cli._worker import durable_option
 
 from .helpers import applied, claimed, wait_for
 from .servers import RedisServer, server_in
@@ -163,3 +167,19 @@ def test_a_write_no_replica_acknowledged_is_not_replicated_and_safe_to_send_agai
 def test_zero_replicas_asks_nothing_of_replicas(alone: redis.Redis) -> None:
     q = Quasar(alone, "durable-zero", durable=Durable(replicas=0, timeout_ms=20))
     assert isinstance(q.enqueue("stage", id="a"), JobApplied)
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "1:0", "1:abc", "1.5", ""])
+def test_the_worker_refuses_a_bad_durable_option_as_a_usage_error(value: str) -> None:
+    ran = CliRunner().invoke(main, ["worker", "nowhere:app", "--durable", value])
+    assert ran.exit_code == 2, ran.output
+    assert "is not REPLICAS[:TIMEOUT_MS]" in ran.output
+
+
+def test_the_worker_durable_option_reads_replicas_and_timeout() -> None:
+    command = main.commands["worker"]
+    option = next(p for p in command.params if p.name == "durable")
+    ctx = click.Context(command)
+    assert durable_option(ctx, option, "2:250") == Durable(2, 250)
+    assert durable_option(ctx, option, "1") == Durable(1, 1000)
+    assert durable_option(ctx, option, None) is None
