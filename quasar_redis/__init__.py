@@ -6,6 +6,7 @@ around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free c
 
 from ._base import EvictionPolicyWarning
 from ._calls import Call, Limits, NewJob
+from ._durable import Durable
 from ._handles import JobHandle
 from ._keys import KeySpace
 from ._types import (
@@ -87,6 +88,7 @@ from .errors import (
     JobCancelledError,
     JobFailedError,
     JobRefusedError,
+    NotReplicated,
     PermissionDenied,
     ProtocolError,
     QuasarError,
@@ -137,6 +139,7 @@ __all__ = [
     "CorruptKeyError",
     "DependencyPolicy",
     "DuplicateJob",
+    "Durable",
     "EnqueueOptions",
     "ErrorInfo",
     "EvictionPolicyError",
@@ -178,6 +181,7 @@ __all__ = [
     "NewJob",
     "NotAvailable",
     "NotFailed",
+    "NotReplicated",
     "NothingClaimable",
     "Outcome",
     "OutcomeApplied",

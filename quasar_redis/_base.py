@@ -10,6 +10,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from ._calls import CallBuilder, Limits, NewJob
+from ._durable import Durable, check_durable
 from ._keys import KeySpace
 from ._reconnects import watch_connections
 from ._scripts import library
@@ -36,6 +37,7 @@ class ClientOptions(TypedDict, total=False):
     allow_eviction: bool
     events: bool
     functions: bool
+    durable: Durable | None
 
 
 def check_client(client: Any) -> None:
@@ -87,6 +89,7 @@ class ClientBase(Sending):
         allow_eviction: bool = False,
         events: bool = True,
         functions: bool = True,
+        durable: Durable | None = None,
     ) -> None:
         """A client of ``namespace`` over ``redis`` (a redis-py client, ``decode_responses``
         off): its keys start with ``<key_prefix>:{<namespace>}:``, or given a ``tag`` of its
@@ -95,8 +98,11 @@ class ClientBase(Sending):
         after a reconnect and, while it may evict keys, refuse to enqueue
         (``EvictionPolicyError``) unless ``allow_eviction``, warning once of it otherwise (False:
         never ask); ``events``: write the event stream; ``functions``: FCALL of the function
-        library where the server allows it (False: EVALSHA of scripts)."""
+        library where the server allows it (False: EVALSHA of scripts); ``durable``: a
+        ``Durable`` to have every write wait for replicas (``WAIT``), else ``NotReplicated``
+        (docs/guarantees.md, "Failover")."""
         check_client(redis)
+        self.durable = check_durable(durable)
         self.redis = redis
         # Redis Functions (one library, FCALL) where the server has them; scripts (EVALSHA)
         # on Redis Cluster clients (redis-py would ask the server for an FCALL's keys on every

@@ -6,6 +6,8 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+import redis.exceptions as rex
+
 from . import _types as t
 from ._sending import CONNECTION_ERRORS
 from ._waits import Outage, block_ms
@@ -15,9 +17,10 @@ if TYPE_CHECKING:
     from .app import App
 
 
-#: What breaks a wait for a while: a connection that broke (redis-py's own re-sends spent), raw
-#: from a read or as our RedisUnavailable from a call.
-WAIT_ERRORS = (*CONNECTION_ERRORS, RedisUnavailable)
+#: What may break a wait for a while: a connection that broke (redis-py's own re-sends spent),
+#: raw from a read or as our RedisUnavailable from a call, and what a cluster's failover or
+#: migration answers a read (``_waits.passing``); ``Outage`` raises the others.
+WAIT_ERRORS = (*CONNECTION_ERRORS, RedisUnavailable, rex.ResponseError, rex.RedisClusterException)
 
 
 class JobHandle:

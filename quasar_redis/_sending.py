@@ -11,6 +11,7 @@ A step is one of:
   client, ``execute_command`` elsewhere);
 - a ``Pipeline``: its commands in one round trip, each reply or error in place (``None`` where
   a call was not sent);
+- a ``Replicated`` (durable mode, ``_durable``): commands and a WAIT on one connection;
 - an ``Ask``: a redis-py client method (``script_load``, routed to every primary of a cluster;
   ``config_get``).
 
@@ -36,6 +37,7 @@ from typing import Any, TypeVar
 import redis.exceptions as rex
 
 from ._calls import Call, CallBuilder
+from ._durable import Durable, Replicated, confirm, fewest, split, writes
 from ._replies import work_left
 from ._scripts import Library, Script, scripts
 from .errors import (
@@ -68,7 +70,7 @@ class Ask:
     args: tuple[Any, ...]
 
 
-Step = Command | Pipeline | Ask
+Step = Command | Pipeline | Ask | Replicated
 #: A send: yields steps, is sent each step's reply (or the exception it raised), returns a result.
 Flow = Generator[Step, Any, T]
 
@@ -77,6 +79,15 @@ Flow = Generator[Step, Any, T]
 SENDS = 3
 
 CONNECTION_ERRORS = (rex.ConnectionError, rex.TimeoutError)
+#: What redis-py's cluster client raises once its own retries are spent while a slot has no
+#: primary yet (a failover) or its keys are on two nodes (a migration: TRYAGAIN, "TTL
+#: exhausted"): nothing was applied, and the same call can be sent again.
+CLUSTER_PASSING = (
+    rex.ClusterError,
+    rex.TryAgainError,
+    rex.MasterDownError,
+    rex.RedisClusterException,
+)
 
 
 class EvictionPolicyWarning(RuntimeWarning):
@@ -235,6 +246,11 @@ def map_error(exc: BaseException) -> BaseException:
         return denied
     if isinstance(exc, CONNECTION_ERRORS):
         return RedisUnavailable(str(exc) or type(exc).__name__)
+    if isinstance(exc, CLUSTER_PASSING):
+        return RedisUnavailable(
+            f"the cluster cannot serve the namespace's slot now ({type(exc).__name__}: {exc}): "
+            "a failover or a slot migration under way; send the call again"
+        )
     if isinstance(exc, rex.OutOfMemoryError) or "used memory > 'maxmemory'" in str(exc):
         return RedisFull(
             f"Redis is out of memory ({exc}): nothing was written; raise maxmemory or free "
@@ -305,6 +321,7 @@ class Sending:
     """
 
     functions: bool
+    durable: Durable | None
     library: Library
     calls: CallBuilder
     allow_eviction: bool
@@ -328,13 +345,17 @@ class Sending:
             return call.early
         if not self._policy_checked:
             yield from self._checking_policy(call)
+        durable = self.durable if self.durable is not None and writes(call) else None
         for attempt in range(SENDS):
-            reply = yield self._command(call)
+            got, acked = yield from self._sending_once([self._command(call)], durable)
+            reply = got[0] if isinstance(got, list) else got
             if not isinstance(reply, Exception):
                 reply, left = work_left(reply)
                 result = call.parse(reply)
                 if left:
                     result = yield from self._carrying_on(call, result)
+                if durable is not None:
+                    self._confirm(durable, acked, result, [call])
                 return result
             if isinstance(reply, CONNECTION_ERRORS):
                 self._server_changed()
@@ -354,11 +375,15 @@ class Sending:
                 yield from self._checking_policy(call)
         todo: list[Call[Any] | None] = [c if c.early is None else None for c in calls]
         replies: list[Any] = [None] * len(calls)
+        durable = self.durable if any(writes(c) for c in calls) else None
+        acked: Any = None
         try:
             for attempt in range(SENDS):
-                got = yield Pipeline([None if c is None else self._command(c) for c in todo])
+                commands = [None if c is None else self._command(c) for c in todo]
+                got, wait = yield from self._sending_once(commands, durable)
                 if isinstance(got, Exception):
                     raise got
+                acked = fewest(acked, wait)
                 replies = merged(todo, got, replies)
                 plan, todo = resend(todo, got)
                 if not plan or attempt == SENDS - 1:
@@ -371,7 +396,28 @@ class Sending:
         results, more = parse_all(calls, replies)
         for i in more:
             results[i] = yield from self._carrying_on(calls[i], results[i])
+        if durable is not None:
+            self._confirm(durable, acked, results, calls)
         return results
+
+    def _confirm(
+        self, durable: Durable, acked: Any, result: Any, calls: Sequence[Call[Any]]
+    ) -> None:
+        """Durable mode: ``NotReplicated`` unless WAIT counted enough replicas."""
+        try:
+            confirm(durable, acked, result, calls)
+        except rex.RedisError as exc:  # (WAIT refused: an ACL without +wait, a replica)
+            raise map_error(exc) from exc
+
+    def _sending_once(self, commands: list[Command | None], durable: Durable | None) -> Flow[Any]:
+        """One round trip: the replies (or the exception), and WAIT's reply in durable mode.
+        A single command goes alone (the fast path), many in a pipeline."""
+        if durable is not None:
+            got = yield Replicated(commands, durable.wait)
+            return (got, None) if isinstance(got, Exception) else split(got)
+        if len(commands) == 1 and commands[0] is not None:
+            return [(yield commands[0])], None
+        return (yield Pipeline(commands)), None
 
     def _carrying_on(self, call: Call[T], result: T) -> Flow[T]:
         """``call``'s result once the cascade work it left is done: a step at a time (each one

@@ -19,8 +19,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis.exceptions as rex
+
 from ._sending import map_error
 from .errors import RedisUnavailable
+
+#: What a read meets on Redis Cluster while a primary fails over or a slot moves, once the
+#: cluster client's own retries are spent: no primary for the slot yet, a slot in migration, a
+#: node loading or turned replica, no node reachable for a moment. And on any primary turned
+#: replica, a blocked read (XREAD BLOCK) let go with "UNBLOCKED ... instance state changed".
+PASSING = (
+    rex.ClusterError,
+    rex.TryAgainError,
+    rex.MasterDownError,
+    rex.BusyLoadingError,
+    rex.ReadOnlyError,
+    rex.MovedError,
+    rex.RedisClusterException,
+)
+
+
+def passing(exc: BaseException) -> bool:
+    """Whether ``exc`` breaks a wait only for as long as a failover or a migration takes."""
+    return isinstance(exc, PASSING) or (
+        isinstance(exc, rex.ResponseError) and str(exc).startswith("UNBLOCKED")
+    )
+
 
 #: How long a wait goes on trying a Redis it cannot reach before it raises RedisUnavailable.
 OUTAGE_S = 30.0
@@ -70,7 +94,7 @@ class Outage:
 
     def failed(self, exc: BaseException) -> float:
         mapped = map_error(exc)
-        if not isinstance(mapped, RedisUnavailable):
+        if not isinstance(mapped, RedisUnavailable) and not passing(exc):
             raise mapped from exc
         now = self.clock()
         if self.since is None:

@@ -13,10 +13,12 @@ import redis.asyncio
 import redis.exceptions as rex
 
 from . import _types as t
-from ._base import ClientBase, ClientOptions, needs_command_name
+from ._base import ClientBase, ClientOptions, is_cluster, needs_command_name
 from ._calls import Call, NewJob, dependency_id
 from ._connect import async_client
+from ._durable import Replicated
 from ._operations import JobOptions, Operations, public
+from ._pinned import apinned
 from ._replies import work_left
 from ._sending import Ask, Command, Flow, Pipeline, Step, map_error
 from ._waits import block_slice
@@ -152,9 +154,18 @@ class AsyncQuasar(ClientBase):
     async def _do(self, step: Step) -> Any:
         if isinstance(step, Pipeline):
             return await self._pipeline(step.commands)
+        if isinstance(step, Replicated):
+            return await self._replicated(step)
         if isinstance(step, Ask):
             return await getattr(self.redis, step.method)(*step.args)
         return await self._send(step)
+
+    async def _replicated(self, step: Replicated) -> list[Any]:
+        """Durable mode: the commands and WAIT on one connection of the namespace's primary."""
+        commands = [*step.commands, step.wait]
+        if is_cluster(self.redis):
+            return await apinned(self.redis, self.keys.root, commands)
+        return await self._pipeline(commands)
 
     async def _execute_command(self, command: Command) -> Any:
         return await self.redis.execute_command(*_bytes(command))

@@ -29,6 +29,7 @@ from ._base import ClientOptions
 from ._call_codec import CallCodec
 from ._calls import Limits, NewJob
 from ._connector import Clients, Connector
+from ._durable import Durable, check_durable
 from ._handles import JobHandle
 from ._hooks import Hook, Hooks
 from ._keys import check_name
@@ -58,6 +59,8 @@ class App:
     and middleware for its workers are declared with ``on_startup``, ``on_shutdown`` and
     ``middleware`` (docs/hooks.md). ``allow_eviction=True`` lets its clients enqueue, and its
     workers serve, where Redis may evict keys (``maxmemory-policy``: docs/guarantees.md).
+    ``durable=Durable(replicas=1, timeout_ms=1000)`` has every write of its clients, and of its
+    workers' calls through them, wait for replicas (docs/guarantees.md, "Failover").
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class App:
         serializer: Serializer | None = None,
         tracing: bool = True,
         allow_eviction: bool = False,
+        durable: Durable | None = None,
     ) -> None:
         self.namespace = check_name(namespace, "namespace")
         self.connector = connector or Connector(url)
@@ -79,6 +83,7 @@ class App:
         self.codec = CallCodec(MSGPACK if serializer is None else serializer)
         self.tracing = tracing
         self.allow_eviction = allow_eviction
+        self.durable = check_durable(durable)
         self.tasks = TaskRegistry()
         self.hooks = Hooks()
         self.clients = Clients(self.connector, self.namespace, self._options)
@@ -108,7 +113,10 @@ class App:
     def _options(self) -> ClientOptions:
         """The options of the clients this app makes."""
         return ClientOptions(
-            limits=self.limits, events=self.events, allow_eviction=self.allow_eviction
+            limits=self.limits,
+            events=self.events,
+            allow_eviction=self.allow_eviction,
+            durable=self.durable,
         )
 
     def aclient(self) -> AsyncQuasar:

@@ -10,10 +10,12 @@ import hiredis
 import redis
 
 from . import _types as t
-from ._base import ClientBase, needs_command_name
+from ._base import ClientBase, is_cluster, needs_command_name
 from ._calls import Call, NewJob
 from ._connect import sync_client
+from ._durable import Replicated
 from ._operations import JobOptions, Operations, public
+from ._pinned import pinned
 from ._sending import Ask, Command, Flow, Pipeline, Step
 
 if sys.version_info >= (3, 11):
@@ -76,9 +78,18 @@ class Quasar(ClientBase):
     def _do(self, step: Step) -> Any:
         if isinstance(step, Pipeline):
             return self._pipeline(step.commands)
+        if isinstance(step, Replicated):
+            return self._replicated(step)
         if isinstance(step, Ask):
             return getattr(self.redis, step.method)(*step.args)
         return self._send(step)
+
+    def _replicated(self, step: Replicated) -> list[Any]:
+        """Durable mode: the commands and WAIT on one connection of the namespace's primary."""
+        commands = [*step.commands, step.wait]
+        if is_cluster(self.redis):
+            return pinned(self.redis, self.keys.root, commands)
+        return self._pipeline(commands)
 
     def _execute_command(self, command: Command) -> Any:
         return self.redis.execute_command(*command)

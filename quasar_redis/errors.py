@@ -9,6 +9,8 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     │   │                                      a worker setting out of its bounds
     │   └── InvalidTaskCall                    the task API: a call refused before it is sent
     ├── RedisUnavailable                       connection refused, dropped, or timed out
+    │   └── NotReplicated                      durable mode: fewer replicas than asked have a
+    │                                          write in time (it may or may not survive failover)
     ├── RedisFull                              Redis is out of memory (maxmemory): nothing written
     ├── AccessDenied                           Redis refused us: never transient
     │   ├── AuthenticationError                a wrong password or user name, or none given
@@ -60,6 +62,31 @@ class InvalidArgument(QuasarError, ValueError):
 
 class RedisUnavailable(QuasarError):
     """Redis could not be reached, or the connection broke and retries did not help."""
+
+
+class NotReplicated(RedisUnavailable):
+    """Durable mode (``Durable``): the call was applied on the primary, but only
+    ``acknowledged`` of the ``wanted`` replicas confirmed it within ``timeout_ms``.
+
+    The write may or may not survive a failover: a replica that has it may be promoted, or one
+    that lacks it. ``result`` is what the primary replied (do not act on it as settled), ``calls``
+    the calls sent. Sending the same calls again is safe (``client.execute(call)`` or
+    ``execute_many(calls)``: the same call ids get the first reply, changing nothing more, and
+    wait for the replicas again); an enqueue sent anew under the same job id is refused
+    ``DuplicateJob`` if the first one survived. docs/guarantees.md ("Failover")."""
+
+    def __init__(
+        self, acknowledged: int, wanted: int, timeout_ms: int, result: Any, calls: Any
+    ) -> None:
+        super().__init__(
+            f"the write reached {acknowledged} of {wanted} replicas within {timeout_ms} ms: it "
+            "may not survive a failover; send the same calls again (same call ids) to be sure"
+        )
+        self.acknowledged = acknowledged
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
+        self.result = result
+        self.calls = calls
 
 
 class RedisFull(QuasarError):

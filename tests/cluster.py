@@ -1,5 +1,12 @@
 """A throwaway 3-master Redis Cluster on loopback, started and stopped by the test session.
 
+``start_cluster(replicas=1)`` starts 6 nodes instead: 3 primaries each with a replica, and waits
+until every replica's link is up with its offset caught up with its primary's.
+``LocalCluster.failover(port)`` moves a primary to its replica with ``CLUSTER FAILOVER``;
+``LocalCluster.kill_primary(port)`` kills a primary with SIGKILL and waits until its replica is
+promoted and the cluster is ok again (``cluster-node-timeout`` sets how long that takes).
+``Migration`` moves one slot to another primary, step by step.
+
 ``start_cluster()`` runs three ``redis-server --cluster-enabled yes`` processes on free ports (each
 port and its cluster bus port, port + 10000, checked free), joins them with ``redis-cli --cluster
 create`` and waits until every node reports ``cluster_state:ok`` and agrees on all 16384 slots.
@@ -15,6 +22,7 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -23,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -70,6 +79,9 @@ class LocalCluster:
     ports: list[int]
     workdir: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    replicas: int = 0
+    node_timeout_ms: int = 5000
+    killed: set[int] = field(default_factory=set)  # ports of the nodes killed on purpose
 
     @property
     def startup_port(self) -> int:
@@ -95,6 +107,79 @@ class LocalCluster:
                 )
         return user, password
 
+    def live_ports(self) -> list[int]:
+        """The ports of the nodes whose process runs."""
+        return [
+            p for p, proc in zip(self.ports, self.processes, strict=True) if proc.poll() is None
+        ]
+
+    def roles(self) -> dict[int, int | None]:
+        """Each live node's primary: None for a primary, its primary's port for a replica."""
+        return {port: _primary_of(self, port) for port in self.live_ports()}
+
+    def primaries(self) -> list[int]:
+        return sorted(p for p, primary in self.roles().items() if primary is None)
+
+    def replica_of(self, primary: int) -> int:
+        """The port of ``primary``'s replica."""
+        return next(p for p, of in self.roles().items() if of == primary)
+
+    def failover(self, primary: int) -> int:
+        """``CLUSTER FAILOVER`` on ``primary``'s replica; wait until it is the primary, every
+        node agrees and the old primary replicates it in sync. Returns the new primary's port."""
+        replica = self.replica_of(primary)
+        with self.node_client(replica) as node:
+            node.execute_command("CLUSTER", "FAILOVER")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        _wait(self, lambda: self.roles().get(replica, 0) is None, "the failover", deadline)
+        self.wait_settled(deadline)
+        return replica
+
+    def freeze(self, port: int) -> None:
+        """SIGSTOP a node: it holds its state, answers nothing and receives nothing."""
+        self.processes[self.ports.index(port)].send_signal(signal.SIGSTOP)
+
+    def thaw(self, port: int) -> None:
+        """SIGCONT a node frozen by ``freeze``."""
+        self.processes[self.ports.index(port)].send_signal(signal.SIGCONT)
+
+    def kill_primary(self, primary: int, replica: int | None = None) -> int:
+        """SIGKILL ``primary``; wait until its replica is promoted and every live node says
+        the cluster is ok. Returns the new primary's port. A frozen ``replica`` (``freeze``:
+        ask ``replica_of`` before) is thawed right after the kill."""
+        frozen = replica is not None
+        replica = replica if replica is not None else self.replica_of(primary)
+        proc = self.processes[self.ports.index(primary)]
+        self.killed.add(primary)
+        proc.kill()
+        proc.wait(timeout=10)
+        if frozen:
+            self.thaw(replica)
+        deadline = time.monotonic() + START_TIMEOUT_S + self.node_timeout_ms / 1000
+        _wait(self, lambda: self.roles().get(replica, 0) is None, "the promotion", deadline)
+        self.wait_settled(deadline)
+        return replica
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again (it keeps its cluster config, not its data: it rejoins as
+        a replica of the primary that took its place) and wait until the cluster settles."""
+        server = shutil.which("redis-server") or "redis-server"
+        index = self.ports.index(port)
+        self.processes[index] = _spawn(server, port, self.workdir, self.node_timeout_ms)
+        self.killed.discard(port)
+        self.wait_settled()
+
+    def wait_settled(self, deadline: float | None = None) -> None:
+        """Until every live node says the cluster is ok over every slot, agrees on each slot's
+        primary, and every live replica is in sync with its primary."""
+        deadline = deadline or time.monotonic() + START_TIMEOUT_S
+        for port in self.live_ports():
+            _wait(self, partial(_healthy, self, port), f"cluster ok on {port}", deadline)
+        _wait(self, partial(_agree, self), "every node to agree on the slots", deadline)
+        for port, primary in self.roles().items():
+            if primary is not None:
+                _wait(self, partial(_in_sync, self, port), f"replica {port} in sync", deadline)
+
     def stop(self) -> None:
         """Terminate every server by pid (kill after a grace period); delete the directory."""
         for proc in self.processes:
@@ -110,7 +195,7 @@ class LocalCluster:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _spawn(server: str, port: int, workdir: Path) -> subprocess.Popen[bytes]:
+def _spawn(server: str, port: int, workdir: Path, node_timeout_ms: int) -> subprocess.Popen[bytes]:
     log = workdir / f"redis-{port}.log"
     args = [
         server,
@@ -118,7 +203,7 @@ def _spawn(server: str, port: int, workdir: Path) -> subprocess.Popen[bytes]:
         "--bind", HOST,
         "--cluster-enabled", "yes",
         "--cluster-config-file", str(workdir / f"nodes-{port}.conf"),
-        "--cluster-node-timeout", "5000",
+        "--cluster-node-timeout", str(node_timeout_ms),
         "--dir", str(workdir),
         "--logfile", str(log),
         "--save", "",
@@ -130,10 +215,14 @@ def _spawn(server: str, port: int, workdir: Path) -> subprocess.Popen[bytes]:
 
 def _wait(cluster: LocalCluster, check: Callable[[], bool], what: str, deadline: float) -> None:
     while time.monotonic() < deadline:
-        dead = [p.args for p in cluster.processes if p.poll() is not None]
+        dead = [
+            p.args
+            for port, p in zip(cluster.ports, cluster.processes, strict=False)
+            if p.poll() is not None and port not in cluster.killed
+        ]
         if dead:
             raise ClusterStartError(f"redis-server exited early: {dead} (see {cluster.workdir})")
-        with contextlib.suppress(redis.RedisError, OSError):
+        with contextlib.suppress(redis.RedisError, OSError, StopIteration):
             if check():
                 return
         time.sleep(0.05)
@@ -152,12 +241,61 @@ def _healthy(cluster: LocalCluster, port: int) -> bool:
         info = dict(line.split(":", 1) for line in info.decode().split() if ":" in line)
     fields = {str(k): str(v) for k, v in dict(info).items()}
     ok = fields.get("cluster_state") == "ok" and fields.get("cluster_slots_ok") == "16384"
-    return ok and fields.get("cluster_known_nodes") == str(MASTERS)
+    return ok and fields.get("cluster_known_nodes") == str(len(cluster.ports))
+
+
+def _nodes(cluster: LocalCluster, port: int) -> list[list[str]]:
+    """``CLUSTER NODES`` of one node, a row of words per node, dead ones left out."""
+    with cluster.node_client(port) as client:
+        text = client.execute_command("CLUSTER", "NODES")
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    rows = [line.split() for line in text.splitlines() if line.strip()]
+    return [row for row in rows if "fail" not in row[2].split(",")]
+
+
+def _port(address: str) -> int:
+    return int(address.split("@", maxsplit=1)[0].rsplit(":", 1)[1])
+
+
+def _primary_of(cluster: LocalCluster, port: int) -> int | None:
+    """As ``port`` sees itself: None when a primary, else its primary's port."""
+    rows = _nodes(cluster, port)
+    me = next(row for row in rows if "myself" in row[2].split(","))
+    if "master" in me[2].split(","):
+        return None
+    return next(_port(row[1]) for row in rows if row[0] == me[3])
+
+
+def _slot_owners(cluster: LocalCluster, port: int) -> list[tuple[str, int]]:
+    """Each primary's slot ranges as ``port`` sees them."""
+    owners = []
+    for row in _nodes(cluster, port):
+        if "master" in row[2].split(","):
+            owners += [(r, _port(row[1])) for r in row[8:] if not r.startswith("[")]
+    return sorted(owners)
+
+
+def _agree(cluster: LocalCluster) -> bool:
+    views = [_slot_owners(cluster, port) for port in cluster.live_ports()]
+    return all(view == views[0] for view in views)
+
+
+def _in_sync(cluster: LocalCluster, replica: int) -> bool:
+    """The replica's link is up and its offset has reached its primary's (read first)."""
+    primary = _primary_of(cluster, replica)
+    if primary is None or primary not in cluster.live_ports():
+        return False
+    with cluster.node_client(primary) as client:
+        target = int(client.info("replication")["master_repl_offset"])
+    with cluster.node_client(replica) as client:
+        info = client.info("replication")
+    return info.get("master_link_status") == "up" and int(info["slave_repl_offset"]) >= target
 
 
 def _create(cli: str, cluster: LocalCluster) -> None:
     nodes = [f"{HOST}:{p}" for p in cluster.ports]
-    cmd = [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"]
+    replicas = str(cluster.replicas)
+    cmd = [cli, "--cluster", "create", *nodes, "--cluster-replicas", replicas, "--cluster-yes"]
     done = subprocess.run(cmd, capture_output=True, timeout=START_TIMEOUT_S, check=False)
     if done.returncode != 0:
         raise ClusterStartError(
@@ -166,35 +304,45 @@ def _create(cli: str, cluster: LocalCluster) -> None:
         )
 
 
-def _start_once(server: str, cli: str) -> LocalCluster:
-    cluster = LocalCluster(free_ports(MASTERS), Path(tempfile.mkdtemp(prefix="quasar-cluster-")))
+def _start_once(server: str, cli: str, replicas: int, node_timeout_ms: int) -> LocalCluster:
+    ports = free_ports(MASTERS * (1 + replicas))
+    workdir = Path(tempfile.mkdtemp(prefix="quasar-cluster-"))
+    cluster = LocalCluster(ports, workdir, replicas=replicas, node_timeout_ms=node_timeout_ms)
     try:
         for port in cluster.ports:
-            cluster.processes.append(_spawn(server, port, cluster.workdir))
+            cluster.processes.append(_spawn(server, port, cluster.workdir, node_timeout_ms))
         deadline = time.monotonic() + START_TIMEOUT_S
         for port in cluster.ports:
             _wait(cluster, partial(_answers, cluster, port), f"a PING on {port}", deadline)
         _create(cli, cluster)
-        for port in cluster.ports:
-            _wait(cluster, partial(_healthy, cluster, port), f"cluster ok on {port}", deadline)
+        cluster.wait_settled(deadline)
     except BaseException:
         cluster.stop()
         raise
     return cluster
 
 
-def start_cluster(server: str = "redis-server", cli: str = "redis-cli") -> LocalCluster:
-    """Start and join a 3-master cluster; on failure stop what was started and try new ports."""
+def start_cluster(
+    server: str = "redis-server",
+    cli: str = "redis-cli",
+    *,
+    replicas: int = 0,
+    node_timeout_ms: int = 5000,
+) -> LocalCluster:
+    """Start and join a 3-master cluster (each primary with ``replicas`` replicas); on failure
+    stop what was started and try new ports."""
     failures: list[str] = []
     for _ in range(3):  # a port found free may be taken before redis-server binds it
         try:
-            return _start_once(server, cli)
+            return _start_once(server, cli, replicas, node_timeout_ms)
         except ClusterStartError as exc:
             failures.append(str(exc))
     raise ClusterStartError("; ".join(failures))
 
 
-def cluster_or_skip(require: bool) -> LocalCluster:
+def cluster_or_skip(
+    require: bool, *, replicas: int = 0, node_timeout_ms: int = 5000
+) -> LocalCluster:
     """A started cluster; without the binaries skip, or fail when ``require`` (CI)."""
     server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
     if server is None or cli is None:
@@ -203,8 +351,43 @@ def cluster_or_skip(require: bool) -> LocalCluster:
             pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but {reason}")
         pytest.skip(reason)
     try:
-        return start_cluster(server, cli)
+        return start_cluster(server, cli, replicas=replicas, node_timeout_ms=node_timeout_ms)
     except ClusterStartError as exc:
         if require:
             pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but the local Redis Cluster did not start: {exc}")
         pytest.skip(f"could not start a local Redis Cluster: {exc}")
+
+
+def node_ids(cluster: LocalCluster) -> dict[int, str]:
+    ids = {}
+    for port in cluster.ports:
+        with cluster.node_client(port) as node:
+            ids[port] = node.execute_command("CLUSTER", "MYID").decode()
+    return ids
+
+
+class Migration:
+    """The steps of moving one slot from ``source`` to ``target`` (ports)."""
+
+    def __init__(self, cluster: LocalCluster, slot: int, source: int, target: int) -> None:
+        self.cluster, self.slot, self.source, self.target = cluster, slot, source, target
+        self.ids = node_ids(cluster)
+
+    def _on(self, port: int, *args: Any) -> Any:
+        with self.cluster.node_client(port) as node:
+            return node.execute_command(*args)
+
+    def begin(self) -> None:
+        self._on(self.target, "CLUSTER", "SETSLOT", self.slot, "IMPORTING", self.ids[self.source])
+        self._on(self.source, "CLUSTER", "SETSLOT", self.slot, "MIGRATING", self.ids[self.target])
+
+    def keys(self) -> list[bytes]:
+        return list(self._on(self.source, "CLUSTER", "GETKEYSINSLOT", self.slot, 1000))
+
+    def move(self, keys: list[bytes]) -> None:
+        self._on(self.source, "MIGRATE", HOST, self.target, "", 0, 5000, "KEYS", *keys)
+
+    def finish(self) -> None:
+        others = [p for p in self.cluster.primaries() if p not in (self.target, self.source)]
+        for port in (self.target, self.source, *others):  # (replicas learn it from these)
+            self._on(port, "CLUSTER", "SETSLOT", self.slot, "NODE", self.ids[self.target])

@@ -215,3 +215,16 @@ def test_a_wait_pauses_longer_each_time_and_gives_up_after_its_outage_bound() ->
         outage.failed(redis.AuthenticationError("invalid password"))
     with pytest.raises(ProtocolError):
         Outage().failed(redis.ResponseError("WRONGTYPE"))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ResponseError("UNBLOCKED force unblock from blocking operation, instance state"),
+        redis.exceptions.ClusterDownError("The cluster is down"),
+        redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"),
+        redis.exceptions.RedisClusterException("Redis Cluster cannot be connected"),
+    ],
+)
+def test_a_failover_or_a_migration_pauses_a_wait_rather_than_ending_it(error: Exception) -> None:
+    assert Outage().failed(error) == 0.05

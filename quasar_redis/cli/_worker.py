@@ -15,8 +15,9 @@ from typing import Any, Literal
 import click
 from click.core import ParameterSource
 
+from .._durable import Durable
 from .._environment import URL_VARIABLES
-from ..errors import QuasarError
+from ..errors import ConfigurationError, QuasarError
 from ..worker import Worker
 from ._loading import load_app
 from ._options import log_level_option, quasar_error, redis_url_option, url_checked
@@ -40,6 +41,17 @@ def given_url(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         return None
     checked: str | None = url_checked(memory=True)(ctx, param, value)
     return checked
+
+
+def durable_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """``--durable REPLICAS[:TIMEOUT_MS]`` as a ``Durable``; a bad value is a usage error."""
+    if value is None:
+        return None
+    replicas, _, timeout = value.partition(":")
+    try:
+        return Durable(int(replicas), int(timeout) if timeout else 1000)
+    except (ValueError, ConfigurationError) as exc:
+        raise click.BadParameter(f"{value!r} is not REPLICAS[:TIMEOUT_MS] ({exc})") from exc
 
 
 @click.command()
@@ -113,6 +125,14 @@ def given_url(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "may be lost: see docs/guarantees.md); refused by default.",
 )
 @click.option(
+    "--durable",
+    default=None,
+    metavar="REPLICAS[:TIMEOUT_MS]",
+    callback=durable_option,
+    help="Every write waits until this many replicas have it (WAIT, at most TIMEOUT_MS, default "
+    "1000), else is sent again: see docs/guarantees.md. Default: the app's own setting.",
+)
+@click.option(
     "--processes",
     "-p",
     default=None,
@@ -157,6 +177,7 @@ def worker(
     burst: bool,
     max_jobs: int | None,
     allow_eviction: bool,
+    durable: Durable | None,
     processes: int | None,
     max_jobs_per_process: int | None,
     reload: bool,
@@ -181,6 +202,8 @@ def worker(
     if redis_url is not None:
         app.connect(redis_url)
     app.allow_eviction = app.allow_eviction or allow_eviction  # (its tasks enqueue as well)
+    if durable is not None:
+        app.durable = durable
     if processes is not None and ctx.get_parameter_source("concurrency") is ParameterSource.DEFAULT:
         concurrency = processes
     try:

@@ -1,0 +1,185 @@
+"""Durable mode on a standalone primary: every write waits for replicas (WAIT, sent in the same
+round trip), reads do not, and a write too few replicas acknowledged is ``NotReplicated``.
+
+The pair is a primary and a replica of the test's own (``servers.py``); a write is checked on the
+replica right after the call returns, with no waiting: that is what durable mode promises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import redis
+from click.testing import CliRunner
+
+from quasar_redis import (
+    App,
+    AsyncQuasar,
+    BatchApplied,
+    ConfigurationError,
+    Durable,
+    JobApplied,
+    NewJob,
+    NotReplicated,
+    Quasar,
+    RedisUnavailable,
+    Succeeded,
+)
+from quasar_redis.cli import main
+from quasar_redis.cli._worker import durable_option
+
+from .helpers import applied, claimed, wait_for
+from .servers import RedisServer, server_in
+
+LEASE = 60_000
+
+
+@pytest.mark.parametrize(
+    ("replicas", "timeout_ms"),
+    [(-1, 100), (1, 0), (1, -5), ("1", 100), (1, 1.5), (True, 100), (1, None)],
+)
+def test_bad_durable_settings_are_refused_when_made(replicas: Any, timeout_ms: Any) -> None:
+    with pytest.raises(ConfigurationError, match="Durable"):
+        Durable(replicas, timeout_ms)
+
+
+def test_a_durable_option_that_is_not_a_durable_is_refused() -> None:
+    client = redis.Redis(host="127.0.0.1", port=1)  # (never connected: refused before)
+    with pytest.raises(ConfigurationError, match="durable must be a Durable"):
+        Quasar(client, "ns", durable=1)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="durable must be a Durable"):
+        App("redis://127.0.0.1:1/0", namespace="ns", durable={"replicas": 1})  # type: ignore[arg-type]
+    client.close()
+
+
+def _in_sync(primary: redis.Redis) -> bool:
+    info = primary.info("replication")
+    replica = info.get("slave0")
+    return isinstance(replica, dict) and replica.get("state") == "online"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, RedisServer]]:
+    """A primary and its replica, the replica online."""
+    base = tmp_path_factory.mktemp("pair")
+    with server_in(base / "primary", durable=False) as primary:
+        primary.start()
+        config = ("--replicaof", "127.0.0.1", str(primary.port))
+        with server_in(base / "replica", durable=False, config=config) as replica:
+            replica.start()
+            client = redis.Redis(port=primary.port)
+            wait_for(lambda: _in_sync(client), 30, "the replica online")
+            client.close()
+            yield primary, replica
+
+
+def waits(client: redis.Redis) -> int:
+    """How many WAIT commands the server has run."""
+    stats = client.info("commandstats").get("cmdstat_wait")
+    return int(stats["calls"]) if stats else 0
+
+
+def test_writes_reach_the_replica_before_they_return_and_reads_do_not_wait(
+    pair: tuple[RedisServer, RedisServer],
+) -> None:
+    primary, replica = pair
+    raw, on_replica = redis.Redis(port=primary.port), redis.Redis(port=replica.port)
+    q = Quasar(raw, "durable-sync", durable=Durable(replicas=1, timeout_ms=10_000))
+    applied(q.enqueue("stage", id="first"))  # (loads the scripts: a WAIT per try)
+    before = waits(raw)
+    job = applied(q.enqueue("stage", b"x", id="a"))
+    assert waits(raw) == before + 1
+    assert on_replica.exists(q.keys.job(job.id))  # (no waiting: the reply came after WAIT)
+    q.get_job("a")
+    q.counts("default")
+    assert waits(raw) == before + 1  # reads do not wait
+    claim = claimed(q.claim_job("a", "w", LEASE))
+    result = q.complete(claim.token, "w", result="done")
+    assert isinstance(result, JobApplied)
+    assert isinstance(result.job.state, Succeeded)
+    seen = Quasar(on_replica, "durable-sync").get_job("a")
+    assert seen is not None
+    assert seen.job.state == result.job.state
+    batch = q.enqueue_many([NewJob("stage", id="b"), NewJob("stage", id="c")])
+    assert isinstance(batch, BatchApplied)
+    assert on_replica.exists(q.keys.job("b"), q.keys.job("c")) == 2
+    raw.close()
+    on_replica.close()
+
+
+def test_the_asyncio_client_waits_too(pair: tuple[RedisServer, RedisServer]) -> None:
+    primary, replica = pair
+    on_replica = redis.Redis(port=replica.port)
+
+    async def flow() -> None:
+        raw = redis.asyncio.Redis(port=primary.port)
+        q = AsyncQuasar(raw, "durable-async", durable=Durable(replicas=1, timeout_ms=10_000))
+        results = await asyncio.gather(*(q.enqueue("stage", id=f"j{i}") for i in range(20)))
+        assert all(isinstance(r, JobApplied) for r in results)
+        assert on_replica.exists(*(q.keys.job(f"j{i}") for i in range(20))) == 20
+        claim = claimed(await q.claim("default", "w", LEASE))
+        await q.complete(claim.token, "w", result="ok")
+        seen = Quasar(on_replica, "durable-async").get_job(claim.job.id)
+        assert seen is not None
+        assert isinstance(seen.job.state, Succeeded)
+        await raw.aclose()
+        await raw.connection_pool.disconnect()
+
+    asyncio.run(flow())
+    on_replica.close()
+
+
+@pytest.fixture
+def alone(tmp_path: Path) -> Iterator[redis.Redis]:
+    """A primary without replicas: no write can ever be acknowledged by one."""
+    with server_in(tmp_path / "alone", durable=False) as server:
+        server.start()
+        client = redis.Redis(port=server.port)
+        yield client
+        client.close()
+
+
+def test_a_write_no_replica_acknowledged_is_not_replicated_and_safe_to_send_again(
+    alone: redis.Redis,
+) -> None:
+    q = Quasar(alone, "durable-alone", durable=Durable(replicas=1, timeout_ms=20))
+    with pytest.raises(NotReplicated) as caught:
+        q.enqueue("stage", id="a")
+    error = caught.value
+    assert isinstance(error, RedisUnavailable)  # (the worker sends such calls again)
+    assert (error.acknowledged, error.wanted) == (0, 1)
+    assert "0 of 1 replicas" in str(error)
+    assert isinstance(error.result, JobApplied)  # applied on the primary
+    with pytest.raises(NotReplicated) as again:
+        q.execute(error.calls[0])  # the same call id: the first reply, nothing more written
+    assert again.value.result == error.result
+    assert q.counts("default").available == 1  # reads answer without waiting
+    with pytest.raises(NotReplicated) as many:
+        q.enqueue_many([NewJob("stage", id="b")])
+    assert isinstance(many.value.result, BatchApplied)
+
+
+def test_zero_replicas_asks_nothing_of_replicas(alone: redis.Redis) -> None:
+    q = Quasar(alone, "durable-zero", durable=Durable(replicas=0, timeout_ms=20))
+    assert isinstance(q.enqueue("stage", id="a"), JobApplied)
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "1:0", "1:abc", "1.5", ""])
+def test_the_worker_refuses_a_bad_durable_option_as_a_usage_error(value: str) -> None:
+    ran = CliRunner().invoke(main, ["worker", "nowhere:app", "--durable", value])
+    assert ran.exit_code == 2, ran.output
+    assert "is not REPLICAS[:TIMEOUT_MS]" in ran.output
+
+
+def test_the_worker_durable_option_reads_replicas_and_timeout() -> None:
+    command = main.commands["worker"]
+    option = next(p for p in command.params if p.name == "durable")
+    ctx = click.Context(command)
+    assert durable_option(ctx, option, "2:250") == Durable(2, 250)
+    assert durable_option(ctx, option, "1") == Durable(1, 1000)
+    assert durable_option(ctx, option, None) is None
