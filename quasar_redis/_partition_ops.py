@@ -19,7 +19,16 @@ from . import _types as t
 from ._call_base import Call, Limits, new_call_id
 from ._calls import CallBuilder
 from ._keys import KeySpace
-from ._partitions import merge_cascades, merge_queues, merge_sweeps, partition_of, sum_counts
+from ._partitions import (
+    merge_cascades,
+    merge_queues,
+    merge_sweeps,
+    page_cursor,
+    page_positions,
+    page_shares,
+    partition_of,
+    sum_counts,
+)
 from .errors import InvalidArgument
 
 T = TypeVar("T")
@@ -57,6 +66,15 @@ def spread(script_of: Call[Any], run: Callable[[Any], Flow[T]]) -> Call[T]:
 def early(script_of: Call[Any], result: T) -> Call[T]:
     """A call answered without Redis."""
     return Call(script_of.script, (), _unsent, result)
+
+
+def keys_of(calls: CallBuilder, job_id: str | None = None) -> KeySpace:
+    """The keys of the partition that holds ``job_id`` (its hash, its dependents, its events),
+    or with None, of the first partition (whose event stream has every queue's pauses and
+    resumes, as every partition's has); on a namespace of one partition, its keys."""
+    if isinstance(calls, PartitionOps):
+        return calls.parts[0 if job_id is None else partition_of(job_id, calls.count)].keys
+    return calls.keys
 
 
 def _same(job_id: Any) -> Any:
@@ -191,4 +209,26 @@ class PartitionOps(CallBuilder):
         limit: int,
         now: int | None = None,
     ) -> Call[t.JobPage]:
-        raise InvalidArgument("page_jobs is not served on a partitioned namespace yet")
+        """A page of each partition whose jobs are not all read, in one pipeline, ``limit``
+        shared among them; the jobs of each partition in ``list_jobs``' order, partition after
+        partition. The cursor carries each partition's own (``page_cursor``)."""
+        places = page_positions(after, self.count)
+        alive = [k for k, at in enumerate(places) if at is not None]
+        if not alive:  # (a cursor past the end: no page returns one)
+            return early(self._at(0, lambda b: b.counts(queue, now)), t.JobPage((), None))
+        sent = [(k, n) for k, n in zip(alive, page_shares(limit, len(alive)), strict=True) if n]
+        calls = [self._page(k, queue, status, places[k], n, now) for k, n in sent]
+
+        def run(client: Any) -> Flow[t.JobPage]:
+            pages: list[t.JobPage] = yield from client._sending_many(calls)
+            for (k, _), page in zip(sent, pages, strict=True):
+                places[k] = page.next_cursor
+            jobs = tuple(job for page in pages for job in page.jobs)
+            return t.JobPage(jobs, page_cursor(places))
+
+        return spread(calls[0], run)
+
+    def _page(
+        self, k: int, queue: str, status: t.Status | str, at: str | None, n: int, now: int | None
+    ) -> Call[t.JobPage]:
+        return self._at(k, lambda b: b.page_jobs(queue, status, at or None, n, now))

@@ -27,7 +27,7 @@ from . import _types as t
 from ._call_base import NewJob, dependency_id
 from ._ids import id_error
 from ._keys import KeySpace
-from .errors import ConfigurationError, PartitionMismatch
+from .errors import ConfigurationError, InvalidArgument, PartitionMismatch
 
 #: At most this many partitions: a partition per primary of the largest clusters, and a few more.
 MAX_PARTITIONS = 1024
@@ -187,3 +187,39 @@ def in_order(
         for i, item in zip(place, got, strict=True):
             out[i] = item
     return out
+
+
+# --- pages by cursor over partitions ------------------------------------------------------------
+
+#: How a partitioned cursor begins; its parts, one per partition, are joined by ``,``: a
+#: partition's own cursor, "" before its first page, "-" once read to its end. (A partition's
+#: own cursor is ``<status>:...``, lua/list_jobs.lua: never empty, "-" or holding ",".)
+PAGES = "P"
+_DONE = "-"
+
+
+def page_positions(after: object, count: int) -> list[str | None]:
+    """Each partition's cursor in ``after`` ("" for its first page, None once read to its end)."""
+    if after is None:
+        return [""] * count
+    if not (isinstance(after, str) and after.isascii() and after.startswith(PAGES)):
+        raise InvalidArgument("after must be a cursor a page of this status returned")
+    parts = after[len(PAGES) :].split(",")
+    if len(parts) != count:
+        raise InvalidArgument("after must be a cursor a page of this status returned")
+    return [None if part == _DONE else part for part in parts]
+
+
+def page_cursor(positions: Sequence[str | None]) -> str | None:
+    """The cursor of the next page (None: every partition read to its end)."""
+    if all(at is None for at in positions):
+        return None
+    return PAGES + ",".join(_DONE if at is None else at for at in positions)
+
+
+def page_shares(limit: int, count: int) -> list[int]:
+    """``limit`` shared among ``count`` partitions as evenly as it goes (a limit out of bounds
+    is left to the first partition's call to refuse)."""
+    if type(limit) is not int or limit < 1:
+        return [limit] + [0] * (count - 1)
+    return [limit // count + (1 if k < limit % count else 0) for k in range(count)]

@@ -4,7 +4,7 @@ in the partition its id (or its flow key) names, and both clients routing each c
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -18,6 +18,7 @@ from quasar_redis import (
     ConfigurationError,
     CrossPartition,
     Fail,
+    InvalidArgument,
     InvalidJob,
     JobApplied,
     JobRefused,
@@ -31,8 +32,9 @@ from quasar_redis import (
 )
 from quasar_redis._keys import KeySpace
 from quasar_redis._partitions import hashed, partition_of
+from quasar_redis._reading import arun, job_view, run
 
-from .clients import KINDS, clients
+from .clients import KINDS, Driven, clients
 from .helpers import T0, applied, claimed
 
 LEASE = 60_000
@@ -291,3 +293,46 @@ def test_counts_queues_and_pause_cover_every_partition(q: Quasar, count: int) ->
     assert q.counts("default", now=T0 + 1_000).available == count + 1
     claim = claimed(q.claim("default", "w", 1, now=T0))
     assert q.sweep_expired(now=T0 + 10).expired == (claim.job.id,)
+
+
+def test_pages_by_cursor_carry_every_partitions_place(q: Quasar, count: int) -> None:
+    jobs = q.enqueue_many([NewJob("s", id=f"page-{n}") for n in range(25)], now=T0)
+    assert isinstance(jobs, BatchApplied)
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = q.page_jobs("default", "available", after=cursor, limit=4, now=T0)
+        assert len(page.jobs) <= 4
+        seen += [j.id for j in page.jobs]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert sorted(seen) == sorted(jobs.ids)
+    for bad in ("", "P", "available:1:0:", f"P{',' * count}", 7):
+        with pytest.raises(InvalidArgument):
+            q.page_jobs("default", "available", after=bad, limit=4, now=T0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        q.list_jobs("default", "available", now=T0)
+
+
+def test_purge_sends_each_id_to_its_partition(q: Quasar, count: int) -> None:
+    ids = [id_in(n % count, count, f"purge{n}") for n in range(count + 1)]
+    for job_id in ids:
+        applied(q.enqueue("s", id=job_id, now=T0))
+        q.cancel(job_id, now=T0)
+    assert q.purge("default", "cancelled", [*ids, "none"], now=T0 + 120_000) == len(ids)
+    assert all(q.get_job(i) is None for i in ids)
+
+
+def test_a_jobs_events_and_dependents_are_read_in_its_partition(q: Quasar, count: int) -> None:
+    first = applied(q.enqueue("s", flow="f", now=T0))
+    then = applied(q.enqueue("s", flow="f", dependencies=[first.id], now=T0))
+    flow = job_view(q.calls, first.id, 10, 10)
+    if isinstance(q, Quasar):
+        view = run(q, flow)
+    else:  # (the asyncio client, driven on its loop)
+        driven = cast(Driven, q)
+        view = driven.loop.run_until_complete(arun(driven.client, flow))
+    assert view is not None
+    assert [d.id for d in view.dependent_statuses] == [then.id]
+    assert [e.event for e in view.events] == ["available"]
