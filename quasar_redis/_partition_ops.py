@@ -77,6 +77,21 @@ def keys_of(calls: CallBuilder, job_id: str | None = None) -> KeySpace:
     return calls.keys
 
 
+def every_keys(calls: CallBuilder) -> list[KeySpace]:
+    """The keys of every partition (on a namespace of one partition, its keys)."""
+    return [p.keys for p in calls.parts] if isinstance(calls, PartitionOps) else [calls.keys]
+
+
+def wake_lists(calls: CallBuilder, queues: Sequence[str], cluster: bool) -> list[list[str]]:
+    """The wake lists an idle worker of ``queues`` waits on, as one list of keys per blocking
+    wait: every partition's in one wait on a single server, one wait per partition on a Redis
+    Cluster (a BLPOP takes the keys of one slot)."""
+    if not isinstance(calls, PartitionOps):
+        return [[calls.keys.wake(q) for q in queues]]
+    per_part = [[part.keys.wake(q) for q in queues] for part in calls.parts]
+    return per_part if cluster else [[key for keys in per_part for key in keys]]
+
+
 def _same(job_id: Any) -> Any:
     return job_id
 
@@ -110,6 +125,7 @@ class PartitionOps(CallBuilder):
             (p.keys.root, p.keys.events) if events else (p.keys.root,) for p in self.parts
         ]
         self._start = 0  # the partition the next claim by queue starts at
+        self._next = 0  # the partition of the next job that may go anywhere
 
     def _at(self, partition: int, build: Callable[[CallBuilder], Call[T]]) -> Call[T]:
         return build(self.parts[partition]).on(self.part_keys[partition])

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _types as t
-from ._call_base import Call, NewJob
+from ._call_base import Call, NewJob, new_call_id
 from ._calls import CallBuilder
 from ._partition_ops import Flow, PartitionOps, by_job, early, spread
-from ._partitions import any_partition, in_order, merge_batches, partition_of, placement
+from ._partitions import in_order, merge_batches, partition_of, placement
 from ._replies import first_claim
 from .errors import QuasarError
 
@@ -26,6 +26,11 @@ def _job_of(token: t.LeaseToken) -> str:
 class PartitionedCalls(PartitionOps):
     """Builds every call of a namespace of ``count`` partitions."""
 
+    def _any(self) -> int:
+        """The partition of a job that may go anywhere: each in turn, so that they spread."""
+        where, self._next = self._next, (self._next + 1) % self.count
+        return where
+
     # enqueue ----------------------------------------------------------------------------------
 
     def _place(self, jobs: Sequence[NewJob]) -> tuple[dict[int, list[int]], dict[int, t.JobError]]:
@@ -34,7 +39,7 @@ class PartitionedCalls(PartitionOps):
         for index, job in enumerate(jobs):
             where = placement(job, self.count)
             if where is None:
-                where = any_partition(self.count)
+                where = self._any()
             if isinstance(where, int):
                 places.setdefault(where, []).append(index)
             else:
@@ -44,7 +49,7 @@ class PartitionedCalls(PartitionOps):
     def enqueue(self, job: NewJob, now: int | None = None) -> Call[t.JobResult]:
         where = placement(job, self.count)
         if where is None:
-            where = any_partition(self.count)
+            where = self._any()
         if not isinstance(where, int):
             return early(self.parts[0].enqueue(job, now), t.JobRefused(where))
         return self._at(where, lambda b: b.enqueue(job, now))
@@ -97,14 +102,24 @@ class PartitionedCalls(PartitionOps):
     # claims -----------------------------------------------------------------------------------
 
     def claim_many(
-        self, queue: str, worker_id: str, lease_ms: int, limit: int, now: int | None = None
+        self,
+        queue: str,
+        worker_id: str,
+        lease_ms: int,
+        limit: int,
+        now: int | None = None,
+        *,
+        call_id: str | None = None,
     ) -> Call[t.ClaimsResult]:
         """Up to ``limit`` jobs from the partitions in turn, from one after the last claim's
-        first: a call per partition until ``limit`` are leased."""
+        first: a call per partition until ``limit`` are leased, each with an id of its own
+        (``call_id`` is the first partition's)."""
         start, self._start = self._start, (self._start + 1) % self.count
         probe = self.parts[start].claim_many(queue, worker_id, lease_ms, limit, now)
         if probe.early is not None:
             return probe
+        ids = [new_call_id() for _ in range(self.count)]  # (a call sent again sends these)
+        ids[start] = call_id or ids[start]
 
         def run(client: Any) -> Flow[t.ClaimsResult]:
             claims: list[t.Claim] = []
@@ -112,7 +127,9 @@ class PartitionedCalls(PartitionOps):
             for i in range(self.count):
                 k = (start + i) % self.count
                 left = limit - len(claims)
-                call = self.parts[k].claim_many(queue, worker_id, lease_ms, left, now)
+                call = self.parts[k].claim_many(
+                    queue, worker_id, lease_ms, left, now, call_id=ids[k]
+                )
                 result: t.ClaimsResult = yield from client._sending(call.on(self.part_keys[k]))
                 if isinstance(result, t.ClaimsApplied):
                     claims.extend(result.claims)

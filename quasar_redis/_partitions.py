@@ -17,7 +17,6 @@ Routing is a pure function of a job's id, so any client finds a job without a lo
 from __future__ import annotations
 
 import dataclasses
-import random
 import re
 import zlib
 from collections.abc import Callable, Generator, Sequence
@@ -67,6 +66,17 @@ def checking_record(
         )
 
 
+def recorded(reply: Any) -> int | None:
+    """The number of partitions a namespace's record holds (its GET reply), for a reader that
+    takes the namespace as it is (the CLI, the dashboard); None for no record."""
+    if reply is None:
+        return None
+    text = reply.decode("ascii", "replace") if isinstance(reply, bytes) else str(reply)
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PARTITIONS:
+        raise PartitionMismatch(f"the namespace's record of partitions holds {text!r}")
+    return int(text)
+
+
 def hashed(text: str, count: int) -> int:
     """``text``'s partition of ``count`` by its CRC-32."""
     return zlib.crc32(text.encode("utf-8", "surrogatepass")) % count
@@ -110,11 +120,6 @@ def placement(job: NewJob, count: int) -> int | t.JobError | None:
             text = name if isinstance(name, str) else name.decode()
             return t.CrossPartition(text, where, target)
     return target
-
-
-def any_partition(count: int) -> int:
-    """A partition for a job that may go anywhere."""
-    return random.randrange(count)
 
 
 # --- merging what the partitions answer ---------------------------------------------------------

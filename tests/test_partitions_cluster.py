@@ -17,6 +17,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from quasar_redis import (
+    App,
     AsyncQuasar,
     BatchApplied,
     ClaimsApplied,
@@ -28,6 +29,7 @@ from quasar_redis import (
     PartitionMismatch,
     Quasar,
     Status,
+    Worker,
 )
 from quasar_redis._keys import KeySpace
 from quasar_redis._partitions import hashed, partition_of
@@ -143,3 +145,23 @@ def test_a_partitioned_namespace_spreads_over_the_cluster(
     assert len(slots) == count and masters == len(local_cluster.ports)
     with pytest.raises(PartitionMismatch):
         make(count + 1, q.namespace).counts("default")
+
+
+def test_a_worker_serves_every_partition_on_the_cluster(local_cluster: LocalCluster) -> None:
+    """In one process: a worker whose idle wait is a BLPOP per partition (one slot each)."""
+    count = 3
+    namespace = spread_namespace(local_cluster, count)
+    url = "redis+cluster://" + ",".join(f"{HOST}:{port}" for port in local_cluster.ports)
+    with App(url, namespace=namespace, partitions=count) as app:
+
+        def triple(n: int) -> int:
+            return 3 * n
+
+        task = app.task(triple, name="triple")
+        with Worker(app, concurrency=4, idle_wait=60.0, maintenance_interval=0.1):
+            first = task.enqueue(1)
+            assert first.result(timeout=30) == 3  # (an idle worker woken, whatever partition)
+            handles = [task.options(flow=f"f{n}").enqueue(n) for n in range(9)]
+            assert [h.result(timeout=30) for h in handles] == [3 * n for n in range(9)]
+        assert {partition_of(h.id, count) for h in handles} == set(range(count))
+        assert app.client.counts("default").completed == 10
