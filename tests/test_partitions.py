@@ -33,6 +33,7 @@ from quasar_redis import (
 from quasar_redis._keys import KeySpace
 from quasar_redis._partitions import hashed, partition_of
 from quasar_redis._reading import arun, job_view, run
+from quasar_redis.acl import rules
 
 from .clients import KINDS, Driven, clients
 from .helpers import T0, applied, claimed
@@ -336,3 +337,16 @@ def test_a_jobs_events_and_dependents_are_read_in_its_partition(q: Quasar, count
     assert view is not None
     assert [d.id for d in view.dependent_statuses] == [then.id]
     assert [e.event for e in view.events] == ["available"]
+
+
+def test_acl_rules_name_every_partition_and_the_record() -> None:
+    words = rules(["reader"], ["orders"], partitions=3)
+    keys = [w for w in words if w.startswith("~")]
+    assert keys == ["~quasar:{orders}:*", *(f"~quasar:{{orders/{i}}}:*" for i in range(3))]
+    assert "+get" in words and "+set" not in words  # (the record: read, an admin writes it)
+    assert "+get" not in rules(["reader"], ["orders"])
+    assert [w for w in rules(["reader"], ["o"], partitions=1) if w.startswith("~")] == [
+        "~quasar:{o}:*"
+    ]
+    with pytest.raises(ConfigurationError):
+        rules(["reader"], ["o"], partitions=0)

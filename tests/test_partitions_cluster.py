@@ -33,6 +33,7 @@ from quasar_redis import (
 )
 from quasar_redis._keys import KeySpace
 from quasar_redis._partitions import hashed, partition_of
+from quasar_redis.acl import setuser
 
 from .clients import KINDS, Driven
 from .cluster import HOST, LocalCluster
@@ -165,3 +166,35 @@ def test_a_worker_serves_every_partition_on_the_cluster(local_cluster: LocalClus
             assert [h.result(timeout=30) for h in handles] == [3 * n for n in range(9)]
         assert {partition_of(h.id, count) for h in handles} == set(range(count))
         assert app.client.counts("default").completed == 10
+
+
+def test_role_users_of_a_partitioned_namespace_work_on_the_cluster(
+    local_cluster: LocalCluster,
+) -> None:
+    """A producer and a worker made by ``acl.setuser(..., partitions=P)`` on every node, once
+    an admin wrote the namespace's record: each reaches every partition, and only its own."""
+    count = 3
+    namespace = spread_namespace(local_cluster, count)
+    port = local_cluster.startup_port
+    with RedisCluster(host=HOST, port=port) as admin:
+        admin.set(KeySpace(namespace).partitions, str(count))
+        users = {}
+        for role in ("producer", "worker"):
+            name, password = f"{role}-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+            words = setuser(
+                name, [role], [namespace], password=password, cluster=True, partitions=count
+            )
+            admin.execute_command(*words, target_nodes=admin.ALL_NODES)
+            users[role] = RedisCluster(host=HOST, port=port, username=name, password=password)
+    producer = Quasar(users["producer"], namespace, partitions=count)
+    worker = Quasar(users["worker"], namespace, partitions=count)
+    try:
+        batch = producer.enqueue_many([NewJob("s", flow=f"f{n}") for n in range(6)])
+        assert isinstance(batch, BatchApplied)
+        claims = worker.claim_many("default", "w", LEASE, 6)
+        assert isinstance(claims, ClaimsApplied) and len(claims.claims) == 6
+        report = worker.report_many("w", [Complete(c.token) for c in claims.claims])
+        assert all(isinstance(r, OutcomeApplied) for r in report)
+    finally:
+        for client in users.values():
+            client.close()
