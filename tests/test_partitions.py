@@ -350,3 +350,27 @@ def test_acl_rules_name_every_partition_and_the_record() -> None:
     ]
     with pytest.raises(ConfigurationError):
         rules(["reader"], ["o"], partitions=0)
+
+
+def test_a_client_given_no_partitions_sends_what_it_sent_before(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    """No record read, no round trip more: every command it sends is a script's call (or the
+    loading of the scripts), and the namespace keeps no record."""
+    q = Quasar(redis_client, namespace, functions=backend == "redis")
+    sent: list[Any] = []
+    send = q._send
+
+    def recorded(command: Any) -> Any:
+        sent.append(command)
+        return send(command)
+
+    q._send = recorded
+    job = applied(q.enqueue("s", now=T0))
+    claimed(q.claim_job(job.id, "w", LEASE, now=T0))
+    assert q.counts("default", now=T0).executing == 1
+    words = {c[0] for c in sent} - {"FUNCTION", "SCRIPT"}
+    assert words == {"FCALL" if backend == "redis" else "EVALSHA"}, sent
+    calls = {c[3 + c[2]] for c in sent if c[0] in words}  # (their call ids: a NOSCRIPT resends)
+    assert len(calls) == 3
+    assert not redis_client.exists(KeySpace(namespace).partitions)
