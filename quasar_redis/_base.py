@@ -12,9 +12,12 @@ from redis.cluster import RedisCluster
 from ._calls import CallBuilder, Limits, NewJob
 from ._durable import Durable, check_durable
 from ._keys import KeySpace
+from ._partitioned_calls import PartitionedCalls
+from ._partitions import check_partitions
+from ._policy import EvictionPolicyWarning, warn_policy
 from ._reconnects import watch_connections
 from ._scripts import library
-from ._sending import EvictionPolicyWarning, Sending, warn_policy
+from ._sending import Sending
 from .errors import ConfigurationError
 
 if sys.version_info >= (3, 11):
@@ -38,6 +41,7 @@ class ClientOptions(TypedDict, total=False):
     events: bool
     functions: bool
     durable: Durable | None
+    partitions: int | None
 
 
 def check_client(client: Any) -> None:
@@ -90,6 +94,7 @@ class ClientBase(Sending):
         events: bool = True,
         functions: bool = True,
         durable: Durable | None = None,
+        partitions: int | None = None,
     ) -> None:
         """A client of ``namespace`` over ``redis`` (a redis-py client, ``decode_responses``
         off): its keys start with ``<key_prefix>:{<namespace>}:``, or given a ``tag`` of its
@@ -100,7 +105,10 @@ class ClientBase(Sending):
         never ask); ``events``: write the event stream; ``functions``: FCALL of the function
         library where the server allows it (False: EVALSHA of scripts); ``durable``: a
         ``Durable`` to have every write wait for replicas (``WAIT``), else ``NotReplicated``
-        (docs/guarantees.md, "Failover")."""
+        (docs/guarantees.md, "Failover"); ``partitions``: the
+        namespace's number of partitions, checked against (or, on a new namespace, written to)
+        its record before the first call (``PartitionMismatch``); None: one, unchecked, as
+        before partitions (docs/scaling.md)."""
         check_client(redis)
         self.durable = check_durable(durable)
         self.redis = redis
@@ -110,11 +118,19 @@ class ClientBase(Sending):
         self.functions = functions and not is_cluster(redis)
         self.library = library()
         self.keys = KeySpace(namespace, tag, key_prefix)
-        self.calls = CallBuilder(self.keys, limits)
+        self.partitions = check_partitions(partitions)
+        self.calls = (
+            PartitionedCalls(self.keys, limits, partitions, events=events)
+            if partitions is not None and partitions > 1
+            else CallBuilder(self.keys, limits)
+        )
         self.allow_eviction = allow_eviction
         self._checks_policy = check_eviction_policy
         self._policy_checked = self._policy_asked = not check_eviction_policy
         self._evicting = self._warned = None
+        self._record_checked = partitions is None
+        if partitions is not None:
+            self._policy_checked = False
         self._script_keys = (self.keys.root, self.keys.events) if events else (self.keys.root,)
         self._owns_redis = False
         if check_eviction_policy:

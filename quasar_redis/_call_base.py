@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -40,6 +41,10 @@ class Call(Generic[T]):
     ``early`` is a result known without Redis (a refusal of input Python cannot even encode).
     ``absorb`` adds to the result what each step of the cascade work the call left adds (the
     dependents a cancel cancelled): see ``CallBuilder.cascade``.
+
+    On a partitioned namespace (``_partitions``) ``keys`` are the KEYS of the partition the call
+    goes to (empty: the client's own), and a call spread over partitions has a ``spread``: the
+    flow that sends its parts and makes one result of theirs (given the client).
     """
 
     script: Script
@@ -47,6 +52,12 @@ class Call(Generic[T]):
     parse: Callable[[Any], T] = field(repr=False)
     early: T | None = None
     absorb: Callable[[T, t.CascadeReport], T] | None = field(default=None, repr=False)
+    keys: tuple[str, ...] = ()
+    spread: Callable[[Any], Generator[Any, Any, T]] | None = field(default=None, repr=False)
+
+    def on(self, keys: tuple[str, ...]) -> Call[T]:
+        """This call sent with ``keys`` (a partition's): itself when ``keys`` is empty."""
+        return dataclasses.replace(self, keys=keys) if keys else self
 
     @property
     def call_id(self) -> str:
@@ -77,6 +88,9 @@ class NewJob:
     available_at: int | None = None
     delay_ms: int | None = None
     on_dependency_failure: t.DependencyPolicy = "block"
+    #: Where the job goes on a partitioned namespace: with every job of the same flow key
+    #: (docs/scaling.md). A job id's rule; it changes nothing on a namespace of one partition.
+    flow: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +113,10 @@ class BuilderBase:
         self.keys = keys
         self.limits = limits or Limits()
         self._scripts = scripts()
+
+    def _new_id(self) -> str:
+        """A job id made for a job enqueued without one."""
+        return new_call_id()
 
     def _call(self, name: str, args: Sequence[Arg], parse: Callable[[Any], T]) -> Call[T]:
         return Call(self._scripts[name], (new_call_id(), *args), parse)

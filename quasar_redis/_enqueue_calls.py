@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _types as t
@@ -21,7 +21,9 @@ from ._replies import (
 from ._scripts import scripts
 
 
-def _job_group(job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
+def _job_group(
+    job: NewJob, make_id: Callable[[], str] = new_call_id
+) -> tuple[Arg, ...] | t.InvalidJob:
     """A job's group of arguments in ``_schema.ENQUEUE_ITEM``'s order, or the refusal of what
     Python cannot send (a payload msgpack cannot encode, a dependency that is no job id, an
     unknown policy). A plain tuple, built once per job: tests/test_schema.py reads it back by
@@ -43,8 +45,10 @@ def _job_group(job: NewJob) -> tuple[Arg, ...] | t.InvalidJob:
         deps.append(dep_id if isinstance(dep_id, str) else dep_id.decode())
     if job.on_dependency_failure not in POLICIES:
         return t.InvalidJob("on_dependency_failure must be 'block' or 'cancel'")
+    if job.flow is not None and (bad := id_error(job.flow, "flow")) is not None:
+        return t.InvalidJob(bad)
     return (
-        text_arg(new_call_id() if job_id is None else job_id),
+        text_arg(make_id() if job_id is None else job_id),
         text_arg(job.queue),
         text_arg(job.stage),
         payload,
@@ -95,7 +99,7 @@ class EnqueueCalls(BuilderBase):
         error = self._batch_size_error(jobs)
         early: t.BatchResult | None = None if error is None else t.BatchRefused(0, error)
         for index, job in enumerate(jobs if early is None else ()):
-            group = _job_group(job)
+            group = _job_group(job, self._new_id)
             if isinstance(group, t.InvalidJob):
                 early = t.BatchRefused(index, group)
                 break
@@ -118,7 +122,7 @@ class EnqueueCalls(BuilderBase):
         sent: list[int] = []
         local: dict[int, t.JobResult] = {}
         for index, job in enumerate(jobs):
-            group = _job_group(job)
+            group = _job_group(job, self._new_id)
             if isinstance(group, t.InvalidJob):
                 local[index] = t.JobRefused(group)
             else:

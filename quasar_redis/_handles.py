@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions as rex
 
 from . import _types as t
+from ._partition_ops import keys_of
 from ._sending import CONNECTION_ERRORS
 from ._waits import Outage, block_ms
 from .errors import JobCancelledError, JobFailedError, QuasarError, RedisUnavailable
@@ -48,16 +49,17 @@ class JobHandle:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         client, outage = self.app.client, Outage()
+        stream = keys_of(client.calls, self.id).events
         last: Any = None
         while True:
             try:
                 if last is None:
-                    last = _last_event_id(client.redis.xrevrange(client.keys.events, count=1))
+                    last = _last_event_id(client.redis.xrevrange(stream, count=1))
                 job = self._finished(client.get_job(self.id))
                 if job is not None:
                     return self._outcome(job)
                 block = block_ms(client.redis, _remaining_ms(deadline))
-                reply = client.redis.xread({client.keys.events: last}, block=block, count=1000)
+                reply = client.redis.xread({stream: last}, block=block, count=1000)
                 last = _scan_events(reply, self.id, last)
                 outage.ok()
             except WAIT_ERRORS as exc:
@@ -67,19 +69,18 @@ class JobHandle:
         """``result`` for asyncio code."""
         deadline = None if timeout is None else time.monotonic() + timeout
         client, outage = self.app.aclient(), Outage()
+        stream = keys_of(client.calls, self.id).events
         last: Any = None
         while True:
             try:
                 if last is None:
-                    reply = await client.redis.xrevrange(client.keys.events, count=1)
+                    reply = await client.redis.xrevrange(stream, count=1)
                     last = _last_event_id(reply)
                 job = self._finished(await client.get_job(self.id))
                 if job is not None:
                     return self._outcome(job)
                 block = block_ms(client.redis, _remaining_ms(deadline))
-                reply = await client.redis.xread(
-                    {client.keys.events: last}, block=block, count=1000
-                )
+                reply = await client.redis.xread({stream: last}, block=block, count=1000)
                 last = _scan_events(reply, self.id, last)
                 outage.ok()
             except WAIT_ERRORS as exc:

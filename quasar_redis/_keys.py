@@ -8,6 +8,10 @@ No two namespaces share a key. A name holds none of ``: { } /``, so a root reads
 (the prefix up to the first ``:``, the tag up to the first ``}``, then either ``:``, which ends an
 untagged root, or ``/``, the namespace and ``:``, which ends a tagged one): of two different roots
 neither starts the other, and as every key is its root and a suffix, a key starts one root only.
+A partition of a partitioned namespace has its own hash tag, the base tag (the namespace or
+its ``tag``), ``/`` and the partition's number: ``<prefix>:{<namespace>/<i>}:`` or
+``<prefix>:{<tag>/<i>}/<namespace>:``. No name holds ``/``, so no partition's tag is another
+namespace's, and ``}`` ends each number: no partition's root starts another's.
 A name holds none of Redis's glob characters either (``*``, ``?``, ``[``, ``]``, the backslash),
 so ``<root>*`` is a faithful ACL key pattern or SCAN match: one namespace's keys, no other's.
 """
@@ -25,7 +29,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}\Z")
 #: How every key suffix begins (here and in lua/): a word of ``FAMILIES`` and ``:`` then a name
 #: or id, or a word of ``SINGLES`` alone. tests/test_keys.py holds the Lua's key builders to them.
 FAMILIES = ("call", "cascade", "dependents", "errors", "job", "q", "stats", "worker")
-SINGLES = ("cascades", "events", "paused", "queues", "seq", "workers")
+SINGLES = ("cascades", "events", "partitions", "paused", "queues", "seq", "workers")
 QUEUE_SETS = (
     "ready",
     "delayed",
@@ -51,24 +55,42 @@ def check_name(value: str, what: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KeySpace:
-    """Key names of one namespace (and partition tag)."""
+    """Key names of one namespace (and partition tag), or of one partition of it."""
 
     namespace: str
     tag: str = ""
     prefix: str = "quasar"
+    #: None: the namespace's one root; a number: that partition's (docs/scaling.md)
+    partition: int | None = None
 
     def __post_init__(self) -> None:
         check_name(self.namespace, "namespace")
         check_name(self.prefix, "key prefix")
         if self.tag:
             check_name(self.tag, "tag")
+        part = self.partition
+        if part is not None and (type(part) is not int or part < 0):
+            raise ConfigurationError(f"a partition is a number from 0: got {part!r}")
 
     @property
     def root(self) -> str:
         """The prefix every key of the namespace starts with; passed to scripts as KEYS[1]."""
-        if self.tag and self.tag != self.namespace:
-            return f"{self.prefix}:{{{self.tag}}}/{self.namespace}:"
-        return f"{self.prefix}:{{{self.namespace}}}:"
+        tagged = self.tag and self.tag != self.namespace
+        base = self.tag if tagged else self.namespace
+        if self.partition is not None:
+            base = f"{base}/{self.partition}"
+        if tagged:
+            return f"{self.prefix}:{{{base}}}/{self.namespace}:"
+        return f"{self.prefix}:{{{base}}}:"
+
+    def part(self, partition: int) -> KeySpace:
+        """The keys of one partition of this namespace."""
+        return KeySpace(self.namespace, self.tag, self.prefix, partition)
+
+    @property
+    def partitions(self) -> str:
+        """The namespace's record of its number of partitions (at the unpartitioned root)."""
+        return f"{KeySpace(self.namespace, self.tag, self.prefix).root}partitions"
 
     def job(self, job_id: str) -> str:
         return f"{self.root}job:{job_id}"

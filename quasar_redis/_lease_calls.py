@@ -38,9 +38,18 @@ class LeaseCalls(BuilderBase):
     """Builds the calls that claim jobs and report a lease holder's outcomes."""
 
     def claim_many(
-        self, queue: str, worker_id: str, lease_ms: int, limit: int, now: int | None = None
+        self,
+        queue: str,
+        worker_id: str,
+        lease_ms: int,
+        limit: int,
+        now: int | None = None,
+        *,
+        call_id: str | None = None,
     ) -> Call[t.ClaimsResult]:
-        call_id = new_call_id()
+        """``call_id``: the id to send it with (a claim of several partitions makes one per
+        partition as it is built, so that it is sent again with the same ones)."""
+        call_id = call_id or new_call_id()
         args = _claim_args(call_id, queue, worker_id, lease_ms, limit, now)
         return Call(
             self._scripts["claim"],

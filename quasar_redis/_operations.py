@@ -35,6 +35,7 @@ class JobOptions(TypedDict, total=False):
     available_at: int | None  # absolute ms; wins over delay_ms
     delay_ms: int | None  # from the server's now
     on_dependency_failure: t.DependencyPolicy  # "block"
+    flow: str | None  # None: partitioned by the id (docs/scaling.md)
 
 
 def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from . import _types as t
 from . import _views as views
 from ._calls import Call, CallBuilder
+from ._partition_ops import every_keys
 from ._reading import Read, server_now
 
 PAGE = 500  # jobs read per page of a queue (``page_jobs``: by cursor, bounded)
@@ -64,12 +65,13 @@ def _batches(
     finished before ``before``; pages run by finish time, so the walk ends at the first later
     one."""
     cursor: str | None = None
+    partitioned = len(every_keys(calls)) > 1  # (pages in finish order within a partition only)
     while True:
         page = yield calls.page_jobs(queue, status, cursor, PAGE, None)
         jobs = [job for job in page.jobs if views.finished_at(job) < before]
         for start in range(0, len(jobs), BATCH):
             yield from act(jobs[start : start + BATCH])
-        if page.next_cursor is None or len(jobs) < len(page.jobs):
+        if page.next_cursor is None or (len(jobs) < len(page.jobs) and not partitioned):
             return
         cursor = page.next_cursor
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import _types as t
 from . import _views as views
 from ._calls import Call, CallBuilder
+from ._partition_ops import keys_of
 
 if TYPE_CHECKING:
     from .aio import AsyncQuasar
@@ -105,7 +106,7 @@ def statuses(calls: CallBuilder, ids: Sequence[str]) -> Read[tuple[views.Linked,
 
 def dependents(calls: CallBuilder, job_id: str, limit: int) -> Read[views.Dependents]:
     """How many jobs depend on ``job_id``, and up to ``limit`` of them (SSCAN: bounded steps)."""
-    key = calls.keys.dependents(job_id)
+    key = keys_of(calls, job_id).dependents(job_id)
     total = yield RedisAsk("scard", (key,))
     found: list[Any] = []
     cursor: Any = 0
@@ -123,10 +124,10 @@ def events(
     """Events of ``job`` (else the queue's own events of ``queue``) among the newest
     ``EVENTS_SCANNED`` entries of the stream: the newest ``limit``, oldest first."""
     found: list[views.Event] = []
-    top, read = "+", 0
+    top, read, stream = "+", 0, keys_of(calls, job).events
     while read < views.EVENTS_SCANNED and len(found) < limit:
         entries = yield RedisAsk(
-            "xrevrange", (calls.keys.events,), {"max": top, "min": "-", "count": views.EVENT_PAGE}
+            "xrevrange", (stream,), {"max": top, "min": "-", "count": views.EVENT_PAGE}
         )
         decoded = [e for entry in entries for e in reversed(views.decode_event(*entry))]
         if job is not None:

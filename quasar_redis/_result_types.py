@@ -105,6 +105,17 @@ class QueuePaused:
     queue: str
 
 
+@dataclass(frozen=True, slots=True)
+class CrossPartition:
+    """An enqueue on a partitioned namespace naming a job (``job_id``: its own id or a
+    dependency) that lives in ``partition``, while the job goes to ``expected``: a job and its
+    dependencies share a partition (give them one flow key). Refused before anything is sent."""
+
+    job_id: str
+    partition: int
+    expected: int
+
+
 JobError: TypeAlias = (
     MissingJob
     | DuplicateJob
@@ -121,6 +132,7 @@ JobError: TypeAlias = (
     | FenceChanged
     | NothingClaimable
     | QueuePaused
+    | CrossPartition
 )
 
 

@@ -29,7 +29,6 @@ scripts from now on; a script missing (NOSCRIPT), then ``SCRIPT LOAD``.
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -38,11 +37,12 @@ import redis.exceptions as rex
 
 from ._calls import Call, CallBuilder
 from ._durable import Durable, Replicated, confirm, fewest, split, writes
+from ._partitions import checking_record
+from ._policy import evicting, eviction_refused, policy_of, warn_policy
 from ._replies import work_left
 from ._scripts import Library, Script, scripts
 from .errors import (
     AuthenticationError,
-    EvictionPolicyError,
     PermissionDenied,
     ProtocolError,
     RedisFull,
@@ -88,49 +88,6 @@ CLUSTER_PASSING = (
     rex.MasterDownError,
     rex.RedisClusterException,
 )
-
-
-class EvictionPolicyWarning(RuntimeWarning):
-    """Redis may evict keys (``maxmemory-policy`` is not ``noeviction``): jobs can be lost."""
-
-
-def policy_of(reply: Any) -> str | None:
-    """The policy a ``CONFIG GET maxmemory-policy`` reply names (None: it names none)."""
-    policy: Any = None
-    if isinstance(reply, dict):
-        values = list(reply.values())
-        policy = values[0] if values else None
-        if isinstance(policy, dict):  # cluster: one reply per node
-            policy = next(iter(policy.values()), None)
-    if isinstance(policy, bytes):
-        policy = policy.decode()
-    return policy if isinstance(policy, str) and policy else None
-
-
-def evicting(reply: Any) -> str | None:
-    """The policy ``CONFIG GET maxmemory-policy`` names if it may evict keys, else None."""
-    policy = policy_of(reply)
-    return policy if policy and policy != "noeviction" else None
-
-
-def warn_policy(reply: Any) -> None:
-    """Warn when ``CONFIG GET maxmemory-policy`` says Redis may evict keys."""
-    policy = evicting(reply)
-    if policy:
-        warnings.warn(
-            f"Redis maxmemory-policy is {policy!r}, not 'noeviction': Redis may evict job keys "
-            "and silently lose jobs and leases",
-            EvictionPolicyWarning,
-            stacklevel=3,
-        )
-
-
-def eviction_refused(policy: str) -> EvictionPolicyError:
-    return EvictionPolicyError(
-        f"Redis maxmemory-policy is {policy!r}: it may evict job keys and lose acknowledged jobs "
-        "(docs/guarantees.md), so nothing was enqueued; set maxmemory-policy noeviction, or "
-        "accept it with allow_eviction=True (Quasar, AsyncQuasar or App)"
-    )
 
 
 def is_noscript(exc: BaseException) -> bool:
@@ -329,12 +286,14 @@ class Sending:
     _script_keys: tuple[str, ...]
     _policy_checked: bool
     _policy_asked: bool
+    partitions: int | None  # the client's number of partitions, when it was given one
+    _record_checked: bool  # whether the namespace's record of partitions says the same
     _evicting: str | None  # the policy, when it may evict keys
     _warned: str | None  # the policy last warned of
 
     def _command(self, call: Call[Any]) -> Command:
         """The command sending ``call``: FCALL of its function, or EVALSHA of its script."""
-        keys = self._script_keys
+        keys = call.keys or self._script_keys
         if self.functions:
             return ("FCALL", call.script.function, len(keys), *keys, *call.args)
         return ("EVALSHA", call.script.sha, len(keys), *keys, *call.args)
@@ -345,18 +304,14 @@ class Sending:
             return call.early
         if not self._policy_checked:
             yield from self._checking_policy(call)
-        durable = self.durable if self.durable is not None and writes(call) else None
+        if call.spread is not None:
+            return (yield from call.spread(self))
+        durable = self._durable_of((call,))
         for attempt in range(SENDS):
             got, acked = yield from self._sending_once([self._command(call)], durable)
             reply = got[0] if isinstance(got, list) else got
             if not isinstance(reply, Exception):
-                reply, left = work_left(reply)
-                result = call.parse(reply)
-                if left:
-                    result = yield from self._carrying_on(call, result)
-                if durable is not None:
-                    self._confirm(durable, acked, result, [call])
-                return result
+                return (yield from self._finishing(call, reply, durable, acked))
             if isinstance(reply, CONNECTION_ERRORS):
                 self._server_changed()
             plan = recovery([(reply, call)])
@@ -369,13 +324,15 @@ class Sending:
         raise AssertionError("unreachable")
 
     def _sending_many(self, calls: Sequence[Call[Any]]) -> Flow[list[Any]]:
-        """Many calls in one pipeline; those that met a missing library or script sent again."""
+        """Many calls in one pipeline; those that met a missing library or script sent again.
+        (Calls spread over partitions go one after the other, each sending its own parts.)"""
+        if any(call.spread is not None for call in calls):
+            return (yield from self._sending_each(calls))
         if not self._policy_checked:
-            for call in calls:
-                yield from self._checking_policy(call)
+            yield from self._checking_each(calls)
         todo: list[Call[Any] | None] = [c if c.early is None else None for c in calls]
         replies: list[Any] = [None] * len(calls)
-        durable = self.durable if any(writes(c) for c in calls) else None
+        durable = self._durable_of(calls)
         acked: Any = None
         try:
             for attempt in range(SENDS):
@@ -400,6 +357,27 @@ class Sending:
             self._confirm(durable, acked, results, calls)
         return results
 
+    def _finishing(self, call: Call[T], reply: Any, durable: Durable | None, acked: Any) -> Flow[T]:
+        """``call``'s result from its reply: its cascade work carried on, its replicas
+        confirmed in durable mode."""
+        reply, left = work_left(reply)
+        result = call.parse(reply)
+        if left:
+            result = yield from self._carrying_on(call, result)
+        if durable is not None:
+            self._confirm(durable, acked, result, [call])
+        return result
+
+    def _checking_each(self, calls: Sequence[Call[Any]]) -> Flow[None]:
+        for call in calls:
+            yield from self._checking_policy(call)
+
+    def _durable_of(self, calls: Sequence[Call[Any]]) -> Durable | None:
+        """The client's durable mode, where ``calls`` write (else None: nothing to wait for)."""
+        if self.durable is not None and any(writes(c) for c in calls):
+            return self.durable
+        return None
+
     def _confirm(
         self, durable: Durable, acked: Any, result: Any, calls: Sequence[Call[Any]]
     ) -> None:
@@ -419,11 +397,18 @@ class Sending:
             return [(yield commands[0])], None
         return (yield Pipeline(commands)), None
 
+    def _sending_each(self, calls: Sequence[Call[Any]]) -> Flow[list[Any]]:
+        """Calls one after the other (those spread over partitions pipeline their parts)."""
+        done = []
+        for call in calls:
+            done.append((yield from self._sending(call)))
+        return done
+
     def _carrying_on(self, call: Call[T], result: T) -> Flow[T]:
         """``call``'s result once the cascade work it left is done: a step at a time (each one
         bounded call, so other clients' calls run between them), each step's gains absorbed."""
         while True:
-            step = yield from self._sending(self.calls.carry_on(call))
+            step = yield from self._sending(self.calls.carry_on(call).on(call.keys))
             if call.absorb is not None:
                 result = call.absorb(result, step)
             if not step.more:
@@ -472,7 +457,11 @@ class Sending:
     def _checking_policy(self, call: Call[Any] | None = None) -> Flow[None]:
         """Ask the policy if it is not known (a refused CONFIG, as on some managed Redis, says
         nothing); refuse ``call`` if it enqueues while Redis may evict keys, unless allowed
-        (asking again at the next call); warn once of such a policy otherwise."""
+        (asking again at the next call); warn once of such a policy otherwise. First, for a
+        client given its partitions, check the namespace's record of them."""
+        if not self._record_checked:
+            yield from checking_record(self.calls.keys, self.partitions, map_error)
+            self._record_checked = True
         if not self._policy_asked:
             reply = yield Ask("config_get", ("maxmemory-policy",))
             self._evicting = None if isinstance(reply, Exception) else evicting(reply)

@@ -60,6 +60,7 @@ class EnqueueOptions:
     run_at: datetime | float | None = None
     depends_on: Sequence[str | JobHandle | t.Job] = ()
     on_dependency_failure: t.DependencyPolicy = "block"
+    flow: str | None = None  # a partitioned namespace's flow key (docs/scaling.md)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ class Task(Generic[P, R]):
             available_at=_at_ms(self.name, o.run_at),
             delay_ms=_ms(self.name, "delay", o.delay),
             on_dependency_failure=o.on_dependency_failure,
+            flow=o.flow,
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:

@@ -14,8 +14,9 @@ pause (``Outage``) for as long as Redis stays away up to ``OUTAGE_S``.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,3 +107,17 @@ class Outage:
 
     def ok(self) -> None:
         self.since, self.pause = None, FIRST_PAUSE_S
+
+
+async def first_of(waits: list[Coroutine[Any, Any, Any]]) -> bool:
+    """Run blocking pops together (a partition's each, on a cluster); whether the first to end
+    popped a token. The others are cancelled: a token one of them took meanwhile is lost, which
+    costs nothing (a token is a hint: a woken worker claims what there is)."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        return any(task.result() is not None for task in done)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

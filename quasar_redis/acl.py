@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ._keys import KeySpace
+from ._partitions import check_partitions
 from ._scripts import scripts
 from .errors import ConfigurationError
 
@@ -134,6 +135,23 @@ def key_pattern(namespace: str, *, tag: str = "", key_prefix: str = "quasar") ->
     return f"~{KeySpace(namespace, tag, key_prefix).root}*"
 
 
+def partition_patterns(
+    namespace: str, partitions: int, *, tag: str = "", key_prefix: str = "quasar"
+) -> list[str]:
+    """The ACL key patterns of a namespace of ``partitions`` partitions: its own root (its
+    record of partitions, its worker registry) and each partition's (docs/scaling.md)."""
+    keys = KeySpace(namespace, tag, key_prefix)
+    return [key_pattern(namespace, tag=tag, key_prefix=key_prefix)] + [
+        f"~{keys.part(i).root}*" for i in range(partitions)
+    ]
+
+
+def _patterns(namespace: str, partitions: int | None, tag: str, key_prefix: str) -> list[str]:
+    if partitions is None or partitions == 1:  # (one partition: the record is under its root)
+        return [key_pattern(namespace, tag=tag, key_prefix=key_prefix)]
+    return partition_patterns(namespace, partitions, tag=tag, key_prefix=key_prefix)
+
+
 def rules(
     roles: Iterable[str],
     namespaces: Iterable[str],
@@ -142,19 +160,23 @@ def rules(
     key_prefix: str = "quasar",
     paths: Paths = "both",
     cluster: bool = False,
+    partitions: int | None = None,
 ) -> list[str]:
     """``ACL SETUSER`` rules (after the user name) giving the union of ``roles`` over the keys
     of ``namespaces``, and nothing else: no other key, command or channel. ``cluster``: also
-    what a Redis Cluster client needs (``CLUSTER``); set the user on every node."""
+    what a Redis Cluster client needs (``CLUSTER``); set the user on every node.
+    ``partitions``: the namespaces' number of partitions: each partition's keys, and ``GET`` to
+    read the record of them (which an admin writes: the user may not)."""
     chosen = [role(name) for name in roles]
     spaces = list(namespaces)
     if not chosen or not spaces:
         raise ConfigurationError("rules need at least one role and one namespace")
     if paths not in PATHS:
         raise ConfigurationError(f"paths must be one of {', '.join(PATHS)}: got {paths!r}")
-    extra = set(PATHS[paths]) | set(CLUSTER if cluster else ())
+    count = check_partitions(partitions)
+    extra = set(PATHS[paths]) | set(CLUSTER if cluster else ()) | ({"GET"} if count else set())
     commands = sorted({c for r in chosen for c in r.commands} | extra)
-    keys = [key_pattern(ns, tag=tag, key_prefix=key_prefix) for ns in spaces]
+    keys = [pattern for ns in spaces for pattern in _patterns(ns, count, tag, key_prefix)]
     return ["resetkeys", *keys, "resetchannels", "-@all", *(f"+{c.lower()}" for c in commands)]
 
 
@@ -168,6 +190,7 @@ def setuser(
     key_prefix: str = "quasar",
     paths: Paths = "both",
     cluster: bool = False,
+    partitions: int | None = None,
 ) -> list[str]:
     """The whole ``ACL SETUSER`` command (its words) for a new user of ``roles``: ``reset``
     first, so that nothing it held before remains; the password stored as its SHA-256 only
@@ -175,5 +198,13 @@ def setuser(
     if not user or any(ch.isspace() for ch in user):
         raise ConfigurationError(f"a user name is one word: got {user!r}")
     secret = [] if password is None else ["#" + hashlib.sha256(password.encode()).hexdigest()]
-    found = rules(roles, namespaces, tag=tag, key_prefix=key_prefix, paths=paths, cluster=cluster)
+    found = rules(
+        roles,
+        namespaces,
+        tag=tag,
+        key_prefix=key_prefix,
+        paths=paths,
+        cluster=cluster,
+        partitions=partitions,
+    )
     return ["ACL", "SETUSER", user, "reset", "on", *secret, *found]

@@ -18,10 +18,11 @@ from ._calls import Call, NewJob, dependency_id
 from ._connect import async_client
 from ._durable import Replicated
 from ._operations import JobOptions, Operations, public
+from ._partition_ops import PartitionOps, keys_of, wake_lists
 from ._pinned import apinned
 from ._replies import work_left
 from ._sending import Ask, Command, Flow, Pipeline, Step, map_error
-from ._waits import block_slice
+from ._waits import block_slice, first_of
 from .errors import QuasarError
 
 if sys.version_info >= (3, 11):
@@ -291,7 +292,7 @@ class AsyncQuasar(ClientBase):
     @property
     def can_wait_and_claim(self) -> bool:
         """Whether ``wait_and_claim`` can send a wait and a call in one write (a plain client)."""
-        return self._packed is not None
+        return self._packed is not None and not isinstance(self.calls, PartitionOps)
 
     async def wait_and_claim(
         self,
@@ -352,12 +353,15 @@ class AsyncQuasar(ClientBase):
         """Wait up to ``timeout`` seconds for a wake-up token of ``queues``; whether one came.
 
         The wait ends sooner on a client whose socket timeout is shorter (``_waits``)."""
-        keys = [self.keys.wake(q) for q in queues]
-        return await self.redis.blpop(keys, timeout=block_slice(self.redis, timeout)) is not None
+        slots = wake_lists(self.calls, queues, is_cluster(self.redis))
+        timeout = block_slice(self.redis, timeout)
+        if len(slots) == 1:
+            return await self.redis.blpop(slots[0], timeout=timeout) is not None
+        return await first_of([self.redis.blpop(keys, timeout=timeout) for keys in slots])
 
     async def wake(self, queue: str) -> None:
         """Push a wake-up token for ``queue``: one idle worker of it looks for work."""
-        await self.redis.rpush(self.keys.wake(queue), "1")
+        await self.redis.rpush(keys_of(self.calls).wake(queue), "1")
 
     async def unblock(self, client_id: int) -> None:
         """End the wait of the connection ``client_id`` (``CLIENT UNBLOCK``) early."""

@@ -33,6 +33,7 @@ from ._durable import Durable, check_durable
 from ._handles import JobHandle
 from ._hooks import Hook, Hooks
 from ._keys import check_name
+from ._partitions import check_partitions
 from ._tasks import EnqueueOptions, Task, TaskRegistry, TaskSettings
 from .aio import AsyncQuasar
 from .client import Quasar
@@ -61,6 +62,8 @@ class App:
     workers serve, where Redis may evict keys (``maxmemory-policy``: docs/guarantees.md).
     ``durable=Durable(replicas=1, timeout_ms=1000)`` has every write of its clients, and of its
     workers' calls through them, wait for replicas (docs/guarantees.md, "Failover").
+    ``partitions``: the namespace's number of partitions, given to every client it makes
+    (docs/scaling.md).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class App:
         tracing: bool = True,
         allow_eviction: bool = False,
         durable: Durable | None = None,
+        partitions: int | None = None,
     ) -> None:
         self.namespace = check_name(namespace, "namespace")
         self.connector = connector or Connector(url)
@@ -84,6 +88,7 @@ class App:
         self.tracing = tracing
         self.allow_eviction = allow_eviction
         self.durable = check_durable(durable)
+        self.partitions = check_partitions(partitions)
         self.tasks = TaskRegistry()
         self.hooks = Hooks()
         self.clients = Clients(self.connector, self.namespace, self._options)
@@ -117,6 +122,7 @@ class App:
             events=self.events,
             allow_eviction=self.allow_eviction,
             durable=self.durable,
+            partitions=self.partitions,
         )
 
     def aclient(self) -> AsyncQuasar:

@@ -4,7 +4,8 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
 
     QuasarError
     ├── ConfigurationError (also ValueError)   bad namespace, client with decode_responses=True
-    │   └── EvictionPolicyError                Redis may evict keys: enqueue refused, unless allowed
+    │   ├── EvictionPolicyError                Redis may evict keys: enqueue refused, unless allowed
+    │   └── PartitionMismatch                  the client's partitions are not the namespace's
     ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call, or
     │   │                                      a worker setting out of its bounds
     │   └── InvalidTaskCall                    the task API: a call refused before it is sent
@@ -47,6 +48,11 @@ class QuasarError(Exception):
 
 class ConfigurationError(QuasarError, ValueError):
     """The client was set up wrongly (a bad namespace, a client that decodes responses)."""
+
+
+class PartitionMismatch(ConfigurationError):
+    """A client made with ``partitions=P`` met a namespace that records another number of
+    partitions (or a record no client wrote): nothing was sent (docs/scaling.md)."""
 
 
 class EvictionPolicyError(ConfigurationError):

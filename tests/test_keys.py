@@ -30,6 +30,7 @@ from quasar_redis._keys import FAMILIES, QUEUE_SETS, SINGLES, KeySpace
 from quasar_redis._rolling import write_commands
 from quasar_redis.acl import key_pattern
 from quasar_redis.cli import main
+from quasar_redis.errors import ConfigurationError
 
 from .helpers import REDIS_URL, T0, applied, claimed, delete_namespace, real_redis, snapshot
 
@@ -79,6 +80,7 @@ def every_key(keys: KeySpace, queue: str, job_id: str) -> set[str]:
         keys.paused,
         keys.workers,
         keys.cascades,
+        *((keys.partitions,) if keys.partition is None else ()),
     }
 
 
@@ -99,8 +101,9 @@ def test_every_key_the_lua_builds_starts_with_a_declared_word() -> None:
     built = set()
     for path in LUA.rglob("*.lua"):
         built |= set(re.findall(r'prefix \.\. "([a-z_]+)(:?)', path.read_text()))
-    # (every word but events, which scripts get as KEYS[2], and stats, which Python writes)
-    assert {w for w, _ in built} >= {*FAMILIES, *SINGLES} - {"stats", "events"}, built
+    # (every word but events, which scripts get as KEYS[2], and stats and partitions, which
+    # Python writes)
+    assert {w for w, _ in built} >= {*FAMILIES, *SINGLES} - {"stats", "events", "partitions"}
     for word, colon in built:
         assert word in (FAMILIES if colon else SINGLES), (word, colon)
     keys = KeySpace("n")
@@ -123,6 +126,35 @@ def test_two_namespaces_never_share_a_key_nor_a_pattern(
         assert not any(glob_matches(pattern, k) for k in built[other]), (pattern, other)
         # (a namespace is deleted by SCAN of its pattern: that of the other keeps its keys)
         assert not other.root.startswith(mine.root)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    spaces=two_spaces(),
+    parts=st.tuples(*[st.one_of(st.none(), st.integers(0, 300))] * 2),
+    queues=st.tuples(NAMES, NAMES),
+    ids=st.tuples(IDS, IDS),
+)
+def test_two_partitions_never_share_a_key(
+    spaces: tuple[KeySpace, KeySpace],
+    parts: tuple[int | None, int | None],
+    queues: tuple[str, str],
+    ids: tuple[str, str],
+) -> None:
+    a, b = (k if p is None else k.part(p) for k, p in zip(spaces, parts, strict=True))
+    assert not every_key(a, queues[0], ids[0]) & every_key(b, queues[1], ids[1])
+    assert not a.root.startswith(b.root) and not b.root.startswith(a.root)
+    # (and a namespace's own partitions neither)
+    first, second = spaces[0].part(parts[0] or 0), spaces[0].part((parts[0] or 0) + 1)
+    assert not every_key(first, queues[0], ids[0]) & every_key(second, queues[0], ids[0])
+
+
+def test_a_partition_has_its_own_hash_tag() -> None:
+    assert KeySpace("orders").part(3).root == "quasar:{orders/3}:"
+    assert KeySpace("orders", "shop").part(0).root == "quasar:{shop/0}/orders:"
+    assert KeySpace("orders", "shop").part(2).partitions == "quasar:{shop}/orders:partitions"
+    with pytest.raises(ConfigurationError):
+        KeySpace("orders", partition=-1)
 
 
 def test_a_tagged_root_is_the_tag_a_slash_and_the_namespace() -> None:

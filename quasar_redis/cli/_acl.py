@@ -87,6 +87,11 @@ def roles() -> None:
     metavar="VARIABLE",
     help="An environment variable holding the user's password (stored as its SHA-256).",
 )
+@click.option(
+    "--partitions",
+    type=click.IntRange(1),
+    help="The namespaces' partitions, when they have several (docs/scaling.md).",
+)
 @click.option("--apply", is_flag=True, help="Run the command on --redis-url instead of printing.")
 @admin_url_option
 def setuser_command(
@@ -98,6 +103,7 @@ def setuser_command(
     paths: Paths,
     cluster: bool,
     password_env: str | None,
+    partitions: int | None,
     apply: bool,
     redis_url: str | None,
 ) -> None:
@@ -118,6 +124,7 @@ def setuser_command(
             key_prefix=key_prefix,
             paths=paths,
             cluster=cluster,
+            partitions=partitions,
         )
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None

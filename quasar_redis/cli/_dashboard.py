@@ -8,7 +8,10 @@ from typing import Any
 import click
 import redis
 
+from .._connect import sync_client
 from .._environment import DASHBOARD_AUTH_VARIABLE
+from .._keys import KeySpace
+from .._partitions import recorded
 from .._urls import check_url, redact, redact_text
 from ..errors import ConfigurationError, QuasarError
 from ._options import namespace_option, redis_url_option
@@ -25,11 +28,15 @@ def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
         raise click.BadParameter(str(exc)) from None
 
 
-def reachable(url: str) -> None:
-    """Redis answers at ``url`` (else one line and exit 1)."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+def reachable(url: str, namespace: str) -> int | None:
+    """Redis answers at ``url`` (else one line and exit 1); the namespace's partitions, by its
+    record (docs/scaling.md)."""
+    client = sync_client(url, socket_connect_timeout=5, socket_timeout=5)
     try:
         client.ping()
+        return recorded(client.get(KeySpace(namespace).partitions))
+    except QuasarError as exc:  # (a namespace no key can have, a record no client wrote)
+        raise click.ClickException(str(exc)) from None
     except redis.RedisError as exc:
         raise click.ClickException(redact_text(f"Redis at {redact(url)}: {exc}")) from None
     finally:
@@ -76,11 +83,11 @@ def dashboard(
         create_app = importlib.import_module("quasar_redis.dashboard").create_app
     except ImportError as exc:
         raise click.ClickException(f"the dashboard needs {exc.name}: {INSTALL_HINT}") from None
-    reachable(redis_url)
     try:
         app = create_app(
             redis_url,
             namespace,
+            partitions=reachable(redis_url, namespace),
             read_only=read_only,
             basic_auth=basic_auth,
             trusted_origins=trusted_origins,

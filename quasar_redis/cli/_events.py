@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -11,6 +12,7 @@ import redis
 
 from .._connect import sync_client
 from .._keys import KeySpace
+from .._partitions import recorded
 from .._urls import MEMORY_URL, redact, redact_text
 from .._views import Event, decode_event
 from .._waits import block_ms
@@ -18,6 +20,7 @@ from ..errors import QuasarError
 from ._options import json_option, namespace_option, redis_url_option
 
 EVENTS_BLOCK_MS = 5_000
+FOLLOW_PAUSE_S = 0.2  # between the rounds of a follow of several streams that found nothing
 
 
 def format_event(entry_id: Any, fields: dict[Any, Any]) -> list[str]:
@@ -64,6 +67,46 @@ def print_recent(client: Any, stream: str, count: int, as_json: bool = False) ->
     return newest[0][0] if newest else b"0-0"
 
 
+def _entry_order(entry: tuple[Any, Any]) -> tuple[int, ...]:
+    """An entry id (``<ms>-<seq>``) as numbers, to merge the entries of several streams."""
+    return tuple(int(part) for part in entry[0].split(b"-"))
+
+
+def streams_of(client: Any, namespace: str) -> list[str]:
+    """The namespace's event stream, or with partitions (its record), every partition's."""
+    keys = KeySpace(namespace)
+    count = recorded(client.get(keys.partitions)) or 1
+    return [keys.events] if count == 1 else [keys.part(i).events for i in range(count)]
+
+
+def print_merged(client: Any, streams: list[str], count: int, as_json: bool) -> dict[str, Any]:
+    """``print_recent`` of several streams (a partitioned namespace's): the last ``count``
+    events of them all, by entry id; returns each stream's newest entry id (or 0-0)."""
+    newest = {s: client.xrevrange(s, count=max(count, 1)) for s in streams}
+    entries = sorted((e for got in newest.values() for e in got), key=_entry_order)
+    lines = [line for entry_id, fields in entries for line in lines_of(entry_id, fields, as_json)]
+    for line in lines[max(0, len(lines) - count) :]:
+        click.echo(line)
+    return {s: got[0][0] if got else b"0-0" for s, got in newest.items()}
+
+
+def follow_merged(client: Any, last: dict[str, Any], as_json: bool) -> None:
+    """``follow_stream`` of several streams: each read in turn without blocking (on a cluster
+    they are on several slots, which one XREAD cannot block on), a short pause when all were
+    quiet; each round's entries printed by entry id."""
+    while True:
+        entries = []
+        for stream, after in last.items():
+            for _name, got in client.xread({stream: after}, count=1000) or ():
+                entries += got
+                last[stream] = got[-1][0]
+        for entry_id, fields in sorted(entries, key=_entry_order):
+            for line in lines_of(entry_id, fields, as_json):
+                click.echo(line)
+        if not entries:
+            time.sleep(FOLLOW_PAUSE_S)
+
+
 def follow_stream(client: Any, stream: str, last: Any, as_json: bool = False) -> None:
     """Print every event after ``last`` as it arrives (XREAD BLOCK), until interrupted."""
     while True:
@@ -102,17 +145,25 @@ def events(redis_url: str | None, namespace: str, follow: bool, count: int, as_j
             "an embedded server is empty"
         )
     try:
-        stream = KeySpace(namespace).events
+        KeySpace(namespace)
     except QuasarError as exc:
         raise click.BadParameter(str(exc), param_hint="--namespace") from None
     client = sync_client(redis_url, socket_timeout=EVENTS_BLOCK_MS / 1000 + 10)
     try:
-        last = print_recent(client, stream, count, as_json)
+        streams = streams_of(client, namespace)
+        if len(streams) > 1:
+            lasts = print_merged(client, streams, count, as_json)
+            if follow:
+                follow_merged(client, lasts, as_json)
+            return
+        last = print_recent(client, streams[0], count, as_json)
         if follow:
-            follow_stream(client, stream, last, as_json)
+            follow_stream(client, streams[0], last, as_json)
     except KeyboardInterrupt:
         pass
     except redis.RedisError as exc:
         raise click.ClickException(redact_text(f"Redis at {redact(redis_url)}: {exc}")) from None
+    except QuasarError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     finally:
         client.close()

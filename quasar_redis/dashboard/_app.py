@@ -81,6 +81,7 @@ def create_app(
     read_only: bool = False,
     basic_auth: str | None = None,
     trusted_origins: Collection[str] = (),
+    partitions: int | None = None,
 ) -> Any:
     """The dashboard of one namespace, as an ASGI application.
 
@@ -91,11 +92,14 @@ def create_app(
     authentication instead. ``trusted_origins`` (``"https://ops.example.com"``) are accepted as
     the origin of an action besides the request's own host (a proxy that rewrites ``Host``).
     Mount it under any path (``Mount("/queues", app=create_app(...))``): its links follow.
+    ``partitions``: the namespace's, for the client made of ``redis_url`` (docs/scaling.md).
     """
     if client is None and redis_url is None:
         raise InvalidArgument("create_app needs a redis_url or a client")
     if client is None:
         check_name(namespace, "namespace")
+    if client is None and partitions is not None:  # (closed at shutdown, as one made later)
+        client = AsyncQuasar.from_url(str(redis_url), namespace, partitions=partitions)
     dashboard = Dashboard(redis_url, namespace, client, read_only, set(trusted_origins))
     app: Any = Starlette(routes=dashboard.routes(), lifespan=dashboard.lifespan)
     if basic_auth is not None:

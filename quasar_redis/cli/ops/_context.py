@@ -23,7 +23,9 @@ from rich.console import Console
 
 from ..._connect import sync_client
 from ..._environment import NAMESPACE_VARIABLE
-from ..._keys import check_name
+from ..._keys import KeySpace, check_name
+from ..._partition_ops import every_keys
+from ..._partitions import recorded
 from ..._reading import run, server_now
 from ..._urls import MEMORY_URL, check_url, redact, redact_text
 from ...client import Quasar
@@ -99,7 +101,14 @@ class Operator:
                 socket_connect_timeout=CONNECT_TIMEOUT_S,
                 socket_timeout=SOCKET_TIMEOUT_S,
             )
-            self._client = Quasar.owning(raw, self.namespace, check_eviction_policy=False)
+            try:  # (a namespace of several partitions is read as its record says)
+                count = recorded(raw.get(KeySpace(self.namespace).partitions))
+            except Exception:
+                raw.close()
+                raise
+            self._client = Quasar.owning(
+                raw, self.namespace, check_eviction_policy=False, partitions=count
+            )
         return self._client
 
     def close(self) -> None:
@@ -110,11 +119,13 @@ class Operator:
 
     def known_queues(self) -> set[str]:
         """Every queue name of the namespace (its ``queues`` set)."""
-        return {m.decode() for m in self.q.redis.smembers(self.q.keys.queues)}
+        return {
+            m.decode() for k in every_keys(self.q.calls) for m in self.q.redis.smembers(k.queues)
+        }
 
     def require_namespace(self) -> None:
         """A one-line error when nothing was ever enqueued in the namespace."""
-        if not self.q.redis.exists(self.q.keys.queues):
+        if not any(self.q.redis.exists(k.queues) for k in every_keys(self.q.calls)):
             raise click.ClickException(
                 f"namespace {self.namespace!r} has no queues on {redact(self.url)} "
                 f"(nothing was ever enqueued in it: check --namespace or {NAMESPACE_VARIABLE})"

@@ -1,0 +1,230 @@
+"""Partitioned namespaces: where a job goes, and how the results of several partitions merge.
+
+A namespace of P partitions keeps each partition's keys under a hash tag of its own
+(``_keys.KeySpace.part``), so that they spread over a Redis Cluster's slots; every transition is
+still one script on one partition. P is recorded in the namespace's ``partitions`` key when the
+first client made with ``partitions=P`` meets it (docs/scaling.md).
+
+Routing is a pure function of a job's id, so any client finds a job without a lookup:
+
+- An id made by the client for partition ``k`` starts with ``k~`` (``3~9f2c04d1b7a6e580``); an id
+  starting with a number below P and ``~`` is in that partition, whoever made it.
+- Any other id is in partition ``crc32(id) mod P`` (zlib's CRC-32 of its UTF-8 bytes).
+- A flow key puts a job in partition ``crc32(flow) mod P``, the partition of a job whose id is
+  the flow key itself; its dependencies must be there too (``CrossPartition`` otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import zlib
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+from . import _types as t
+from ._call_base import NewJob, dependency_id
+from ._ids import id_error
+from ._keys import KeySpace
+from .errors import ConfigurationError, InvalidArgument, PartitionMismatch
+
+#: At most this many partitions: a partition per primary of the largest clusters, and a few more.
+MAX_PARTITIONS = 1024
+_MADE = re.compile(r"([0-9]{1,4})~")
+
+
+def check_partitions(value: object) -> int | None:
+    """``value`` if it is a number of partitions (1 to ``MAX_PARTITIONS``) or None, else raise."""
+    if value is None:
+        return None
+    if type(value) is not int or not 1 <= value <= MAX_PARTITIONS:
+        raise ConfigurationError(
+            f"partitions must be a whole number from 1 to {MAX_PARTITIONS}: got {value!r}"
+        )
+    return value
+
+
+def checking_record(
+    keys: KeySpace, partitions: int | None, mapped: Callable[[BaseException], BaseException]
+) -> Generator[Any, Any, None]:
+    """A client's check of the namespace's record of its partitions (a flow of ``_sending``),
+    writing it on a new namespace: a client of another number of partitions raises
+    ``PartitionMismatch``, sending nothing more (``mapped``: a failure as the client raises it)."""
+    key = keys.partitions
+    reply = yield ("GET", key)
+    if reply is None:
+        reply = yield ("SET", key, str(partitions), "NX")
+        if not isinstance(reply, Exception):
+            reply = yield ("GET", key)
+    if isinstance(reply, Exception):
+        raise mapped(reply) from reply
+    recorded = reply.decode("ascii", "replace") if isinstance(reply, bytes) else str(reply)
+    if recorded != str(partitions):
+        raise PartitionMismatch(
+            f"namespace {keys.namespace!r} has {recorded} partitions by its record ({key});"
+            f" this client was made with partitions={partitions}"
+        )
+
+
+def recorded(reply: Any) -> int | None:
+    """The number of partitions a namespace's record holds (its GET reply), for a reader that
+    takes the namespace as it is (the CLI, the dashboard); None for no record."""
+    if reply is None:
+        return None
+    text = reply.decode("ascii", "replace") if isinstance(reply, bytes) else str(reply)
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PARTITIONS:
+        raise PartitionMismatch(f"the namespace's record of partitions holds {text!r}")
+    return int(text)
+
+
+def hashed(text: str, count: int) -> int:
+    """``text``'s partition of ``count`` by its CRC-32."""
+    return zlib.crc32(text.encode("utf-8", "surrogatepass")) % count
+
+
+def partition_of(job_id: object, count: int) -> int:
+    """The partition of ``count`` that holds the job ``job_id`` (0 for what is no id: the call
+    is refused before it is sent)."""
+    if isinstance(job_id, bytes):
+        job_id = job_id.decode("utf-8", "surrogateescape")
+    if not isinstance(job_id, str):
+        return 0
+    made = _MADE.match(job_id)
+    if made is not None and int(made.group(1)) < count:
+        return int(made.group(1))
+    return hashed(job_id, count)
+
+
+def placement(job: NewJob, count: int) -> int | t.JobError | None:
+    """The partition ``job`` goes to (None: any, its id made there), or why it cannot go
+    anywhere: a flow key that is no id (``InvalidJob``), an id or a dependency of another
+    partition than its flow's or its first dependency's (``CrossPartition``). Ids that are no
+    ids are left to the call to refuse."""
+    flow: Any = job.flow
+    named = [dependency_id(d) for d in job.dependencies]
+    if job.id is not None:
+        named.insert(0, job.id)
+    named = [n for n in named if id_error(n) is None]
+    if flow is not None:
+        bad = id_error(flow, "flow")
+        if bad is not None:
+            return t.InvalidJob(bad)
+        target = hashed(flow if isinstance(flow, str) else flow.decode(), count)
+    elif named:
+        target = partition_of(named[0], count)
+    else:
+        return None
+    for name in named:
+        where = partition_of(name, count)
+        if where != target:
+            text = name if isinstance(name, str) else name.decode()
+            return t.CrossPartition(text, where, target)
+    return target
+
+
+# --- merging what the partitions answer ---------------------------------------------------------
+
+
+def sum_counts(results: Sequence[t.QueueCounts]) -> t.QueueCounts:
+    """One queue's counts over every partition (``now``: the latest partition's)."""
+    first, names = results[0], [f.name for f in dataclasses.fields(t.QueueCounts)]
+    totals = {n: sum(getattr(r, n) for r in results) for n in names if n != "now"}
+    return dataclasses.replace(first, now=max(r.now for r in results), **totals)
+
+
+def merge_queues(results: Sequence[list[t.QueueInfo]]) -> list[t.QueueInfo]:
+    """Every queue of any partition, by name: counts summed, paused if paused in any."""
+    by_name: dict[str, list[t.QueueInfo]] = {}
+    for infos in results:
+        for info in infos:
+            by_name.setdefault(info.name, []).append(info)
+    return [
+        t.QueueInfo(name, sum_counts([i.counts for i in got]), any(i.paused for i in got))
+        for name, got in sorted(by_name.items())
+    ]
+
+
+def merge_sweeps(results: Sequence[t.SweepReport]) -> t.SweepReport:
+    return t.SweepReport(
+        tuple(i for r in results for i in r.expired), tuple(i for r in results for i in r.damaged)
+    )
+
+
+def merge_cascades(results: Sequence[t.CascadeReport]) -> t.CascadeReport:
+    return t.CascadeReport(
+        tuple(i for r in results for i in r.cancelled),
+        tuple(i for r in results for i in r.damaged),
+        any(r.more for r in results),
+    )
+
+
+def merge_batches(
+    results: Sequence[t.BatchResult], places: Sequence[Sequence[int]], size: int
+) -> t.BatchResult:
+    """The result of a batch sent to several partitions, each part's jobs at ``places`` in the
+    caller's order: the first refusal (by the caller's index), or every job."""
+    refusals = [
+        t.BatchRefused(place[r.index], r.error)
+        for r, place in zip(results, places, strict=True)
+        if isinstance(r, t.BatchRefused)
+    ]
+    if refusals:
+        return min(refusals, key=lambda r: r.index)
+    jobs: list[Any] = [None] * size
+    ids: list[Any] = [None] * size
+    for result, place in zip(results, places, strict=True):
+        assert isinstance(result, t.BatchApplied)
+        for i, job in zip(place, result.jobs, strict=False):
+            jobs[i] = job
+        for i, job_id in zip(place, result.ids, strict=False):
+            ids[i] = job_id
+    return t.BatchApplied(
+        tuple(jobs) if None not in jobs else (), tuple(ids) if None not in ids else ()
+    )
+
+
+def in_order(
+    results: Sequence[Sequence[Any]], places: Sequence[Sequence[int]], size: int
+) -> list[Any]:
+    """The items of each part's list of results, put back at its ``places``."""
+    out: list[Any] = [None] * size
+    for got, place in zip(results, places, strict=True):
+        for i, item in zip(place, got, strict=True):
+            out[i] = item
+    return out
+
+
+# --- pages by cursor over partitions ------------------------------------------------------------
+
+#: How a partitioned cursor begins; its parts, one per partition, are joined by ``,``: a
+#: partition's own cursor, "" before its first page, "-" once read to its end. (A partition's
+#: own cursor is ``<status>:...``, lua/list_jobs.lua: never empty, "-" or holding ",".)
+PAGES = "P"
+_DONE = "-"
+
+
+def page_positions(after: object, count: int) -> list[str | None]:
+    """Each partition's cursor in ``after`` ("" for its first page, None once read to its end)."""
+    if after is None:
+        return [""] * count
+    if not (isinstance(after, str) and after.isascii() and after.startswith(PAGES)):
+        raise InvalidArgument("after must be a cursor a page of this status returned")
+    parts = after[len(PAGES) :].split(",")
+    if len(parts) != count:
+        raise InvalidArgument("after must be a cursor a page of this status returned")
+    return [None if part == _DONE else part for part in parts]
+
+
+def page_cursor(positions: Sequence[str | None]) -> str | None:
+    """The cursor of the next page (None: every partition read to its end)."""
+    if all(at is None for at in positions):
+        return None
+    return PAGES + ",".join(_DONE if at is None else at for at in positions)
+
+
+def page_shares(limit: int, count: int) -> list[int]:
+    """``limit`` shared among ``count`` partitions as evenly as it goes (a limit out of bounds
+    is left to the first partition's call to refuse)."""
+    if type(limit) is not int or limit < 1:
+        return [limit] + [0] * (count - 1)
+    return [limit // count + (1 if k < limit % count else 0) for k in range(count)]
