@@ -84,7 +84,9 @@ ROLES: dict[str, Role] = {
             "enqueues jobs (enqueue, enqueue_many, the task API) and reads them back, awaiting "
             "their results",
             _words("enqueue get_job"),
-            _words("PING XREAD XREVRANGE"),
+            # durable mode: WAIT behind each write; ASKING before a call sent to a slot's
+            # importing node during a migration
+            _words("ASKING PING WAIT XREAD XREVRANGE"),
         ),
         Role(
             "worker",
@@ -98,8 +100,9 @@ ROLES: dict[str, Role] = {
             ),
             # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
             # and add what they counted to the dashboard's rolling store (HINCRBY, EXPIRE)
-            # and end their own wait early at shutdown (CLIENT ID, CLIENT UNBLOCK)
-            _words("BLPOP CLIENT|ID CLIENT|UNBLOCK EXPIRE HINCRBY PING RPUSH TIME"),
+            # and end their own wait early at shutdown (CLIENT ID, CLIENT UNBLOCK); durable
+            # mode as the producer's
+            _words("ASKING BLPOP CLIENT|ID CLIENT|UNBLOCK EXPIRE HINCRBY PING RPUSH TIME WAIT"),
         ),
         Role(
             "operator",
@@ -109,7 +112,7 @@ ROLES: dict[str, Role] = {
                 "get_job counts list_jobs cancel resume_cascades retry expire sweep_expired "
                 "promote_due prune purge pause resume queues workers"
             ),
-            _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
+            _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XREAD XREVRANGE"),
         ),
         Role(
             "reader",
