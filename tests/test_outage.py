@@ -36,8 +36,9 @@ from .test_worker_processes import Fleet, enqueue, get_jobs, new_job, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 JOBS = 5
-#: Inside the bound of a 3 s lease (1.9 s), and past the lease itself.
-INSIDE_S = 1.8
+#: Inside the bound of a 3 s lease (1.9 s), with room for a loaded machine's scheduling delays
+#: (docs/workers.md, "The bound"), and past the lease itself.
+INSIDE_S = 1.5
 PAST_S = 4.5
 #: On a 4 s lease, Redis full for this long (its heartbeats run all along).
 FULL_S = 3.0
@@ -118,7 +119,7 @@ def _worker_behind(
 def test_an_outage_inside_the_bound_runs_no_finished_job_twice(
     tmp_path: Path, namespace: str
 ) -> None:
-    """20 rounds of 5 jobs, each round's outage (1.8 s, connections refused) beginning as their
+    """20 rounds of 5 jobs, each round's outage (1.5 s, connections refused) beginning as their
     outcomes go out, at a moment that moves through the lease's renewal period: none runs twice,
     every one succeeds."""
     server = real_redis()
