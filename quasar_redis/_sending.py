@@ -107,9 +107,14 @@ def functions_unusable(exc: BaseException) -> bool:
     )
 
 
-#: How Redis words a command a script ran, or a key it touched, that the user's ACL refuses
-#: (Redis 6.2, and 7+ on a command the script did not list up front).
-SCRIPT_REFUSALS = ("the user executing the script can't", "no permissions to access")
+#: How the server words a command a script ran, or a key it touched, that the user's ACL refuses
+#: (Redis 6.2, and 7+ on a command the script did not list up front; Valkey: "ACL failure in
+#: script: User u has no permissions to run the 'get' command").
+SCRIPT_REFUSALS = (
+    "the user executing the script can't",
+    "no permissions to access",
+    "acl failure in script",
+)
 
 #: What a user refused the scripts themselves can do.
 LOADING_HINT = (
@@ -140,7 +145,8 @@ def permission_denied(exc: BaseException) -> PermissionDenied | None:
     if isinstance(exc, rex.ResponseError) and any(r in lower for r in SCRIPT_REFUSALS):
         return PermissionDenied(
             f"the Redis user may not run a command, or use a key, that a script needs ({text}): "
-            "`quasar acl setuser` prints the rules of each role (docs/security.md)"
+            "`quasar acl setuser` prints the rules of each role (docs/security.md)",
+            _permission(text),
         )
     return None
 
