@@ -439,8 +439,10 @@ class Sending:
         if self.functions:
             reply = yield ("FUNCTION", "LOAD", self.library.source)
             denied = isinstance(reply, Exception) and permission_denied(reply) is not None
-            if isinstance(reply, Exception) and (denied or library_load_error(reply) is None):
-                raise map_error(reply) from reply  # (Redis 6.2, "unknown command": scripts only)
+            unusable = library_load_error(reply) if isinstance(reply, Exception) else False
+            if isinstance(reply, Exception) and (denied or unusable is None):
+                raise map_error(reply) from reply
+            self.functions = not unusable  # (Redis 6.2, "unknown command": scripts from now on)
         for script in scripts().values():
             reply = yield Ask("script_load", (script.source,))
             if isinstance(reply, Exception):

@@ -35,6 +35,19 @@ REQUIRE = os.environ.get("QUASAR_REQUIRE_REDIS") == "1"
 # The binary of the servers the suite starts itself (fault tests, a cluster, TLS, Sentinel): a
 # name on PATH or a path, so that the same tests run on Redis 6.2, 7 or Valkey.
 SERVER_BIN = os.environ.get("QUASAR_TEST_SERVER_BIN", "redis-server")
+
+
+def _binary_version() -> tuple[int, ...]:
+    """The version ``SERVER_BIN --version`` says (``v=6.2.14``), or (0,) without the binary."""
+    found = shutil.which(SERVER_BIN)
+    if found is None:
+        return (0,)
+    done = subprocess.run([found, "--version"], capture_output=True, timeout=30, check=False)
+    said = done.stdout.decode(errors="replace").split("v=", 1)[-1].split()[0]
+    return tuple(int(part) for part in said.split(".") if part.isdigit())
+
+
+SERVER_VERSION = _binary_version()
 NO_URL: dict[str, str | None] = {"QUASAR_REDIS_URL": None, "REDIS_URL": None}  # CliRunner env
 
 
@@ -69,6 +82,18 @@ def server_version(client: redis.Redis) -> str:
     info = client.info("server")
     name = str(info.get("server_name", "redis"))
     return f"{name} {info.get(f'{name}_version', info['redis_version'])}"
+
+
+def has_functions(client: Any) -> bool:
+    """Whether ``client``'s server has functions (FCALL): Redis 7+, Valkey and fakeredis, not
+    Redis 6.2, where a client's calls go as scripts (EVALSHA)."""
+    try:
+        client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "-")
+    except redis.ResponseError as exc:
+        if "unknown command" in str(exc).lower():
+            return False
+        raise
+    return True
 
 
 def report_header() -> list[str]:

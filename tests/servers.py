@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from .helpers import free_port, real_redis, server_bin, wait_for
+from .helpers import SERVER_VERSION, free_port, real_redis, server_bin, wait_for
+
+#: What lets a server of a test's own take DEBUG: off by default since Redis 7 (and in Valkey);
+#: Redis 6.2 always takes it and knows no such option.
+DEBUG_ON = ("--enable-debug-command", "local") if SERVER_VERSION >= (7,) else ()
 
 
 @dataclass
