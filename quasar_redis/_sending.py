@@ -107,14 +107,9 @@ def functions_unusable(exc: BaseException) -> bool:
     )
 
 
-#: How the server words a command a script ran, or a key it touched, that the user's ACL refuses
-#: (Redis 6.2, and 7+ on a command the script did not list up front; Valkey: "ACL failure in
-#: script: User u has no permissions to run the 'get' command").
-SCRIPT_REFUSALS = (
-    "the user executing the script can't",
-    "no permissions to access",
-    "acl failure in script",
-)
+#: How Redis words a command a script ran, or a key it touched, that the user's ACL refuses
+#: (Redis 6.2, and 7+ on a command the script did not list up front), and how Valkey does.
+SCRIPT_REFUSALS = ("the user executing the script can't", "no permissions to access", "acl failure")
 
 #: What a user refused the scripts themselves can do.
 LOADING_HINT = (
