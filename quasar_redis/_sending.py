@@ -108,8 +108,8 @@ def functions_unusable(exc: BaseException) -> bool:
 
 
 #: How Redis words a command a script ran, or a key it touched, that the user's ACL refuses
-#: (Redis 6.2, and 7+ on a command the script did not list up front).
-SCRIPT_REFUSALS = ("the user executing the script can't", "no permissions to access")
+#: (Redis 6.2, and 7+ on a command the script did not list up front), and how Valkey does.
+SCRIPT_REFUSALS = ("the user executing the script can't", "no permissions to access", "acl failure")
 
 #: What a user refused the scripts themselves can do.
 LOADING_HINT = (
@@ -140,7 +140,8 @@ def permission_denied(exc: BaseException) -> PermissionDenied | None:
     if isinstance(exc, rex.ResponseError) and any(r in lower for r in SCRIPT_REFUSALS):
         return PermissionDenied(
             f"the Redis user may not run a command, or use a key, that a script needs ({text}): "
-            "`quasar acl setuser` prints the rules of each role (docs/security.md)"
+            "`quasar acl setuser` prints the rules of each role (docs/security.md)",
+            _permission(text),
         )
     return None
 
@@ -433,8 +434,10 @@ class Sending:
         if self.functions:
             reply = yield ("FUNCTION", "LOAD", self.library.source)
             denied = isinstance(reply, Exception) and permission_denied(reply) is not None
-            if isinstance(reply, Exception) and (denied or library_load_error(reply) is None):
-                raise map_error(reply) from reply  # (Redis 6.2, "unknown command": scripts only)
+            unusable = library_load_error(reply) if isinstance(reply, Exception) else False
+            if isinstance(reply, Exception) and (denied or unusable is None):
+                raise map_error(reply) from reply
+            self.functions = not unusable  # (Redis 6.2, "unknown command": scripts from now on)
         for script in scripts().values():
             reply = yield Ask("script_load", (script.source,))
             if isinstance(reply, Exception):

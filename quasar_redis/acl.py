@@ -19,7 +19,8 @@ How the scripts reach Redis decides the rest (``paths``):
 - ``scripts`` (Redis 6.2, Redis Cluster clients, ``functions=False``): ``+evalsha`` and
   ``+script|load``. A script runs with its caller's permissions, so loading one grants nothing;
   Redis forgets scripts on a restart and the client loads them again on ``NOSCRIPT``.
-- ``both`` (the default): either, as the server allows.
+- ``both`` (the default): either, as the server allows. A server without functions refuses
+  ``+fcall`` in ``ACL SETUSER``: ``scripts_instead`` says to send the rules of ``scripts`` then.
 """
 
 from __future__ import annotations
@@ -211,3 +212,17 @@ def setuser(
         partitions=partitions,
     )
     return ["ACL", "SETUSER", user, "reset", "on", *secret, *found]
+
+
+def scripts_instead(refusal: BaseException, paths: Paths) -> bool:
+    """Whether ``ACL SETUSER`` refused the rules of ``paths`` for naming FCALL, which a server
+    without functions (Redis before 7) does not know: then the rules of ``scripts`` are what it
+    takes for ``both``; for ``functions`` there are none (``ConfigurationError``)."""
+    text = str(refusal).lower()
+    if "'+fcall'" not in text or "unknown command" not in text:
+        return False
+    if paths == "functions":
+        raise ConfigurationError(
+            "this Redis has no functions (FCALL: Redis 7+ and Valkey): use --paths scripts"
+        )
+    return True

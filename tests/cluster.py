@@ -7,13 +7,16 @@ until every replica's link is up with its offset caught up with its primary's.
 promoted and the cluster is ok again (``cluster-node-timeout`` sets how long that takes).
 ``Migration`` moves one slot to another primary, step by step.
 
-``start_cluster()`` runs three ``redis-server --cluster-enabled yes`` processes on free ports (each
-port and its cluster bus port, port + 10000, checked free), joins them with ``redis-cli --cluster
-create`` and waits until every node reports ``cluster_state:ok`` and agrees on all 16384 slots.
+``start_cluster()`` runs three ``--cluster-enabled yes`` servers (``QUASAR_TEST_SERVER_BIN``:
+``redis-server`` by default, or Valkey's) on free ports (each port and its cluster bus port, port +
+10000, checked free), joins them through redis-py (the primaries each a share of the slots with
+``CLUSTER ADDSLOTS``, every node an epoch of its own, ``CLUSTER MEET``, then ``CLUSTER
+REPLICATE`` for each replica: no ``redis-cli`` needed, so a server without a cli of its own works)
+and waits until every node reports ``cluster_state:ok`` and agrees on all 16384 slots.
 ``LocalCluster.confine(namespace)`` makes an ACL user that may touch only that namespace's keys.
 ``LocalCluster.stop()`` ends the processes by pid (terminate, then kill) and deletes the temp dir.
-Without ``redis-server`` / ``redis-cli`` on PATH the caller skips (fails under
-QUASAR_REQUIRE_REDIS=1): see ``cluster_or_skip``.
+Without the server binary the caller skips (fails under QUASAR_REQUIRE_REDIS=1): see
+``cluster_or_skip``.
 """
 
 from __future__ import annotations
@@ -36,11 +39,14 @@ from typing import Any
 import pytest
 import redis
 
+from .helpers import SERVER_BIN
+
 HOST = "127.0.0.1"
 MASTERS = 3
 BUS_OFFSET = 10_000
 PORT_RANGE = (20_000, 45_000)
 START_TIMEOUT_S = 30.0
+SLOTS = 16_384
 
 
 class ClusterStartError(RuntimeError):
@@ -163,7 +169,7 @@ class LocalCluster:
     def restart(self, port: int) -> None:
         """Start a killed node again (it keeps its cluster config, not its data: it rejoins as
         a replica of the primary that took its place) and wait until the cluster settles."""
-        server = shutil.which("redis-server") or "redis-server"
+        server = shutil.which(SERVER_BIN) or SERVER_BIN
         index = self.ports.index(port)
         self.processes[index] = _spawn(server, port, self.workdir, self.node_timeout_ms)
         self.killed.discard(port)
@@ -292,19 +298,33 @@ def _in_sync(cluster: LocalCluster, replica: int) -> bool:
     return info.get("master_link_status") == "up" and int(info["slave_repl_offset"]) >= target
 
 
-def _create(cli: str, cluster: LocalCluster) -> None:
-    nodes = [f"{HOST}:{p}" for p in cluster.ports]
-    replicas = str(cluster.replicas)
-    cmd = [cli, "--cluster", "create", *nodes, "--cluster-replicas", replicas, "--cluster-yes"]
-    done = subprocess.run(cmd, capture_output=True, timeout=START_TIMEOUT_S, check=False)
-    if done.returncode != 0:
-        raise ClusterStartError(
-            f"redis-cli --cluster create failed ({done.returncode}): "
-            f"{done.stdout.decode(errors='replace')}{done.stderr.decode(errors='replace')}"
-        )
+def _create(cluster: LocalCluster, deadline: float) -> None:
+    """What ``redis-cli --cluster create`` does: the first ``MASTERS`` nodes primaries, each an
+    equal share of the slots; every node a config epoch of its own (so no two claim a slot with
+    the same epoch), met by the first; then each other node the replica of a primary in turn."""
+    primaries, share = cluster.ports[:MASTERS], -(-SLOTS // MASTERS)
+    try:
+        for i, port in enumerate(cluster.ports):
+            with cluster.node_client(port) as node:
+                if port in primaries:
+                    slots = range(i * share, min((i + 1) * share, SLOTS))
+                    node.execute_command("CLUSTER", "ADDSLOTS", *slots)
+                node.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
+        with cluster.node_client(primaries[0]) as first:
+            for port in cluster.ports[1:]:
+                first.execute_command("CLUSTER", "MEET", HOST, port)
+        for i, port in enumerate(cluster.ports[MASTERS:]):
+            with cluster.node_client(primaries[i % MASTERS]) as primary:
+                node_id = primary.execute_command("CLUSTER", "MYID")
+            with cluster.node_client(port) as replica:
+                # (until the meeting reached it, the replica does not know the primary yet)
+                replicate = partial(replica.execute_command, "CLUSTER", "REPLICATE", node_id)
+                _wait(cluster, replicate, f"{port} to replicate {primaries[i % MASTERS]}", deadline)
+    except redis.RedisError as exc:
+        raise ClusterStartError(f"joining the nodes failed: {exc}") from exc
 
 
-def _start_once(server: str, cli: str, replicas: int, node_timeout_ms: int) -> LocalCluster:
+def _start_once(server: str, replicas: int, node_timeout_ms: int) -> LocalCluster:
     ports = free_ports(MASTERS * (1 + replicas))
     workdir = Path(tempfile.mkdtemp(prefix="quasar-cluster-"))
     cluster = LocalCluster(ports, workdir, replicas=replicas, node_timeout_ms=node_timeout_ms)
@@ -314,7 +334,7 @@ def _start_once(server: str, cli: str, replicas: int, node_timeout_ms: int) -> L
         deadline = time.monotonic() + START_TIMEOUT_S
         for port in cluster.ports:
             _wait(cluster, partial(_answers, cluster, port), f"a PING on {port}", deadline)
-        _create(cli, cluster)
+        _create(cluster, deadline)
         cluster.wait_settled(deadline)
     except BaseException:
         cluster.stop()
@@ -324,7 +344,6 @@ def _start_once(server: str, cli: str, replicas: int, node_timeout_ms: int) -> L
 
 def start_cluster(
     server: str = "redis-server",
-    cli: str = "redis-cli",
     *,
     replicas: int = 0,
     node_timeout_ms: int = 5000,
@@ -334,7 +353,7 @@ def start_cluster(
     failures: list[str] = []
     for _ in range(3):  # a port found free may be taken before redis-server binds it
         try:
-            return _start_once(server, cli, replicas, node_timeout_ms)
+            return _start_once(server, replicas, node_timeout_ms)
         except ClusterStartError as exc:
             failures.append(str(exc))
     raise ClusterStartError("; ".join(failures))
@@ -344,14 +363,14 @@ def cluster_or_skip(
     require: bool, *, replicas: int = 0, node_timeout_ms: int = 5000
 ) -> LocalCluster:
     """A started cluster; without the binaries skip, or fail when ``require`` (CI)."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if server is None or cli is None:
-        reason = "redis-server and redis-cli must be on PATH to start a local Redis Cluster"
+    server = shutil.which(SERVER_BIN)
+    if server is None:
+        reason = f"{SERVER_BIN} (QUASAR_TEST_SERVER_BIN) must be there to start a local cluster"
         if require:
             pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but {reason}")
         pytest.skip(reason)
     try:
-        return start_cluster(server, cli, replicas=replicas, node_timeout_ms=node_timeout_ms)
+        return start_cluster(server, replicas=replicas, node_timeout_ms=node_timeout_ms)
     except ClusterStartError as exc:
         if require:
             pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but the local Redis Cluster did not start: {exc}")

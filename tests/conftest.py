@@ -26,10 +26,15 @@ import pytest
 from quasar_redis import App, Connector, Quasar
 
 from .clients import KINDS, clients
-from .helpers import REDIS_URL, delete_namespace, real_redis
+from .helpers import REDIS_URL, delete_namespace, real_redis, report_header
 from .servers import RedisServer, server_in
 
 BACKENDS = ("fake", "redis")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Which servers this run tests on, in the header of the run's log."""
+    return report_header()
 
 
 @pytest.fixture

@@ -15,16 +15,17 @@ from typing import Any
 import pytest
 import redis
 
-from .helpers import free_port, real_redis, wait_for
+from .helpers import free_port, real_redis, server_bin, wait_for
 
 SERVICE = "quasar-primary"
 
 
-def _tools() -> None:
+def _tools() -> str:
+    """The server binary, once the real-Redis skip / fail rule passed and openssl is there."""
     real_redis().close()  # the same skip / fail rule as the other real-Redis tests
-    for tool in ("redis-server", "openssl"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is not on PATH")
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is not on PATH")
+    return server_bin()
 
 
 def _start(args: list[str], folder: Path, name: str) -> subprocess.Popen[bytes]:
@@ -92,10 +93,10 @@ def make_certificates(folder: Path) -> tuple[Path, Path, Path]:
 
 @contextmanager
 def tls_redis(folder: Path) -> Iterator[TlsRedis]:
-    _tools()
+    binary = _tools()
     ca, key, cert = make_certificates(folder)
     port = free_port()
-    args = ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1"]
+    args = [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1"]
     args += ["--tls-cert-file", str(cert), "--tls-key-file", str(key)]
     args += ["--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no"]
     args += ["--save", "", "--appendonly", "no", "--dir", str(folder)]
@@ -157,17 +158,15 @@ class SentinelGroup:
 
 @contextmanager
 def sentinel_group(folder: Path) -> Iterator[SentinelGroup]:
-    _tools()
+    binary = _tools()
     group = SentinelGroup([free_port(), free_port()], [free_port() for _ in range(3)])
     primary, replica = group.data_ports
     base = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)]
     base += ["--repl-diskless-sync-delay", "0"]
     try:
-        group.procs.append(_start(["redis-server", "--port", str(primary), *base], folder, "p"))
+        group.procs.append(_start([binary, "--port", str(primary), *base], folder, "p"))
         follow = ["--replicaof", "127.0.0.1", str(primary)]
-        group.procs.append(
-            _start(["redis-server", "--port", str(replica), *follow, *base], folder, "r")
-        )
+        group.procs.append(_start([binary, "--port", str(replica), *follow, *base], folder, "r"))
         for port in group.sentinel_ports:
             config = folder / f"sentinel-{port}.conf"
             config.write_text(
@@ -176,9 +175,7 @@ def sentinel_group(folder: Path) -> Iterator[SentinelGroup]:
                 f"sentinel down-after-milliseconds {SERVICE} 2000\n"
                 f"sentinel failover-timeout {SERVICE} 10000\n"
             )
-            group.procs.append(
-                _start(["redis-server", str(config), "--sentinel"], folder, f"s{port}")
-            )
+            group.procs.append(_start([binary, str(config), "--sentinel"], folder, f"s{port}"))
 
         def up() -> bool:
             try:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -30,6 +32,22 @@ T = TypeVar("T")
 T0 = 1_000_000  # a fixed "now" for tests that control time
 REDIS_URL = os.environ.get("QUASAR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 REQUIRE = os.environ.get("QUASAR_REQUIRE_REDIS") == "1"
+# The binary of the servers the suite starts itself (fault tests, a cluster, TLS, Sentinel): a
+# name on PATH or a path, so that the same tests run on Redis 6.2, 7 or Valkey.
+SERVER_BIN = os.environ.get("QUASAR_TEST_SERVER_BIN", "redis-server")
+
+
+def _binary_version() -> tuple[int, ...]:
+    """The version ``SERVER_BIN --version`` says (``v=6.2.14``), or (0,) without the binary."""
+    found = shutil.which(SERVER_BIN)
+    if found is None:
+        return (0,)
+    done = subprocess.run([found, "--version"], capture_output=True, timeout=30, check=False)
+    said = done.stdout.decode(errors="replace").split("v=", 1)[-1].split()[0]
+    return tuple(int(part) for part in said.split(".") if part.isdigit())
+
+
+SERVER_VERSION = _binary_version()
 NO_URL: dict[str, str | None] = {"QUASAR_REDIS_URL": None, "REDIS_URL": None}  # CliRunner env
 
 
@@ -48,6 +66,52 @@ def real_redis(url: str = REDIS_URL) -> redis.Redis:
             pytest.fail(f"QUASAR_REQUIRE_REDIS=1 but Redis at {url} does not answer: {exc}")
         pytest.skip(f"no Redis at {url} ({exc}); set QUASAR_TEST_REDIS_URL to test on one")
     return client
+
+
+def server_bin() -> str:
+    """The full path of ``SERVER_BIN``; the test fails without it (a test that starts a server
+    has already passed the skip / fail rule of ``real_redis``)."""
+    found = shutil.which(SERVER_BIN)
+    if found is None:
+        pytest.fail(f"{SERVER_BIN} (QUASAR_TEST_SERVER_BIN) is not on PATH nor a file")
+    return found
+
+
+def server_version(client: redis.Redis) -> str:
+    """What a server says it is: ``valkey 9.1.2``, ``redis 7.0.15``."""
+    info = client.info("server")
+    name = str(info.get("server_name", "redis"))
+    return f"{name} {info.get(f'{name}_version', info['redis_version'])}"
+
+
+def has_functions(client: Any) -> bool:
+    """Whether ``client``'s server has functions (FCALL): Redis 7+, Valkey and fakeredis, not
+    Redis 6.2, where a client's calls go as scripts (EVALSHA)."""
+    try:
+        client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "-")
+    except redis.ResponseError as exc:
+        if "unknown command" in str(exc).lower():
+            return False
+        raise
+    return True
+
+
+def report_header() -> list[str]:
+    """The servers a run uses, for pytest's header: the shared one and the binary of the suite's
+    own."""
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=2)
+    try:
+        shared = server_version(client)
+    except redis.RedisError as exc:
+        shared = f"does not answer ({exc})"
+    finally:
+        client.close()
+    found = shutil.which(SERVER_BIN)
+    own = "missing"
+    if found is not None:
+        done = subprocess.run([found, "--version"], capture_output=True, timeout=30, check=False)
+        own = f"{found}: {done.stdout.decode(errors='replace').strip()}"
+    return [f"shared server: {REDIS_URL}: {shared}", f"own servers: {own}"]
 
 
 def url_of(client: redis.Redis) -> str:

@@ -3,7 +3,6 @@ and of redaction: started on a free port for a test module, stopped by pid at it
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from .helpers import free_port, real_redis, wait_for
+from .helpers import free_port, real_redis, server_bin, wait_for
 
 PASSWORD = "s3cret-pw"
 WRONG = "hunter2-pw"
@@ -33,11 +32,9 @@ class LockedRedis:
 @pytest.fixture(scope="module")
 def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LockedRedis]:
     real_redis().close()  # the same skip / fail rule as the other real-Redis tests
-    if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not on PATH")
     folder = tmp_path_factory.mktemp("locked")
     port = free_port()
-    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    args = [server_bin(), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
     args += ["--appendonly", "no", "--requirepass", PASSWORD, "--dir", str(folder)]
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     server = LockedRedis(port, proc)

@@ -12,8 +12,10 @@ from typing import Any
 
 from quasar_redis import App, PermanentFailure, Snooze, current_job
 
+from .helpers import REDIS_URL
+
 app = App(
-    os.environ.get("QUASAR_TEST_URL", "redis://127.0.0.1:6379/0"),
+    os.environ.get("QUASAR_TEST_URL", REDIS_URL),
     namespace=os.environ.get("QUASAR_TEST_NS", "process-tasks-unset"),
 )
 

@@ -1,12 +1,11 @@
-"""A ``redis-server`` of a test's own, on a free port: for a test that kills and restarts its
-server, and for the tests that change what the whole server holds (SCRIPT FLUSH, FUNCTION
-DELETE), which on the shared server would pull the scripts from under another copy of the suite
-running beside this one."""
+"""A server of a test's own (``QUASAR_TEST_SERVER_BIN``: ``redis-server`` by default), on a free
+port: for a test that kills and restarts its server, and for the tests that change what the whole
+server holds (SCRIPT FLUSH, FUNCTION DELETE), which on the shared server would pull the scripts
+from under another copy of the suite running beside this one."""
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +15,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from .helpers import free_port, real_redis, wait_for
+from .helpers import SERVER_VERSION, free_port, real_redis, server_bin, wait_for
+
+#: What lets a server of a test's own take DEBUG: off by default since Redis 7 (and in Valkey);
+#: Redis 6.2 always takes it and knows no such option.
+DEBUG_ON = ("--enable-debug-command", "local") if SERVER_VERSION >= (7,) else ()
 
 
 @dataclass
@@ -37,7 +40,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args = [server_bin(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
         args += ["--appendonly", "yes", "--appendfsync", self.fsync] if self.durable else []
         args += ["--dir", str(self.folder), "--logfile", str(self.folder / "redis.log")]
         args += self.config
@@ -77,8 +80,7 @@ def server_in(
     """A server (not started yet) kept in ``folder``, killed at the end; the same skip / fail
     rule as the other real-Redis tests."""
     real_redis().close()
-    if shutil.which("redis-server") is None:
-        pytest.fail("redis-server is not on PATH")
+    server_bin()
     folder.mkdir(exist_ok=True)
     server = RedisServer(folder, durable, fsync=fsync, config=config)
     try:

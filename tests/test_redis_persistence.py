@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import random
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -31,6 +30,7 @@ from quasar_redis import BatchApplied, NewJob, Quasar, QuasarError, Succeeded
 
 from . import worker_tasks as wt
 from .consistency import check
+from .helpers import server_bin
 from .servers import RedisServer, server_in
 from .test_worker_processes import (
     Fleet,
@@ -366,11 +366,11 @@ def created_before(data: bytes, cut: int, prefix: bytes) -> set[str]:
 
 def repair(folder: Path) -> None:
     """``redis-check-aof --fix`` on the server's files: cuts the last file back to its last whole
-    unit (before a MULTI block cut short). The tool is the ``redis-server`` binary by that name."""
+    unit (before a MULTI block cut short). The tool is the server binary by that name."""
     manifest = folder / "appendonlydir" / "appendonly.aof.manifest"
     done = subprocess.run(
         ["redis-check-aof", "--fix", str(manifest)],
-        executable=shutil.which("redis-server"),
+        executable=server_bin(),
         input=b"y\n",
         capture_output=True,
         timeout=60,

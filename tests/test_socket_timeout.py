@@ -36,7 +36,7 @@ from . import test_worker as tw
 from .clients import Driven, kind
 from .consistency import check
 from .helpers import claimed, wait_for
-from .servers import RedisServer, server_in
+from .servers import DEBUG_ON, RedisServer, server_in
 
 __all__ = ["kind"]  # (the fixture)
 
@@ -46,9 +46,8 @@ STALL_S = 1.0
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RedisServer]:
-    """A server of the test's own that takes DEBUG (off by default since Redis 7)."""
-    debug = ("--enable-debug-command", "local")
-    with server_in(tmp_path / "redis", durable=False, config=debug) as made:
+    """A server of the test's own that takes DEBUG."""
+    with server_in(tmp_path / "redis", durable=False, config=DEBUG_ON) as made:
         made.start()
         yield made
 
@@ -105,9 +104,10 @@ def _answers(client: redis.Redis) -> bool:
 
 
 def deliveries(client: redis.Redis) -> int:
-    """How many FCALLs Redis has run since its statistics were reset."""
-    stats = client.info("commandstats").get("cmdstat_fcall", {})
-    return int(stats.get("calls", 0))
+    """How many calls (FCALL, or EVALSHA on Redis 6.2) Redis has run since its statistics were
+    reset."""
+    found = client.info("commandstats")
+    return sum(int(found.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("fcall", "evalsha"))
 
 
 def during_a_stall(server: RedisServer, admin: redis.Redis, send: Callable[[], Any]) -> Any:

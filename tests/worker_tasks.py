@@ -22,7 +22,9 @@ from typing import Any, TypeVar
 from quasar_redis import App, PermanentFailure, Task, current_job
 from quasar_redis.retry import FromFunction, PolicyLike
 
-URL = os.environ.get("QUASAR_TEST_URL", "redis://127.0.0.1:6379/0")
+from .helpers import REDIS_URL
+
+URL = os.environ.get("QUASAR_TEST_URL", REDIS_URL)
 NAMESPACE = os.environ.get("QUASAR_TEST_NS", "worker-tasks-unset")
 #: Leases (ms) of the tasks whose worker a test kills or stops: short, so that the job comes back
 #: quickly. The others hold a long lease: a test that does not kill their worker expects no expiry,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import click
@@ -21,7 +23,7 @@ from redis.cluster import RedisCluster
 from .._environment import NAMESPACE_VARIABLE
 from .._scripts import library, scripts
 from .._urls import check_url, redact_text
-from ..acl import PATHS, ROLES, Paths, setuser
+from ..acl import PATHS, ROLES, Paths, scripts_instead, setuser
 from ..client import Quasar
 from ..errors import ConfigurationError, QuasarError
 from ._options import redis_url_option
@@ -114,8 +116,9 @@ def setuser_command(
         password = os.environ.get(password_env)
         if not password:
             raise click.BadParameter(f"${password_env} is not set", param_hint="--password-env")
-    try:
-        words = setuser(
+
+    def words_of(paths: Paths) -> list[str]:
+        return setuser(
             user,
             role_names,
             namespaces,
@@ -126,6 +129,9 @@ def setuser_command(
             cluster=cluster,
             partitions=partitions,
         )
+
+    try:
+        words = words_of(paths)
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
     if not apply:
@@ -137,10 +143,7 @@ def setuser_command(
         return
     if redis_url is None:
         raise click.UsageError("--apply needs --redis-url (or QUASAR_REDIS_URL, REDIS_URL)")
-    if cluster:  # (every node, replicas too: a failover must find the user there)
-        _run(redis_url, lambda c: c.execute_command(*words, target_nodes=c.ALL_NODES), cluster)
-    else:
-        _run(redis_url, lambda c: c.execute_command(*words))
+    _run(redis_url, partial(_apply, words_of, paths, cluster), cluster)
     click.echo(f"user {user}: {' '.join(role_names)} on {' '.join(namespaces)}")
 
 
@@ -168,6 +171,20 @@ def load(redis_url: str | None, functions: bool) -> None:
     _run(redis_url, loading)
     what = f"library {library().name} and " if client is not None and client.functions else ""
     click.echo(f"loaded {what}{len(scripts())} scripts")
+
+
+def _apply(
+    words_of: Callable[[Paths], list[str]], paths: Paths, cluster: bool, connection: Any
+) -> None:
+    """Send the rules of ``paths``; those of ``scripts`` if the server has no functions. On a
+    cluster every node gets them, replicas too: a failover must find the user there."""
+    nodes = {"target_nodes": connection.ALL_NODES} if cluster else {}
+    try:
+        connection.execute_command(*words_of(paths), **nodes)
+    except redis.ResponseError as exc:
+        if not scripts_instead(exc, paths):
+            raise
+        connection.execute_command(*words_of("scripts"), **nodes)
 
 
 def _run(url: str, action: Any, cluster: bool = False) -> None:
