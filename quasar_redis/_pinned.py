@@ -52,8 +52,11 @@ def redirect(replies: Sequence[Any]) -> Redirect | None:
 def _policy(rc: Any) -> tuple[int, Any]:
     """The cluster client's retry count and backoff (its own policy, as for any command)."""
     retry = getattr(rc, "retry", None)
-    retries = retry.get_retries() if retry is not None else 3
-    return retries, getattr(retry, "_backoff", None)
+    if retry is None:
+        return 3, None
+    # (redis-py 5.0's Retry has no get_retries(): its count is the attribute)
+    retries = retry.get_retries() if hasattr(retry, "get_retries") else retry._retries
+    return int(retries), getattr(retry, "_backoff", None)
 
 
 def _pause(backoff: Any, failures: int) -> float:
@@ -183,4 +186,7 @@ async def _node_round_trip(node: Any, commands: list[Command]) -> list[Any]:
         await conn.disconnect()
         raise
     finally:
-        node.release(conn)
+        if hasattr(node, "release"):
+            node.release(conn)
+        else:  # redis-py 5.0: the node's free connections are a plain deque
+            node._free.append(conn)
