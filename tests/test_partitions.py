@@ -36,7 +36,7 @@ from quasar_redis._reading import arun, job_view, run
 from quasar_redis.acl import rules
 
 from .clients import KINDS, Driven, clients
-from .helpers import T0, applied, claimed
+from .helpers import T0, applied, claimed, has_functions
 
 LEASE = 60_000
 COUNTS = (3, 7)
@@ -370,7 +370,12 @@ def test_a_client_given_no_partitions_sends_what_it_sent_before(
     claimed(q.claim_job(job.id, "w", LEASE, now=T0))
     assert q.counts("default", now=T0).executing == 1
     words = {c[0] for c in sent} - {"FUNCTION", "SCRIPT"}
-    assert words == {"FCALL" if backend == "redis" else "EVALSHA"}, sent
+    expected = "FCALL" if backend == "redis" else "EVALSHA"
+    if backend == "redis" and not has_functions(redis_client):
+        # Redis 6.2: the first FCALL is refused and the client goes on with scripts
+        assert words == {"FCALL", "EVALSHA"} and sent[0][0] == "FCALL", sent
+        expected, words, sent = "EVALSHA", {"EVALSHA"}, sent[1:]
+    assert words == {expected}, sent
     calls = {c[3 + c[2]] for c in sent if c[0] in words}  # (their call ids: a NOSCRIPT resends)
     assert len(calls) == 3
     assert not redis_client.exists(KeySpace(namespace).partitions)

@@ -37,7 +37,7 @@ from quasar_redis.acl import setuser
 
 from .clients import KINDS, Driven
 from .cluster import HOST, LocalCluster
-from .helpers import applied, claimed
+from .helpers import applied, claimed, has_functions
 from .test_cluster import local_cluster
 
 __all__ = ["local_cluster"]  # (the fixture: the cluster the session starts once)
@@ -182,7 +182,13 @@ def test_role_users_of_a_partitioned_namespace_work_on_the_cluster(
         for role in ("producer", "worker"):
             name, password = f"{role}-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
             words = setuser(
-                name, [role], [namespace], password=password, cluster=True, partitions=count
+                name,
+                [role],
+                [namespace],
+                password=password,
+                cluster=True,
+                partitions=count,
+                paths="both" if has_functions(admin) else "scripts",  # (Redis 6.2: no +fcall)
             )
             admin.execute_command(*words, target_nodes=admin.ALL_NODES)
             users[role] = RedisCluster(host=HOST, port=port, username=name, password=password)
