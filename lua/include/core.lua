@@ -133,12 +133,12 @@ local function num(s) return SMALL_NUM[s] or tonumber(s) end
 
 -- redis.pcall for a key that may hold another type: a WRONGTYPE error comes back (the caller
 -- says what is wrong), any other (a command or key the user's ACL refuses) is raised, never
--- taken for an absent or damaged value. Redis 7+ raises the error reply as it came; Redis 6.2
--- (no REDIS_VERSION_NUM) takes only a text, its handler failing on a table.
+-- taken for an absent or damaged value. Redis 7+ and Valkey (known by redis.acl_check_cmd) raise
+-- the error reply as it came; Redis 6.2 takes only a text, its handler failing on a table.
 local function pcall_typed(...)
   local reply = redis.pcall(...)
   if type(reply) == "table" and reply.err and not string.find(tostring(reply.err), "WRONGTYPE", 1, true) then
-    if redis.REDIS_VERSION_NUM then error(reply) end
+    if redis.acl_check_cmd then error(reply) end
     error(reply.err)
   end
   return reply
