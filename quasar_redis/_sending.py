@@ -309,8 +309,11 @@ class Sending:
             return (yield from call.spread(self))
         durable = self._durable_of((call,))
         for attempt in range(SENDS):
-            got, acked = yield from self._sending_once([self._command(call)], durable)
-            reply = got[0] if isinstance(got, list) else got
+            if durable is None:  # (the hot path: the command alone, as one step)
+                reply, acked = (yield self._command(call)), None
+            else:
+                got, acked = yield from self._sending_once([self._command(call)], durable)
+                reply = got[0] if isinstance(got, list) else got
             if not isinstance(reply, Exception):
                 return (yield from self._finishing(call, reply, durable, acked))
             if isinstance(reply, CONNECTION_ERRORS):
