@@ -40,12 +40,14 @@ class Redirect:
 
 
 def redirect(replies: Sequence[Any]) -> Redirect | None:
-    """What to do about a try's replies; None: they are the answer."""
+    """What to do about a try's replies; None: they are the answer. (redis-py's MovedError is an
+    AskError: it is asked about first, so that MOVED reads the slot map again rather than asking
+    the new primary once, which would leave the map, and where scripts are loaded, stale.)"""
     for reply in replies:
-        if isinstance(reply, rex.AskError):
-            return Redirect(ask=(reply.host, int(reply.port)))
         if isinstance(reply, rex.MovedError | rex.TryAgainError | rex.ClusterDownError):
             return Redirect()
+        if isinstance(reply, rex.AskError):
+            return Redirect(ask=(reply.host, int(reply.port)))
     return None
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import click
 import pytest
 import redis
+import redis.exceptions as rex
 from click.testing import CliRunner
 
 from quasar_redis import (
@@ -30,6 +31,7 @@ from quasar_redis import (
     RedisUnavailable,
     Succeeded,
 )
+from quasar_redis._pinned import Redirect, Refresh, Send, pinning, redirect
 from quasar_redis.cli import main
 from quasar_redis.cli._worker import durable_option
 
@@ -183,3 +185,25 @@ def test_the_worker_durable_option_reads_replicas_and_timeout() -> None:
     assert durable_option(ctx, option, "2:250") == Durable(2, 250)
     assert durable_option(ctx, option, "1") == Durable(1, 1000)
     assert durable_option(ctx, option, None) is None
+
+
+def test_pinned_commands_read_the_slot_map_again_on_moved_and_ask_once_on_ask() -> None:
+    """redis-py's MovedError is an AskError: a MOVED (a failover, a finished migration) must
+    read the slot map again, so that scripts loaded after it reach the new primary; only an ASK
+    (a migration under way) sends the commands to the node it names, after ASKING."""
+    commands = [("EVALSHA", "0" * 40, 0), ("WAIT", 1, 500)]
+    moved = rex.MovedError("1234 127.0.0.1:7001")
+    asked = rex.AskError("1234 127.0.0.1:7002")
+    assert redirect([moved, rex.ResponseError("x")]) == Redirect()
+    assert redirect([asked, rex.ResponseError("x")]) == Redirect(ask=("127.0.0.1", 7002))
+    assert redirect([[b"Applied"], 1]) is None
+
+    flow = pinning(None, commands)
+    assert next(flow) == Send(list(commands), None)
+    assert flow.send([moved, rex.ResponseError("x")]) == Refresh(0.25)
+    assert flow.send(None) == Send(list(commands), None)
+    ask = ("127.0.0.1", 7002)
+    assert flow.send([asked, rex.ResponseError("x")]) == Send([("ASKING",), *commands], ask)
+    with pytest.raises(StopIteration) as done:
+        flow.send([True, [b"Applied"], 1])
+    assert done.value.value == [[b"Applied"], 1]

@@ -32,6 +32,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from quasar_redis import AsyncQuasar, Durable, Failed, JobApplied, Quasar, Status, Succeeded
+from quasar_redis._connect import async_client, sync_client
 
 from .cluster import HOST, LocalCluster, Migration, cluster_or_skip
 from .failover_load import PRODUCER, TASKS
@@ -89,6 +90,40 @@ def test_durable_writes_are_on_the_replica_when_they_return(replicated: LocalClu
     assert stored is not None and isinstance(stored.job.state, Succeeded)
     replica.close()
     rc.close()
+
+
+def test_a_durable_client_follows_a_failover_and_loads_its_scripts_on_the_new_primary(
+    replicated: LocalCluster,
+) -> None:
+    """After ``CLUSTER FAILOVER`` the old primary answers MOVED: the client reads the slot map
+    again (not one ASK of the new primary), so the scripts it loads after a NOSCRIPT go to the new
+    primary, and every later call works; sync and asyncio, each with a map made before it."""
+    namespace = f"mv-{uuid.uuid4().hex[:8]}"
+    url = "redis+cluster://" + ",".join(f"{HOST}:{port}" for port in replicated.ports)
+    rc, arc = sync_client(url), async_client(url)  # (as a worker's: every node a startup node)
+    q = Quasar(rc, namespace, durable=DURABLE)
+    aq = AsyncQuasar(arc, namespace, durable=DURABLE)
+
+    async def enqueue(job_id: str) -> Any:
+        return await aq.enqueue("stage", id=job_id)
+
+    loop = asyncio.new_event_loop()
+    try:
+        applied(q.enqueue("stage", id="before"))
+        applied(loop.run_until_complete(enqueue("abefore")))
+        primary = replicated.failover(home(rc, namespace))
+        with replicated.node_client(primary) as node:
+            node.script_flush()  # (what a replica promoted without the scripts is like)
+        for i in range(3):
+            applied(q.enqueue("stage", id=f"after-{i}"))
+            applied(loop.run_until_complete(enqueue(f"aafter-{i}")))
+        assert home(rc, namespace) == primary
+        claim = claimed(q.claim("default", "w", LEASE))
+        assert isinstance(q.complete(claim.token, "w", result="ok"), JobApplied)
+        loop.run_until_complete(arc.aclose())
+    finally:
+        loop.close()
+        rc.close()
 
 
 class Load:
