@@ -16,6 +16,8 @@ from typing import Any, cast
 import fakeredis
 import pytest
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from quasar_redis import AsyncQuasar, Quasar
 
@@ -46,7 +48,12 @@ class Driven:
 
 
 def async_redis(sync: Any) -> Any:
-    """An asyncio redis-py client of the server ``sync`` talks to (fakeredis or the real one)."""
+    """An asyncio redis-py client of the server ``sync`` talks to (fakeredis, the real one, or a
+    Redis Cluster)."""
+    if isinstance(sync, redis.cluster.RedisCluster):
+        cluster: Any = sync  # (redis-py's cluster methods are untyped)
+        node = cluster.get_default_node()
+        return redis.asyncio.cluster.RedisCluster(host=node.host, port=node.port)
     server = sync.connection_pool.connection_kwargs.get("server")
     if isinstance(server, fakeredis.FakeServer):
         return fakeredis.FakeAsyncRedis(server=server)

@@ -1,5 +1,7 @@
-"""A namespace of several partitions on one server: each partition its own hash tag, every job
-in the partition its id (or its flow key) names, and both clients routing each call there."""
+"""A namespace of several partitions: each partition its own hash tag, every job in the partition
+its id (or its flow key) names, and both clients routing each call there. On fakeredis, on one
+real server, and (heavy) on a Redis Cluster of 3 primaries, each with a replica, that the module
+starts: there the partitions' keys fall on the three primaries' slots."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
+from redis.cluster import RedisCluster
 
 from quasar_redis import (
     BatchApplied,
@@ -36,12 +39,53 @@ from quasar_redis._reading import arun, job_view, run
 from quasar_redis.acl import rules
 
 from .clients import KINDS, Driven, clients
-from .helpers import T0, applied, claimed, has_functions
+from .cluster import HOST, LocalCluster, cluster_or_skip
+from .helpers import REQUIRE, T0, applied, claimed, has_functions
 
 LEASE = 60_000
 COUNTS = (3, 7)
 
 Make = Callable[..., Quasar]
+
+
+@pytest.fixture(
+    params=[
+        "fake",
+        "redis",
+        pytest.param("cluster", marks=[pytest.mark.heavy, pytest.mark.cluster]),
+    ]
+)
+def backend(request: pytest.FixtureRequest) -> str:
+    """fakeredis, the real server, or the module's replicated cluster."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def replicated() -> Iterator[LocalCluster]:
+    cluster = cluster_or_skip(REQUIRE, replicas=1)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def redis_client(
+    request: pytest.FixtureRequest, backend: str, namespace: str, redis_client: Any
+) -> Iterator[Any]:
+    """The test's server: fakeredis or the real one (as everywhere), or a client of the
+    replicated cluster, the namespace's keys deleted after."""
+    if backend != "cluster":
+        yield redis_client
+        return
+    cluster: LocalCluster = request.getfixturevalue("replicated")
+    client = RedisCluster(host=HOST, port=cluster.startup_port)
+    try:
+        yield client
+    finally:
+        for key in list(client.scan_iter(match=f"quasar:{{{namespace}*", count=1000)):
+            client.delete(key)
+        client.close()
 
 
 @pytest.fixture(params=KINDS)
