@@ -121,9 +121,11 @@ def url_of(client: redis.Redis) -> str:
 
 
 def delete_namespace(client: Any, namespace: str) -> None:
-    """Delete every key of ``namespace``, and of the namespaces given it as their ``tag=``
-    (never FLUSHDB: the server may be shared)."""
-    keys = list(client.scan_iter(match=f"quasar:{{{namespace}}}*", count=1000))
+    """Delete every key of ``namespace``, of its partitions (``quasar:{ns/i}:``; a name holds no
+    "/"), and of the namespaces given it as their ``tag=`` (never FLUSHDB: the server may be
+    shared). On a Redis Cluster client too (its SCAN and DEL cover every primary)."""
+    patterns = (f"quasar:{{{namespace}}}*", f"quasar:{{{namespace}/*")
+    keys = [key for match in patterns for key in client.scan_iter(match=match, count=1000)]
     for i in range(0, len(keys), 500):
         client.delete(*keys[i : i + 500])
 

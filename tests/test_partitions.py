@@ -40,7 +40,7 @@ from quasar_redis.acl import rules
 
 from .clients import KINDS, Driven, clients
 from .cluster import HOST, LocalCluster, cluster_or_skip
-from .helpers import REQUIRE, T0, applied, claimed, has_functions
+from .helpers import REQUIRE, T0, applied, claimed, delete_namespace, has_functions
 
 LEASE = 60_000
 COUNTS = (3, 7)
@@ -83,8 +83,7 @@ def redis_client(
     try:
         yield client
     finally:
-        for key in list(client.scan_iter(match=f"quasar:{{{namespace}*", count=1000)):
-            client.delete(key)
+        delete_namespace(client, namespace)
         client.close()
 
 
