@@ -13,9 +13,12 @@
 -- ARGV[7]  cursor (optional: absent for a page by offset)
 --
 -- Replies
---   {"Jobs", now, job...}                          (by offset)
+--   {"Jobs", now, first, job...}                   (by offset)
 --   {"Page", now, next cursor ("" at the end), job...}  (by cursor)
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
+-- first: how many of the jobs come from the status's first run of index entries (of available,
+-- the claimable ones; the rest are its due ones not yet promoted), so that the pages of several
+-- partitions merge in this order (quasar_redis/_partitions.py).
 -- A job whose hash is missing or damaged is left out of the page. Cost: by offset O(log N +
 -- offset + limit), plus the RetryWaiting entries skipped for Available / Scheduled; by cursor
 -- O(log² N + limit): a page reads at most limit + SCAN_EXTRA index entries, so it may hold
@@ -100,9 +103,9 @@ local function resume(status, segs, text)
   return {seg, rank_after(segs[seg][1], score, member)}
 end
 
--- The jobs from position `from` on: `skip` kept ones left out, then up to `want`, reading at
--- most `budget` entries. Returns them and the last entry read {segment, score, member}, or nil
--- when the segments ran out.
+-- The jobs from position `from` on: `skip` kept ones left out, then up to `want` ({id, job,
+-- segment}), reading at most `budget` entries. Returns them and the last entry read {segment,
+-- score, member}, or nil when the segments ran out.
 local function scan(ctx, segs, from, skip, want, budget)
   local out, read, last = {}, 0, nil
   for s = from[1], #segs do
@@ -121,7 +124,7 @@ local function scan(ctx, segs, from, skip, want, budget)
           if type(st) == "string" and (keep == keep_all or st == "W") then skip = skip - 1 end
         else
           local h = load_job(ctx, id)
-          if h and keep(h) then out[#out + 1] = {id, h} end
+          if h and keep(h) then out[#out + 1] = {id, h, s} end
           if #out >= want then return out, last end
         end
       end
@@ -158,6 +161,11 @@ local function main(ctx)
     local from, skip = {1, 0}, offset
     if PLAIN[status] then from, skip = {1, offset}, 0 end
     items = scan(ctx, segs, from, skip, limit, math.huge)
+    local first = 0
+    for _, item in ipairs(items) do
+      if item[3] == 1 then first = first + 1 end
+    end
+    out[3] = first
   else
     local from, err = resume(status, segs, args[7])
     if from == nil then return err end

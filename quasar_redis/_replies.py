@@ -292,7 +292,7 @@ def parse_counts(reply: Any) -> t.QueueCounts:
 
 def parse_jobs(reply: Any) -> list[t.Job]:
     reply = _read_only("Jobs")(reply)
-    return [parse_job(j) for j in reply[2:]]
+    return [parse_job(j) for j in reply[3:]]
 
 
 def parse_page(reply: Any) -> t.JobPage:
