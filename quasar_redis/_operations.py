@@ -271,7 +271,8 @@ class Operations:
         """A page of ``queue``'s jobs in ``status`` (or ``"blocked"``), oldest first.
 
         ``offset`` into ``available`` or ``scheduled`` is at most 1,000: page further with
-        ``page_jobs``.
+        ``page_jobs``. On a partitioned namespace ``offset + limit`` is at most 1,000
+        (docs/scaling.md).
         """
         return self.calls.list_jobs(queue, status, offset, limit, now)
 

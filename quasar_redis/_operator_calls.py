@@ -38,7 +38,8 @@ def _damaged_too(result: t.SweepReport, step: t.CascadeReport) -> t.SweepReport:
     return t.SweepReport(result.expired, result.damaged + step.damaged)
 
 
-def _status_arg(status: t.Status | str) -> Arg:
+def status_arg(status: t.Status | str) -> Arg:
+    """A status as the scripts take it: its name."""
     return status.value if isinstance(status, t.Status) else text_arg(status)
 
 
@@ -105,7 +106,7 @@ class OperatorCalls(BuilderBase):
         now: int | None = None,
     ) -> Call[int]:
         before = "" if finished_before is None else int_arg(finished_before)
-        head = (now_arg(now), text_arg(queue), _status_arg(status), before)
+        head = (now_arg(now), text_arg(queue), status_arg(status), before)
         return self._call(
             "purge", head + tuple(text_arg(i) for i in job_ids), parse_count("Purged")
         )
@@ -124,7 +125,7 @@ class OperatorCalls(BuilderBase):
     def list_jobs(
         self, queue: str, status: t.Status | str, offset: int, limit: int, now: int | None = None
     ) -> Call[list[t.Job]]:
-        args = (now_arg(now), text_arg(queue), _status_arg(status), int_arg(offset), int_arg(limit))
+        args = (now_arg(now), text_arg(queue), status_arg(status), int_arg(offset), int_arg(limit))
         return self._call("list_jobs", args, parse_jobs)
 
     def page_jobs(
@@ -133,7 +134,7 @@ class OperatorCalls(BuilderBase):
         if after is not None and not (isinstance(after, str) and after.isascii()):
             raise InvalidArgument("after must be a cursor a page of this status returned")
         cursor = "" if after is None else after
-        args = (now_arg(now), text_arg(queue), _status_arg(status), "0", int_arg(limit), cursor)
+        args = (now_arg(now), text_arg(queue), status_arg(status), "0", int_arg(limit), cursor)
         return self._call("list_jobs", args, parse_page)
 
     # queues and workers -------------------------------------------------------------------------

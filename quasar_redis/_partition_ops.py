@@ -19,17 +19,21 @@ from . import _types as t
 from ._call_base import Call, Limits, new_call_id
 from ._calls import CallBuilder
 from ._keys import KeySpace
+from ._operator_calls import status_arg
 from ._partitions import (
+    Rank,
+    listing,
     merge_cascades,
+    merge_listings,
     merge_queues,
     merge_sweeps,
     page_cursor,
     page_positions,
     page_shares,
     partition_of,
+    ranked,
     sum_counts,
 )
-from .errors import InvalidArgument
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -215,7 +219,17 @@ class PartitionOps(CallBuilder):
     def list_jobs(
         self, queue: str, status: t.Status | str, offset: int, limit: int, now: int | None = None
     ) -> Call[list[t.Job]]:
-        raise InvalidArgument("list_jobs by offset is not served on a partitioned namespace")
+        """The first ``offset + limit`` jobs of every partition (at most 1,000), in one pipeline,
+        merged in ``list_jobs``' order over the namespace, and the page cut from them. Input the
+        script refuses raises before anything is sent (``listing``)."""
+        name, size = listing(status_arg(status), offset, limit)
+        parse = ranked(name)
+
+        def build(b: CallBuilder) -> Call[list[tuple[Rank, t.Job]]]:
+            call = b.list_jobs(queue, status, 0, size, now)
+            return Call(call.script, call.args, parse)
+
+        return self._fan(build, lambda pages: merge_listings(pages, offset, limit))
 
     def page_jobs(
         self,

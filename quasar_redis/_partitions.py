@@ -17,15 +17,20 @@ Routing is a pure function of a job's id, so any client finds a job without a lo
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import re
 import zlib
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from . import _types as t
+from ._args import Arg, int_arg
 from ._call_base import NewJob, dependency_id
 from ._ids import id_error
 from ._keys import KeySpace
+from ._replies import parse_jobs
+from ._schema import DEFAULTS, KEY
 from .errors import ConfigurationError, InvalidArgument, PartitionMismatch
 
 #: At most this many partitions: a partition per primary of the largest clusters, and a few more.
@@ -228,3 +233,103 @@ def page_shares(limit: int, count: int) -> list[int]:
     if type(limit) is not int or limit < 1:
         return [limit] + [0] * (count - 1)
     return [limit // count + (1 if k < limit % count else 0) for k in range(count)]
+
+
+# --- list_jobs over partitions ------------------------------------------------------------------
+
+#: The statuses list_jobs serves, each with the job field that scores its index
+#: (lua/list_jobs.lua, lua/include/job.lua ``place``): entries go by score, then by member (the
+#: job id; in ``ready``, available's first run, ``<available_at><sequence><id>`` scored by
+#: priority), byte by byte.
+_SCORED_BY = {
+    status: KEY[field].encode()
+    for field, statuses in (
+        ("available_at", ("available", "scheduled", "blocked", "retryable")),
+        ("expires_at", ("executing",)),
+        ("finished_at", ("completed", "discarded", "cancelled")),
+    )
+    for status in statuses
+}
+_AT, _PRIORITY, _SEQUENCE = (
+    KEY[name].encode() for name in ("available_at", "priority", "sequence")
+)
+_NO_PRIORITY = DEFAULTS[KEY["priority"]]
+_OFFSET_MAX = 1000  # into available and scheduled (lua/list_jobs.lua OFFSET_MAX)
+_LIMIT_MAX = 1000  # a page's jobs at the most
+_INT_MAX = 1 << 50  # lua/include/core.lua MAXINT
+_DECIMAL = re.compile(r"-?[0-9]+")
+#: Where a job stands in its partition's order: (run of entries, score, member).
+Rank: TypeAlias = tuple[int, int, bytes]
+
+
+def _script_int(value: object) -> int | None:
+    """``value`` as the scripts read an integer argument (``int_arg``, then
+    lua/include/core.lua ``int``), or None where they refuse it."""
+    text = int_arg(value)
+    if len(text) > 17 or _DECIMAL.fullmatch(text) is None:
+        return None
+    number = int(text)
+    return number if -_INT_MAX <= number <= _INT_MAX else None
+
+
+def listing(status: Arg, offset: object, limit: object) -> tuple[str, int]:
+    """The status of ``list_jobs(status, offset, limit)`` by name, and how many jobs it reads
+    from each partition: offset + limit. Raises ``InvalidArgument`` for a status, offset or
+    limit lua/list_jobs.lua refuses, as it words it and in its order (the queue and ``now`` are
+    left to the scripts), and for more jobs than its one page holds (1,000)."""
+    name = status.decode("utf-8", "replace") if isinstance(status, bytes) else status
+    if name not in _SCORED_BY:
+        raise InvalidArgument(f"unknown status '{name}'")
+    start, size = _script_int(offset), _script_int(limit)
+    if start is None or start < 0:
+        raise InvalidArgument("offset must be a nonnegative integer")
+    if start > _OFFSET_MAX and name in ("available", "scheduled"):
+        raise InvalidArgument(
+            f"offset must be at most {_OFFSET_MAX} for {name} (page further by cursor)"
+        )
+    if size is None or not 1 <= size <= _LIMIT_MAX:
+        raise InvalidArgument(f"limit must be between 1 and {_LIMIT_MAX}")
+    if start + size > _LIMIT_MAX:
+        raise InvalidArgument(
+            f"offset + limit must be at most {_LIMIT_MAX} on a partitioned namespace"
+            " (page further by cursor)"
+        )
+    return name, start + size
+
+
+def _rank(raw: Sequence[Any], status: str, due: bool) -> Rank:
+    """A job's index entry, read from its fields in the reply (``{id, field, value, ...}``, a
+    later field winning): ``ready``'s of an available job not ``due`` (lua/include/job.lua
+    ``ready_member``), else its status's index's."""
+    fields = dict(zip(raw[1::2], raw[2::2], strict=True))
+    job_id: bytes = raw[0]
+    if status == "available" and not due:
+        at, sequence = int(fields[_AT]), int(fields[_SEQUENCE])
+        member = (at % (1 << 48)).to_bytes(6, "big") + (sequence % (1 << 40)).to_bytes(5, "big")
+        return (0, int(fields.get(_PRIORITY, _NO_PRIORITY)), member + job_id)
+    return (int(due), int(fields[_SCORED_BY[status]]), job_id)
+
+
+def ranked(status: str) -> Callable[[Any], list[tuple[Rank, t.Job]]]:
+    """The parse of a partition's ``list_jobs`` reply from offset 0: its jobs, each with its
+    ``Rank`` (the reply's ``first`` jobs are of the status's first run of entries)."""
+
+    def parse(reply: Any) -> list[tuple[Rank, t.Job]]:
+        jobs = parse_jobs(reply)  # (a refusal raises here)
+        first = int(reply[2])
+        return [
+            (_rank(raw, status, i >= first), job)
+            for i, (raw, job) in enumerate(zip(reply[3:], jobs, strict=True))
+        ]
+
+    return parse
+
+
+def merge_listings(
+    pages: Sequence[list[tuple[Rank, t.Job]]], offset: int, limit: int
+) -> list[t.Job]:
+    """The jobs ``offset`` to ``offset + limit`` of the partitions' first jobs merged in the
+    order of one index over them all: the first ``offset + limit`` of the namespace are among
+    the first ``offset + limit`` of each partition."""
+    merged = heapq.merge(*pages, key=lambda item: item[0])
+    return [job for _, job in itertools.islice(merged, offset, offset + limit)]

@@ -355,8 +355,73 @@ def test_pages_by_cursor_carry_every_partitions_place(q: Quasar, count: int) -> 
     for bad in ("", "P", "available:1:0:", f"P{',' * count}", 7):
         with pytest.raises(InvalidArgument):
             q.page_jobs("default", "available", after=bad, limit=4, now=T0)  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgument):
-        q.list_jobs("default", "available", now=T0)
+
+
+def fill(q: Quasar, count: int) -> None:
+    """30 jobs due 10 ms apart in a shuffled order, of three priorities, enqueued at T0 + 100
+    (those due by then claimable, the others left unpromoted); the first 18 leased, completed,
+    failed to retry, failed for good or cancelled at shuffled times; 3 blocked on leased ones."""
+    ids = [id_in(n % count, count, f"j{n}") for n in range(30)]
+    for n, job_id in enumerate(ids):
+        at = T0 + 10 * (n * 7 % 30)
+        applied(q.enqueue("s", id=job_id, priority=n % 3, available_at=at, now=T0 + 100))
+    for n, job_id in enumerate(ids[:18]):
+        now = T0 + 300 + n * 5 % 18
+        if n % 6 == 5:
+            assert isinstance(q.cancel(job_id, now=now), CancelApplied)
+            continue
+        token = claimed(q.claim_job(job_id, "w", LEASE, now=now)).token
+        if n % 6 == 1:
+            blocked = id_in(n % count, count, f"b{n}")
+            applied(q.enqueue("s", id=blocked, dependencies=[job_id], available_at=T0 - n, now=now))
+        elif n % 6 == 2:
+            applied(q.complete(token, "w", now=now))
+        elif n % 6 == 3:
+            applied(q.fail(token, "w", "again", retry_delay_ms=1_000 - 10 * n, now=now))
+        elif n % 6 == 4:
+            applied(q.permanent_fail(token, "w", "no", now=now))
+
+
+def test_list_jobs_merges_the_partitions_in_the_order_of_one(
+    q: Quasar, make: Make, namespace: str, count: int
+) -> None:
+    one = make("one", tag=namespace)  # (one partition; its keys deleted with the namespace's)
+    for client in (q, one):
+        fill(client, count)
+    for status in Status:
+        size = len(one.list_jobs("default", status, now=T0 + 200))
+        assert size >= 3, status
+        for offset, limit in [(o, n) for o in range(0, size + 2, 2) for n in (1, 3, 100)]:
+            got = q.list_jobs("default", status, offset=offset, limit=limit, now=T0 + 200)
+            want = one.list_jobs("default", status, offset=offset, limit=limit, now=T0 + 200)
+            assert got == want, (status, offset, limit)
+    available = [j.priority for j in q.list_jobs("default", "available", now=T0 + 200)]
+    assert available != sorted(available)  # (the due ones not yet promoted come last)
+
+
+def test_list_jobs_refuses_what_one_partition_refuses_sending_nothing(
+    make: Make, namespace: str
+) -> None:
+    q, one = make(namespace, partitions=3), make("one", tag=namespace)
+    bad: list[tuple[str, Any, Any]] = [
+        ("succeeded", 0, 10),
+        ("available", -1, 10),
+        ("available", "1", 10),
+        ("scheduled", 1001, 1),
+        ("completed", 0, 0),
+        ("blocked", 0, 1001),
+    ]
+    for status, offset, limit in bad:
+        with pytest.raises(InvalidArgument) as refused:
+            one.list_jobs("default", status, offset=offset, limit=limit, now=T0)
+        with pytest.raises(InvalidArgument) as same:
+            q.list_jobs("default", status, offset=offset, limit=limit, now=T0)
+        assert str(same.value) == str(refused.value)
+    for status, offset, limit in [("completed", 990, 11), ("available", 600, 500)]:
+        assert one.list_jobs("default", status, offset=offset, limit=limit, now=T0) == []
+        with pytest.raises(InvalidArgument, match=r"offset \+ limit must be at most 1000"):
+            q.list_jobs("default", status, offset=offset, limit=limit, now=T0)
+    assert not written(q)  # (not even the record of partitions, a client's first write)
 
 
 def test_purge_sends_each_id_to_its_partition(q: Quasar, count: int) -> None:
