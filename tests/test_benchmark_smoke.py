@@ -110,3 +110,29 @@ def test_floors_produce_every_row() -> None:
         assert float(rate.split()[0].replace(",", "")) > 0, (name, rate)
         if not name.startswith("memory"):
             assert float(cost.split()[0].replace(",", "")) > 0, (name, cost)
+
+
+@pytest.mark.heavy
+@pytest.mark.cluster
+def test_partitions_benchmark_produces_every_figure() -> None:
+    # benchmarks/partitions.py: its own cluster (3 primaries, no replicas here) and server.
+    if shutil.which("redis-server") is None:
+        if REQUIRE:
+            pytest.fail("QUASAR_REQUIRE_REDIS=1 but redis-server not on PATH")
+        pytest.skip("redis-server not on PATH")
+    argv = [sys.executable, "-m", "benchmarks.partitions", "--jobs", "600", "--rounds", "1"]
+    argv += ["--replicas", "0"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout)
+    assert sorted(out["layouts"]) == ["P=1", "P=3", "standalone P=1", "standalone P=3"]
+    for name, layout in out["layouts"].items():
+        for phase in ("enqueue", "process"):
+            figures = layout[phase]
+            for key in ("us_per_job", "process_cpu_us_per_job", "calls_per_job", "jobs_per_s"):
+                assert figures[key] > 0, (name, phase, key, figures)
+            assert abs(sum(figures["shares"]) - 1) < 1e-3, (name, phase, figures)
+        assert layout["process"]["connections_per_worker_per_primary"] >= 0, (name, layout)
+    # (the three partitions are on the three primaries: each did some of the work)
+    assert all(share > 0 for share in out["layouts"]["P=3"]["process"]["shares"]), out
+    assert set(out["cpu_per_job_P3_over_P1"]) == {"P=3", "standalone P=3"}
