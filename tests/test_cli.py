@@ -19,6 +19,8 @@ from click.testing import CliRunner, Result
 from quasar_redis import Quasar
 from quasar_redis.cli import main
 from quasar_redis.cli._events import format_event
+from quasar_redis.cli.example import FLOW, flow_id, holds_keys
+from quasar_redis.cli.example import delete_namespace as delete_namespace_keys
 
 from .helpers import NO_URL, REDIS_URL, claimed, delete_namespace, real_redis
 
@@ -57,10 +59,14 @@ def results(output: str) -> list[str]:
     return re.findall(r"^    -> (.*)$", output, flags=re.MULTILINE)
 
 
-def check_steps(output: str) -> None:
+def check_steps(output: str, partitions: int | None = None) -> None:
+    """Each step's result as expected; with ``partitions``, A and B (one flow) are named by
+    their ids in the flow's partition."""
+    ids = {name: flow_id(FLOW, name, partitions) for name in ("A", "B")}
     got = results(output)
     assert len(got) == len(EXPECTED), output
-    for line, expected in zip(got, EXPECTED, strict=True):
+    for line, step in zip(got, EXPECTED, strict=True):
+        expected = re.sub(r"\b[AB]\b", lambda m: ids[m.group()], step)
         assert line.startswith(expected), (line, expected)
     assert output.rstrip().endswith("done")
 
@@ -93,6 +99,52 @@ def test_example_on_real_redis_leaves_no_keys() -> None:
     finally:
         for key in client.scan_iter(match=pattern, count=1000):
             client.delete(key)
+        client.close()
+
+
+def test_example_on_partitions_runs_on_embedded_fakeredis() -> None:
+    result = run("--namespace", "cli-test", "--partitions", "3")
+    assert result.exit_code == 0, result.output
+    said = "namespace 'cli-test' (3 partitions) on an embedded fakeredis server"
+    assert said in result.output
+    assert "JobApplied: 0~A Waiting" in result.output  # (crc32("cat.png") % 3 == 0)
+    check_steps(result.output, 3)
+
+
+def test_example_on_partitions_on_real_redis_leaves_no_keys() -> None:
+    client = real_redis()
+    namespace = f"cli-{uuid.uuid4().hex[:12]}"
+    patterns = (f"quasar:{{{namespace}}}:*", f"quasar:{{{namespace}/*")
+    try:
+        result = run("--redis-url", REDIS_URL, "--namespace", namespace, "--partitions", "3")
+        assert result.exit_code == 0, result.output
+        assert f"namespace {namespace!r} (3 partitions) on {REDIS_URL}" in result.output
+        check_steps(result.output, 3)
+        deleted = re.search(rf"deleted the (\d+) keys of namespace '{namespace}'", result.output)
+        assert deleted and int(deleted.group(1)) > 4  # (the record, jobs in every partition)
+        assert [k for m in patterns for k in client.scan_iter(match=m, count=1000)] == []
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
+
+
+def test_deleting_a_namespace_keeps_a_namespace_tagged_with_its_name() -> None:
+    client = real_redis()
+    namespace = f"cli-{uuid.uuid4().hex[:12]}"
+    mine = Quasar(client, namespace, partitions=3)
+    theirs = Quasar(client, "other", tag=namespace, partitions=3)
+    try:
+        for q in (mine, theirs):
+            for n in range(6):
+                q.enqueue("s", id=f"job}}:{n}")  # (a "}:" in an id, as a partition root has)
+        assert holds_keys(client, mine.keys, 3)
+        kept = sorted(client.scan_iter(match=f"quasar:{{{namespace}/*}}/other:*", count=1000))
+        assert delete_namespace_keys(client, mine.keys, 3) > 6
+        assert not holds_keys(client, mine.keys, 3)
+        assert sorted(client.scan_iter(match=f"quasar:{{{namespace}/*", count=1000)) == kept
+        assert len(kept) > 6 and theirs.get_job("job}:0") is not None
+    finally:
+        delete_namespace(client, namespace)
         client.close()
 
 

@@ -1,4 +1,5 @@
-"""``quasar demo``: the mix it enqueues, its summary on both backends, and what it leaves behind."""
+"""``quasar demo``: the mix it enqueues, its summary on both backends (of one partition and of
+several, and on a Redis Cluster), and what it leaves behind."""
 
 from __future__ import annotations
 
@@ -9,16 +10,20 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from redis.cluster import RedisCluster
 
-from quasar_redis import App, Worker
+from quasar_redis import App, JobError, Worker
+from quasar_redis._partitions import hashed, partition_of, placement
 from quasar_redis.cli import main
 from quasar_redis.cli._demo_jobs import CHAIN, declare, plan
 from quasar_redis.cli.demo import percentile
 
-from .helpers import NO_URL, REDIS_URL, real_redis
+from .cluster import cluster_or_skip
+from .helpers import NO_URL, REDIS_URL, REQUIRE, delete_namespace, real_redis
 
 
 def run(*args: str) -> Result:
@@ -62,10 +67,18 @@ def check_summary(output: str, jobs: int) -> dict[str, str]:
     return rows
 
 
-def test_demo_runs_on_embedded_fakeredis_by_default() -> None:
-    result = run("--jobs", "200", "--concurrency", "10")
+#: No --partitions (one partition, as ever), and three partitions.
+PARTITIONS = pytest.mark.parametrize(
+    ("options", "said"), [([], ""), (["--partitions", "3"], " (3 partitions)")], ids=["P-", "P3"]
+)
+
+
+@PARTITIONS
+def test_demo_runs_on_embedded_fakeredis_by_default(options: list[str], said: str) -> None:
+    result = run("--jobs", "200", "--concurrency", "10", *options)
     assert result.exit_code == 0, result.output
-    assert re.search(r"namespace 'demo-[0-9a-f]{8}' on an embedded fakeredis server", result.output)
+    found = re.search(r"namespace 'demo-[0-9a-f]{8}'(.*) on an embedded fakeredis", result.output)
+    assert found and found.group(1) == said
     check_summary(result.output, 200)
     # Not a terminal: plain progress lines, no live rendering (no escape sequences).
     assert re.search(r"^\[\s*\d+\.\d\ds\] finished 200/200: available 0, ", result.output, re.M)
@@ -112,21 +125,77 @@ def test_demo_shows_the_tracebacks_at_debug() -> None:
     assert "SmtpBusy: SMTP server busy" in done.stderr
 
 
-def test_demo_on_real_redis_leaves_no_keys() -> None:
+def namespace_keys(client: Any, namespace: str) -> list[Any]:
+    """Every key of ``namespace``: under its root and under every partition's."""
+    patterns = (f"quasar:{{{namespace}}}:*", f"quasar:{{{namespace}/*")
+    return [key for match in patterns for key in client.scan_iter(match=match, count=1000)]
+
+
+@PARTITIONS
+def test_demo_on_real_redis_leaves_no_keys(options: list[str], said: str) -> None:
     client = real_redis()
     namespace = f"demo-test-{uuid.uuid4().hex[:12]}"
-    pattern = f"quasar:{{{namespace}}}:*"
     try:
-        result = run("--redis-url", REDIS_URL, "--namespace", namespace, "--jobs", "300")
+        args = ["--redis-url", REDIS_URL, "--namespace", namespace, "--jobs", "300", *options]
+        result = run(*args)
         assert result.exit_code == 0, result.output
-        assert f"namespace {namespace!r} on {REDIS_URL}" in result.output
+        assert f"namespace {namespace!r}{said} on {REDIS_URL}" in result.output
         check_summary(result.output, 300)
-        assert re.search(rf"deleted the \d+ keys of namespace '{namespace}'", result.output)
-        assert list(client.scan_iter(match=pattern, count=1000)) == []
+        deleted = re.search(rf"deleted the (\d+) keys of namespace '{namespace}'", result.output)
+        assert deleted and int(deleted.group(1)) > 300  # (a hash per job at least)
+        assert namespace_keys(client, namespace) == []
     finally:
-        for key in client.scan_iter(match=pattern, count=1000):
-            client.delete(key)
+        delete_namespace(client, namespace)
         client.close()
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("0", "partitions must be a whole number from 1 to 1024: got 0"),
+        ("-1", "partitions must be a whole number from 1 to 1024: got -1"),
+        ("x", "'x' is not a valid integer"),
+        ("2000", "partitions must be a whole number from 1 to 1024: got 2000"),
+    ],
+)
+@pytest.mark.parametrize("command", ["demo", "example"])
+def test_a_bad_number_of_partitions_is_refused_writing_nothing(
+    command: str, bad: str, says: str
+) -> None:
+    client = real_redis()
+    namespace = f"demo-test-{uuid.uuid4().hex[:12]}"
+    args = [command, "--redis-url", REDIS_URL, "--namespace", namespace, "--partitions", bad]
+    try:
+        result = CliRunner().invoke(main, args, env=NO_URL)
+        assert result.exit_code == 2, result.output
+        assert f"Error: Invalid value for '--partitions': {says}" in result.output
+        assert result.output.count("\n") == 1 and "Traceback" not in result.output
+        assert namespace_keys(client, namespace) == []
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
+
+
+@pytest.mark.heavy
+@pytest.mark.cluster
+def test_demo_and_example_on_partitions_of_a_cluster_leave_no_keys() -> None:
+    cluster = cluster_or_skip(REQUIRE)
+    url = f"redis+cluster://127.0.0.1:{cluster.startup_port}"
+    try:
+        for command, extra in (("demo", ["--jobs", "300"]), ("example", [])):
+            namespace = f"{command}-test-{uuid.uuid4().hex[:12]}"
+            args = [command, "--redis-url", url, "--namespace", namespace, "--partitions", "3"]
+            result = CliRunner().invoke(main, [*args, *extra], env=NO_URL)
+            assert result.exit_code == 0, result.output
+            assert re.search(rf"deleted the \d+ keys of namespace '{namespace}'", result.output)
+            if command == "demo":
+                check_summary(result.output, 300)
+            else:
+                assert result.output.rstrip().endswith("done"), result.output
+            with RedisCluster(host="127.0.0.1", port=cluster.startup_port) as every_node:
+                assert namespace_keys(every_node, namespace) == []
+    finally:
+        cluster.stop()
 
 
 def test_demo_gives_up_after_its_timeout() -> None:
@@ -174,6 +243,16 @@ def test_the_mix_holds_every_kind_of_job() -> None:
         receipt = next(job for job in jobs if job.stage == "demo.send_receipt")
         assert receipt.dependencies == ["order-1-charge"]
         assert receipt.on_dependency_failure == "cancel"
+    for count in (None, 1, 3, 7):  # each job with its dependencies, its flow: none refused
+        n = count or 1
+        jobs = plan(tasks, 2000, random.Random(7), count)
+        assert not [job for job in jobs if isinstance(placement(job, n), JobError)]
+        chain = [job for job in jobs if job.stage == "demo.pipeline_step"][: len(CHAIN)]
+        assert {partition_of(job.id, n) for job in chain} == {hashed("chain-0", n)}
+        assert {job.flow for job in chain} == {"chain-0"}
+        assert chain[0].id == (
+            "chain-0-fetch" if n == 1 else f"{hashed('chain-0', n)}~chain-0-fetch"
+        )
     big = plan(tasks, 2000, random.Random(7))
     assert {j.stage for j in big} >= {"demo.noop", "demo.resize", "demo.checksum", "demo.report"}
     assert any(j.delay_ms for j in big)

@@ -52,6 +52,15 @@ def written(q: Quasar) -> None:
     q.execute(q.calls.announce(WorkerEntry("w", "h", 1, ("default",), 1, (), "1"), 600_000, T0))
 
 
+def at_old_layout(client: Any, name: str, tag: str, functions: bool) -> Quasar:
+    """A client of namespace ``name`` tagged ``tag``, its work in progress written and its keys
+    moved to the old layout."""
+    q = Quasar(client, name, tag=tag, functions=functions)
+    written(q)
+    to_old_layout(client, q.keys)
+    return q
+
+
 @pytest.fixture
 def tagged(redis_client: Any, backend: str, namespace: str) -> Iterator[Quasar]:
     """A namespace tagged with the test's namespace, its keys at the old layout."""
@@ -104,9 +113,7 @@ def test_an_old_name_that_may_be_its_tags_own_key_is_refused(
     redis_client: Any, backend: str, namespace: str
 ) -> None:
     functions = backend == "redis"
-    inner = Quasar(redis_client, "job", tag=namespace, functions=functions)
-    written(inner)
-    to_old_layout(redis_client, inner.keys)
+    inner = at_old_layout(redis_client, "job", namespace, functions)
     shared = Quasar(redis_client, namespace, functions=functions)
     applied(shared.enqueue("s", id="y", now=T0))
     before = everything(redis_client, namespace)
@@ -154,6 +161,25 @@ def test_a_foreign_key_or_a_taken_name_is_refused(tagged: Quasar, redis_client: 
     with pytest.raises(InvalidArgument, match="exists already"):
         migrate_keys(redis_client, tagged.keys)
     assert everything(redis_client, tagged.keys.tag) == before
+
+
+def test_a_namespace_of_several_partitions_is_refused(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    functions = backend == "redis"
+    old = at_old_layout(redis_client, "orders", namespace, functions)
+    parted = Quasar(redis_client, "orders", tag=namespace, functions=functions, partitions=3)
+    applied(parted.enqueue("s", id="new", now=T0))
+    assert redis_client.get(old.keys.partitions) == b"3"
+    everywhere = [f"quasar:{{{namespace}}}*", f"quasar:{{{namespace}/*"]
+    before = {k: redis_client.dump(k) for m in everywhere for k in redis_client.scan_iter(match=m)}
+    for dry_run in (True, False):
+        with pytest.raises(InvalidArgument, match="'orders' has 3 partitions by its record"):
+            migrate_keys(redis_client, old.keys, dry_run=dry_run)
+    after = {k: redis_client.dump(k) for m in everywhere for k in redis_client.scan_iter(match=m)}
+    assert after == before
+    redis_client.set(old.keys.partitions, "1")  # (one partition: the layout of earlier versions)
+    assert migrate_keys(redis_client, old.keys).moved > 0
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,10 @@ that fail at random and are retried by an exponential policy (a few run out of a
 calls that are rate limited once (``Snooze``), reports scheduled up to 1 s ahead, dependency
 chains of five steps, and one card charge that fails for good (``PermanentFailure``), whose receipt
 was enqueued to be cancelled if it fails.
+
+On a namespace of several partitions a job shares its dependencies' partition: each chain is a
+flow (its steps' ids made to be in the flow's partition, ``example.flow_id``), and the receipt,
+given no id, goes where the charge is.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from .._calls import NewJob
 from ..app import App, Task
 from ..retry import Exponential, PermanentFailure, Snooze
 from ..worker import current_job
+from .example import flow_id
 
 QUEUES = ("default", "images", "emails", "reports")
 CHAIN = ("fetch", "parse", "transform", "load", "publish")
@@ -113,22 +118,24 @@ def declare(app: App) -> DemoTasks:
 # --- the mix -----------------------------------------------------------------------------------
 
 
-def chain_jobs(tasks: DemoTasks, chain: int) -> list[NewJob]:
-    """Five steps, each depending on the one before (ids given, so they can be named)."""
+def chain_jobs(tasks: DemoTasks, chain: int, partitions: int | None = None) -> list[NewJob]:
+    """Five steps, each depending on the one before (ids given, so they can be named), one flow."""
     jobs: list[NewJob] = []
     previous: list[str] = []
+    flow = f"chain-{chain}"
     for name in CHAIN:
-        job_id = f"chain-{chain}-{name}"
-        jobs.append(tasks.step.options(id=job_id, depends_on=previous).job(chain, name))
+        job_id = flow_id(flow, f"{flow}-{name}", partitions)
+        step = tasks.step.options(id=job_id, depends_on=previous, flow=flow)
+        jobs.append(step.job(chain, name))
         previous = [job_id]
     return jobs
 
 
-def fixed_jobs(tasks: DemoTasks, total: int) -> list[NewJob]:
+def fixed_jobs(tasks: DemoTasks, total: int, partitions: int | None = None) -> list[NewJob]:
     """The chains, the failing charge and its receipt, and one e-mail that fails once."""
     jobs: list[NewJob] = []
     for chain in range(max(1, total // JOBS_PER_CHAIN)):
-        jobs.extend(chain_jobs(tasks, chain))
+        jobs.extend(chain_jobs(tasks, chain, partitions))
     jobs.append(tasks.charge.options(id="order-1-charge").job(1))
     receipt = tasks.receipt.options(depends_on=["order-1-charge"], on_dependency_failure="cancel")
     jobs.append(receipt.job(1))
@@ -152,9 +159,12 @@ def random_job(tasks: DemoTasks, n: int, rng: random.Random) -> NewJob:
     return tasks.report.options(delay=rng.uniform(0.1, 1.0)).job(n)
 
 
-def plan(tasks: DemoTasks, total: int, rng: random.Random) -> list[NewJob]:
-    """``total`` jobs: the fixed ones first (chains start early), then a random mix."""
-    jobs = fixed_jobs(tasks, total)
+def plan(
+    tasks: DemoTasks, total: int, rng: random.Random, partitions: int | None = None
+) -> list[NewJob]:
+    """``total`` jobs: the fixed ones first (chains start early), then a random mix; for a
+    namespace of ``partitions`` partitions (None: one)."""
+    jobs = fixed_jobs(tasks, total, partitions)
     while len(jobs) < total:
         jobs.append(random_job(tasks, len(jobs), rng))
     return jobs[:total]

@@ -1,6 +1,7 @@
 """What the ``quasar`` commands share, each defined once: ``--redis-url`` (else
 ``QUASAR_REDIS_URL``, then ``REDIS_URL``) and its checks, ``--namespace`` (else
-``QUASAR_NAMESPACE``, else ``default``), ``--json``, ``--log-level``, one-line errors."""
+``QUASAR_NAMESPACE``, else ``default``), ``--json``, ``--log-level``, ``--partitions``, one-line
+errors."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import click
 
 from .._environment import NAMESPACE_VARIABLE, URL_VARIABLES
 from .._keys import check_name
+from .._partitions import check_partitions
 from .._urls import MEMORY_URL, check_url, redact_text
 from ..errors import ConfigurationError, QuasarError
 
@@ -93,6 +95,21 @@ def log_level_option(default: str, help: str) -> Callable[[F], F]:
         show_default=True,
         type=click.Choice(LOG_LEVELS, case_sensitive=False),
         help=help,
+    )
+
+
+def checked_partitions(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    try:
+        return check_partitions(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def partitions_option(help: str) -> Callable[[F], F]:
+    """``--partitions P``: the namespace's number of partitions, checked as the clients check it
+    (1 to ``MAX_PARTITIONS``), else a usage error; None when not given."""
+    return click.option(
+        "--partitions", type=int, default=None, callback=checked_partitions, help=help
     )
 
 

@@ -11,8 +11,10 @@ from rich.console import Console
 from .._urls import where
 from ..errors import QuasarError
 from . import demo as demo_module
-from ._options import log_level_option, quasar_error, redis_url_or_memory
+from ._options import log_level_option, partitions_option, quasar_error, redis_url_or_memory
 from .example import Example, open_quasar
+
+PARTITIONS_HELP = "Make the namespace one of this many partitions (docs/scaling.md); default: one."
 
 
 @click.command()
@@ -52,6 +54,7 @@ from .example import Example, open_quasar
 @log_level_option(
     "WARNING", "INFO shows one line per job outcome; DEBUG also the tracebacks of failures."
 )
+@partitions_option(PARTITIONS_HELP)
 def demo(
     redis_url: str,
     jobs: int,
@@ -60,9 +63,10 @@ def demo(
     namespace: str | None,
     timeout: float,
     log_level: str,
+    partitions: int | None,
 ) -> None:
     """Run a realistic mix of jobs through in-process workers: live progress, then a summary."""
-    config = demo_module.DemoConfig(jobs, workers, concurrency, timeout, log_level)
+    config = demo_module.DemoConfig(jobs, workers, concurrency, timeout, log_level, partitions)
     namespace = namespace or f"demo-{uuid.uuid4().hex[:8]}"
     demo_module.run(redis_url, namespace, config, Console(highlight=False))
 
@@ -70,12 +74,14 @@ def demo(
 @click.command()
 @redis_url_or_memory
 @click.option("--namespace", default=None, help="Namespace to use (default: example-<random>).")
-def example(redis_url: str, namespace: str | None) -> None:
+@partitions_option(PARTITIONS_HELP)
+def example(redis_url: str, namespace: str | None, partitions: int | None) -> None:
     """Run the quick start: enqueue, claim, complete, fail, retry; print each typed result."""
     namespace = namespace or f"example-{uuid.uuid4().hex[:8]}"
-    click.echo(f"quasar example: namespace {namespace!r} on {where(redis_url)}")
+    parts = "" if partitions is None else f" ({partitions} partitions)"
+    click.echo(f"quasar example: namespace {namespace!r}{parts} on {where(redis_url)}")
     try:
-        with open_quasar(redis_url, namespace) as q:
+        with open_quasar(redis_url, namespace, partitions) as q:
             Example(q).run()
     except QuasarError as exc:
         raise quasar_error(exc) from None

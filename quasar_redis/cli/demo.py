@@ -6,6 +6,7 @@ The mix of jobs and their tasks are in ``_demo_jobs``.
 jobs are enqueued in bulk (``App.enqueue_many``). Progress comes from ``counts(queue)``; the
 summary adds the workers' own counters and the enqueue-to-start latency read back from the
 completed jobs (``attempted_at - inserted_at``, for jobs due at enqueue and claimed once).
+``--partitions P``: the namespace has P partitions, and the App and its clients are made so.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class DemoConfig:
     concurrency: int = 20
     timeout: float = 120.0
     log_level: str = "WARNING"
+    partitions: int | None = None  # None: one, and no read of the namespace's record
 
 
 # --- watching ----------------------------------------------------------------------------------
@@ -329,18 +331,20 @@ def _ms(value: int | None) -> str:
 
 
 @contextmanager
-def open_app(url: str, namespace: str, console: Console) -> Iterator[App]:
-    """The demo's App: embedded (``memory://``), or on ``url`` in an empty namespace that is
-    deleted after."""
+def open_app(
+    url: str, namespace: str, console: Console, partitions: int | None = None
+) -> Iterator[App]:
+    """The demo's App (of ``partitions``): embedded (``memory://``), or on ``url`` in an empty
+    namespace that is deleted after."""
     if url == MEMORY_URL:
-        yield App(url, namespace=namespace)
+        yield App(url, namespace=namespace, partitions=partitions)
         return
     client = sync_client(url, socket_timeout=10)
     try:
-        app = App(url, namespace=namespace)
-        root = app.client.keys.root
+        app = App(url, namespace=namespace, partitions=partitions)
+        keys = app.client.keys
         client.ping()
-        if holds_keys(client, root):
+        if holds_keys(client, keys, partitions):
             raise click.ClickException(
                 f"namespace {namespace!r} already holds keys at {redact(url)}"
             )
@@ -348,7 +352,7 @@ def open_app(url: str, namespace: str, console: Console) -> Iterator[App]:
             yield app
         finally:
             app.close()
-            n = delete_namespace(client, root)
+            n = delete_namespace(client, keys, partitions)
             say(console, f"deleted the {n} keys of namespace {namespace!r}")
     except redis.RedisError as exc:
         raise click.ClickException(redact_text(f"Redis at {redact(url)}: {exc}")) from exc
@@ -393,7 +397,7 @@ def job_logging(level: str, console: Console) -> Iterator[None]:
 
 
 async def _main(app: App, cfg: DemoConfig, console: Console) -> tuple[Outcome, list[int]]:
-    jobs = plan(declare(app), cfg.jobs, random.Random())
+    jobs = plan(declare(app), cfg.jobs, random.Random(), cfg.partitions)
     try:
         if console.is_terminal:
             with LiveView(console, len(jobs)) as live:
@@ -408,12 +412,17 @@ async def _main(app: App, cfg: DemoConfig, console: Console) -> tuple[Outcome, l
 def run(url: str, namespace: str, cfg: DemoConfig, console: Console) -> Outcome:
     """Run the demo and print its summary; ClickException on a timeout or a Redis error."""
     on = where(url)
+    parts = "" if cfg.partitions is None else f" ({cfg.partitions} partitions)"
     say(
         console,
-        f"quasar demo: {cfg.jobs} jobs, {cfg.workers} workers, namespace {namespace!r} on {on}",
+        f"quasar demo: {cfg.jobs} jobs, {cfg.workers} workers, namespace {namespace!r}{parts}"
+        f" on {on}",
     )
     try:
-        with open_app(url, namespace, console) as app, job_logging(cfg.log_level, console):
+        with (
+            open_app(url, namespace, console, cfg.partitions) as app,
+            job_logging(cfg.log_level, console),
+        ):
             outcome, waits = asyncio.run(_main(app, cfg, console))
             if not console.is_terminal:  # (a terminal still shows the live view's last frame)
                 console.print(counts_table(outcome.snap))

@@ -2,7 +2,8 @@
 
 A few jobs go through every edge of the lifecycle (a dependency, a scheduled job, a retry, a stale
 token, an operator retry). ``open_quasar`` opens the namespace it runs in: on a Redis, or on the
-embedded server of ``memory://``.
+embedded server of ``memory://``; of several partitions when given ``partitions``, A and B (a job
+and its dependent) then one flow, with ids in its partition (``flow_id``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import redis
 
 from .. import _types as t
 from .._connect import sync_client
+from .._keys import KeySpace
+from .._partitions import hashed
 from .._urls import MEMORY_URL, redact, redact_text
 from ..app import Connector
 from ..client import Quasar
@@ -25,6 +28,16 @@ from ..client import Quasar
 QUEUE = "images"
 LEASE_MS = 30_000
 HOUR_MS = 3_600_000
+FLOW = "cat.png"  # A and its dependent B: one flow, so one partition
+
+
+def flow_id(flow: str, name: str, partitions: int | None) -> str:
+    """The id ``name`` for a job of ``flow``: on a namespace of several partitions, made to be in
+    the flow's partition (its number and ``~`` before ``name``: docs/scaling.md, "Where a job
+    goes"), where ``name`` alone would be wherever its hash says."""
+    if partitions is None or partitions == 1:
+        return name
+    return f"{hashed(flow, partitions)}~{name}"
 
 
 # --- describing typed results --------------------------------------------------------------------
@@ -105,6 +118,7 @@ class Example:
     def __init__(self, q: Quasar) -> None:
         self.q = q
         self.step = 0
+        self.a, self.b = (flow_id(FLOW, name, q.partitions) for name in ("A", "B"))
 
     def show(self, what: str, result: Any) -> Any:
         self.step += 1
@@ -127,10 +141,11 @@ class Example:
 
     def enqueue_three(self) -> None:
         q = self.q
-        self.show("enqueue A", q.enqueue("resize", {"image": "cat.png"}, id="A", queue=QUEUE))
+        a, b = self.a, self.b
+        self.show("enqueue A", q.enqueue("resize", {"image": FLOW}, id=a, queue=QUEUE, flow=FLOW))
         self.show(
             "enqueue B, depending on A",
-            q.enqueue("thumbnail", {"size": 64}, id="B", queue=QUEUE, dependencies=["A"]),
+            q.enqueue("thumbnail", {"size": 64}, id=b, queue=QUEUE, dependencies=[a], flow=FLOW),
         )
         self.show(
             "enqueue C, scheduled in one hour",
@@ -144,7 +159,7 @@ class Example:
             "worker-2 claims from the queue (B waits on A, C is scheduled)",
             self.q.claim(QUEUE, "worker-2", LEASE_MS),
         )
-        self.show("inspect B", self.q.get_job("B"))
+        self.show("inspect B", self.q.get_job(self.b))
         self.show(
             "worker-1 completes A",
             self.q.complete(token_a, "worker-1", result={"resized": "cat-1024.png"}),
@@ -181,34 +196,49 @@ class Example:
 # --- connections -------------------------------------------------------------------------------
 
 
-def holds_keys(client: Any, root: str) -> bool:
-    """Whether any key starts with ``root`` (one SCAN pass, stopping at the first key)."""
-    return next(iter(client.scan_iter(match=f"{root}*", count=1000)), None) is not None
+def namespace_keys(client: Any, keys: KeySpace, partitions: int | None) -> Iterator[Any]:
+    """Every key of the namespace (SCAN by pattern, never KEYS): those under its root, then with
+    several partitions those of each, found by one SCAN of ``<prefix>:{<namespace>/*}:*`` (of
+    which only the keys under a partition's root are kept: a key of a namespace given this one's
+    name as its tag may match). On a Redis Cluster client too (its SCAN covers every primary)."""
+    yield from client.scan_iter(match=f"{keys.root}*", count=1000)
+    if partitions is None or partitions == 1:
+        return
+    roots = tuple(keys.part(i).root.encode() for i in range(partitions))
+    match = keys.part(0).root.replace("/0}", "/*}", 1)  # (a name holds no "/" and no "}")
+    for key in client.scan_iter(match=f"{match}*", count=1000):
+        if (key.encode() if isinstance(key, str) else key).startswith(roots):
+            yield key
 
 
-def delete_namespace(client: Any, root: str) -> int:
-    """Delete every key under ``root`` (SCAN by pattern, never FLUSHDB); returns how many."""
-    keys = list(client.scan_iter(match=f"{root}*", count=1000))
-    for i in range(0, len(keys), 500):
-        client.delete(*keys[i : i + 500])
-    return len(keys)
+def holds_keys(client: Any, keys: KeySpace, partitions: int | None) -> bool:
+    """Whether the namespace holds any key (stopping at the first key found)."""
+    return next(namespace_keys(client, keys, partitions), None) is not None
+
+
+def delete_namespace(client: Any, keys: KeySpace, partitions: int | None) -> int:
+    """Delete every key of the namespace (never FLUSHDB); returns how many."""
+    found = list(namespace_keys(client, keys, partitions))
+    for i in range(0, len(found), 500):
+        client.delete(*found[i : i + 500])
+    return len(found)
 
 
 @contextmanager
-def real_quasar(url: str, namespace: str) -> Iterator[Quasar]:
+def real_quasar(url: str, namespace: str, partitions: int | None) -> Iterator[Quasar]:
     """A client on the Redis at ``url``; the namespace must be empty, and is emptied after."""
     client = sync_client(url, socket_timeout=10)
     try:
         client.ping()
-        q = Quasar(client, namespace)
-        if holds_keys(client, q.keys.root):
+        q = Quasar(client, namespace, partitions=partitions)
+        if holds_keys(client, q.keys, partitions):
             raise click.ClickException(
                 f"namespace {namespace!r} already holds keys at {redact(url)}"
             )
         try:
             yield q
         finally:
-            n = delete_namespace(client, q.keys.root)
+            n = delete_namespace(client, q.keys, partitions)
             click.echo(f"deleted the {n} keys of namespace {namespace!r}")
     except redis.RedisError as exc:
         raise click.ClickException(redact_text(f"Redis at {redact(url)}: {exc}")) from exc
@@ -217,15 +247,20 @@ def real_quasar(url: str, namespace: str) -> Iterator[Quasar]:
 
 
 @contextmanager
-def embedded_quasar(namespace: str) -> Iterator[Quasar]:
+def embedded_quasar(namespace: str, partitions: int | None) -> Iterator[Quasar]:
     """A client on an embedded server of its own (``memory://``)."""
     client = Connector(MEMORY_URL).sync()
     try:
-        yield Quasar(client, namespace)
+        yield Quasar(client, namespace, partitions=partitions)
     finally:
         client.close()
 
 
-def open_quasar(url: str, namespace: str) -> contextlib.AbstractContextManager[Quasar]:
-    """``embedded_quasar`` for ``memory://``, else ``real_quasar``."""
-    return embedded_quasar(namespace) if url == MEMORY_URL else real_quasar(url, namespace)
+def open_quasar(
+    url: str, namespace: str, partitions: int | None = None
+) -> contextlib.AbstractContextManager[Quasar]:
+    """``embedded_quasar`` for ``memory://``, else ``real_quasar``; ``partitions``: the
+    namespace's (None: one, as ever)."""
+    if url == MEMORY_URL:
+        return embedded_quasar(namespace, partitions)
+    return real_quasar(url, namespace, partitions)

@@ -6,9 +6,11 @@ reach into that namespace's keys. The move is ``RENAMENX`` of each key, in SCAN 
 ``PAGE``, so that a key keeps its value and its time to live and nothing is overwritten. It is
 refused, before anything moves, when the old keys cannot be told apart from the tag's own (the
 namespace is a word of ``FAMILIES`` and the tag's namespace holds keys), when a key there is not
-one a namespace has, when a key's new name is taken, and while workers of the namespace are
-registered. Run it with the namespace's producers and workers stopped; run again, it moves what
-is left (none: nothing to do).
+one a namespace has, when a key's new name is taken, while workers of the namespace are
+registered, and when its record says it has several partitions (earlier versions wrote none: the
+keys there are of one partition, which its clients would not look for at its root). Run it with
+the namespace's producers and workers stopped; run again, it moves what is left (none: nothing to
+do).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import click
 
 from ..._keys import FAMILIES, SINGLES, KeySpace
+from ..._partitions import recorded
 from ...errors import InvalidArgument
 from ._context import Operator, done, operating, operator_options
 
@@ -78,6 +81,20 @@ def refuse_ambiguous(redis: Any, keys: KeySpace) -> None:
         )
 
 
+def refuse_partitioned(redis: Any, keys: KeySpace) -> None:
+    """Refuse a namespace of several partitions (by its record): no earlier version wrote a
+    partition's keys, and keys of one partition moved to its root would be found by none of its
+    clients."""
+    count = recorded(redis.get(keys.partitions))
+    if count is not None and count > 1:
+        raise InvalidArgument(
+            f"namespace {keys.namespace!r} has {count} partitions by its record "
+            f"({keys.partitions}): earlier versions wrote no partition's keys, so there is "
+            "nothing of its to move, and keys of one partition moved to its root would be "
+            "found by none of its clients"
+        )
+
+
 def refuse_live_workers(redis: Any, keys: KeySpace) -> None:
     """Refuse while a worker of the namespace is registered, under either layout."""
     seconds, micros = redis.time()
@@ -116,6 +133,7 @@ def migrate_keys(redis: Any, keys: KeySpace, *, dry_run: bool = False) -> KeyMov
             f"namespace {keys.namespace!r} has no tag of its own: its keys did not move"
         )
     old = old_root(keys)
+    refuse_partitioned(redis, keys)
     refuse_ambiguous(redis, keys)
     refuse_live_workers(redis, keys)
     found = 0
