@@ -62,8 +62,9 @@ class Call(Generic[T]):
     @property
     def call_id(self) -> str:
         """The id the script records the call under (its first argument, ARGV[1]): a re-sent
-        call carries the same one."""
-        return str(self.args[0])
+        call carries the same one. A call answered without Redis, or spread over partitions (its
+        parts carry ids of their own), has none: ""."""
+        return str(self.args[0]) if self.args else ""
 
 
 def dependency_id(dep: Any) -> Any:

@@ -58,8 +58,9 @@ def check_durable(durable: Any) -> Durable | None:
 @dataclass(frozen=True, slots=True)
 class Replicated:
     """A step: ``commands`` (``None`` where nothing is sent) in one round trip on one connection
-    of the primary that serves the namespace, then ``wait``. The reply is the commands' replies
-    (an error in place of a failed one's, as a ``Pipeline``'s) followed by WAIT's."""
+    of the primary that serves them, then ``wait`` (on a cluster, a round trip and a WAIT per
+    partition: ``_pinned``). The reply is the commands' replies (an error in place of a failed
+    one's, as a ``Pipeline``'s) followed by WAIT's (the fewest replicas of any part)."""
 
     commands: list[Command | None]
     wait: Command

@@ -1,9 +1,11 @@
-"""Commands on one connection of the primary that serves a namespace's slot, on Redis Cluster.
+"""Commands on one connection of the primary that serves their slot, on Redis Cluster.
 
 A durable call's script and the WAIT behind it must share a connection (WAIT counts the writes
 of its own connection), which a cluster pipeline does not promise for WAIT, a command without
-keys. So they go on a connection of the slot's primary, and what the cluster client would do
-for a keyed command is done here, decided once (``redirect``) for both shells:
+keys. So they go on a connection of the slot's primary: the slot of the script's first key, its
+partition's root, so that the scripts of a partitioned namespace's round trip go partition by
+partition (``routes``), each part with a WAIT of its own on its own primary. What the cluster
+client would do for a keyed command is done here, decided once (``redirect``) for both shells:
 
 - MOVED (the slot has another primary: a failover, a finished migration), CLUSTERDOWN (a
   cluster electing a new primary), TRYAGAIN (a multi-key call during a migration whose keys
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.exceptions as rex
+
+from ._durable import fewest
 
 Command = tuple[Any, ...]
 
@@ -117,6 +121,39 @@ def pinning(rc: Any, commands: Sequence[Command | None]) -> Pinning:
         yield Refresh(_pause(backoff, failures))
 
 
+def _routed_by(command: Command, key: str) -> str:
+    """The key whose slot ``command`` goes to: a script's first key (its partition's root), or
+    ``key`` for a command without keys."""
+    if command[0] in ("EVALSHA", "FCALL") and int(command[2]) > 0:
+        return str(command[3])
+    return key
+
+
+Routes = list[tuple[str, list[int]]]
+
+
+def routes(commands: Sequence[Command | None], key: str) -> Routes:
+    """The places of ``commands`` (``None``: nothing sent) by the key each is routed by, in the
+    order each first comes; ``key`` with no places where nothing is sent (a WAIT alone)."""
+    groups: dict[str, list[int]] = {}
+    for place, command in enumerate(commands):
+        if command is not None:
+            groups.setdefault(_routed_by(command, key), []).append(place)
+    return list(groups.items()) or [(key, [])]
+
+
+def joined(size: int, parts: Routes, replies: Sequence[list[Any]]) -> list[Any]:
+    """Each part's replies (its commands', then its WAIT's) in the places of the ``size``
+    commands, then the WAIT count that holds for every part."""
+    out: list[Any] = [None] * size
+    acked: Any = None
+    for (_, places), got in zip(parts, replies, strict=True):
+        for place, reply in zip(places, got[:-1], strict=True):
+            out[place] = reply
+        acked = fewest(acked, got[-1])
+    return [*out, acked]
+
+
 def _node(rc: Any, key: str, ask: tuple[str, int] | None) -> Any:
     node = rc.get_node(host=ask[0], port=ask[1]) if ask else None
     return node or rc.get_node_from_key(key)
@@ -150,6 +187,24 @@ def pinned(rc: Any, key: str, commands: Sequence[Command | None]) -> list[Any]:
             got = exc
         step = _advance(flow, got)
     return step
+
+
+def pinned_parts(rc: Any, key: str, commands: Sequence[Command | None], wait: Command) -> list[Any]:
+    """``commands`` and a ``wait`` behind them on a connection of each of their slots' primaries
+    (sync cluster); ``key``: where a command without keys goes. The replies in the places of
+    ``commands``, then the fewest replicas any WAIT counted."""
+    parts = routes(commands, key)
+    got = [pinned(rc, at, [*(commands[i] for i in places), wait]) for at, places in parts]
+    return joined(len(commands), parts, got)
+
+
+async def apinned_parts(
+    rc: Any, key: str, commands: Sequence[Command | None], wait: Command
+) -> list[Any]:
+    """``pinned_parts`` on an asyncio cluster client."""
+    parts = routes(commands, key)
+    got = [await apinned(rc, at, [*(commands[i] for i in places), wait]) for at, places in parts]
+    return joined(len(commands), parts, got)
 
 
 async def apinned(rc: Any, key: str, commands: Sequence[Command | None]) -> list[Any]:

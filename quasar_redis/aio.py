@@ -19,7 +19,7 @@ from ._connect import async_client
 from ._durable import Replicated
 from ._operations import JobOptions, Operations, public
 from ._partition_ops import PartitionOps, keys_of, wake_lists
-from ._pinned import apinned
+from ._pinned import apinned_parts
 from ._replies import work_left
 from ._sending import Ask, Command, Flow, Pipeline, Step, map_error
 from ._waits import block_slice, first_of
@@ -162,11 +162,11 @@ class AsyncQuasar(ClientBase):
         return await self._send(step)
 
     async def _replicated(self, step: Replicated) -> list[Any]:
-        """Durable mode: the commands and WAIT on one connection of the namespace's primary."""
-        commands = [*step.commands, step.wait]
+        """Durable mode: the commands and WAIT on one connection (on a cluster, of each
+        partition's primary: see ``_pinned``)."""
         if is_cluster(self.redis):
-            return await apinned(self.redis, self.keys.root, commands)
-        return await self._pipeline(commands)
+            return await apinned_parts(self.redis, self.keys.root, step.commands, step.wait)
+        return await self._pipeline([*step.commands, step.wait])
 
     async def _execute_command(self, command: Command) -> Any:
         return await self.redis.execute_command(*_bytes(command))

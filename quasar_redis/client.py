@@ -15,7 +15,7 @@ from ._calls import Call, NewJob
 from ._connect import sync_client
 from ._durable import Replicated
 from ._operations import JobOptions, Operations, public
-from ._pinned import pinned
+from ._pinned import pinned_parts
 from ._sending import Ask, Command, Flow, Pipeline, Step
 
 if sys.version_info >= (3, 11):
@@ -85,11 +85,11 @@ class Quasar(ClientBase):
         return self._send(step)
 
     def _replicated(self, step: Replicated) -> list[Any]:
-        """Durable mode: the commands and WAIT on one connection of the namespace's primary."""
-        commands = [*step.commands, step.wait]
+        """Durable mode: the commands and WAIT on one connection (on a cluster, of each
+        partition's primary: see ``_pinned``)."""
         if is_cluster(self.redis):
-            return pinned(self.redis, self.keys.root, commands)
-        return self._pipeline(commands)
+            return pinned_parts(self.redis, self.keys.root, step.commands, step.wait)
+        return self._pipeline([*step.commands, step.wait])
 
     def _execute_command(self, command: Command) -> Any:
         return self.redis.execute_command(*command)

@@ -1,10 +1,11 @@
-"""The programs of the failover tests, written into a test's folder: a task module and a
-producer. The producer enqueues jobs of known ids, writing each id whose enqueue was
-acknowledged to ``acked-<name>.txt``; after ``pause_after`` of them it touches
-``paused-<name>`` and waits for the file ``go`` (the test places the fault there). It waits,
-from a thread, on the result of a job no worker serves until after the fault, so that the wait
-spans it. It prints a JSON line: the result waited for, and how many calls met RedisUnavailable
-(then sent again); any other exception ends it with a traceback."""
+"""The programs of the failover tests, written into a test's folder: a task module (its app's
+namespace has ``LOAD_PARTITIONS`` partitions, one by default) and a producer. The producer
+enqueues jobs of known ids, writing each id whose enqueue was acknowledged to
+``acked-<name>.txt``; after ``pause_after`` of them it touches ``paused-<name>`` and waits for
+the file ``go`` (the test places the fault there). It waits, from a thread, on the result of a
+job no worker serves until after the fault, so that the wait spans it. It prints a JSON line:
+the result waited for, and how many calls met RedisUnavailable (then sent again); any other
+exception ends it with a traceback."""
 
 TASKS = """
 import os
@@ -12,7 +13,12 @@ import os
 from quasar_redis import App, Durable
 
 DURABLE = Durable(replicas=1, timeout_ms=500) if os.environ.get("LOAD_DURABLE") == "1" else None
-app = App(namespace=os.environ["QUASAR_NAMESPACE"], durable=DURABLE)
+PARTITIONS = int(os.environ.get("LOAD_PARTITIONS", "1"))
+app = App(
+    namespace=os.environ["QUASAR_NAMESPACE"],
+    durable=DURABLE,
+    partitions=PARTITIONS if PARTITIONS > 1 else None,
+)
 
 
 @app.task(queue="work", name="add")

@@ -31,7 +31,7 @@ from quasar_redis import (
     RedisUnavailable,
     Succeeded,
 )
-from quasar_redis._pinned import Redirect, Refresh, Send, pinning, redirect
+from quasar_redis._pinned import Redirect, Refresh, Send, joined, pinning, redirect, routes
 from quasar_redis.cli import main
 from quasar_redis.cli._worker import durable_option
 
@@ -207,3 +207,23 @@ def test_pinned_commands_read_the_slot_map_again_on_moved_and_ask_once_on_ask() 
     with pytest.raises(StopIteration) as done:
         flow.send([True, [b"Applied"], 1])
     assert done.value.value == [[b"Applied"], 1]
+
+
+def test_durable_commands_go_by_their_partitions_root_and_the_fewest_wait_holds() -> None:
+    """On a cluster each script goes to the primary of its first key's slot (its partition's
+    root), with a WAIT of its own there; a command without keys goes by the namespace's root."""
+    sha = "0" * 40
+    commands = [
+        ("EVALSHA", sha, 2, "quasar:{ns/1}:", "quasar:{ns/1}:events", "a"),
+        None,
+        ("EVALSHA", sha, 1, "quasar:{ns/0}:", "b"),
+        ("EVALSHA", sha, 0, "c"),
+        ("FCALL", "enqueue", 1, "quasar:{ns/1}:", "d"),
+    ]
+    parts = routes(commands, "quasar:{ns}:")
+    assert parts == [("quasar:{ns/1}:", [0, 4]), ("quasar:{ns/0}:", [2]), ("quasar:{ns}:", [3])]
+    assert routes([None], "quasar:{ns}:") == [("quasar:{ns}:", [])]
+    replies = [["a", "d", 2], ["b", 1], [rex.ResponseError("c"), 2]]
+    got = joined(len(commands), parts, replies)
+    assert got[:2] == ["a", None] and got[2] == "b" and got[4:] == ["d", 1]
+    assert isinstance(got[3], rex.ResponseError)

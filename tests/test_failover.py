@@ -10,7 +10,10 @@ producers and workers carry on, no raw redis-py error reaches them, and every ac
 is counted against what the queue holds. A manual failover waits for the replica to catch up,
 and a migration moves every key, so they lose nothing in either mode; a kill loses nothing in
 durable mode, and in the default mode at most what the replica had not received (asynchronous
-replication): how many is printed, and only where the loss may lie is asserted.
+replication): how many is printed, and only where the loss may lie is asserted. The load runs
+on a namespace of one partition and on one of three (``partitions=3``); on three, the fault
+lands on the primary of partition 0, while the other partitions' primaries go on meanwhile, and
+a kill's loss may lie only in the partitions the killed primary served.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from quasar_redis import AsyncQuasar, Durable, Failed, JobApplied, Quasar, Status, Succeeded
+from quasar_redis import AsyncQuasar, Durable, Failed, JobApplied, Quasar, Succeeded
 from quasar_redis._connect import async_client, sync_client
+from quasar_redis._keys import KeySpace
+from quasar_redis._partitions import partition_of
 
 from .cluster import HOST, LocalCluster, Migration, cluster_or_skip
 from .failover_load import PRODUCER, TASKS
@@ -56,10 +61,26 @@ def replicated() -> Iterator[LocalCluster]:
         cluster.stop()
 
 
-def home(rc: RedisCluster, namespace: str) -> int:
-    """The port of the primary serving the namespace's slot."""
+def roots(namespace: str, partitions: int) -> list[str]:
+    """The root key of each partition of the namespace (of one partition: its one root)."""
+    keys = KeySpace(namespace)
+    return [keys.root] if partitions == 1 else [keys.part(i).root for i in range(partitions)]
+
+
+def serving(rc: RedisCluster, key: str) -> int:
+    """The port of the primary serving ``key``'s slot."""
     cluster: Any = rc
-    return int(cluster.get_node_from_key(f"quasar:{{{namespace}}}:").port)
+    return int(cluster.get_node_from_key(key).port)
+
+
+def home(rc: RedisCluster, namespace: str, partitions: int = 1) -> int:
+    """The port of the primary serving the namespace's slot (partitioned: partition 0's)."""
+    return serving(rc, roots(namespace, partitions)[0])
+
+
+def given(partitions: int) -> int | None:
+    """The ``partitions=`` of a client of the namespace: None for one, as before partitions."""
+    return partitions if partitions > 1 else None
 
 
 def test_durable_writes_are_on_the_replica_when_they_return(replicated: LocalCluster) -> None:
@@ -129,7 +150,9 @@ def test_a_durable_client_follows_a_failover_and_loads_its_scripts_on_the_new_pr
 class Load:
     """The producers and workers of one run, in ``folder``."""
 
-    def __init__(self, folder: Path, cluster: LocalCluster, namespace: str, durable: bool):
+    def __init__(
+        self, folder: Path, cluster: LocalCluster, namespace: str, durable: bool, partitions: int
+    ):
         self.folder = folder
         self.durable = durable
         (folder / "tasks.py").write_text(TASKS)
@@ -140,7 +163,11 @@ class Load:
             "QUASAR_REDIS_URL": f"redis+cluster://{nodes}",
             "QUASAR_NAMESPACE": namespace,
             "LOAD_DURABLE": "1" if durable else "0",
-            "PYTHONPATH": str(folder),
+            "LOAD_PARTITIONS": str(partitions),
+            # (the folder first, for tasks.py; then the test's own path to quasar_redis, if any)
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(folder), os.environ.get("PYTHONPATH")])
+            ),
         }
         self.env.pop("REDIS_URL", None)
         self.workers = [self._worker("work", "-c", "4", "--lease-ms", "3000") for _ in range(2)]
@@ -196,10 +223,16 @@ def settled(q: Quasar) -> bool:
 
 
 def held_by(port: int, namespace: str) -> int:
-    """How many jobs of queue "work" the node at ``port`` holds, asked of it alone."""
+    """How many jobs of queue "work" the node at ``port`` holds, asked of it alone: the job
+    hashes of the namespace, or of the partitions whose slots it serves, but the "held" queue's
+    (ids ending in ``-held``)."""
+    patterns = (f"quasar:{{{namespace}}}:job:*", f"quasar:{{{namespace}/*}}:job:*")
     with redis.Redis(host=HOST, port=port) as node:
-        counts = Quasar(node, namespace).counts("work")
-    return sum(int(getattr(counts, status.value, 0)) for status in Status)
+        return sum(
+            not key.endswith(b"-held")
+            for pattern in patterns
+            for key in node.scan_iter(match=pattern, count=1000)
+        )
 
 
 def kill_behind_the_replica(
@@ -210,7 +243,8 @@ def kill_behind_the_replica(
     the replica lacks, acknowledged at once by default (in durable mode one a producer, each
     waiting for a replica in vain); then the primary is killed and the replica thawed, promoted
     with what it had. The killed node comes back as the new primary's replica (durable writes
-    need one)."""
+    need one). On a partitioned namespace a producer goes on with its jobs of the partitions
+    on other primaries, and waits at its first of a partition on this one."""
     replica = cluster.replica_of(primary)
     before = held_by(primary, namespace)
     cluster.freeze(replica)
@@ -224,11 +258,11 @@ def kill_behind_the_replica(
     cluster.restart(primary)
 
 
-def migrate_under_load(rc: RedisCluster, cluster: LocalCluster, namespace: str, load: Load) -> None:
-    """The namespace's slot moved to another primary while the producers go on."""
+def migrate_under_load(rc: RedisCluster, cluster: LocalCluster, root: str, load: Load) -> None:
+    """The slot of ``root`` (the namespace's, or partition 0's) moved to another primary while
+    the producers go on."""
     wrapped: Any = rc
-    root = f"quasar:{{{namespace}}}:"
-    source = home(rc, namespace)
+    source = serving(rc, root)
     target = next(p for p in cluster.primaries() if p != source)
     migration = Migration(cluster, wrapped.keyslot(root), source, target)
     migration.begin()
@@ -239,21 +273,23 @@ def migrate_under_load(rc: RedisCluster, cluster: LocalCluster, namespace: str, 
 
 
 def run_under_fault(
-    folder: Path, cluster: LocalCluster, fault: str, durable: bool
+    folder: Path, cluster: LocalCluster, fault: str, durable: bool, partitions: int
 ) -> dict[str, Any]:
     rc = RedisCluster(host=HOST, port=cluster.startup_port)
     namespace = f"fo-{uuid.uuid4().hex[:8]}"
-    load = Load(folder, cluster, namespace, durable)
+    load = Load(folder, cluster, namespace, durable, partitions)
     try:
-        q = Quasar(rc, namespace)
+        q = Quasar(rc, namespace, partitions=given(partitions))
         wait_for(load.paused, 120, "each producer's first acknowledged enqueues")
         wait_for(lambda: q.counts("work").completed >= 20, 120, "workers to run jobs")
-        primary = home(rc, namespace)
+        every = roots(namespace, partitions)
+        primary = home(rc, namespace, partitions)
+        on_primary = {i for i, root in enumerate(every) if serving(rc, root) == primary}
         if fault == "failover":
             cluster.failover(primary)
             load.go()
         elif fault == "migrate":
-            migrate_under_load(rc, cluster, namespace, load)
+            migrate_under_load(rc, cluster, every[0], load)
         else:
             kill_behind_the_replica(cluster, primary, namespace, load)
         held = subprocess.run(
@@ -279,18 +315,20 @@ def run_under_fault(
     }
     rc.close()
     seen = {"acked": len(acked), "lost": lost, "states": states, "producers": outputs}
-    return {**seen, "failed": failed}
+    return {**seen, "failed": failed, "on_primary": on_primary}
 
 
 @pytest.mark.heavy
 @pytest.mark.parametrize("durable", [True, False], ids=["durable", "default"])
 @pytest.mark.parametrize("fault", ["failover", "kill", "migrate"])
+@pytest.mark.parametrize("partitions", [1, 3], ids=["P1", "P3"])
 def test_producers_and_workers_carry_on_through_a_failover(
-    replicated: LocalCluster, tmp_path: Path, fault: str, durable: bool
+    replicated: LocalCluster, tmp_path: Path, fault: str, durable: bool, partitions: int
 ) -> None:
-    seen = run_under_fault(tmp_path, replicated, fault, durable)
-    print(f"\n{fault} durable={durable}: {seen['acked']} acknowledged, {len(seen['lost'])} lost, "
-          f"producers {seen['producers']}")  # fmt: skip
+    seen = run_under_fault(tmp_path, replicated, fault, durable, partitions)
+    print(f"\n{fault} durable={durable} partitions={partitions}: {seen['acked']} acknowledged, "
+          f"{len(seen['lost'])} lost, partitions {sorted(seen['on_primary'])} on the faulted "
+          f"primary, producers {seen['producers']}")  # fmt: skip
     assert seen["acked"] == 2 * (TOTAL + 1)
     assert all(out["held"] == "held" for out in seen["producers"].values()), seen["producers"]
     if durable or fault != "kill":
@@ -300,4 +338,7 @@ def test_producers_and_workers_carry_on_through_a_failover(
         numbers = [job_id.split("-")[1] for job_id in seen["lost"]]
         cut_off = [n.isdigit() and int(n) >= PAUSE_AFTER for n in numbers]
         assert all(cut_off), seen["lost"]
+        # (and only in the partitions the killed primary served)
+        places = {job_id: partition_of(job_id, partitions) for job_id in seen["lost"]}
+        assert set(places.values()) <= seen["on_primary"], (places, seen["on_primary"])
         assert seen["states"] == {"Succeeded"}, seen["failed"]

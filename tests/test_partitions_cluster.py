@@ -1,7 +1,7 @@
 """A partitioned namespace on the suite's 3-master Redis Cluster, through both clients: its
 partitions land on several slots and masters, each script stays in its partition's slot (the
-ACL user may touch only the partitions' keys and the record), and a flow keeps its jobs and
-their dependencies together."""
+ACL user may touch only the partitions' keys and the record), a flow keeps its jobs and their
+dependencies together, and a durable call waits on each partition's own primary."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from quasar_redis import (
     ClaimsApplied,
     Complete,
     CrossPartition,
+    Durable,
     JobRefused,
     NewJob,
     OutcomeApplied,
@@ -78,17 +79,17 @@ def make(request: pytest.FixtureRequest, local_cluster: LocalCluster) -> Iterato
     loop = asyncio.new_event_loop()
     closing: list[Any] = []
 
-    def made(count: int, namespace: str | None = None) -> Quasar:
+    def made(count: int, namespace: str | None = None, **options: Any) -> Quasar:
         namespace = namespace or spread_namespace(local_cluster, count)
         user, password = confine(local_cluster, namespace, count)
         port = local_cluster.startup_port
         if request.param == "sync":
             client = RedisCluster(host=HOST, port=port, username=user, password=password)
             closing.append(client.close)
-            return Quasar(client, namespace, partitions=count)
+            return Quasar(client, namespace, partitions=count, **options)
         aclient = AsyncRedisCluster(host=HOST, port=port, username=user, password=password)
         closing.append(lambda: loop.run_until_complete(aclient.aclose()))
-        q = AsyncQuasar(aclient, namespace, partitions=count)
+        q = AsyncQuasar(aclient, namespace, partitions=count, **options)
         return cast(Quasar, Driven(q, loop, RedisCluster(host=HOST, port=port)))
 
     try:
@@ -146,6 +147,26 @@ def test_a_partitioned_namespace_spreads_over_the_cluster(
     assert len(slots) == count and masters == len(local_cluster.ports)
     with pytest.raises(PartitionMismatch):
         make(count + 1, q.namespace).counts("default")
+
+
+def test_durable_calls_go_to_each_partitions_primary(make: Any) -> None:
+    """Durable mode on a namespace whose partitions are on every master: each script and the
+    WAIT behind it go to the primary of its partition's slot, a call alone and a round trip
+    over every partition alike (replicas=0: the session's cluster has no replicas)."""
+    count = 3
+    q = make(count, durable=Durable(replicas=0, timeout_ms=100))
+    ids = {partition_of(f"d-{n}", count): f"d-{n}" for n in range(50)}
+    assert sorted(ids) == list(range(count))
+    for job_id in ids.values():
+        assert applied(q.enqueue("s", id=job_id)).id == job_id
+    batch = q.enqueue_many([NewJob("s") for _ in range(3 * count)])
+    assert isinstance(batch, BatchApplied)
+    assert {partition_of(j.id, count) for j in batch.jobs} == set(range(count))
+    claims = q.claim_many("default", "w", LEASE, 4 * count)
+    assert isinstance(claims, ClaimsApplied) and len(claims.claims) == 4 * count
+    report = q.report_many("w", [Complete(c.token, result=1) for c in claims.claims])
+    assert all(isinstance(r, OutcomeApplied) for r in report), report
+    assert q.counts("default").completed == 4 * count
 
 
 def test_a_worker_serves_every_partition_on_the_cluster(local_cluster: LocalCluster) -> None:

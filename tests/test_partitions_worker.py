@@ -10,7 +10,17 @@ from typing import Any
 
 import pytest
 
-from quasar_redis import App, Connector, JobApplied, Status, Worker
+from quasar_redis import (
+    App,
+    AsyncQuasar,
+    ClaimsApplied,
+    Connector,
+    JobApplied,
+    RedisUnavailable,
+    ReportedAndClaimed,
+    Status,
+    Worker,
+)
 from quasar_redis._partitions import partition_of
 
 from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
@@ -69,6 +79,35 @@ def test_an_idle_worker_wakes_for_a_job_of_any_partition(papp: App) -> None:
             assert handle.result(timeout=30) == n
         done = COUNT * 2
         wait_for(lambda: worker.stats.completed == done or None, 30, "the outcomes counted")
+
+
+def test_a_claim_whose_reply_was_lost_is_sent_again_and_its_jobs_run(
+    papp: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis leases the jobs of a claim spread over the partitions, but its reply is lost (a
+    failover): the worker sends the same call again (each partition's part with its call id),
+    is answered the same leases, and runs them."""
+    execute = AsyncQuasar.execute
+    lost: list[Any] = []
+
+    async def losing_a_reply(self: AsyncQuasar, call: Any) -> Any:
+        result = await execute(self, call)
+        claims = result.claim if isinstance(result, ReportedAndClaimed) else result
+        if call.spread is not None and isinstance(claims, ClaimsApplied) and not lost:
+            lost.append(call)
+            raise RedisUnavailable("reply lost (simulated)")
+        return result
+
+    def echo(n: int) -> int:
+        return n
+
+    task = papp.task(echo, name="echo")
+    handles = [task.enqueue(n) for n in range(COUNT * 2)]  # (before the worker claims)
+    monkeypatch.setattr(AsyncQuasar, "execute", losing_a_reply)
+    with worker_of(papp, concurrency=COUNT * 2) as worker:
+        assert [h.result(timeout=30) for h in handles] == list(range(COUNT * 2))
+        assert worker.stats.lost == 0
+    assert len(lost) == 1
 
 
 def test_the_cli_reads_a_partitioned_namespace_as_its_record_says(namespace: str) -> None:
