@@ -34,16 +34,24 @@ class PartitionedCalls(PartitionOps):
     # enqueue ----------------------------------------------------------------------------------
 
     def _place(self, jobs: Sequence[NewJob]) -> tuple[dict[int, list[int]], dict[int, t.JobError]]:
+        """Each job's partition, by its id, flow key or dependencies. The jobs that may go
+        anywhere go together, so that a batch costs a call as on one partition: to the
+        partition most of the others go to, or, in a batch of only such jobs, to the next
+        partition in turn (the batches spread evenly)."""
         places: dict[int, list[int]] = {}
         refused: dict[int, t.JobError] = {}
+        free: list[int] = []
         for index, job in enumerate(jobs):
             where = placement(job, self.count)
             if where is None:
-                where = self._any()
-            if isinstance(where, int):
+                free.append(index)
+            elif isinstance(where, int):
                 places.setdefault(where, []).append(index)
             else:
                 refused[index] = where
+        if free:
+            where = max(places, key=lambda k: len(places[k])) if places else self._any()
+            places[where] = sorted(places.get(where, []) + free)
         return places, refused
 
     def enqueue(self, job: NewJob, now: int | None = None) -> Call[t.JobResult]:

@@ -171,16 +171,34 @@ def test_one_partition_given_keeps_the_layout_of_none_given(make: Make, namespac
 
 
 def test_generated_ids_name_their_partition_and_jobs_spread(q: Quasar, count: int) -> None:
-    batch = q.enqueue_many([NewJob("s") for _ in range(20 * count)], now=T0)
+    seen: list[int] = []
+    for _ in range(count):  # (a batch of jobs free to go anywhere goes to one partition)
+        batch = q.enqueue_many([NewJob("s") for _ in range(5)], now=T0)
+        assert isinstance(batch, BatchApplied)
+        partitions = {int(job.id.split("~")[0]) for job in batch.jobs}
+        assert len(partitions) == 1, batch
+        seen += partitions
+        for job in batch.jobs:
+            assert q.redis.exists(part_key(q, seen[-1], job.id))
+            info = q.get_job(job.id)
+            assert info is not None and info.job == job
+    assert sorted(seen) == list(range(count))  # (each batch to the next partition in turn)
+    singles = {int(applied(q.enqueue("s", now=T0)).id.split("~")[0]) for _ in range(count)}
+    assert singles == set(range(count))
+
+
+def test_jobs_free_to_go_anywhere_join_the_batchs_largest_partition(q: Quasar, count: int) -> None:
+    named = [f"order-{n}" for n in range(40)]
+    target = hashed(named[0], count)
+    ids = [n for n in named if hashed(n, count) == target][:2]
+    other = next(n for n in named if hashed(n, count) != target)
+    jobs = [NewJob("s", id=ids[0]), NewJob("s"), NewJob("s", id=other), NewJob("s", id=ids[1])]
+    batch = q.enqueue_many([*jobs, NewJob("s")], now=T0)
     assert isinstance(batch, BatchApplied)
-    seen = set()
-    for job in batch.jobs:
-        partition = int(job.id.split("~")[0])
-        assert q.redis.exists(part_key(q, partition, job.id))
-        seen.add(partition)
-        info = q.get_job(job.id)
-        assert info is not None and info.job == job
-    assert seen == set(range(count))  # (60 and 140 random picks: all of them, at these odds)
+    assert [batch.jobs[i].id for i in (0, 2, 3)] == [ids[0], other, ids[1]]  # (in order)
+    for job in (batch.jobs[1], batch.jobs[4]):
+        assert job.id.startswith(f"{target}~")
+        assert q.redis.exists(part_key(q, target, job.id))
 
 
 def test_a_callers_id_is_in_the_partition_its_hash_names(q: Quasar, count: int) -> None:

@@ -24,6 +24,7 @@ from quasar_redis import (
     Complete,
     CrossPartition,
     Durable,
+    Job,
     JobRefused,
     NewJob,
     OutcomeApplied,
@@ -122,13 +123,16 @@ def test_a_partitioned_namespace_spreads_over_the_cluster(
     make: Any, local_cluster: LocalCluster, count: int
 ) -> None:
     q = make(count)
-    batch = q.enqueue_many([NewJob("s") for _ in range(20 * count)])
-    assert isinstance(batch, BatchApplied)
+    jobs: list[Job] = []
+    for _ in range(count):  # (a batch of jobs free to go anywhere: the next partition's)
+        batch = q.enqueue_many([NewJob("s") for _ in range(20)])
+        assert isinstance(batch, BatchApplied)
+        jobs += batch.jobs
     flow = "order-42"
     first = applied(q.enqueue("charge", flow=flow, queue="orders"))
     then = applied(q.enqueue("ship", flow=flow, queue="orders", dependencies=[first.id]))
     assert partition_of(then.id, count) == hashed(flow, count)
-    other = next(j for j in batch.jobs if partition_of(j.id, count) != hashed(flow, count))
+    other = next(j for j in jobs if partition_of(j.id, count) != hashed(flow, count))
     assert q.enqueue("s", flow=flow, dependencies=[other.id]) == JobRefused(
         CrossPartition(other.id, partition_of(other.id, count), hashed(flow, count))
     )
@@ -159,7 +163,8 @@ def test_durable_calls_go_to_each_partitions_primary(make: Any) -> None:
     assert sorted(ids) == list(range(count))
     for job_id in ids.values():
         assert applied(q.enqueue("s", id=job_id)).id == job_id
-    batch = q.enqueue_many([NewJob("s") for _ in range(3 * count)])
+    flows = {hashed(f"f{n}", count): f"f{n}" for n in range(50)}
+    batch = q.enqueue_many([NewJob("s", flow=f) for f in flows.values() for _ in range(3)])
     assert isinstance(batch, BatchApplied)
     assert {partition_of(j.id, count) for j in batch.jobs} == set(range(count))
     claims = q.claim_many("default", "w", LEASE, 4 * count)
