@@ -125,7 +125,8 @@ def test_partitions_benchmark_produces_every_figure() -> None:
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout)
-    assert sorted(out["layouts"]) == ["P=1", "P=3", "standalone P=1", "standalone P=3"]
+    layouts = ["P=1", "P=3", "P=3 on one primary", "standalone P=1", "standalone P=3"]
+    assert sorted(out["layouts"]) == layouts
     for name, layout in out["layouts"].items():
         for phase in ("enqueue", "process"):
             figures = layout[phase]
@@ -135,4 +136,5 @@ def test_partitions_benchmark_produces_every_figure() -> None:
         assert layout["process"]["connections_per_worker_per_primary"] >= 0, (name, layout)
     # (the three partitions are on the three primaries: each did some of the work)
     assert all(share > 0 for share in out["layouts"]["P=3"]["process"]["shares"]), out
-    assert set(out["cpu_per_job_P3_over_P1"]) == {"P=3", "standalone P=3"}
+    assert set(out["cpu_per_job_P3_over_P1"]) == {"P=3", "P=3 on one primary", "standalone P=3"}
+    assert out["layouts"]["P=3 on one primary"]["process"]["shares"][0] > 0.9, out
