@@ -191,12 +191,21 @@ local WRITES = {
   blocked = {"blocked", namespace = true},
 }
 
+-- An enqueue answered from what an earlier delivery wrote (its jobs found, or a job that exists
+-- refused) writes the sequence again, as it is, for the reason call.lua's recorded writes a
+-- call record again: a durable client's WAIT on another connection then covers those writes.
+local function written_again(ctx)
+  local seq = redis.pcall("GET", key_seq(ctx))
+  if type(seq) == "string" then redis.pcall("SET", key_seq(ctx), seq) end
+end
+
 -- Every check of one job, given the ids applied earlier in this call; nil when it may go in.
 local function check_one(ctx, a, now, limits, batch)
   local bad = new_job_checks(a, now, limits)
     or limit_checks(ctx, a, limits.payload, limits.deps, limits)
   if bad then return bad end
   if batch[a.id] or (not limits.none_exist and redis.call("EXISTS", key_job(ctx, a.id)) == 1) then
+    if not batch[a.id] then written_again(ctx) end
     return refuse("DuplicateJob", a.id)
   end
   local pending, err = dependency_checks(ctx, a, batch)
@@ -324,6 +333,7 @@ local function enqueue_each(ctx, jobs, now, limits, reply, before)
 end
 
 local function replay_all(ctx, jobs, reply)
+  written_again(ctx)
   local out = {"BatchApplied", ""}
   for _, a in ipairs(jobs) do
     local h = load_job(ctx, a.id)
@@ -351,6 +361,7 @@ local function main(ctx)
     -- Otherwise no job of this call can exist yet, and none is looked for.
     local before = decode_items(recorded(ctx))
     limits.resent = #before > 0 or (not limits.none_exist and created_by(ctx, jobs[1]) ~= nil)
+    if limits.resent then written_again(ctx) end
     local out, kept = enqueue_each(ctx, jobs, now, limits, reply, before)
     if kept then record(ctx, kept) end
     return out

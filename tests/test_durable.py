@@ -8,6 +8,7 @@ replica right after the call returns, with no waiting: that is what durable mode
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ from quasar_redis import (
     AsyncQuasar,
     BatchApplied,
     ConfigurationError,
+    DuplicateJob,
     Durable,
     JobApplied,
+    JobRefused,
     NewJob,
     NotReplicated,
     Quasar,
@@ -133,6 +136,50 @@ def test_the_asyncio_client_waits_too(pair: tuple[RedisServer, RedisServer]) -> 
         await raw.connection_pool.disconnect()
 
     asyncio.run(flow())
+    on_replica.close()
+
+
+def test_a_resent_call_on_a_new_connection_waits_for_the_first_deliverys_writes(
+    pair: tuple[RedisServer, RedisServer],
+) -> None:
+    """WAIT counts the writes of its own connection (Valkey, newer Redis). A call answered from
+    what an earlier delivery wrote, on a connection that never wrote it, must still wait for
+    those writes: with the replica frozen, the first delivery is not replicated, and neither is
+    a claim or an enqueue sent again, nor an enqueue refused because its job exists."""
+    primary, replica = pair
+    assert replica.proc is not None
+    durable = Durable(replicas=1, timeout_ms=300)
+    first = redis.Redis(port=primary.port)
+    q = Quasar(first, "durable-resent", durable=durable)
+    applied(q.enqueue("stage", id="gap"))
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(NotReplicated) as claimed_once:
+            q.claim("default", "w", LEASE)
+        with pytest.raises(NotReplicated) as enqueued_once:
+            q.enqueue("stage", id="later")
+        record = q.keys.call(claimed_once.value.calls[0].call_id)
+        left = first.pttl(record)
+        for caught in (claimed_once.value, enqueued_once.value, None):
+            fresh = redis.Redis(port=primary.port)  # (a connection that wrote nothing)
+            again = Quasar(fresh, "durable-resent", durable=durable)
+            with pytest.raises(NotReplicated) as resent:  # (not a reply trusted too early)
+                if caught is None:
+                    again.enqueue("stage", id="later")  # (a new call: refused, the job exists)
+                else:
+                    again.execute(caught.calls[0])
+            assert resent.value.acknowledged == 0
+            if caught is None:
+                assert resent.value.result == JobRefused(DuplicateJob("later"))
+            else:
+                assert resent.value.result == caught.result
+            fresh.close()
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    on_replica = redis.Redis(port=replica.port)
+    wait_for(lambda: on_replica.exists(record) == 1, 30, "the replica to catch up")
+    assert 0 < first.pttl(record) < left - 300  # (its expiry kept, not renewed, by the re-send)
+    first.close()
     on_replica.close()
 
 

@@ -13,9 +13,16 @@ local flush_events, WAKE_KEEP, WAKE_MAX = Events.flush_events, Events.WAKE_KEEP,
 -- The record of this call if it was applied before (see "Re-sent calls" above), or nil. A key of
 -- another type is no record of ours: it is ignored here and never overwritten. (A record not
 -- read because GET was refused would apply a re-sent call twice: pcall_typed raises.)
+--
+-- A call answered from its record writes nothing of its own, and a durable client's WAIT counts
+-- the writes of its own connection (Valkey 9 counts only those): on a connection that never
+-- wrote the first delivery's writes (a new one, or another of the pool) it would wait for
+-- nothing while they may not be on a replica yet. So the record is written again, as it is (its expiry
+-- kept; a state unchanged): that connection's WAIT then covers everything before it.
 local function recorded(ctx)
   local value = pcall_typed("GET", key_call(ctx))
   if type(value) ~= "string" then return nil end
+  redis.call("SET", key_call(ctx), value, "KEEPTTL")
   -- (a re-sent call's reply says whether the cascade it started still has work: see finish)
   ctx.cascade = ctx.cascade or {resent = true}
   return value
