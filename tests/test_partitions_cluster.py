@@ -156,7 +156,7 @@ def test_a_partitioned_namespace_spreads_over_the_cluster(
 def test_durable_calls_go_to_each_partitions_primary(make: Any) -> None:
     """Durable mode on a namespace whose partitions are on every master: each script and the
     WAIT behind it go to the primary of its partition's slot, a call alone and a round trip
-    over every partition alike (replicas=0: the session's cluster has no replicas)."""
+    over every partition alike (replicas=0: the test session's cluster has no replicas)."""
     count = 3
     q = make(count, durable=Durable(replicas=0, timeout_ms=100))
     ids = {partition_of(f"d-{n}", count): f"d-{n}" for n in range(50)}
