@@ -573,14 +573,56 @@ def forgotten_at(writes: Sequence[tuple[int, str, bytes]], cut: int, before: int
 def cut_between_claims_and_outcomes(data: bytes, prefix: bytes) -> tuple[int, set[str]]:
     """Where to cut the file: the end of a unit between 50% and 80% of it, the one that leaves
     the most jobs leased whose success the file recorded before its last 10% (outcomes Redis
-    acknowledged long before it died, so no worker sends them again); the cut and those jobs."""
+    acknowledged long before it died, so no worker sends them again); the cut and those jobs.
+    Where no such unit ends there (a stretch of the file without a claim in flight: a worker
+    held up, or one large enqueue), the end of a unit anywhere between 20% and 85%."""
     writes = states_written(data, prefix)
     ends = [end for end, _ in units(data)]
     before = len(data) * 9 // 10
-    cuts = {ends[bisect.bisect_left(ends, len(data) * p // 100)] for p in range(50, 81, 3)}
-    best = max(((forgotten_at(writes, cut, before), cut) for cut in cuts), key=lambda x: len(x[0]))
-    assert best[0], "the file holds no claim whose outcome came later: nothing ran under load"
-    return best[1], best[0]
+    best: tuple[set[str], int] = (set(), 0)
+    for percents in (range(50, 81, 3), range(20, 86)):
+        marks = (bisect.bisect_left(ends, len(data) * p // 100) for p in percents)
+        cuts = {ends[i] for i in marks if i < len(ends)}
+        tried = ((forgotten_at(writes, cut, before), cut) for cut in cuts)
+        best = max(tried, key=lambda x: len(x[0]), default=best)
+        if best[0]:
+            return best[1], best[0]
+    where = {
+        state.decode(): [round(100 * end / len(data)) for end, _, st in writes if st == state][::50]
+        for state in {st for _, _, st in writes}
+    }
+    raise AssertionError(
+        "the file holds no claim whose outcome came later: nothing ran under load "
+        f"({len(data):,} bytes, {len(ends)} units, {len(writes)} states written; where each "
+        f"state was written, in % of the file, every 50th: {where})"
+    )
+
+
+def _unit(*commands: tuple[bytes, ...]) -> bytes:
+    """A MULTI ... EXEC unit of an AOF holding ``commands``, in RESP."""
+
+    def one(args: tuple[bytes, ...]) -> bytes:
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+    return one((b"MULTI",)) + b"".join(one(c) for c in commands) + one((b"EXEC",))
+
+
+def test_the_cut_falls_back_to_a_wider_stretch_where_no_claim_is_in_flight() -> None:
+    # Claims and their outcomes at the file's start, then one large write filling its middle:
+    # no unit between 50% and 80% leaves a success forgotten, one near 25% does.
+    prefix = b"quasar:{t}:job:"
+    leased = _unit(*((b"HSET", prefix + b"j%d" % i, b"st", b"L") for i in range(20)))
+    done = _unit(*((b"HSET", prefix + b"j%d" % i, b"st", b"S") for i in range(20)))
+    start = _unit((b"SET", b"quasar:{t}:other", b"x" * 2 * len(leased)))
+    head = start + leased + done
+    large = _unit((b"SET", b"quasar:{t}:other", b"x" * 2 * len(head)))
+    data = head + large + done
+    assert 20 < 100 * len(start + leased) / len(data) < 50  # (the claims end before 50%)
+    assert 100 * len(head + large) / len(data) > 80
+    cut, forgotten = cut_between_claims_and_outcomes(data, prefix)
+    assert cut == len(start + leased) and forgotten == {f"j{i}" for i in range(20)}
+    with pytest.raises(AssertionError, match="nothing ran under load"):
+        cut_between_claims_and_outcomes(large + leased, prefix)
 
 
 @pytest.mark.parametrize("stage", [TRUNCATED], indirect=True, ids=["aof-cut"])
