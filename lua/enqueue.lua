@@ -194,7 +194,10 @@ local WRITES = {
 -- An enqueue answered from what an earlier delivery wrote (its jobs found, or a job that exists
 -- refused) writes the sequence again, as it is, for the reason call.lua's recorded writes a
 -- call record again: a durable client's WAIT on another connection then covers those writes.
+-- Once a call, however many of its jobs are refused.
 local function written_again(ctx)
+  if ctx.written_again then return end
+  ctx.written_again = true
   local seq = redis.pcall("GET", key_seq(ctx))
   if type(seq) == "string" then redis.pcall("SET", key_seq(ctx), seq) end
 end

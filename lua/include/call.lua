@@ -17,8 +17,8 @@ local flush_events, WAKE_KEEP, WAKE_MAX = Events.flush_events, Events.WAKE_KEEP,
 -- A call answered from its record writes nothing of its own, and a durable client's WAIT counts
 -- the writes of its own connection (Valkey 9 counts only those): on a connection that never
 -- wrote the first delivery's writes (a new one, or another of the pool) it would wait for
--- nothing while they may not be on a replica yet. So the record is written again, as it is (its expiry
--- kept; a state unchanged): that connection's WAIT then covers everything before it.
+-- nothing while they may not be on a replica yet. So the record is written again, as it is (its
+-- expiry kept; a state unchanged): that connection's WAIT then covers everything before it.
 local function recorded(ctx)
   local value = pcall_typed("GET", key_call(ctx))
   if type(value) ~= "string" then return nil end
@@ -146,6 +146,7 @@ local function run_call(keys, args, main, uses)
     checked = {},
     -- made at their first use (many calls need none of them):
     int_ok = nil, at_bytes = nil, event_runs = nil, index = nil, index_keys = nil, woken = nil,
+    written_again = nil, -- (enqueue.lua: the sequence written again, once)
   }
   return finish(ctx, main(ctx))
 end
