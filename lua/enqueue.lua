@@ -13,13 +13,22 @@
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id          ARGV[2] now ("" = server clock)
 -- ARGV[3]  max payload bytes ARGV[4] max dependencies per job  ARGV[5] job count N
--- ARGV[6]  mode: "all" | "each"   ARGV[7] reply: "slim" | "ids"
+-- ARGV[6]  mode: "all" | "each" | "skip"   ARGV[7] reply: "slim" | "ids"
 --   (slim: a job this call creates as its count of dependencies not yet succeeded, as a string:
 --   the client sent the rest; a job a re-sent call finds as every field)
--- then N groups of 13: id, queue, stage, payload, input_ref, input_revision,
+-- then N groups of 14: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
 --   delay ("" = 0), on_dependency_failure ("block" | "cancel"), made ("1" when the client made
---   the id at random for this call, else "").
+--   the id at random for this call, else ""), dedup ("" or "<mode> <window ms> <key>": see
+--   lua/include/unique.lua; checked after DuplicateJob's place in the order, just before it).
+--
+-- Deduplicated jobs. A job whose dedup key another job holds is answered with that job instead
+-- of going in (a debounce rewrites it first); so is, in "skip" mode (an "all" that skips
+-- duplicates), a job whose id exists or came earlier in the batch. In a batch the first job with
+-- a key decides for the later ones. Such a job's item is {job} (a list of one: the holder whole,
+-- or its id alone in "ids" replies); in "each" mode {"JobDeduplicated", "", job}. A call that
+-- deduplicated a job keeps a call record of every job's answer (true, or the holder's id), so a
+-- re-sent call gets the same answers and writes nothing more.
 --
 -- Replies
 --   all:  {"BatchApplied", now, job...}        each job as above (slim) or as its id alone
@@ -36,7 +45,7 @@
 -- created it (field ec); one whose id the client made at random for this call needs no such
 -- field: only this call can have created a job with that id.
 
--- uses: core, checks, events, job, call
+-- uses: core, checks, events, job, call, unique
 local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Core.ID_MAX, Core.int
 local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
 local key_queues, key_seq, PRIORITY_MAX = Core.key_queues, Core.key_seq, Core.PRIORITY_MAX
@@ -49,8 +58,10 @@ local blocked, field_args, job_reply = Job.blocked, Job.field_args, Job.job_repl
 local load_job, place, status_name = Job.load_job, Job.place, Job.status_name
 local decode_items, encode_items, record = Call.decode_items, Call.encode_items, Call.record
 local recorded, run_call = Call.recorded, Call.run_call
+local debounce, unique_arg = Unique.debounce, Unique.unique_arg
+local unique_holder, unique_take = Unique.unique_holder, Unique.unique_take
 
-local GROUP = 13
+local GROUP = 14
 
 -- A batch repeats the same few values (attempts, priority, stage, queue): each is checked once a
 -- call, in the call's memo (m.ints: integer arguments parsed; m.stages: stages found valid; queue
@@ -169,7 +180,7 @@ local function read_group(args, i)
     id = args[b + 1], queue = args[b + 2], stage = args[b + 3], payload = args[b + 4],
     input_ref = args[b + 5], input_revision = args[b + 6], dependencies = args[b + 7],
     priority = args[b + 8], max_attempts = args[b + 9], available_at = args[b + 10],
-    delay = args[b + 11], odf = args[b + 12], made = args[b + 13] == "1",
+    delay = args[b + 11], odf = args[b + 12], made = args[b + 13] == "1", dedup = args[b + 14],
   }
 end
 
@@ -202,13 +213,30 @@ local function written_again(ctx)
   if type(seq) == "string" then redis.pcall("SET", key_seq(ctx), seq) end
 end
 
--- Every check of one job, given the ids applied earlier in this call; nil when it may go in.
+-- A duplicate id in "skip" mode: answered with the job of that id (a.held; a.held_h when it
+-- existed before this call), or a refusal when that job is damaged.
+local function skipped(ctx, a, batch)
+  a.held = a.id
+  if batch[a.id] then return nil end
+  local h, err = load_job(ctx, a.id)
+  a.held_h = h
+  return err
+end
+
+-- Every check of one job, given the ids applied earlier in this call; nil when it may go in or
+-- is answered by another job (a.held).
 local function check_one(ctx, a, now, limits, batch)
   local bad = new_job_checks(a, now, limits)
     or limit_checks(ctx, a, limits.payload, limits.deps, limits)
+    or (a.dedup ~= "" and unique_arg(a)) or nil
   if bad then return bad end
+  if a.u then
+    bad = unique_holder(ctx, a, now, limits.taken, WRITES)
+    if bad or a.held then return bad end
+  end
   if batch[a.id] or (not limits.none_exist and redis.call("EXISTS", key_job(ctx, a.id)) == 1) then
     if not batch[a.id] then written_again(ctx) end
+    if limits.skip then return skipped(ctx, a, batch) end
     return refuse("DuplicateJob", a.id)
   end
   local pending, err = dependency_checks(ctx, a, batch)
@@ -233,6 +261,7 @@ local function new_fields(a, h, now_text)
   if h.m ~= "3" then args[#args + 1] = "m"; args[#args + 1] = h.m end
   if h.at ~= now_text then args[#args + 1] = "ins"; args[#args + 1] = now_text end
   if h.ec then args[#args + 1] = "ec"; args[#args + 1] = h.ec end
+  if h.uq then args[#args + 1] = "uq"; args[#args + 1] = h.uq end
   return args
 end
 
@@ -245,6 +274,10 @@ local function write_one(ctx, a, now, seq, now_text)
     at = a.at == now and now_text or fmt(ctx, a.at), ins = now_text,
   }
   if not a.made then h.ec = ctx.args[1] end -- the call id
+  if a.u then
+    h.uq = a.dedup
+    unique_take(ctx, a)
+  end
   redis.call("HSET", key_job(ctx, a.id), unpack(new_fields(a, h, now_text)))
   place(ctx, a.id, h, now)
   emit(ctx, a.id, h, status_name(h, now))
@@ -262,23 +295,58 @@ local function job_out(ctx, id, h, reply, fresh)
   return job_reply(ctx, id, h)
 end
 
--- "all": check every job, then write them all.
+-- The job that answers job `a` (a.held), as it is now: one this call wrote (written), or one
+-- that existed before it, rewritten first by a debounce.
+local function held_job(ctx, a, now, written)
+  local h = a.held_h
+  if h == nil then return written[a.held] end
+  if a.u and a.u.mode == "debounce" then return debounce(ctx, a, now) end
+  return h
+end
+
+-- A job this call checked: the key it holds for the later jobs of the call.
+local function took(limits, a)
+  if a.u then limits.taken[a.u.key] = a.held or a.id end
+end
+
+-- "all" (and "skip"): check every job, then write them all. Returns the reply and, when a job
+-- was answered by another, the call record (every job's answer: see the header).
 local function enqueue_all(ctx, jobs, now, limits, reply)
-  local batch, queues = {}, {}
+  local batch, queues, fresh = {}, {}, 0
   for i, a in ipairs(jobs) do
     local bad = check_one(ctx, a, now, limits, batch)
-    if bad then return refuse("BatchRefused", fmt(ctx, i), bad), false end
-    batch[a.id] = true
-    queues[a.queue] = true
+    if bad then return refuse("BatchRefused", fmt(ctx, i), bad) end
+    took(limits, a)
+    if not a.held then
+      batch[a.id] = true
+      queues[a.queue] = true
+      fresh = fresh + 1
+    end
   end
   for q in pairs(queues) do redis.call("SADD", key_queues(ctx), q) end
-  local seq = redis.call("INCRBY", key_seq(ctx), fmt(ctx, #jobs)) - #jobs
+  local seq = fresh > 0 and redis.call("INCRBY", key_seq(ctx), fmt(ctx, fresh)) - fresh or 0
   local out = {"BatchApplied", fmt(ctx, now)}
-  for i, a in ipairs(jobs) do
-    local h = write_one(ctx, a, now, seq + i, limits.now_text)
-    out[#out + 1] = job_out(ctx, a.id, h, reply, true)
+  if fresh == #jobs then
+    for i, a in ipairs(jobs) do
+      local h = write_one(ctx, a, now, seq + i, limits.now_text)
+      out[#out + 1] = job_out(ctx, a.id, h, reply, true)
+    end
+    return out, nil
   end
-  return out, true
+  local kept, written = {}, {}
+  for i, a in ipairs(jobs) do
+    if a.held then
+      local h = held_job(ctx, a, now, written)
+      out[#out + 1] = {job_out(ctx, a.held, h, reply, false)}
+      kept[i] = {"JobDeduplicated", a.held}
+    else
+      seq = seq + 1
+      written[a.id] = write_one(ctx, a, now, seq, limits.now_text)
+      out[#out + 1] = job_out(ctx, a.id, written[a.id], reply, true)
+      kept[i] = true
+    end
+  end
+  return out, encode_items(kept)
 end
 
 -- A job this very call created (a re-sent call): its hash keeps the call id (field ec), or its
@@ -308,17 +376,29 @@ end
 -- record of a re-sent call kept)}.
 local function each_one(ctx, a, now, limits, each, i)
   local batch, before, reply, left = each.batch, each.before[i], each.reply, #each.jobs - i + 1
-  if type(before) == "table" then return before, before end
+  if type(before) == "table" then
+    if before[1] ~= "JobDeduplicated" then return before, before end
+    local h, err = load_job(ctx, before[2])
+    if h == nil then return err, before end
+    return applied("JobDeduplicated", "", job_reply(ctx, before[2], h)), before
+  end
   local h = not batch[a.id] and limits.resent and created_by(ctx, a) or nil -- not: a duplicate
   local fresh = h == nil
   if fresh then
     local bad = check_one(ctx, a, now, limits, batch)
     if bad then return bad, bad end
+    took(limits, a)
+    if a.held then
+      local held = held_job(ctx, a, now, each.written)
+      return applied("JobDeduplicated", "", job_reply(ctx, a.held, held)),
+        {"JobDeduplicated", a.held}
+    end
     if not limits.listed[a.queue] then
       redis.call("SADD", key_queues(ctx), a.queue)
       limits.listed[a.queue] = true
     end
     h = write_one(ctx, a, now, next_seq(ctx, limits, left), limits.now_text)
+    each.written[a.id] = h
   end
   batch[a.id] = true
   return applied("JobApplied", "", job_out(ctx, a.id, h, reply, fresh)), true
@@ -327,12 +407,27 @@ end
 -- A call record is written only when some job was refused: the applied ones carry the call id.
 local function enqueue_each(ctx, jobs, now, limits, reply, before)
   local kept, out, refused = {}, {"EachResult", fmt(ctx, now)}, false
-  local each = {jobs = jobs, batch = {}, reply = reply, before = before}
+  local each = {jobs = jobs, batch = {}, reply = reply, before = before, written = {}}
   for i, a in ipairs(jobs) do
     out[#out + 1], kept[i] = each_one(ctx, a, now, limits, each, i)
     refused = refused or kept[i] ~= true
   end
   return out, refused and encode_items(kept) or nil
+end
+
+-- A re-sent call that deduplicated a job: every job's answer from the call record (before).
+local function replay_kept(ctx, jobs, reply, before)
+  local out = {"BatchApplied", ""}
+  for i, a in ipairs(jobs) do
+    local kept = before[i]
+    local id = kept == true and a.id or kept[2]
+    local h = load_job(ctx, id)
+    if h then
+      local item = job_out(ctx, id, h, reply, false)
+      out[#out + 1] = kept == true and item or {item}
+    end
+  end
+  return out
 end
 
 local function replay_all(ctx, jobs, reply)
@@ -350,14 +445,20 @@ local function main(ctx)
   local now, e = clock(args[2])
   if now == nil then return refuse("BatchRefused", "1", e) end
   local limits = {payload = tonumber(args[3]), deps = tonumber(args[4]), ints = {},
-    stages = {}, now_text = fmt(ctx, now), listed = {}}
+    stages = {}, now_text = fmt(ctx, now), listed = {}, taken = {}}
   local n, mode, reply = int(args[5]), args[6], args[7]
-  if n == nil or n < 1 or #args ~= 7 + n * GROUP or (mode ~= "all" and mode ~= "each")
+  if n == nil or n < 1 or #args ~= 7 + n * GROUP
+      or (mode ~= "all" and mode ~= "each" and mode ~= "skip")
       or (reply ~= "ids" and reply ~= "slim") then
     return refuse("BatchRefused", "1", invalid("malformed enqueue call"))
   end
-  local jobs = {}
-  for i = 1, n do jobs[i] = read_group(args, i) end
+  local jobs, dedup = {}, mode == "skip"
+  for i = 1, n do
+    local a = read_group(args, i)
+    jobs[i] = a
+    dedup = dedup or a.dedup ~= ""
+  end
+  limits.skip = mode == "skip"
   limits.none_exist = none_exist(ctx, jobs)
   if mode == "each" then
     -- A re-sent call: its record (some job was refused), or its first job found (all applied).
@@ -369,9 +470,15 @@ local function main(ctx)
     if kept then record(ctx, kept) end
     return out
   end
+  -- A call that may deduplicate a job may have left a record of its answers.
+  if dedup then
+    local before = decode_items(recorded(ctx))
+    if #before > 0 then return replay_kept(ctx, jobs, reply, before) end
+  end
   -- (none_exist: not even the first job, so this is no re-sent call; nothing more to read)
   if not limits.none_exist and created_by(ctx, jobs[1]) then return replay_all(ctx, jobs, reply) end
-  local out = enqueue_all(ctx, jobs, now, limits, reply)
+  local out, kept = enqueue_all(ctx, jobs, now, limits, reply)
+  if kept then record(ctx, kept) end
   return out
 end
 

@@ -15,7 +15,7 @@
 --   {"Pruned", now, count}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
--- uses: core, checks, job, call
+-- uses: core, checks, job, call, unique
 local applied, CALL_TTL_MS, clock, fmt = Core.applied, Core.CALL_TTL_MS, Core.clock, Core.fmt
 local int, invalid, key_dependents = Core.int, Core.invalid, Core.key_dependents
 local key_errors, key_job, key_q = Core.key_errors, Core.key_job, Core.key_q
@@ -25,6 +25,7 @@ local check_queue, check_types = Checks.check_queue, Checks.check_types
 local valid_name = Checks.valid_name
 local blocked, load_job = Job.blocked, Job.load_job
 local run_call = Call.run_call
+local unique_forget = Unique.unique_forget
 
 local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
 
@@ -68,6 +69,7 @@ end
 function finished_jobs.delete(ctx, id, h)
   for _, dep in ipairs(split(h.dp or "")) do redis.call("SREM", key_dependents(ctx, dep), id) end
   redis.call("DEL", key_job(ctx, id), key_dependents(ctx, id), key_errors(ctx, id))
+  if h.uq then unique_forget(ctx, id, h.uq) end
   if h.st == "S" then redis.call("ZREM", key_q(ctx, h.q, "expiring"), id) end
 end
 

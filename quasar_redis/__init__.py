@@ -6,6 +6,7 @@ around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free c
 
 from ._base import EvictionPolicyWarning
 from ._calls import Call, Limits, NewJob
+from ._dedup import Debounce, Throttle, Unique
 from ._durable import Durable
 from ._handles import JobHandle
 from ._keys import KeySpace
@@ -140,6 +141,7 @@ __all__ = [
     "CorruptJobError",
     "CorruptKeyError",
     "CrossPartition",
+    "Debounce",
     "DependencyPolicy",
     "DuplicateJob",
     "Durable",
@@ -214,6 +216,8 @@ __all__ = [
     "TERMINAL_STATUSES",
     "Task",
     "TerminalJob",
+    "Throttle",
+    "Unique",
     "Waiting",
     "Worker",
     "WorkerContext",

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from . import _types as t
 from ._args import MAX_PAYLOAD_BYTES, Arg, now_arg, text_arg
+from ._dedup import Dedup
 from ._ids import id_error
 from ._keys import KeySpace
 from ._scripts import Script, scripts
@@ -92,6 +93,9 @@ class NewJob:
     #: Where the job goes on a partitioned namespace: with every job of the same flow key
     #: (docs/scaling.md). A job id's rule; it changes nothing on a namespace of one partition.
     flow: str | None = None
+    #: A dedup key (``Unique``, ``Throttle``, ``Debounce``): while another job holds it, the
+    #: enqueue is answered with that job (docs/deduplication.md).
+    dedup: Dedup | None = None
 
 
 @dataclass(frozen=True, slots=True)

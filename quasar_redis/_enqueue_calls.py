@@ -9,6 +9,7 @@ from . import _types as t
 from ._args import Arg, int_arg, now_arg, text_arg
 from ._call_base import POLICIES, BuilderBase, Call, NewJob, dependency_id, new_call_id
 from ._codec import EncodeError, encode
+from ._dedup import OnDuplicate, dedup_arg
 from ._general import text
 from ._ids import id_error, sendable
 from ._replies import (
@@ -47,6 +48,9 @@ def _job_group(
         return t.InvalidJob("on_dependency_failure must be 'block' or 'cancel'")
     if job.flow is not None and (bad := id_error(job.flow, "flow")) is not None:
         return t.InvalidJob(bad)
+    dedup = "" if job.dedup is None else dedup_arg(job.dedup, job.stage, payload)
+    if isinstance(dedup, t.InvalidJob):
+        return dedup
     return (
         text_arg(make_id() if job_id is None else job_id),
         text_arg(job.queue),
@@ -61,6 +65,7 @@ def _job_group(
         "" if job.delay_ms is None else int_arg(job.delay_ms),
         job.on_dependency_failure,
         "1" if job.id is None else "",  # made here at random: no record of the call needed
+        dedup,
     )
 
 
@@ -86,17 +91,29 @@ class EnqueueCalls(BuilderBase):
         )
 
     def enqueue_many(
-        self, jobs: Sequence[NewJob], now: int | None = None, *, ids_only: bool = False
+        self,
+        jobs: Sequence[NewJob],
+        now: int | None = None,
+        *,
+        ids_only: bool = False,
+        on_duplicate: OnDuplicate = "refuse",
     ) -> Call[t.BatchResult]:
-        """Enqueue all of ``jobs`` or none of them."""
-        return self._enqueue_all(jobs, now, ids_only)[0]
+        """Enqueue all of ``jobs`` or none of them; ``on_duplicate="skip"`` answers a job whose
+        id exists with that job (``BatchApplied.deduplicated``) instead of refusing the batch."""
+        return self._enqueue_all(jobs, now, ids_only, on_duplicate)[0]
 
     def _enqueue_all(
-        self, jobs: Sequence[NewJob], now: int | None, ids_only: bool
+        self,
+        jobs: Sequence[NewJob],
+        now: int | None,
+        ids_only: bool,
+        on_duplicate: OnDuplicate = "refuse",
     ) -> tuple[Call[t.BatchResult], list[tuple[Arg, ...]]]:
         """``enqueue_many``'s call, and the argument group of each job it sends."""
         groups: list[tuple[Arg, ...]] = []
         error = self._batch_size_error(jobs)
+        if on_duplicate not in ("refuse", "skip"):
+            error = t.InvalidJob("on_duplicate must be 'refuse' or 'skip'")
         early: t.BatchResult | None = None if error is None else t.BatchRefused(0, error)
         for index, job in enumerate(jobs if early is None else ()):
             group = _job_group(job, self._new_id)
@@ -104,7 +121,8 @@ class EnqueueCalls(BuilderBase):
                 early = t.BatchRefused(index, group)
                 break
             groups.append(group)
-        head = self._enqueue_head(len(jobs), now, "all", "ids" if ids_only else "slim")
+        mode = "skip" if on_duplicate == "skip" else "all"
+        head = self._enqueue_head(len(jobs), now, mode, "ids" if ids_only else "slim")
         args = [arg for group in groups for arg in group]
         parse = parse_batch_result if ids_only else parse_slim_batch(groups)
         call = self._call("enqueue", (*head, *args), parse)

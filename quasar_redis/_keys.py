@@ -28,7 +28,7 @@ from .errors import ConfigurationError
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}\Z")
 #: How every key suffix begins (here and in lua/): a word of ``FAMILIES`` and ``:`` then a name
 #: or id, or a word of ``SINGLES`` alone. tests/test_keys.py holds the Lua's key builders to them.
-FAMILIES = ("call", "cascade", "dependents", "errors", "job", "q", "stats", "worker")
+FAMILIES = ("call", "cascade", "dependents", "errors", "job", "q", "stats", "unique", "worker")
 SINGLES = ("cascades", "events", "partitions", "paused", "queues", "seq", "workers")
 QUEUE_SETS = (
     "ready",
@@ -150,6 +150,10 @@ class KeySpace:
     def workers(self) -> str:
         """The worker registry: live worker ids, scored by when their entry lapses."""
         return f"{self.root}workers"
+
+    def unique(self, key: str) -> str:
+        """A dedup key's entry: the id of the job holding it (docs/deduplication.md)."""
+        return f"{self.root}unique:{key}"
 
     def worker(self, worker_id: str) -> str:
         """A live worker's hash (it lapses unless the worker announces itself again)."""

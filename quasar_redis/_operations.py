@@ -16,6 +16,7 @@ from typing import Any, TypedDict, TypeVar
 
 from . import _types as t
 from ._calls import Call, CallBuilder, NewJob
+from ._dedup import Dedup, OnDuplicate
 from .errors import QuasarError
 
 T = TypeVar("T")
@@ -36,6 +37,7 @@ class JobOptions(TypedDict, total=False):
     delay_ms: int | None  # from the server's now
     on_dependency_failure: t.DependencyPolicy  # "block"
     flow: str | None  # None: partitioned by the id (docs/scaling.md)
+    dedup: Dedup | None  # None: no dedup key (docs/deduplication.md)
 
 
 def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
@@ -58,13 +60,21 @@ class Operations:
     # enqueue ----------------------------------------------------------------------------------
 
     def enqueue_many(
-        self, jobs: Sequence[NewJob], *, now: int | None = None, ids_only: bool = False
+        self,
+        jobs: Sequence[NewJob],
+        *,
+        now: int | None = None,
+        ids_only: bool = False,
+        on_duplicate: OnDuplicate = "refuse",
     ) -> Call[t.BatchResult]:
         """Enqueue a batch in one call, all or nothing; a job may depend on an earlier one.
 
         ``ids_only`` makes the reply carry the job ids alone (``BatchApplied.ids``): cheaper.
+        ``on_duplicate="skip"``: a job whose id exists (or came earlier in the batch) is skipped
+        instead of refusing the batch; ``BatchApplied.deduplicated`` says which, as it says
+        which jobs a dedup key answered (docs/deduplication.md).
         """
-        return self.calls.enqueue_many(jobs, now, ids_only=ids_only)
+        return self.calls.enqueue_many(jobs, now, ids_only=ids_only, on_duplicate=on_duplicate)
 
     def enqueue_each(
         self, jobs: Sequence[NewJob], *, now: int | None = None

@@ -13,6 +13,7 @@ from typing import Any
 from . import _types as t
 from ._call_base import Call, NewJob, new_call_id
 from ._calls import CallBuilder
+from ._dedup import OnDuplicate
 from ._partition_ops import Flow, PartitionOps, by_job, early, spread
 from ._partitions import in_order, merge_batches, partition_of, placement
 from ._replies import first_claim
@@ -63,7 +64,12 @@ class PartitionedCalls(PartitionOps):
         return self._at(where, lambda b: b.enqueue(job, now))
 
     def enqueue_many(
-        self, jobs: Sequence[NewJob], now: int | None = None, *, ids_only: bool = False
+        self,
+        jobs: Sequence[NewJob],
+        now: int | None = None,
+        *,
+        ids_only: bool = False,
+        on_duplicate: OnDuplicate = "refuse",
     ) -> Call[t.BatchResult]:
         """All of ``jobs`` or none of them within each partition: a part another partition
         refused is not undone (docs/scaling.md)."""
@@ -74,7 +80,10 @@ class PartitionedCalls(PartitionOps):
             index = min(refused) if refused else 0
             return early(first, t.BatchRefused(index, error or refused[index]))
         calls, where = self._grouped(
-            places, lambda b, at: b.enqueue_many([jobs[i] for i in at], now, ids_only=ids_only)
+            places,
+            lambda b, at: b.enqueue_many(
+                [jobs[i] for i in at], now, ids_only=ids_only, on_duplicate=on_duplicate
+            ),
         )
         if len(calls) == 1:
             return calls[0]

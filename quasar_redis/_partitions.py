@@ -177,14 +177,18 @@ def merge_batches(
         return min(refusals, key=lambda r: r.index)
     jobs: list[Any] = [None] * size
     ids: list[Any] = [None] * size
+    deduplicated: list[int] = []
     for result, place in zip(results, places, strict=True):
         assert isinstance(result, t.BatchApplied)
+        deduplicated += [place[i] for i in result.deduplicated]
         for i, job in zip(place, result.jobs, strict=False):
             jobs[i] = job
         for i, job_id in zip(place, result.ids, strict=False):
             ids[i] = job_id
     return t.BatchApplied(
-        tuple(jobs) if None not in jobs else (), tuple(ids) if None not in ids else ()
+        tuple(jobs) if None not in jobs else (),
+        tuple(ids) if None not in ids else (),
+        tuple(sorted(deduplicated)),
     )
 
 

@@ -100,8 +100,11 @@ def _refused(reply: Any) -> InvalidArgument | ProtocolError:
 
 
 def parse_job_result(reply: Any) -> t.JobResult:
-    if _tag(reply) == "JobApplied":
+    tag = _tag(reply)
+    if tag == "JobApplied":
         return t.JobApplied(parse_job(reply[2]))
+    if tag == "JobDeduplicated":  # (an enqueue answered with the job holding its dedup key)
+        return t.JobApplied(parse_job(reply[2]), True)
     return t.JobRefused(refusal(reply))
 
 
@@ -194,14 +197,25 @@ def parse_report_claimed(
 # --- enqueue -------------------------------------------------------------------------------------
 
 
+def _deduplicated(items: Sequence[Any]) -> tuple[list[Any], tuple[int, ...]]:
+    """A batch reply's items with each deduplicated one (a list of one: the job that answered
+    it, lua/enqueue.lua) unwrapped, and the indexes of those."""
+    out, marked = list(items), []
+    for i, item in enumerate(items):
+        if type(item) is list and len(item) == 1:
+            out[i] = item[0]
+            marked.append(i)
+    return out, tuple(marked)
+
+
 def parse_batch_result(reply: Any) -> t.BatchResult:
     tag = _tag(reply)
     if tag == "BatchApplied":
-        items = reply[2:]
+        items, marked = _deduplicated(reply[2:])
         if items and not isinstance(items[0], list):  # reply="ids"
-            return t.BatchApplied((), tuple(text(i) for i in items))
+            return t.BatchApplied((), tuple(text(i) for i in items), marked)
         jobs = tuple(parse_job(j) for j in items)
-        return t.BatchApplied(jobs, tuple(j.id for j in jobs))
+        return t.BatchApplied(jobs, tuple(j.id for j in jobs), marked)
     if tag == "BatchRefused":
         return t.BatchRefused(int(reply[1]) - 1, refusal(reply[2]))
     return t.BatchRefused(0, refusal(reply))
@@ -220,8 +234,15 @@ def parse_slim_batch(groups: Sequence[Group]) -> Callable[[Any], t.BatchResult]:
     def parse(reply: Any) -> t.BatchResult:
         if _tag(reply) != "BatchApplied" or reply[1] == b"":
             return parse_batch_result(reply)
-        now = int(reply[1])
-        jobs = tuple(created_job(g, now, pd) for g, pd in zip(groups, reply[2:], strict=True))
+        now, items = int(reply[1]), reply[2:]
+        if any(type(item) is list for item in items):  # some answered by another job
+            items, marked = _deduplicated(items)
+            jobs = tuple(
+                created_job(g, now, item) if type(item) is bytes else parse_job(item)
+                for g, item in zip(groups, items, strict=True)
+            )
+            return t.BatchApplied(jobs, tuple(j.id for j in jobs), marked)
+        jobs = tuple(created_job(g, now, pd) for g, pd in zip(groups, items, strict=True))
         return t.BatchApplied(jobs, tuple(j.id for j in jobs))
 
     return parse
@@ -250,7 +271,7 @@ def single_result(result: t.BatchResult, job_id: str) -> t.JobResult:
     if isinstance(result, t.BatchApplied):
         if not result.jobs:  # a re-sent enqueue whose job was pruned since
             return t.JobRefused(t.MissingJob(job_id))
-        return t.JobApplied(result.jobs[0])
+        return t.JobApplied(result.jobs[0], bool(result.deduplicated))
     return t.JobRefused(result.error)
 
 

@@ -141,7 +141,12 @@ JobError: TypeAlias = (
 
 @dataclass(frozen=True, slots=True)
 class JobApplied:
+    """An enqueue (or another transition) that holds ``job``; ``deduplicated``: an enqueue
+    answered with a job that already held its dedup key (or, skipping duplicates, its id)
+    instead of making one (docs/deduplication.md)."""
+
     job: Job
+    deduplicated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +182,15 @@ ClaimsResult: TypeAlias = ClaimsApplied | ClaimRefused
 
 @dataclass(frozen=True, slots=True)
 class BatchApplied:
-    """A bulk enqueue that wrote every job; ``jobs`` is empty when only ids were asked for."""
+    """A bulk enqueue that wrote every job; ``jobs`` is empty when only ids were asked for.
+
+    ``deduplicated``: the indexes (0-based) of the jobs answered with another job instead of
+    written, a job holding their dedup key or, skipping duplicates, their id; in ``jobs`` and
+    ``ids`` that job stands at their place (docs/deduplication.md)."""
 
     jobs: tuple[Job, ...]
     ids: tuple[str, ...] = ()
+    deduplicated: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,6 +77,8 @@ FIELDS = (
     Field("enqueue_call", "ec"),
     # (an integer, but counted by HINCRBY alone, so no load checks it)
     Field("cascade_waits", "cw"),
+    # how it was enqueued with a dedup key: "<mode> <window ms> <key>" (lua/include/unique.lua)
+    Field("dedup", "uq"),
 )
 #: A field's key by its name.
 KEY = {field.name: field.key for field in FIELDS}
@@ -128,6 +130,7 @@ ENQUEUE_ITEM = (
     "delay",  # "" = 0
     "odf",  # on_dependency_failure: "block" | "cancel"
     "made",  # "1" when the client made the id at random for this call, else ""
+    "dedup",  # "" or "<mode> <window ms> <key>" (lua/include/unique.lua)
 )
 #: A lease token as a lease holder's call sends it (lua/include/lease.lua ``open_lease``).
 TOKEN = ("job_id", "input_revision", "worker_id", "fence", "expires_at", "nonce")

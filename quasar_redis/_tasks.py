@@ -15,6 +15,8 @@ from . import _tracing
 from . import _types as t
 from ._binding import CallCheck, script_name_problem
 from ._calls import NewJob
+from ._codec import encode
+from ._dedup import Dedup, derived_key
 from ._handles import JobHandle
 from ._ids import id_error
 from ._keys import check_name
@@ -61,6 +63,7 @@ class EnqueueOptions:
     depends_on: Sequence[str | JobHandle | t.Job] = ()
     on_dependency_failure: t.DependencyPolicy = "block"
     flow: str | None = None  # a partitioned namespace's flow key (docs/scaling.md)
+    dedup: Dedup | None = None  # a dedup key; without one, of the task and its arguments
 
 
 @dataclass(frozen=True)
@@ -123,9 +126,10 @@ class Task(Generic[P, R]):
         for value, what in [(o.id, "id"), *((d, "dependency") for d in deps)]:
             if value is not None and (problem := id_error(value, what)) is not None:
                 raise InvalidTaskCall(self.name, t.InvalidJob(problem))
+        payload = self.app.encode_call(self, args, kwargs, trace)
         return NewJob(
             stage=self.name,
-            payload=self.app.encode_call(self, args, kwargs, trace),
+            payload=payload,
             id=o.id,
             queue=self.queue if o.queue is None else o.queue,
             dependencies=deps,
@@ -135,7 +139,20 @@ class Task(Generic[P, R]):
             delay_ms=_ms(self.name, "delay", o.delay),
             on_dependency_failure=o.on_dependency_failure,
             flow=o.flow,
+            dedup=self._dedup(args, kwargs, payload, trace),
         )
+
+    def _dedup(
+        self, args: Sequence[Any], kwargs: dict[str, Any], payload: Any, trace: Any
+    ) -> Dedup | None:
+        """The call's dedup option, its key derived when none is given: from the task's name and
+        its arguments (the payload without the trace context, which differs call by call)."""
+        dedup = self.options_.dedup
+        if dedup is None or dedup.key is not None:
+            return dedup
+        if trace is not None:
+            payload = self.app.encode_call(self, args, kwargs, None)
+        return replace(dedup, key=derived_key(self.name, encode(payload)))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Enqueue a call; with an ``id`` option, enqueuing the same id again is a no-op. With

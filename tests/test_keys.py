@@ -74,6 +74,7 @@ def every_key(keys: KeySpace, queue: str, job_id: str) -> set[str]:
         keys.wake(queue),
         keys.stats(1_700_000_000),
         keys.worker(job_id),
+        keys.unique(job_id),
         keys.queues,
         keys.seq,
         keys.events,

@@ -19,6 +19,7 @@ from pathlib import Path
 from quasar_redis import _args, _fast, _general, _schema
 from quasar_redis import _types as t
 from quasar_redis._call_base import NewJob
+from quasar_redis._dedup import Throttle
 from quasar_redis._enqueue_calls import _job_group
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,6 +148,7 @@ def test_the_call_builders_send_each_item_in_the_declared_order() -> None:
         None,
         9,
         "cancel",
+        dedup=Throttle("key-1", 5),
     )
     group = _job_group(job)
     assert not isinstance(group, t.InvalidJob)
@@ -164,6 +166,7 @@ def test_the_call_builders_send_each_item_in_the_declared_order() -> None:
         "delay": "9",
         "odf": "cancel",
         "made": "",
+        "dedup": "throttle 5 key-1",
     }
     token = t.LeaseToken("j", 1, "w", 2, 3, "n")
     sent = dict(zip(_schema.TOKEN, ("j", "1", "w", "2", "3", "n"), strict=True))
