@@ -295,12 +295,13 @@ local function job_out(ctx, id, h, reply, fresh)
   return job_reply(ctx, id, h)
 end
 
--- The job that answers job `a` (a.held), as it is now: one this call wrote (written), or one
--- that existed before it, rewritten first by a debounce.
+-- The job that answers job `a` (a.held), as it is now: one this call wrote (written), one that
+-- existed before it, rewritten first by a debounce, or one that answered an earlier job of the
+-- call with the same key (read again: a debounce may have rewritten it).
 local function held_job(ctx, a, now, written)
   local h = a.held_h
-  if h == nil then return written[a.held] end
-  if a.u and a.u.mode == "debounce" then return debounce(ctx, a, now) end
+  if h == nil then return written[a.held] or load_job(ctx, a.held) end
+  if a.debounce then return debounce(ctx, a, now) end
   return h
 end
 

@@ -41,7 +41,7 @@ _NEW_ATTEMPT, _NEW_FENCE = int(DEFAULTS[KEY["attempt"]]), int(DEFAULTS[KEY["fenc
 # The arguments created_job reads, by name, in the order it unpacks them.
 _CREATED_READS = (
     "id queue stage payload input_ref input_revision dependencies priority max_attempts"
-    " available_at delay odf"
+    " available_at delay odf dedup"
 )
 _CREATED = itemgetter(*map(ENQUEUE_ITEM.index, _CREATED_READS.split()))
 _TERMINAL_B = (b"S", b"F", b"C")
@@ -98,6 +98,7 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
         state = _state(f, st)
     ek = f.get(b"ek")
     att = f.get(b"att")
+    uq = f.get(b"uq")
     return _job(
         _text_of(job_id, "utf-8", "replace"),
         _text_of(f[b"q"], "utf-8", "replace"),
@@ -118,6 +119,7 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
         f.get(b"res") or None,
         "cancel" if f[b"odf"] == b"cancel" else "block",
         int(f[b"pd"]),
+        None if uq is None else _text_of(uq, "utf-8", "replace"),
     )
 
 
@@ -228,6 +230,7 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         available_at,
         delay,
         policy,
+        dedup,
     ) = _CREATED(group)
     at = now + int(delay or 0) if available_at == "" else int(available_at)
     return _job(
@@ -250,4 +253,5 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         None,
         "cancel" if policy == "cancel" else "block",
         int(pending),
+        str(dedup) or None,
     )

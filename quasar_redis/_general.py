@@ -96,6 +96,7 @@ def general_job(reply: Sequence[Any]) -> t.Job:
             raw_result=f.get("res") or None,
             on_dependency_failure=policy,
             pending_dependencies=int(f["pd"]),
+            dedup=text(f["uq"]) if "uq" in f else None,
         )
     except (KeyError, ValueError) as exc:
         raise CorruptJobError(job_id, f"cannot decode field: {exc}") from None

@@ -197,6 +197,9 @@ class Job:
     raw_result: bytes | None = field(default=None, repr=False)
     on_dependency_failure: DependencyPolicy = "block"
     pending_dependencies: int = 0
+    #: How it was enqueued with a dedup key, ``"<mode> <window ms> <key>"`` (mode: waiting,
+    #: running, finished, throttle or debounce; docs/deduplication.md), or None.
+    dedup: str | None = None
 
     @property
     def payload(self) -> Any:

@@ -8,7 +8,8 @@ the ``block`` / ``cancel`` policy, cascading cancellation, the per-claim lease n
 job's last error (kind + message), down to the details the scripts (``lua/*.lua``) settle: the
 error kinds written by expiry and operator retry, the reasons given to cascaded cancellations, and
 claim by queue's maintenance (it first promotes due jobs and expires run-out leases of its queue,
-even when it then finds nothing to claim).
+even when it then finds nothing to claim), and dedup keys (docs/deduplication.md: unique,
+throttle and debounce, and batches that skip duplicate ids).
 
 Nothing here talks to Redis. Results are the client's own typed values (``quasar_redis._types``),
 so a test compares them with ``==``. Two things the model cannot know are supplied by the test:
@@ -29,6 +30,7 @@ from typing import Any
 from quasar_redis import _types as t
 from quasar_redis._calls import NewJob
 from quasar_redis._codec import encode
+from quasar_redis._dedup import Debounce, Throttle, Unique
 
 LEASE_EXPIRED_KIND = "LeaseExpired"
 LEASE_EXPIRED_REASON = "worker lease expired"
@@ -74,6 +76,8 @@ class ModelJob:
     in_ready: bool = False
     #: Its last failed attempts, oldest first (``JobInfo.errors``).
     errors: tuple[t.ErrorInfo, ...] = ()
+    #: How it was enqueued with a dedup key (``Job.dedup``).
+    dedup: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -120,6 +124,7 @@ class ModelJob:
             raw_result=self.raw_result,
             on_dependency_failure=self.on_dependency_failure,
             pending_dependencies=self.pending,
+            dedup=self.dedup,
         )
 
     def token(self) -> t.LeaseToken:
@@ -169,6 +174,18 @@ def _available_at(spec: NewJob, now: int) -> int | t.InvalidJob:
     return now + delay
 
 
+def _dedup_text(spec: NewJob) -> str | None:
+    """``Job.dedup`` of a job enqueued as ``spec``: "<mode> <window ms> <key>"."""
+    match spec.dedup:
+        case Unique(key, until, ttl):
+            return f"{until} {ttl or 0} {key}"
+        case Throttle(key, window):
+            return f"throttle {window} {key}"
+        case Debounce(key, window):
+            return f"debounce {window} {key}"
+    return None
+
+
 def _dependency_ids(spec: NewJob) -> tuple[str, ...]:
     return tuple(d.id if isinstance(d, t.Job) else d for d in spec.dependencies)
 
@@ -202,6 +219,8 @@ class Model:
     def __init__(self) -> None:
         self.jobs: dict[str, ModelJob] = {}
         self.seq = 0
+        #: Dedup keys: the id of the job that took each.
+        self.keys: dict[str, str] = {}
         #: Cascaded cancellations whose reason may name any of several dependencies.
         self.reason_choices: dict[str, frozenset[str]] = {}
 
@@ -374,9 +393,46 @@ class Model:
                 pending += 1
         return pending
 
+    @staticmethod
+    def holds(job: ModelJob, dedup: Unique | Throttle | Debounce, now: int) -> bool:
+        """Whether ``job`` holds its dedup key for a new job enqueued with ``dedup`` at now."""
+        match dedup:
+            case Unique(_, "waiting", _):
+                return job.waiting
+            case Unique(_, "running", _):
+                return not job.terminal
+            case Unique(_, "finished", ttl):
+                return not job.terminal or now < (job.finished_at() or 0) + (ttl or 0)
+            case Throttle(_, window):
+                return now < job.inserted_at + window
+            case Debounce(_, window):
+                waiting = isinstance(job.state, t.Waiting) and job.attempt == 0
+                return waiting and now < job.inserted_at + window
+        raise AssertionError(dedup)
+
+    def _holder(self, spec: NewJob, now: int, taken: dict[str, str]) -> str | None:
+        """The job that answers ``spec`` instead of a new one, by its dedup key: an earlier job
+        of the call with the key, else the job holding it."""
+        if spec.dedup is None:
+            return None
+        key = spec.dedup.key
+        assert key is not None, "the model needs explicit keys"
+        if key in taken:
+            return taken[key]
+        holder = self.jobs.get(self.keys.get(key, ""))
+        if holder is None or not self.holds(holder, spec.dedup, now):
+            return None
+        return holder.id
+
     def _check_new(
-        self, spec: NewJob, now: int, batch: dict[str, ModelJob]
-    ) -> ModelJob | t.JobError:
+        self,
+        spec: NewJob,
+        now: int,
+        batch: dict[str, ModelJob],
+        taken: dict[str, str] | None = None,
+        skip: bool = False,
+    ) -> ModelJob | t.JobError | str:
+        """The new job, its refusal, or the id of the job that answers it instead."""
         assert spec.id is not None, "the model needs explicit job ids"
         invalid = _new_job_error(spec)
         if invalid is not None:
@@ -388,8 +444,11 @@ class Model:
         twice = _listed_twice(deps)
         if twice is not None:
             return twice
+        holder = self._holder(spec, now, {} if taken is None else taken)
+        if holder is not None:
+            return holder
         if spec.id in batch or spec.id in self.jobs:
-            return t.DuplicateJob(spec.id)
+            return spec.id if skip else t.DuplicateJob(spec.id)
         pending = self._pending(deps, spec.on_dependency_failure, batch)
         if not isinstance(pending, int):
             return pending
@@ -408,40 +467,87 @@ class Model:
             on_dependency_failure=spec.on_dependency_failure,
             pending=pending,
             state=t.Waiting(at),
+            dedup=_dedup_text(spec),
         )
 
     def enqueue_many(
-        self, specs: Sequence[NewJob], now: int, ids_only: bool = False
+        self,
+        specs: Sequence[NewJob],
+        now: int,
+        ids_only: bool = False,
+        on_duplicate: str = "refuse",
+        taken: dict[str, str] | None = None,
     ) -> t.BatchResult:
-        """Bulk enqueue, all or nothing; a job may depend on an earlier job of the batch."""
+        """Bulk enqueue, all or nothing; a job may depend on an earlier job of the batch. A job
+        answered by another (its dedup key held; its id a duplicate, skipping them) is not
+        written: that job stands at its place. ``taken``: the dedup keys the call took so far."""
         if not specs:
             return t.BatchRefused(0, t.InvalidJob("a batch must hold at least one job"))
         batch: dict[str, ModelJob] = {}
+        taken = {} if taken is None else taken
+        answers: list[str] = []
+        held: list[int] = []
+        debounced: list[tuple[str, NewJob]] = []
         for index, spec in enumerate(specs):
-            checked = self._check_new(spec, now, batch)
-            if not isinstance(checked, ModelJob):
+            checked = self._check_new(spec, now, batch, taken, on_duplicate == "skip")
+            if isinstance(checked, str):
+                held.append(index)
+                if self._debounces(spec, now, taken) == checked:
+                    debounced.append((checked, spec))
+            elif not isinstance(checked, ModelJob):
                 return t.BatchRefused(index, checked)
-            batch[checked.id] = checked
+            else:
+                batch[checked.id] = checked
+            answers.append(checked if isinstance(checked, str) else checked.id)
+            if spec.dedup is not None and spec.dedup.key is not None:
+                taken[spec.dedup.key] = answers[-1]
+        self._write_batch(batch, [s for i, s in enumerate(specs) if i not in held], now)
+        for job_id, spec in debounced:
+            self._debounce(self.jobs[job_id], spec, now)
+        ids = tuple(answers)
+        if ids_only:
+            return t.BatchApplied((), ids, tuple(held))
+        return t.BatchApplied(tuple(self.jobs[i].to_job() for i in answers), ids, tuple(held))
+
+    def _debounces(self, spec: NewJob, now: int, taken: dict[str, str]) -> str | None:
+        """The job a debounce rewrites: the one holding its key before this call."""
+        if not isinstance(spec.dedup, Debounce) or spec.dedup.key in taken:
+            return None
+        return self._holder(spec, now, taken)
+
+    def _write_batch(self, batch: dict[str, ModelJob], specs: Sequence[NewJob], now: int) -> None:
+        """The new jobs of a batch (``specs``: their specs) go in, in order, each taking its
+        dedup key."""
         for job in batch.values():
             self.seq += 1
             job.seq = self.seq
             job.dependency_seqs = tuple(self.jobs[d].seq for d in job.dependencies)
             self.jobs[job.id] = job
             self._place(job, now)
-        ids = tuple(batch)
-        if ids_only:
-            return t.BatchApplied((), ids)
-        return t.BatchApplied(tuple(j.to_job() for j in batch.values()), ids)
+        for spec in specs:
+            key = None if spec.dedup is None else spec.dedup.key
+            if key is not None and spec.id is not None:
+                self.keys[key] = spec.id
 
-    def enqueue(self, spec: NewJob, now: int) -> t.JobResult:
-        result = self.enqueue_many([spec], now)
+    def _debounce(self, job: ModelJob, spec: NewJob, now: int) -> None:
+        """A debounced enqueue: the waiting job takes the new payload and available time."""
+        at = _available_at(spec, now)
+        assert isinstance(at, int)
+        job.raw_payload = encode(spec.payload)
+        job.state = t.Waiting(at)
+        self._place(job, now)
+
+    def enqueue(self, spec: NewJob, now: int, taken: dict[str, str] | None = None) -> t.JobResult:
+        result = self.enqueue_many([spec], now, taken=taken)
         if isinstance(result, t.BatchApplied):
-            return t.JobApplied(result.jobs[0])
+            return t.JobApplied(result.jobs[0], bool(result.deduplicated))
         return t.JobRefused(result.error)
 
     def enqueue_each(self, specs: Sequence[NewJob], now: int) -> list[t.JobResult]:
-        """Many jobs in one call, each on its own: a refused one does not stop the others."""
-        return [self.enqueue(spec, now) for spec in specs]
+        """Many jobs in one call, each on its own: a refused one does not stop the others (the
+        first job of the call with a dedup key holds it for the later ones)."""
+        taken: dict[str, str] = {}
+        return [self.enqueue(spec, now, taken) for spec in specs]
 
     # --- claims ---------------------------------------------------------------------------------
 
@@ -729,6 +835,8 @@ class Model:
         for job in victims:
             del self.jobs[job.id]
             self.reason_choices.pop(job.id, None)
+        gone = {job.id for job in victims}
+        self.keys = {k: i for k, i in self.keys.items() if i not in gone}
         return len(victims)
 
     # --- inspection -----------------------------------------------------------------------------

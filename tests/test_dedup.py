@@ -24,6 +24,8 @@ from quasar_redis import (
     Unique,
     Waiting,
 )
+from quasar_redis.cli.ops._show import details
+from quasar_redis.dashboard._data import job_fields
 
 from .helpers import T0, app_url, applied, claimed, snapshot, where
 
@@ -102,9 +104,18 @@ def test_a_derived_key_is_the_stage_and_the_payload(q: Quasar) -> None:
     assert fresh(q.enqueue("t", {"a": 1}, dedup=Unique(), now=T0)) != first
 
 
-def test_a_deduplicated_job_shows_its_key_and_mode(q: Quasar) -> None:
-    job_id = fresh(q.enqueue("s", dedup=Throttle("t", 500), now=T0))
-    assert q.redis.hget(q.keys.job(job_id), "uq") == b"throttle 500 t"
+def test_a_job_with_a_key_shows_it_to_operators(q: Quasar) -> None:
+    result = q.enqueue("s", dedup=Throttle("t", 500), now=T0)
+    assert isinstance(result, JobApplied) and result.job.dedup == "throttle 500 t"
+    assert q.redis.hget(q.keys.job(result.job.id), "uq") == b"throttle 500 t"
+    info = q.get_job(result.job.id, now=T0)
+    assert info is not None and info.job.dedup == "throttle 500 t"
+    assert details(info)["dedup"] == "throttle 500 t"  # quasar job
+    assert ("dedup", "throttle 500 t") in job_fields(info.job, T0)  # the dashboard's job page
+    plain = applied(q.enqueue("s", now=T0))
+    assert plain.dedup is None and ("dedup", "-") in job_fields(plain, T0)
+    again = q.enqueue("s", dedup=Throttle("t", 500), now=T0 + 1)
+    assert isinstance(again, JobApplied) and again.job.dedup == "throttle 500 t"
 
 
 # --- throttle ----------------------------------------------------------------------------------
@@ -389,3 +400,40 @@ def test_the_examples_of_the_deduplication_page_run_as_written(
         space: dict[str, Any] = {"q": q, "app": app, "__name__": "docs_deduplication"}
         for block in blocks:
             exec(compile(block, str(DOC), "exec"), space)
+
+
+def test_later_jobs_of_a_batch_get_the_job_an_earlier_one_got(q: Quasar) -> None:
+    key = Debounce("d", window_ms=1_000)
+    held = fresh(q.enqueue("s", 1, dedup=key, delay_ms=100, now=T0))
+    jobs = [NewJob("s", 2, dedup=key, delay_ms=100), NewJob("s", 3, dedup=key)]
+    result = q.enqueue_many(jobs, now=T0 + 10)
+    assert isinstance(result, BatchApplied) and result.deduplicated == (0, 1)
+    assert [j.payload for j in result.jobs] == [2, 2]  # the first replaced it, the second not
+    assert [j.state for j in result.jobs] == [Waiting(T0 + 110)] * 2
+    each = q.enqueue_each([NewJob("s", 4, dedup=key), NewJob("s", 5, dedup=key)], now=T0 + 20)
+    assert [deduplicated(r) for r in each] == [held, held]
+    assert [r.job.payload for r in each if isinstance(r, JobApplied)] == [4, 4]
+
+
+def test_a_debounce_skipped_for_its_id_changes_nothing(q: Quasar) -> None:
+    applied(q.enqueue("s", 1, id="a", now=T0))
+    before = stored(q)
+    job = NewJob("s", 2, id="a", dedup=Debounce("k", 100), delay_ms=50)
+    result = q.enqueue_many([job], now=T0 + 1, on_duplicate="skip")
+    assert isinstance(result, BatchApplied) and result.deduplicated == (0,)
+    assert result.jobs[0].payload == 1
+    assert stored(q) == before
+
+
+def test_a_debounce_appends_an_event_and_a_dropped_enqueue_none(q: Quasar) -> None:
+    def events() -> list[tuple[bytes, bytes]]:
+        entries = q.redis.xrange(q.keys.events)
+        return [(fields[b"ev"], fields[b"job"]) for _, fields in entries]
+
+    first = fresh(q.enqueue("s", 1, dedup=Debounce("d", 1_000), now=T0))
+    fresh(q.enqueue("s", 1, dedup=Throttle("t", 1_000), now=T0))
+    before = events()
+    applied(q.enqueue("s", 2, dedup=Debounce("d", 1_000), delay_ms=500, now=T0 + 1))
+    assert events() == [*before, (b"scheduled", first.encode())]
+    applied(q.enqueue("s", 2, dedup=Throttle("t", 1_000), now=T0 + 1))
+    assert events() == [*before, (b"scheduled", first.encode())]

@@ -4,11 +4,13 @@ A Hypothesis ``RuleBasedStateMachine`` drives one namespace through the ``Quasar
 namespace, or a fresh fakeredis server, per example) and the pure-Python model side by side, with
 the clock under the test's control (``now=`` on every call): enqueue (single and batch), claim by
 queue and by id, complete, fail, permanent_fail, heartbeat, release, expire, sweep, cancel,
-operator retry, promote, prune, list, and re-sent calls (same call id). Every result is compared
-as a typed value; after every step every job (``get_job``: the job and the dependency it waits
-on) and the counts of every queue are compared too. Pools of ids, queues and workers are small,
-so duplicate ids, missing dependencies, stale tokens and lost leases come up all the time; every
-token ever handed out is kept, sometimes forged, and used again by random workers.
+operator retry, promote, prune, list, and re-sent calls (same call id); jobs come with dedup
+keys (unique, throttle, debounce) from a pool of two, and batches may skip duplicate ids. Every
+result is compared as a typed value; after every step every job (``get_job``: the job and the
+dependency it waits on) and the counts of every queue are compared too. Pools of ids, queues and
+workers are small, so duplicate ids, missing dependencies, stale tokens and lost leases come up
+all the time; every token ever handed out is kept, sometimes forged, and used again by random
+workers.
 
 Runs on fakeredis and on the real Redis of ``tests/helpers.py`` (skipped without one, failed
 under ``QUASAR_REQUIRE_REDIS=1``). ``QUASAR_STATEFUL_EXAMPLES`` sets the number of examples.
@@ -47,6 +49,7 @@ from quasar_redis import (
     ClaimsApplied,
     ClaimsResult,
     Complete,
+    Debounce,
     Fail,
     Failed,
     InvalidJob,
@@ -65,6 +68,8 @@ from quasar_redis import (
     Release,
     Status,
     SweepReport,
+    Throttle,
+    Unique,
     Waiting,
 )
 
@@ -122,6 +127,17 @@ BREAKS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Dedup options (None most of the time), on a pool of two keys and short windows.
+dedups = st.one_of(
+    st.none(),
+    st.none(),
+    st.builds(Unique, st.sampled_from(["k1", "k2"]), st.sampled_from(["waiting", "running"])),
+    st.builds(Unique, st.sampled_from(["k1", "k2"]), st.just("finished"), st.just(200)),
+    st.builds(Throttle, st.sampled_from(["k1", "k2"]), st.sampled_from([100, 300])),
+    st.builds(Debounce, st.sampled_from(["k1", "k2"]), st.sampled_from([100, 300])),
+)
+
+
 @dataclass(frozen=True)
 class JobDraw:
     """A new job whose availability is relative to the clock at the time it is enqueued."""
@@ -151,6 +167,7 @@ def new_jobs(draw: st.DrawFn, valid: bool = False) -> JobDraw:
         max_attempts=draw(st.integers(1, 3)),
         delay_ms=draw(st.sampled_from([0, 100, 300])) if timing == "delay" else None,
         on_dependency_failure=draw(st.sampled_from(["block", "cancel"])),
+        dedup=None if valid else draw(dedups),
     )
     offset = draw(st.sampled_from([-200, -1, 0, 0, 100, 300])) if timing == "at" else None
     broken = None if valid else draw(st.sampled_from([None] * 60 + list(BREAKS)))
@@ -291,12 +308,12 @@ class QuasarMachine(RuleBasedStateMachine):
     def as_now(self, result: Any) -> Any:
         """An applied result with every job as the model holds it now (tokens unchanged)."""
         match result:
-            case JobApplied(job):
-                return JobApplied(self.current(job))
+            case JobApplied(job, deduplicated):
+                return JobApplied(self.current(job), deduplicated)
             case CancelApplied(job, cascaded):
                 return CancelApplied(self.current(job), cascaded)
-            case BatchApplied(jobs, ids):
-                return BatchApplied(tuple(self.current(j) for j in jobs), ids)
+            case BatchApplied(jobs, ids, deduplicated):
+                return BatchApplied(tuple(self.current(j) for j in jobs), ids, deduplicated)
             case ClaimApplied(claim):
                 return ClaimApplied(replace(claim, job=self.current(claim.job)))
             case ClaimsApplied(claims):
@@ -373,12 +390,15 @@ class QuasarMachine(RuleBasedStateMachine):
         if draws:
             self.enqueue_many(draws, ids_only=False)
 
-    @rule(draws=batches, ids_only=st.booleans())
-    def enqueue_many(self, draws: list[JobDraw], ids_only: bool) -> None:
+    @rule(draws=batches, ids_only=st.booleans(), skip=st.sampled_from([False, False, True]))
+    def enqueue_many(self, draws: list[JobDraw], ids_only: bool, skip: bool = False) -> None:
         specs = [d.at(self.now) for d in draws]
-        call = self.q.calls.enqueue_many(specs, self.now, ids_only=ids_only)
+        on_duplicate: Any = "skip" if skip else "refuse"
+        call = self.q.calls.enqueue_many(
+            specs, self.now, ids_only=ids_only, on_duplicate=on_duplicate
+        )
         actual: BatchResult = self.send(call)
-        expected = self.model.enqueue_many(specs, self.now, ids_only)
+        expected = self.model.enqueue_many(specs, self.now, ids_only, on_duplicate)
         self.expect(actual, expected, f"enqueue_many {specs}")
 
     @rule(draws=batches)

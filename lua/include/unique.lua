@@ -59,7 +59,7 @@ local function holds(h, u, now)
 end
 
 -- The job that answers new job `a` (a.held: its id; a.held_h: its fields, when it exists
--- before this call), or nil when `a` goes in. taken: key -> id of the jobs this call enqueues
+-- before this call; a.debounce: a debounce rewrites it), or nil when `a` goes in. taken: key -> id of the jobs this call enqueues
 -- before `a` (the first of a batch holds a key for the rest of it). A refusal (CorruptKey,
 -- CorruptJob) when the index entry or its job is not ours to read; for a debounce, the
 -- refusal of the holder's index keys (writes: enqueue.lua's WRITES).
@@ -81,6 +81,7 @@ local function unique_holder(ctx, a, now, taken, writes)
   if not holds(h, u, now) then return nil end
   a.held, a.held_h = id, h
   if u.mode == "debounce" then
+    a.debounce = true
     local index = blocked(h) and "blocked" or (a.at <= now and "ready" or "delayed")
     return writes_error(ctx, h.q, writes[index])
   end

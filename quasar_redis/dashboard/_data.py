@@ -209,6 +209,7 @@ def job_fields(job: t.Job, now: int) -> list[tuple[str, str]]:
         ("input", f"{job.input_ref} (revision {job.input_revision})"),
         ("on dependency failure", job.on_dependency_failure),
         ("dependencies pending", str(job.pending_dependencies)),
+        ("dedup", job.dedup or "-"),
     ]
     for name in getattr(state, "__slots__", ()):
         value = getattr(state, name)

@@ -145,6 +145,7 @@ def _print_job(op: Operator, d: dict[str, Any]) -> None:
         ("finished", d["completed_at"] or "-"),
         ("input", f"{d['input_ref']} (revision {d['input_revision']})"),
         ("on dependency failure", d["on_dependency_failure"]),
+        ("dedup", d["dedup"] or "-"),
         ("waits on", d["waiting_on"] or "-"),
     ]
     for name, value in fields:

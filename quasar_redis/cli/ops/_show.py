@@ -131,6 +131,7 @@ def details(info: t.JobInfo) -> dict[str, Any]:
         "dependencies": list(job.dependencies),
         "pending_dependencies": job.pending_dependencies,
         "on_dependency_failure": job.on_dependency_failure,
+        "dedup": job.dedup,
         "waiting_on": info.waiting_on,
         "payload": jsonable(decoded(job.raw_payload)),
         "result": jsonable(decoded(job.raw_result)),
