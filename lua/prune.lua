@@ -5,7 +5,7 @@
 -- A finished job that a blocked job still depends on is never pruned (the blocked job names it
 -- when it says what it waits on; a Failed one may still be retried by an operator and let it
 -- run): a retained one is looked at again CALL_TTL_MS later. A job is deleted with its failure
--- history and its dependents set.
+-- history, its dependents set and its dedup key's entry, while that still names it (unique.lua).
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] max age ms ("" = no age limit)

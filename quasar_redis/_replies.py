@@ -51,6 +51,7 @@ APPLIED = (
     "EachResult",
     "Found",
     "JobApplied",
+    "JobDeduplicated",
     "Jobs",
     "More",
     "Page",

@@ -377,7 +377,7 @@ def _packed_sender(client: Any) -> Callable[[Command], Coroutine[Any, Any, Any]]
     """A sender of one command packed by hiredis (C), for a plain ``redis.asyncio.Redis``.
 
     redis-py's asyncio connection packs a command in Python, joining a growing buffer for every
-    argument: about 16 µs a job for the 13 arguments a coalesced enqueue sends per job (hiredis
+    argument: about 16 µs a job for the 14 arguments a coalesced enqueue sends per job (hiredis
     packs the same in a fifth of that). This sends the packed bytes on a connection of the
     client's pool with the client's own retry policy, as ``execute_command`` does; a cluster
     client or a single-connection client keeps ``execute_command``.

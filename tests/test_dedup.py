@@ -20,6 +20,7 @@ from quasar_redis import (
     JobRefused,
     NewJob,
     Quasar,
+    Status,
     Throttle,
     Unique,
     Waiting,
@@ -437,3 +438,15 @@ def test_a_debounce_appends_an_event_and_a_dropped_enqueue_none(q: Quasar) -> No
     assert events() == [*before, (b"scheduled", first.encode())]
     applied(q.enqueue("s", 2, dedup=Throttle("t", 1_000), now=T0 + 1))
     assert events() == [*before, (b"scheduled", first.encode())]
+
+
+def test_coalesced_enqueues_without_now_are_deduplicated_too(q: Quasar) -> None:
+    first = fresh(q.enqueue("s", dedup=Unique("k")))  # (the asyncio client coalesces these)
+    assert deduplicated(q.enqueue("s", dedup=Unique("k"))) == first
+
+
+def test_purge_frees_the_key_of_the_job_it_deletes(q: Quasar) -> None:
+    first = fresh(q.enqueue("s", dedup=Unique("k", "finished", 10), now=T0))
+    finish(q, T0)
+    assert q.purge("default", Status.COMPLETED, [first], now=T0 + 120_000) == 1
+    assert q.redis.get(q.keys.unique("k")) is None
