@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from . import _types as t
+from ._codec import EncodeError, encode
 from ._ids import id_error
 
-__all__ = ["Debounce", "Dedup", "OnDuplicate", "Throttle", "Unique", "dedup_arg", "derived_key"]
+__all__ = [
+    "Debounce",
+    "Dedup",
+    "OnDuplicate",
+    "Throttle",
+    "Unique",
+    "dedup_arg",
+    "dedup_key",
+    "derived_key",
+]
 
 #: How long a unique job holds its key: while it waits (Waiting or RetryWaiting), while it
 #: waits or runs, or also for ``ttl_ms`` after it finished.
@@ -67,6 +77,21 @@ def derived_key(stage: str, payload: bytes) -> str:
     digest = hashlib.blake2b(payload, digest_size=16, person=b"quasar-dedup")
     digest.update(b"\0" + stage.encode())
     return f"{stage}:{digest.hexdigest()}"
+
+
+def dedup_key(job: Any) -> str | None:
+    """The dedup key of a ``NewJob`` with a dedup option: given, or derived from its stage and
+    payload (None for what the enqueue refuses: no option, a key that is no id, a payload that
+    cannot be encoded)."""
+    if not isinstance(job.dedup, Unique | Throttle | Debounce):
+        return None
+    key = job.dedup.key
+    if key is not None:
+        return key if id_error(key) is None and isinstance(key, str) else None
+    try:
+        return derived_key(job.stage, encode(job.payload))
+    except EncodeError:
+        return None
 
 
 def _window(value: object, what: str) -> int | t.InvalidJob:

@@ -27,6 +27,7 @@ from typing import Any, TypeAlias
 from . import _types as t
 from ._args import Arg, int_arg
 from ._call_base import NewJob, dependency_id
+from ._dedup import dedup_key
 from ._ids import id_error
 from ._keys import KeySpace
 from ._replies import parse_jobs
@@ -104,7 +105,8 @@ def placement(job: NewJob, count: int) -> int | t.JobError | None:
     """The partition ``job`` goes to (None: any, its id made there), or why it cannot go
     anywhere: a flow key that is no id (``InvalidJob``), an id or a dependency of another
     partition than its flow's or its first dependency's (``CrossPartition``). Ids that are no
-    ids are left to the call to refuse."""
+    ids are left to the call to refuse. A job with none of them but a dedup key goes where its
+    key hashes, so that the jobs of one key meet in one partition."""
     flow: Any = job.flow
     named = [dependency_id(d) for d in job.dependencies]
     if job.id is not None:
@@ -117,6 +119,9 @@ def placement(job: NewJob, count: int) -> int | t.JobError | None:
         target = hashed(flow if isinstance(flow, str) else flow.decode(), count)
     elif named:
         target = partition_of(named[0], count)
+    elif job.dedup is not None:
+        key = dedup_key(job)
+        return None if key is None else hashed(key, count)
     else:
         return None
     for name in named:

@@ -32,6 +32,7 @@ from quasar_redis import (
     Quasar,
     QueuePaused,
     Status,
+    Unique,
 )
 from quasar_redis._keys import KeySpace
 from quasar_redis._partitions import hashed, partition_of
@@ -505,3 +506,13 @@ def test_a_client_given_no_partitions_sends_what_it_sent_before(
     calls = {c[3 + c[2]] for c in sent if c[0] in words}  # (their call ids: a NOSCRIPT resends)
     assert len(calls) == 3
     assert not redis_client.exists(KeySpace(namespace).partitions)
+
+
+def test_jobs_of_one_dedup_key_meet_in_one_partition(q: Quasar) -> None:
+    first = applied(q.enqueue("s", dedup=Unique("report"), now=T0))
+    again = q.enqueue("s", dedup=Unique("report"), now=T0)
+    assert isinstance(again, JobApplied) and again.deduplicated and again.job.id == first.id
+    made = applied(q.enqueue("s", {"a": 1}, dedup=Unique(), now=T0))
+    batch = q.enqueue_many([NewJob("s", {"a": 1}, dedup=Unique()), NewJob("s")], now=T0)
+    assert isinstance(batch, BatchApplied) and batch.deduplicated == (0,)
+    assert batch.jobs[0].id == made.id
