@@ -248,6 +248,7 @@ def test_enqueue_each_answers_each_deduplicated_job(q: Quasar) -> None:
             "dedup key must not contain whitespace, control or format characters (U+0020)",
         ),
         (Unique(""), "dedup key must not be empty"),
+        (Unique("k" * 257), "dedup key must be at most 256 bytes"),
         (Throttle("k", 1.5), "throttle window_ms must be an integer number of ms"),  # type: ignore[arg-type]
         ("k", "dedup must be a Unique, Throttle or Debounce"),
     ],
@@ -269,6 +270,8 @@ def test_bad_dedup_options_are_refused_and_change_nothing(
         ("throttle 0 k", "throttle window must be positive"),
         ("debounce -1 k", "debounce window must be positive"),
         ("running 5 k", "running takes no window"),
+        ("throttle 5 " + "k" * 257, "dedup key must be at most 256 bytes"),
+        ("throttle 17592186044416 k", "throttle window must be at most 17592186044415 ms"),
         (
             "often 5 k",
             "dedup must be '<mode> <window ms> <key>', mode one of waiting, running, "

@@ -42,8 +42,9 @@ local function unique_arg(a)
   local window = tonumber(ms)
   if windowed and window < 1 then return invalid(mode .. " window must be positive") end
   if not windowed and window ~= 0 then return invalid(mode .. " takes no window") end
-  bad = time_error(window, mode .. " window")
-  if bad then return bad end
+  if time_error(window, "") then -- (a window as long as the times we keep: plenty)
+    return invalid(mode .. " window must be at most 17592186044415 ms")
+  end
   a.u = {mode = mode, window = window, key = key}
   return nil
 end
