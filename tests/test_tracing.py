@@ -25,6 +25,7 @@ from quasar_redis import (
     JobRefusedError,
     NewJob,
     Snooze,
+    Unique,
     current_job,
 )
 from quasar_redis import _tracing as tracing
@@ -350,3 +351,17 @@ def test_a_provider_from_the_environment_or_a_newer_api_is_found(
     assert app.tracer() is not None
     monkeypatch.setattr(otel_trace, "get_tracer_provider", otel_trace.NoOpTracerProvider)
     assert app.tracer() is None
+
+
+def test_a_derived_dedup_key_leaves_the_trace_context_out(
+    app: App, provider: TracerProvider
+) -> None:
+    def rebuild(user_id: int) -> int:
+        return user_id
+
+    task = app.task(rebuild, name="rebuild").options(dedup=Unique())
+    with provider.get_tracer("app").start_as_current_span("one request"):
+        first = task.enqueue(1)
+    with provider.get_tracer("app").start_as_current_span("another request"):
+        again = task.enqueue(1)
+    assert again.id == first.id  # the same call, in two traces: one job
