@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from quasar_redis import ClaimRefused, Quasar, QueuePaused, Status, __version__
+from quasar_redis import ClaimRefused, Quasar, QueuePaused, Status, Unique, __version__
 from quasar_redis.cli import main
 from quasar_redis.cli.ops._look import ORDER
 
@@ -161,6 +161,13 @@ def test_job_shows_fields_payload_result_errors_dependencies_and_events(
     assert shown.code == 0
     for text in ("blocked", "waits on", "gate  scheduled", '{"a": [1], "k": {"to": "x"}}'):
         assert text in shown.out
+
+
+def test_job_shows_how_a_job_was_enqueued_with_a_dedup_key(rq: Quasar, namespace: str) -> None:
+    applied(rq.enqueue("tasks.send", id="once", dedup=Unique("nightly", "finished", 60_000)))
+    document = quasar("job", "once", "--json", namespace=namespace).json()
+    assert document["dedup"] == "finished 60000 nightly"
+    assert "finished 60000 nightly" in quasar("job", "once", namespace=namespace).out
 
 
 def test_job_shows_a_failure(rq: Quasar, namespace: str) -> None:
