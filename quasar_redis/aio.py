@@ -44,10 +44,11 @@ Pending = tuple[NewJob, "asyncio.Future[t.JobResult]"]
 def _halves(batch: list[Pending]) -> tuple[list[Pending], ...]:
     """A coalesced batch as two calls, when its halves cannot tell the difference: each job is
     checked and applied on its own (mode "each"), so only a job naming another of the batch (a
-    dependency on it, or the same id) depends on the order Redis runs the two in; then, or when
-    the batch is small, the batch whole. (Jobs enqueued concurrently have no order between them:
-    the halves' sequence numbers may come in either order.)"""
-    if len(batch) < SPLIT_MIN:
+    dependency on it, or the same id) depends on the order Redis runs the two in, as does a job
+    with a dedup key (another may share it); then, or when the batch is small, the batch whole.
+    (Jobs enqueued concurrently have no order between them: the halves' sequence numbers may
+    come in either order.)"""
+    if len(batch) < SPLIT_MIN or any(job.dedup is not None for job, _ in batch):
         return (batch,)
     named = [job.id for job, _ in batch if job.id is not None]
     if named:

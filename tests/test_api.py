@@ -21,6 +21,7 @@ from quasar_redis import (
     JobRefused,
     Quasar,
     StaleLease,
+    Unique,
 )
 from quasar_redis._base import warn_policy
 from quasar_redis._replies import APPLIED, FAULTS, REFUSALS
@@ -363,6 +364,8 @@ def test_halves_split_only_batches_whose_jobs_are_independent() -> None:
     assert _halves(on_id) == (on_id,)
     outside = batch(*named_jobs(SPLIT_MIN - 1), NewJob("s", dependencies=["elsewhere"]))
     assert len(_halves(outside)) == 2
+    keyed = batch(*named_jobs(SPLIT_MIN - 1), NewJob("s", dedup=Unique("k")))
+    assert _halves(keyed) == (keyed,)  # (a dedup key: which job comes first decides)
 
 
 def named_jobs(n: int) -> list[Any]:
