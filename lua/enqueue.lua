@@ -2,7 +2,8 @@
 -- Checks, in order (docs/lifecycle.md, enqueue), job by job: the new job's own (new_job_checks
 -- below), then our limits, then DuplicateJob, then each dependency: MissingDependency when it
 -- does not exist (nor earlier in this batch), IncompleteDependency when it can never succeed
--- (Cancelled, or Failed for a job that asked to be cancelled on dependency failure); then the
+-- (Cancelled or Expired, or Failed for a job that asked to be cancelled on dependency failure);
+-- then the
 -- keys its write touches (CorruptKey). A job may depend on an earlier job of the same batch.
 --
 -- Two modes. "all": the batch is applied whole or not at all (the first refusal names its job).
@@ -16,10 +17,11 @@
 -- ARGV[6]  mode: "all" | "each"   ARGV[7] reply: "slim" | "ids"
 --   (slim: a job this call creates as its count of dependencies not yet succeeded, as a string:
 --   the client sent the rest; a job a re-sent call finds as every field)
--- then N groups of 13: id, queue, stage, payload, input_ref, input_revision,
+-- then N groups of 15: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
 --   delay ("" = 0), on_dependency_failure ("block" | "cancel"), made ("1" when the client made
---   the id at random for this call, else "").
+--   the id at random for this call, else ""), deadline (ms since the epoch, "" = none),
+--   expires_in (ms from now, "" = none; at most one of the two).
 --
 -- Replies
 --   all:  {"BatchApplied", now, job...}        each job as above (slim) or as its id alone
@@ -50,7 +52,7 @@ local load_job, place, status_name = Job.load_job, Job.place, Job.status_name
 local decode_items, encode_items, record = Call.decode_items, Call.encode_items, Call.record
 local recorded, run_call = Call.recorded, Call.run_call
 
-local GROUP = 13
+local GROUP = 15
 
 -- A batch repeats the same few values (attempts, priority, stage, queue): each is checked once a
 -- call, in the call's memo (m.ints: integer arguments parsed; m.stages: stages found valid; queue
@@ -65,6 +67,30 @@ local function int_memo(m, s, what)
 end
 
 local NO_DEPS = {} -- shared by every job without dependencies: never written to
+
+-- A deadline (absolute, or expires_in from now): after both now and available_at, so that the
+-- job can be claimed before it; a.dl the deadline, or nil. A job without one pays two compares.
+local function deadline_checks(a, now, m)
+  if a.deadline == "" and a.expires_in == "" then return nil end
+  if a.deadline ~= "" and a.expires_in ~= "" then
+    return invalid("give deadline or expires_in, not both")
+  end
+  local dl
+  if a.deadline ~= "" then
+    local e
+    dl, e = int_memo(m, a.deadline, "deadline")
+    if dl == nil then return e end
+  else
+    local ttl, e = int_memo(m, a.expires_in, "expires_in")
+    if ttl == nil then return e end
+    if ttl < 1 then return invalid("expires_in must be positive") end
+    dl = now + ttl
+  end
+  if dl <= now then return invalid("deadline must be in the future") end
+  if dl <= a.at then return invalid("deadline must be after available_at") end
+  a.dl = dl
+  return time_error(dl, "deadline")
+end
 
 local function new_job_checks(a, now, m)
   if a.id == "" then return invalid("id must not be empty") end
@@ -89,7 +115,7 @@ local function new_job_checks(a, now, m)
     at = now + delay
   end
   a.at = at
-  return time_error(at, "available_at")
+  return time_error(at, "available_at") or deadline_checks(a, now, m)
 end
 
 local function name_checks(ctx, a, m)
@@ -152,7 +178,7 @@ local function dependency_checks(ctx, a, batch)
         if err[1] == "MissingJob" then return nil, refuse("MissingDependency", d) end
         return nil, err
       end
-      if h.st == "C" or (h.st == "F" and a.odf == "cancel") then
+      if h.st == "C" or h.st == "E" or (h.st == "F" and a.odf == "cancel") then
         return nil, refuse("IncompleteDependency", d)
       end
       if h.st ~= "S" then pending = pending + 1 end
@@ -170,6 +196,7 @@ local function read_group(args, i)
     input_ref = args[b + 5], input_revision = args[b + 6], dependencies = args[b + 7],
     priority = args[b + 8], max_attempts = args[b + 9], available_at = args[b + 10],
     delay = args[b + 11], odf = args[b + 12], made = args[b + 13] == "1",
+    deadline = args[b + 14], expires_in = args[b + 15],
   }
 end
 
@@ -185,6 +212,8 @@ local function none_exist(ctx, jobs)
 end
 
 -- What a new job's write touches, by the index it goes to (see writes_error): 5 TYPE calls.
+-- A job with a deadline also goes to the queue's deadlines index.
+local DEADLINE_WRITES = {"deadlines"}
 local WRITES = {
   ready = {"ready", wake = true, namespace = true},
   delayed = {"delayed", "delayed_pr", namespace = true},
@@ -216,6 +245,7 @@ local function check_one(ctx, a, now, limits, batch)
   a.pending = pending
   local index = pending > 0 and "blocked" or (a.at <= now and "ready" or "delayed")
   return writes_error(ctx, a.queue, WRITES[index])
+    or (a.dl and writes_error(ctx, a.queue, DEADLINE_WRITES)) or nil
 end
 
 -- The new hash's fields but those holding their default (see DEFAULTS), written out: this runs
@@ -233,6 +263,7 @@ local function new_fields(a, h, now_text)
   if h.m ~= "3" then args[#args + 1] = "m"; args[#args + 1] = h.m end
   if h.at ~= now_text then args[#args + 1] = "ins"; args[#args + 1] = now_text end
   if h.ec then args[#args + 1] = "ec"; args[#args + 1] = h.ec end
+  if h.dl then args[#args + 1] = "dl"; args[#args + 1] = h.dl end
   return args
 end
 
@@ -245,6 +276,7 @@ local function write_one(ctx, a, now, seq, now_text)
     at = a.at == now and now_text or fmt(ctx, a.at), ins = now_text,
   }
   if not a.made then h.ec = ctx.args[1] end -- the call id
+  if a.dl then h.dl = fmt(ctx, a.dl) end
   redis.call("HSET", key_job(ctx, a.id), unpack(new_fields(a, h, now_text)))
   place(ctx, a.id, h, now)
   emit(ctx, a.id, h, status_name(h, now))

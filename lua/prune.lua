@@ -26,7 +26,7 @@ local valid_name = Checks.valid_name
 local blocked, load_job = Job.blocked, Job.load_job
 local run_call = Call.run_call
 
-local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
+local FINISHED_SETS = {"succeeded", "failed", "cancelled", "expired"}
 
 -- Deleting a finished job, a step purge.lua takes too: one table, so that the function library
 -- declares one name for it (Lua allows a function 200 locals, and the library is one).

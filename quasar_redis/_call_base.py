@@ -75,7 +75,9 @@ def dependency_id(dep: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """What to enqueue. ``available_at`` (absolute ms) wins over ``delay_ms`` (from server now)."""
+    """What to enqueue. ``available_at`` (absolute ms) wins over ``delay_ms`` (from server now).
+    ``deadline`` (absolute ms) or ``expires_in_ms`` (from server now), at most one: a job not
+    started by then expires unstarted (``Expired``) and never runs."""
 
     stage: str
     payload: Any = None
@@ -92,6 +94,8 @@ class NewJob:
     #: Where the job goes on a partitioned namespace: with every job of the same flow key
     #: (docs/scaling.md). A job id's rule; it changes nothing on a namespace of one partition.
     flow: str | None = None
+    deadline: int | None = None
+    expires_in_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

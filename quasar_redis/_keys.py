@@ -41,6 +41,8 @@ QUEUE_SETS = (
     "failed",
     "cancelled",
     "expiring",  # Succeeded jobs with a result retention, by when they may be deleted
+    "expired",  # Expired jobs (never started by their deadline), by when they expired
+    "deadlines",  # waiting jobs never started that have a deadline, by it
 )
 
 

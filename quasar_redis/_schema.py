@@ -77,6 +77,8 @@ FIELDS = (
     Field("enqueue_call", "ec"),
     # (an integer, but counted by HINCRBY alone, so no load checks it)
     Field("cascade_waits", "cw"),
+    # the time by which the job must have started, or it expires (absent: no deadline)
+    Field("deadline", "dl", numeric=True),
 )
 #: A field's key by its name.
 KEY = {field.name: field.key for field in FIELDS}
@@ -96,6 +98,7 @@ STATE = {
     "succeeded": "S",
     "failed": "F",
     "cancelled": "C",
+    "expired": "E",
 }
 #: What a claim writes into the job it leases (lua/include/lease.lua ``lease``): the state
 #: "leased", attempt + 1, fencing_version + 1, the worker, expires_at = now + lease_ms, the
@@ -128,6 +131,8 @@ ENQUEUE_ITEM = (
     "delay",  # "" = 0
     "odf",  # on_dependency_failure: "block" | "cancel"
     "made",  # "1" when the client made the id at random for this call, else ""
+    "deadline",  # "" = none
+    "expires_in",  # "" = none
 )
 #: A lease token as a lease holder's call sends it (lua/include/lease.lua ``open_lease``).
 TOKEN = ("job_id", "input_revision", "worker_id", "fence", "expires_at", "nonce")

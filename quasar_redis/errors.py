@@ -23,7 +23,8 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     ├── JobRefusedError                        the task API: an enqueue was refused (``.error``)
     │   └── InvalidTaskCall                    ... (also an InvalidArgument, above)
     ├── JobFailedError                         the task API: the job awaited ended Failed
-    │   └── JobCancelledError                  ... or Cancelled
+    │   ├── JobCancelledError                  ... or Cancelled
+    │   └── JobExpiredError                    ... or Expired: not started by its deadline
     ├── HookError                              a worker's startup hook raised: it did not start
     └── PhaseError                             a held job or its lease was asked for a change its
                                                table does not allow: a worker bug
@@ -170,6 +171,15 @@ class JobCancelledError(JobFailedError):
 
     def __init__(self, job: Any) -> None:
         QuasarError.__init__(self, f"job {job.id!r} was cancelled: {job.state.reason}")
+        self.job = job
+
+
+class JobExpiredError(JobFailedError):
+    """The job whose result was awaited expired: it was not started by its deadline, so it
+    never ran."""
+
+    def __init__(self, job: Any) -> None:
+        QuasarError.__init__(self, f"job {job.id!r} expired unstarted at its deadline")
         self.job = job
 
 

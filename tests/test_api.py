@@ -24,6 +24,7 @@ from quasar_redis import (
 )
 from quasar_redis._base import warn_policy
 from quasar_redis._replies import APPLIED, FAULTS, REFUSALS
+from quasar_redis._schema import ENQUEUE_ITEM
 from quasar_redis._scripts import lua_dir, names, scripts
 
 from .clients import clients, kind
@@ -256,7 +257,7 @@ def _jobs_per_call(aq: AsyncQuasar) -> list[int]:
     execute = aq.execute
 
     async def counting(call: Any) -> Any:
-        sent.append((len(call.args) - 7) // 13)
+        sent.append((len(call.args) - 7) // len(ENQUEUE_ITEM))
         return await execute(call)
 
     aq.execute = counting  # type: ignore[method-assign]

@@ -343,7 +343,7 @@ def test_queues_and_info(rq: Quasar, namespace: str) -> None:
     assert rows[1]["counts"]["scheduled"] == 1
     table = quasar("queues", namespace=namespace).out.splitlines()
     assert table[0].split() == ["queue", "state", *[s.value for s in ORDER]]
-    assert table[1].split() == ["mail", "running", "0", "3", "0", "0", "0", "1", "0", "0"]
+    assert table[1].split() == ["mail", "running", "0", "3", "0", "0", "0", "1", "0", "0", "0"]
     document = quasar("info", "mail", "--json", namespace=namespace).json()
     assert document["oldest_available"]["id"] == "m0"
     assert (document["paused"], document["total"], document["workers"]) == (False, 4, [])

@@ -164,6 +164,8 @@ def test_the_call_builders_send_each_item_in_the_declared_order() -> None:
         "delay": "9",
         "odf": "cancel",
         "made": "",
+        "deadline": "",
+        "expires_in": "",
     }
     token = t.LeaseToken("j", 1, "w", 2, 3, "n")
     sent = dict(zip(_schema.TOKEN, ("j", "1", "w", "2", "3", "n"), strict=True))

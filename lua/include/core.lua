@@ -31,13 +31,14 @@
 --   q queue, s stage, p payload (msgpack bytes), ir input_ref, rv input_revision,
 --   dp dependencies (space-separated ids), pd dependencies not yet succeeded, odf on-dependency-
 --   failure policy ("block" | "cancel"), pr priority, sq enqueue sequence, a attempt,
---   m max_attempts, f fencing_version, st state tag (W R L S F C), at available_at (W, R),
+--   m max_attempts, f fencing_version, st state tag (W R L S F C E), at available_at (W, R),
 --   w worker, x lease expires_at, n lease nonce (L), ek / em last error kind / message,
 --   cr cancel reason, o output_ref, res result (msgpack bytes), ins inserted_at,
---   att attempted_at, fin finished_at (S, F, C), hd "1" once another job depends on this one
+--   att attempted_at, fin finished_at (S, F, C, E), hd "1" once another job depends on this one
 --   (so that jobs nobody depends on never read their dependents set), ec the id of the call that
 --   enqueued it (a re-sent enqueue finds its jobs by it), cw how many of its cascade items are
---   not done (cascades.lua).
+--   not done (cascades.lua), dl deadline: the time by which the job must have started (a job
+--   never started expires then: st E; absent: none).
 -- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
 -- equals available_at (a job enqueued without a delay), and the payload and the
 -- result are stored in chunks of at most 64 bytes (p, p2, p3, ... / res, res2, ...), up to
@@ -177,7 +178,7 @@ end
 
 
 local NONE = {} -- an empty list, never written to
-local TERMINAL = {S = true, F = true, C = true}
+local TERMINAL = {S = true, F = true, C = true, E = true}
 
 -- The failure history of a job (docs/lifecycle.md, "Failure history"): its last 5 failed
 -- attempts, newest first, in the list KEYS[1].."errors:"..id (type-checked by each caller before

@@ -70,6 +70,7 @@ STATUS_ORDER = (
     t.Status.COMPLETED,
     t.Status.DISCARDED,
     t.Status.CANCELLED,
+    t.Status.EXPIRED,
 )
 
 
@@ -286,7 +287,7 @@ class Dashboard:
         target = request.query_params.get(what, "")
         status = request.query_params.get("status", "")
         if action == "purge" and status not in PURGEABLE:
-            return _missing("Only completed, discarded and cancelled jobs can be deleted.")
+            return _missing("Only completed, discarded, cancelled and expired jobs can be deleted.")
         return "confirm.html", {
             "title": "Confirm",
             "action": action,
@@ -345,7 +346,8 @@ class Dashboard:
             return refusal("No such job.", 400)
         status = form.get("status", "")
         if action == "purge" and status not in PURGEABLE:
-            return refusal("Only completed, discarded and cancelled jobs can be deleted.", 400)
+            msg = "Only completed, discarded, cancelled and expired jobs can be deleted."
+            return refusal(msg, 400)
         notice = await self._apply(action, target, status)
         self._infos = (-float("inf"), [])
         path = f"/jobs/{quote(target, safe='')}" if what == "job" else f"/queues/{target}"
