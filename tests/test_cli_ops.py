@@ -528,3 +528,19 @@ def test_an_id_given_twice_is_changed_once(rq: Quasar, namespace: str) -> None:
     applied(rq.enqueue("tasks.send", None, id="live"))
     ran = inproc("cancel", "live", "live", "--json", namespace=namespace)
     assert json.loads(ran.out) == {"changed": 1, "cascaded": 0, "refused": []}
+
+
+def test_job_jobs_and_queues_show_an_expired_job(rq: Quasar, namespace: str) -> None:
+    at = server_ms(rq) - MINUTES_AGO
+    applied(rq.enqueue("tasks.send", None, id="late", deadline=at + 100, now=at))
+    assert rq.sweep_expired(now=at + 100).past_deadline == ("late",)
+    document = inproc("job", "late", "--json", namespace=namespace).json()
+    assert document["status"] == "expired"
+    assert document["state"]["name"] == "Expired"
+    assert document["deadline"] == document["state"]["deadline"] == document["completed_at"]
+    shown = inproc("job", "late", namespace=namespace).out
+    assert "expired" in shown and "deadline" in shown
+    listed = inproc("jobs", "default", "--status", "expired", "--json", namespace=namespace)
+    assert [job["id"] for job in listed.json()["jobs"]] == ["late"]
+    rows = inproc("queues", "--json", namespace=namespace).json()
+    assert rows[0]["counts"]["expired"] == 1

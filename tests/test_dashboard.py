@@ -393,3 +393,25 @@ def test_queue_pages_by_cursor_and_large_payloads_are_cut(
             assert page.status_code == 200 and "odd/id?x=1#y%2F</span>" in page.text
 
     asyncio.run(run())
+
+
+def test_an_expired_job_is_shown_with_its_deadline(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    t0 = 1_000_000
+    sync_q.enqueue("send", None, id="late", queue="mail", deadline=t0 + 100, now=t0)
+    assert sync_q.sweep_expired(now=t0 + 100).past_deadline == ("late",)
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            overview = await client.get("/")
+            assert 'data-count="mail|expired">1<' in overview.text
+            queue = await client.get("/queues/mail", params={"status": "expired"})
+            assert "late</a>" in queue.text
+            job = await client.get("/jobs/late")
+            assert '<span class="badge status-expired" id="status">expired</span>' in job.text
+            assert "1970-01-01T00:16:40.100Z (1000100)" in job.text  # the deadline
+            assert 'id="cancel"' not in job.text  # final: nothing to cancel
+            assert (await client.get("/api/counts")).json()["queues"]["mail"]["expired"] == 1
+
+    asyncio.run(run())

@@ -194,7 +194,10 @@ def test_an_expired_job_is_an_event_named_expired(q: Quasar) -> None:
 
 def test_prune_and_purge_delete_expired_jobs(q: Quasar) -> None:
     late = enqueue(q, deadline=T0 + 100)
+    purged = enqueue(q, deadline=T0 + 100)
     q.sweep_expired(now=T0 + 100)
+    assert q.purge("default", Status.EXPIRED, [purged], now=T0 + 100_000) == 1
+    assert q.get_job(purged) is None
     assert q.prune(max_age_ms=1, now=T0 + 100_000) == 1
     assert q.get_job(late) is None
     assert where(q, late) == set()
