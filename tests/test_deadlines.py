@@ -10,6 +10,7 @@ nothing more.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,10 @@ from quasar_redis import (
     Expired,
     IncompleteDependency,
     InvalidJob,
+    InvalidTaskCall,
     JobExpiredError,
     JobRefused,
+    JobRefusedError,
     NewJob,
     NotFailed,
     NothingClaimable,
@@ -282,3 +285,35 @@ def test_a_job_started_before_its_deadline_may_retry_after_it(q: Quasar) -> None
     assert where(q, job_id) == {"ready", "retrying"}
     again = q.claim("default", "w", 1000, now=T0 + 500)
     assert claimed(again).job.id == job_id
+
+
+def test_a_resent_claim_that_expired_a_job_changes_nothing_more(q: Quasar) -> None:
+    late = enqueue(q, deadline=T0 + 100, priority=-1)
+    ok = enqueue(q)
+    call = q.calls.claim_many("default", "w", 1000, 2, T0 + 100)
+    first = q.execute(call)
+    before, events = snapshot(q), q.redis.xlen(q.keys.events)
+    again = q.execute(call)
+    assert q.redis.xlen(q.keys.events) == events
+    assert isinstance(first, ClaimsApplied) and isinstance(again, ClaimsApplied)
+    assert [c.token for c in again.claims] == [c.token for c in first.claims]
+    assert [c.job.id for c in first.claims] == [ok]
+    assert {k: v for k, v in snapshot(q).items() if ":call:" not in k} == {
+        k: v for k, v in before.items() if ":call:" not in k
+    }
+    assert applied_state(q, late) == Expired(T0 + 100, T0 + 100)
+
+
+def test_the_task_api_takes_a_deadline_or_expires_in(app: App) -> None:
+    task, _ = recording_app(app)
+    when = datetime(2500, 1, 1, tzinfo=timezone.utc)
+    handle = task.options(deadline=when).enqueue("x")
+    info = handle.info()
+    assert info is not None and info.job.deadline == round(when.timestamp() * 1000)
+    assert task.options(deadline=when.timestamp()).job("x").deadline == info.job.deadline
+    assert task.options(expires_in=1.5).job("x").expires_in_ms == 1500
+    with pytest.raises(InvalidTaskCall, match="expires_in must be a finite number"):
+        task.options(expires_in=float("inf")).job("x")
+    with pytest.raises(JobRefusedError) as refused:
+        task.options(expires_in=0).enqueue("x")
+    assert refused.value.error == InvalidJob("expires_in must be positive")
