@@ -40,6 +40,7 @@ from quasar_redis import (
     Worker,
 )
 from quasar_redis._tasks import Task
+from quasar_redis.prometheus import depth_families
 
 from .helpers import T0, applied, claimed, raw_job, snapshot, wait_for, where
 
@@ -317,3 +318,11 @@ def test_the_task_api_takes_a_deadline_or_expires_in(app: App) -> None:
     with pytest.raises(JobRefusedError) as refused:
         task.options(expires_in=0).enqueue("x")
     assert refused.value.error == InvalidJob("expires_in must be positive")
+
+
+def test_the_metrics_count_expired_jobs(q: Quasar) -> None:
+    enqueue(q, deadline=T0 + 100)
+    q.sweep_expired(now=T0 + 100)
+    (jobs, _) = depth_families(q.queues(now=T0 + 100))
+    found = {s.labels["status"]: s.value for s in jobs.samples if s.labels["queue"] == "default"}
+    assert found["expired"] == 1 and found["available"] == 0
