@@ -9,6 +9,7 @@ from ._calls import Call, Limits, NewJob
 from ._durable import Durable
 from ._handles import JobHandle
 from ._keys import KeySpace
+from ._schedules import Declared, Fired, FireResult, NotFired, Schedule, ScheduleInfo, Skipped
 from ._types import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -85,6 +86,7 @@ from .errors import (
     EvictionPolicyError,
     HookError,
     InvalidArgument,
+    InvalidSchedule,
     InvalidTaskCall,
     JobCancelledError,
     JobFailedError,
@@ -140,6 +142,7 @@ __all__ = [
     "CorruptJobError",
     "CorruptKeyError",
     "CrossPartition",
+    "Declared",
     "DependencyPolicy",
     "DuplicateJob",
     "Durable",
@@ -151,11 +154,14 @@ __all__ = [
     "Fail",
     "Failed",
     "FenceChanged",
+    "FireResult",
+    "Fired",
     "Fixed",
     "HookError",
     "IncompleteDependency",
     "InvalidArgument",
     "InvalidJob",
+    "InvalidSchedule",
     "InvalidTaskCall",
     "Job",
     "JobApplied",
@@ -184,6 +190,7 @@ __all__ = [
     "NewJob",
     "NotAvailable",
     "NotFailed",
+    "NotFired",
     "NotReplicated",
     "NothingClaimable",
     "Outcome",
@@ -205,7 +212,10 @@ __all__ = [
     "ReportedAndClaimed",
     "RetryPolicy",
     "RetryWaiting",
+    "Schedule",
+    "ScheduleInfo",
     "Serializer",
+    "Skipped",
     "Snooze",
     "StaleLease",
     "Status",

@@ -37,6 +37,7 @@ from quasar_redis import (
     current_job,
 )
 from quasar_redis._calls import WorkerEntry
+from quasar_redis._schedules import Schedule
 from quasar_redis._scripts import READS, WRITES, _code, commands, library, lua_dir, names, scripts
 from quasar_redis._sending import functions_unusable, map_error
 from quasar_redis.acl import ROLES, key_pattern, rules, scripts_instead, setuser
@@ -424,6 +425,7 @@ def _on(prepare: Callable[[Quasar], Any], then: Callable[[Quasar, Any], Any]) ->
 
 ENTRY = WorkerEntry("w1", "host", 1, ("default",), 1, (), "0")
 LAPSED = WorkerEntry("w2", "host", 2, ("default",), 1, (), "0")
+SCHEDULE = Schedule.of("sched", "s", every=60)
 FAR = 4_000_000_000_000  # a "now" long after every lease and delay of the scenarios
 
 #: For every operation: the state an admin makes, then the call the user makes, which applies.
@@ -468,6 +470,15 @@ SCENARIOS: dict[str, Scenario] = {
         lambda a: a.execute(a.calls.announce(ENTRY, 60_000)),
         lambda u, _: u.execute(u.calls.retire(ENTRY.id)),
     ),
+    "declare_schedule": _on(lambda a: None, lambda u, _: u.declare_schedule(SCHEDULE, now=1)),
+    "fire_schedule": _on(
+        lambda a: a.declare_schedule(SCHEDULE, now=1),
+        lambda u, _: u.fire_schedule(SCHEDULE, 60_000, now=60_001),
+    ),
+    "schedules": _on(lambda a: a.declare_schedule(SCHEDULE, now=1), lambda u, _: u.schedules()),
+    "change_schedule": _on(
+        lambda a: a.declare_schedule(SCHEDULE, now=1), lambda u, _: u.pause_schedule("sched")
+    ),
     "workers": _on(  # one live, one lapsed long ago (dropped: a write)
         lambda a: a.execute_many(
             [a.calls.announce(ENTRY, 60_000), a.calls.announce(LAPSED, 1_000, now=1)]
@@ -476,7 +487,8 @@ SCENARIOS: dict[str, Scenario] = {
     ),
 }
 
-READING = ("get_job", "counts", "list_jobs", "queues")  # (workers drops the entry that lapsed)
+# (not workers, which drops the entry that lapsed)
+READING = ("get_job", "counts", "list_jobs", "queues", "schedules")
 CASES = [(op, cmd) for op in names() for cmd in scripts()[op].uses]
 
 
@@ -785,8 +797,10 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
     }
     lease_calls = {"claim", "claim_job", "complete", "fail", "permanent_fail", "heartbeat"}
     assert beyond == {
-        "producer": {"claim_job", "heartbeat", "release", "retry", "pause"},
-        "worker": {"cancel", "retry", "pause", "purge"},
-        "operator": lease_calls | {"release", "report_many", "report_and_claim", "retire"},
+        "producer": {"claim_job", "heartbeat", "release", "retry", "pause", "declare_schedule"},
+        "worker": {"cancel", "retry", "pause", "purge", "change_schedule"},
+        "scheduler": {"claim_job", "enqueue", "heartbeat", "release", "retry", "pause"},
+        "operator": lease_calls
+        | {"release", "report_many", "report_and_claim", "retire", "declare_schedule"},
         "reader": set(),
     }
