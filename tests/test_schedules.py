@@ -6,8 +6,10 @@ input refused with nothing written, and two real worker processes, one killed mi
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from click.testing import CliRunner
 
 from quasar_redis import (
     App,
@@ -31,6 +34,7 @@ from quasar_redis import (
     Waiting,
 )
 from quasar_redis._schedules import Ticker, drive
+from quasar_redis.cli import main
 
 from .helpers import REDIS_URL, delete_namespace, real_redis, snapshot, wait_for
 
@@ -294,6 +298,27 @@ def test_ticks_across_a_daylight_saving_edge_fire_one_job_each(q: Quasar) -> Non
     assert ZoneInfo("Europe/Paris").utcoffset(datetime(2026, 10, 25, 3)) == timedelta(hours=1)
 
 
+# --- the docs -----------------------------------------------------------------------------------
+
+
+def test_the_examples_of_the_docs_run_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ROOT / "docs" / "schedules.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    assert len(blocks) >= 4
+    scope: dict[str, Any] = {"__name__": "docs_schedules"}
+    try:
+        for block in blocks:
+            exec(compile(block, "docs/schedules.md", "exec"), scope)
+    finally:
+        if "app" in scope:
+            scope["app"].close()
+    out = capsys.readouterr().out
+    assert "['refresh-dashboards', 'sweep-carts', 'weekly-digest']" in out
+    assert "unknown time zone 'Mars/Olympus'" in out and "every must be positive" in out
+    assert "Fired(job_id='sweep-carts@1800000030000', next_tick=1800000060000, fresh=True)" in out
+    assert "NotFired(reason='paused', next_tick=1800000060000)" in out
+
+
 # --- real worker processes -----------------------------------------------------------------------
 
 
@@ -364,3 +389,42 @@ def test_two_worker_processes_one_killed_midway_make_one_job_per_tick(
     [info] = q.schedules()
     assert info.name == "beat" and info.last_tick == found[-1]
     q.close()
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def test_the_schedules_commands_list_pause_resume_trigger_and_remove(namespace: str) -> None:
+    q = Quasar.from_url(REDIS_URL, namespace)
+    try:
+        q.declare_schedule(every("tick"))
+        q.declare_schedule(every("gone"), now=10**12)  # declared in 2001: by no running worker
+        base = ["--redis-url", REDIS_URL, "--namespace", namespace]
+
+        def run(*args: str) -> Any:
+            return CliRunner().invoke(main, ["schedules", *args, *base])
+
+        listed = run("list", "--json")
+        assert listed.exit_code == 0, listed.output
+        rows = {row["name"]: row for row in json.loads(listed.output)}
+        assert (rows["tick"]["declared"], rows["gone"]["declared"]) == (True, False)
+        assert rows["tick"]["spec"] == "every 60000" and rows["tick"]["paused"] is False
+        table = run("list")
+        assert "declared by no running worker" in table.output and "tick" in table.output
+        assert run("pause", "tick").output == "schedule 'tick' paused\n"
+        assert run("pause", "tick").output == "schedule 'tick': unchanged\n"
+        assert q.schedules()[1].paused
+        assert run("resume", "tick", "--json").output.count('"changed": true') == 1
+        triggered = run("trigger", "tick", "--json")
+        job_id = json.loads(triggered.output)["job_id"]
+        assert job_id.startswith("tick@") and q.get_job(job_id) is not None
+        assert run("remove", "gone").output == "schedule 'gone' removed\n"
+        before = snapshot(q)
+        missing = run("remove", "gone")
+        assert missing.exit_code == 1 and "unknown schedule 'gone'" in missing.output
+        assert run("trigger", "gone").exit_code == 1
+        assert snapshot(q) == before
+        assert [s.name for s in q.schedules()] == ["tick"]
+    finally:
+        delete_namespace(q.redis, namespace)
+        q.close()
