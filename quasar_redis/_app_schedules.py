@@ -4,18 +4,37 @@ task run on a schedule, ``App.schedule`` puts a task of the app on one. The app 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 from ._schedules import Missed, Schedule
 from ._tasks import Task
 from .errors import InvalidSchedule
 
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:  # pragma: no cover
+    from typing_extensions import Unpack
+
 if TYPE_CHECKING:
     from .app import App
 
 R = TypeVar("R")
+
+
+class When(TypedDict, total=False):
+    """When a schedule fires, besides its cron expression: ``every`` (seconds or a timedelta,
+    instead of a cron expression), ``tz`` (an IANA name, "UTC" by default), ``name`` (the
+    schedule's; its task's by default), ``missed`` ("skip" or "once": what becomes of ticks more
+    than ``grace`` seconds late, 30 by default)."""
+
+    every: float | timedelta | None
+    tz: str
+    name: str | None
+    missed: Missed
+    grace: float | timedelta
 
 
 class Periodic:
@@ -26,35 +45,38 @@ class Periodic:
         cron: str | None = None,
         /,
         *,
-        every: float | timedelta | None = None,
-        tz: str = "UTC",
-        name: str | None = None,
-        missed: Missed = "skip",
-        grace: float | timedelta = 30.0,
-        **task_settings: Any,
+        queue: str = "default",
+        max_attempts: int = 3,
+        priority: int = 0,
+        lease_ms: int | None = None,
+        timeout: float | None = None,
+        **when: Unpack[When],
     ) -> Callable[[Callable[[], R]], Task[[], R]]:
         """Declare a task run on a schedule: ``@app.periodic("*/5 * * * *", tz="Europe/Paris")``
-        (a cron expression, read by cronsim) or ``@app.periodic(every=30)`` (seconds). The
-        function takes no arguments; ``task_settings`` are ``task``'s (queue, max_attempts, ...).
-        ``name``: the schedule's (default: the task's); ``missed``: what becomes of ticks more
-        than ``grace`` seconds late, after a time without workers: ``"skip"`` (no job) or
-        ``"once"`` (one job for them all). InvalidSchedule for bad settings."""
-
+        (a cron expression, read by cronsim) or ``@app.periodic(every=30)`` (seconds); ``when``
+        as ``When`` says. The function takes no arguments; ``queue`` to ``timeout`` are the
+        task's settings, as ``App.task`` takes them (for others, declare the task with
+        ``App.task`` and put it on a schedule with ``App.schedule``). InvalidSchedule for bad
+        settings, before anything is declared."""
         app = cast("App", self)
         # (checked before the task is declared, so that bad settings declare nothing)
-        queue = task_settings.get("queue", "default")
-        Schedule.of(
-            name or "-", "-", cron, every=every, tz=tz, missed=missed, grace=grace, queue=queue
-        )
+        _made(when.get("name") or "-", "-", cron, when, queue=queue)
 
         def declare(f: Callable[[], R]) -> Task[[], R]:
-            task: Task[[], R] = app.task(f, **task_settings)
+            made: Task[[], R] = app.task(
+                f,
+                queue=queue,
+                max_attempts=max_attempts,
+                priority=priority,
+                lease_ms=lease_ms,
+                timeout=timeout,
+            )
             try:
-                self.schedule(task, cron, every=every, tz=tz, name=name, missed=missed, grace=grace)
+                self.schedule(made, cron, **when)
             except BaseException:
-                app.tasks.pop(task.name, None)
+                app.tasks.pop(made.name, None)
                 raise
-            return task
+            return made
 
         return declare
 
@@ -64,29 +86,22 @@ class Periodic:
         cron: str | None = None,
         /,
         *,
-        every: float | timedelta | None = None,
-        tz: str = "UTC",
-        name: str | None = None,
-        missed: Missed = "skip",
-        grace: float | timedelta = 30.0,
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
+        **when: Unpack[When],
     ) -> Schedule:
         """Run ``task`` (of this app) with ``args`` and ``kwargs`` on a schedule, as
         ``periodic`` does; a task may have several schedules, each its own ``name``."""
         app = cast("App", self)
-        label = name or task.name
+        label = when.get("name") or task.name
         if label in app.schedules:
             raise InvalidSchedule(f"a schedule named {label!r} is declared twice")
         payload = app.encode_call(task, args, kwargs or {})
-        made = Schedule.of(
+        made = _made(
             label,
             task.name,
             cron,
-            every=every,
-            tz=tz,
-            missed=missed,
-            grace=grace,
+            when,
             payload=payload,
             queue=task.queue,
             priority=task.priority,
@@ -94,3 +109,16 @@ class Periodic:
         )
         app.schedules[label] = made
         return made
+
+
+def _made(name: str, stage: str, cron: str | None, when: When, **job: Any) -> Schedule:
+    return Schedule.of(
+        name,
+        stage,
+        cron,
+        every=when.get("every"),
+        tz=when.get("tz", "UTC"),
+        missed=when.get("missed", "skip"),
+        grace=when.get("grace", 30.0),
+        **job,
+    )
