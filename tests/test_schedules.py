@@ -36,7 +36,7 @@ from quasar_redis import (
 from quasar_redis._schedules import Ticker, drive
 from quasar_redis.cli import main
 
-from .helpers import REDIS_URL, delete_namespace, real_redis, snapshot, wait_for
+from .helpers import REDIS_URL, applied, delete_namespace, real_redis, snapshot, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 MIN = 60_000
@@ -116,11 +116,12 @@ def test_a_resent_fire_gets_the_first_answer_and_enqueues_nothing_more(q: Quasar
     assert job_ids(q) == [f"tick@{T0 + MIN}"]
 
 
-def test_seven_schedulers_over_a_simulated_hour_make_exactly_one_job_per_tick(
+def test_three_schedulers_and_four_workers_over_a_simulated_hour_make_one_job_per_tick(
     redis_client: Any, backend: str, namespace: str
 ) -> None:
-    """Three schedulers and four workers (each runs one), driven with explicit now, in varied
-    orders, some of them late now and then: one job per tick, none missed."""
+    """Three schedulers and four workers, each worker running a scheduler too (as every worker
+    does) and claiming and completing jobs, driven with explicit now in varied orders, some of
+    them late now and then: one job per tick, none missed, and each run once."""
     schedules = [
         every("half-minute", 30),
         Schedule.of("five", "jobs.five", "*/5 * * * *", tz="Europe/Paris"),
@@ -128,11 +129,20 @@ def test_seven_schedulers_over_a_simulated_hour_make_exactly_one_job_per_tick(
     ]
     clients = [Quasar(redis_client, namespace, functions=backend == "redis") for _ in range(7)]
     tickers = [Ticker(schedules) for _ in clients]
+    workers = range(3, 7)  # the last four also claim and complete what the schedules enqueue
     rng = random.Random(7)
     now = T0 + 1
     for client, ticker in zip(clients, tickers, strict=True):
         ticker.declared_all(client.execute_many(ticker.declaring(client.calls, now)))
     end = T0 + 3_600_000
+    completed: list[str] = []
+
+    def work(i: int, at: int) -> None:
+        claims = clients[i].claim_many("default", f"w{i}", 60_000, 5, now=at)
+        for claim in getattr(claims, "claims", ()):
+            applied(clients[i].complete(claim.token, f"w{i}", now=at))
+            completed.append(claim.job.id)
+
     while now < end:
         now = min(end, now + rng.randint(200, 9_000))
         order = list(range(7))
@@ -142,16 +152,17 @@ def test_seven_schedulers_over_a_simulated_hour_make_exactly_one_job_per_tick(
                 continue  # this one is late this time (a GC pause, a busy event loop)
             now += rng.randint(0, 40)
             drive(tickers[i].firing(clients[i].calls, now, explicit=True), clients[i].execute_many)
-    for i in range(7):  # every scheduler's last round, past the end
-        drive(
-            tickers[i].firing(clients[i].calls, end + 1_000, explicit=True), clients[i].execute_many
-        )
+            if i in workers:
+                work(i, now)
+    for client, ticker in zip(clients, tickers, strict=True):  # a last round, past the end
+        drive(ticker.firing(client.calls, end + 1_000, explicit=True), client.execute_many)
+    for i in workers:
+        work(i, end + 2_000)
     expected = {f"half-minute@{T0 + k * 30_000}" for k in range(1, 121)}
     expected |= {f"five@{T0 + k * 300_000}" for k in range(1, 13)}
     expected |= {f"minute@{T0 + k * MIN}" for k in range(1, 61)}
-    made = job_ids(clients[0])
-    assert len(made) == len(set(made)) == len(expected)
-    assert set(made) == expected
+    assert len(completed) == len(set(completed)) == len(expected)  # each job run once
+    assert set(completed) == expected
     assert int(redis_client.get(clients[0].keys.seq)) == len(expected)  # no job besides
 
 
