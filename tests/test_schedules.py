@@ -5,6 +5,7 @@ input refused with nothing written, and two real worker processes, one killed mi
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -35,7 +36,9 @@ from quasar_redis import (
 )
 from quasar_redis._schedules import Ticker, drive
 from quasar_redis.cli import main
+from quasar_redis.worker._scheduler import Scheduler
 
+from .clients import clients
 from .helpers import REDIS_URL, applied, delete_namespace, real_redis, snapshot, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,6 +167,32 @@ def test_three_schedulers_and_four_workers_over_a_simulated_hour_make_one_job_pe
     assert len(completed) == len(set(completed)) == len(expected)  # each job run once
     assert set(completed) == expected
     assert int(redis_client.get(clients[0].keys.seq)) == len(expected)  # no job besides
+
+
+def test_the_workers_scheduler_declares_again_and_fires_what_is_due(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    """The asyncio scheduler each worker runs (worker/_scheduler.py), driven with explicit now:
+    it declares at its first round and again 30 s later, and fires each tick once."""
+    s = every("tick", 10)
+    with clients("async", redis_client) as make:
+        driven: Any = make(namespace, functions=backend == "redis")
+        scheduler = Scheduler(
+            client=driven.client,
+            schedules=[s],
+            stopping=asyncio.Event(),
+            redis_ms=lambda: 0.0,
+            worker_id="w",
+        )
+        run = driven.loop.run_until_complete
+        assert run(scheduler.round(T0 + 1, explicit=True)) == 0  # declared; nothing due yet
+        assert run(scheduler.round(T0 + 10_000, explicit=True)) == 1
+        assert run(scheduler.round(T0 + 10_001, explicit=True)) == 0
+        assert run(scheduler.round(T0 + 35_000, explicit=True)) == 2  # 20 s and 30 s
+        [info] = driven.schedules(now=T0 + 35_000)
+        assert (info.declared_at, info.last_tick) == (T0 + 35_000, T0 + 30_000)
+    made = job_ids(Quasar(redis_client, namespace))
+    assert made == [f"tick@{T0 + k * 10_000}" for k in (1, 2, 3)]
 
 
 # --- missed ticks --------------------------------------------------------------------------------
