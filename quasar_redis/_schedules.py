@@ -30,7 +30,7 @@ from ._codec import EncodeError, encode
 from ._general import text
 from ._keys import NAME_RE
 from ._replies import _refused
-from .errors import InvalidSchedule, ProtocolError
+from .errors import CorruptKeyError, InvalidSchedule, ProtocolError
 
 if TYPE_CHECKING:
     from ._call_base import Call
@@ -317,28 +317,34 @@ def parse_schedules(reply: Any) -> list[ScheduleInfo]:
     now = int(reply[1])
     out = []
     for row in reply[2:]:
-        name, spec, tz, queue, stage, pr, m, mi, gr, _dg, nx, ls, ps, dc, cr = map(text, row)
-        declared_at = int(dc or 0)
-        out.append(
-            ScheduleInfo(
-                name,
-                spec,
-                tz,
-                queue,
-                stage,
-                int(pr or 0),
-                int(m or 3),
-                mi,
-                int(gr or 0),
-                int(nx or 0),
-                _opt_int(ls),
-                ps == "1",
-                declared_at,
-                int(cr or 0),
-                now - declared_at <= STALE_MS,
-            )
-        )
+        try:
+            out.append(_info(now, [text(value) for value in row]))
+        except ValueError:  # (a field written by hand)
+            bad = CorruptKeyError(f"schedule:{text(row[0])}", "holds a field that is no integer")
+            raise bad from None
     return sorted(out, key=lambda info: info.name)
+
+
+def _info(now: int, row: list[str]) -> ScheduleInfo:
+    name, spec, tz, queue, stage, pr, m, mi, gr, _dg, nx, ls, ps, dc, cr = row
+    declared_at = int(dc or 0)
+    return ScheduleInfo(
+        name,
+        spec,
+        tz,
+        queue,
+        stage,
+        int(pr or 0),
+        int(m or 3),
+        mi,
+        int(gr or 0),
+        int(nx or 0),
+        _opt_int(ls),
+        ps == "1",
+        declared_at,
+        int(cr or 0),
+        now - declared_at <= STALE_MS,
+    )
 
 
 # --- the scheduler's choices ---------------------------------------------------------------------

@@ -24,6 +24,8 @@ from click.testing import CliRunner
 
 from quasar_redis import (
     App,
+    CorruptDataError,
+    CorruptKeyError,
     Declared,
     Fired,
     InvalidArgument,
@@ -117,6 +119,23 @@ def test_a_resent_fire_gets_the_first_answer_and_enqueues_nothing_more(q: Quasar
         k: v for k, v in before.items() if ":call:" not in k
     }
     assert job_ids(q) == [f"tick@{T0 + MIN}"]
+
+
+def test_resent_declarations_and_changes_get_their_first_answers(q: Quasar) -> None:
+    s = every()
+    declare = q.calls.declare_schedule(s, T0)
+    assert q.execute(declare) == q.execute(declare) == Declared("created", T0 + MIN)
+    pause = q.calls.change_schedule("tick", "pause", T0)
+    assert q.execute(pause) is True
+    assert q.execute(pause) is True  # (a new pause would say False: it is paused already)
+    assert q.pause_schedule("tick", now=T0) is False
+    skip = q.calls.fire_schedule(every(grace=0), T0 + MIN, T0 + MIN + 1)
+    q.resume_schedule("tick", now=T0)
+    assert q.fire_schedule(every(grace=0), T0 + MIN, now=T0 + MIN + 1) == NotFired(
+        "changed", T0 + MIN
+    )
+    assert q.declare_schedule(every(grace=0), now=T0 + 1).outcome == "updated"
+    assert q.execute(skip) == q.execute(skip) == Skipped(T0 + 2 * MIN)
 
 
 def test_three_schedulers_and_four_workers_over_a_simulated_hour_make_one_job_per_tick(
@@ -295,6 +314,29 @@ def test_the_script_refuses_bad_arguments_itself_and_writes_nothing(q: Quasar) -
     assert snapshot(q) == {}
     with pytest.raises(InvalidSchedule):
         q.declare_schedule("not a schedule")  # type: ignore[arg-type]
+
+
+def test_schedule_keys_written_by_hand_are_corrupt_data_and_nothing_changes(q: Quasar) -> None:
+    s = every()
+    q.declare_schedule(s, now=T0)
+    q.redis.hset(q.keys.schedule("tick"), "pr", "high")
+    with pytest.raises(CorruptDataError, match="schedule:tick"):
+        q.schedules()
+    q.redis.delete(q.keys.schedule("tick"))
+    q.redis.set(q.keys.schedule("tick"), "not a hash")
+    before = snapshot(q)
+    for call in (
+        lambda: q.declare_schedule(s, now=T0),
+        lambda: q.fire_schedule(s, T0 + MIN, now=T0 + MIN),
+        lambda: q.pause_schedule("tick"),
+    ):
+        with pytest.raises(CorruptKeyError, match="holds a string, expected a hash"):
+            call()
+    assert snapshot(q) == before
+    q.redis.delete(q.keys.schedules)
+    q.redis.set(q.keys.schedules, "not a sorted set")
+    with pytest.raises(CorruptKeyError, match="holds a string, expected a zset"):
+        q.schedules()
 
 
 # --- daylight saving -----------------------------------------------------------------------------
