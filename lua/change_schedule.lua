@@ -20,29 +20,28 @@ local key_schedule, key_schedules = Core.key_schedule, Core.key_schedules
 local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
 local open_schedule = Schedule.open_schedule
 
-local ACTIONS = {pause = true, resume = true, remove = true}
+-- Each action: its writes to the schedule (hash `key`), and 1 when they changed it, else 0.
+local ACTIONS = {
+  pause = function(_, key) return redis.call("HSET", key, "ps", "1") end,
+  resume = function(_, key) return redis.call("HDEL", key, "ps") end,
+  remove = function(ctx, key, name)
+    redis.call("ZREM", key_schedules(ctx), name)
+    return redis.call("DEL", key)
+  end,
+}
 
 local function main(ctx)
   local now, name = open_schedule(ctx)
   if now == nil then return name end
-  local action = ctx.args[4]
-  if not ACTIONS[action] then return invalid("action must be 'pause', 'resume' or 'remove'") end
+  local act = ACTIONS[ctx.args[4]]
+  if not act then return invalid("action must be 'pause', 'resume' or 'remove'") end
   local again = recorded(ctx)
   if again then return applied("Changed", "", again) end
   local key = key_schedule(ctx, name)
   if redis.call("EXISTS", key) == 0 then
     return invalid("unknown schedule '" .. name .. "'")
   end
-  local changed
-  if action == "pause" then
-    changed = redis.call("HSET", key, "ps", "1")
-  elseif action == "resume" then
-    changed = redis.call("HDEL", key, "ps")
-  else
-    redis.call("ZREM", key_schedules(ctx), name)
-    changed = redis.call("DEL", key)
-  end
-  changed = fmt(ctx, changed)
+  local changed = fmt(ctx, act(ctx, key, name))
   record(ctx, changed)
   return applied("Changed", fmt(ctx, now), changed)
 end

@@ -412,9 +412,8 @@ def fleet(tmp_path: Path, namespace: str) -> Iterator[list[subprocess.Popen[byte
         yield procs
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+            proc.kill()  # (nothing, for one that ended and was waited for)
+            proc.wait(10)
         delete_namespace(client, namespace)
         client.close()
 
