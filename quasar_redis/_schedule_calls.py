@@ -19,7 +19,7 @@ from ._schedules import (
     parse_fire,
     parse_schedules,
 )
-from .errors import ConfigurationError, InvalidSchedule
+from .errors import ConfigurationError, InvalidArgument, InvalidSchedule
 
 if TYPE_CHECKING:
     from ._calls import CallBuilder
@@ -60,6 +60,8 @@ class ScheduleCalls(BuilderBase):
         self, schedule: Schedule, tick: int, now: int | None = None
     ) -> Call[FireResult]:
         self._one_root()
+        if isinstance(tick, bool) or not isinstance(tick, int) or tick < 0:
+            raise InvalidArgument(f"tick must be a nonnegative integer (ms), not {tick!r}")
         args = (
             now_arg(now),
             text_arg(schedule.name),

@@ -314,6 +314,16 @@ def test_the_script_refuses_bad_arguments_itself_and_writes_nothing(q: Quasar) -
     assert snapshot(q) == {}
     with pytest.raises(InvalidSchedule):
         q.declare_schedule("not a schedule")  # type: ignore[arg-type]
+    for tick in (-1, 1.5, "1", True):
+        with pytest.raises(InvalidArgument, match="tick"):
+            q.fire_schedule(s, tick)  # type: ignore[arg-type]
+    fire = q.calls.fire_schedule(s, T0 + MIN, T0 + MIN)
+    for index, bad in ((3, "x"), (4, str(T0)), (5, "")):  # tick, a next tick before it, digest
+        args = list(fire.args)
+        args[index] = bad
+        with pytest.raises(InvalidArgument):
+            q.execute(type(fire)(fire.script, tuple(args), fire.parse))
+    assert snapshot(q) == {}
 
 
 def test_schedule_keys_written_by_hand_are_corrupt_data_and_nothing_changes(q: Quasar) -> None:
