@@ -12,15 +12,18 @@
 -- or not, its ticks unchanged.
 -- The job is the schedule's (queue, stage, payload, priority, max_attempts), enqueued as
 -- enqueue.lua enqueues one (its check_one and write_one): the same checks, writes and events.
--- Checks, in order: InvalidJob (the name, tick, next tick, digest); the types of the schedule's
--- keys (CorruptKey); then NotFired: "missing" (no such schedule), "changed" (its settings are
--- not the caller's: another declaration replaced them), "paused", "early" (tick after now),
+-- Checks, in order: InvalidJob (the name, tick, next tick, digest, id prefix); the types of the
+-- schedule's keys (CorruptKey); then NotFired: "missing" (no such schedule), "changed" (its
+-- settings are not the caller's: another declaration replaced them), "paused", "early" (tick
+-- after now),
 -- "fired" (tick before the schedule's next one); then the job's own checks as enqueue makes
 -- them (a job of that id already: "duplicate" for a trigger; for a tick the schedule moves on).
 --
 -- KEYS[1]  namespace prefix   KEYS[2] optional: the event stream
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] schedule name
 -- ARGV[4]  tick (ms; "" = trigger now)   ARGV[5] next tick after it   ARGV[6] settings digest
+-- ARGV[7]  how the job's id begins: "" (one partition), or "0~" in partition 0 of a partitioned
+--          namespace, where its schedules are (so the job stays in this call's partition)
 --
 -- Replies
 --   {"Fired", now, job_id, next, fresh}   fresh: "1" a job was enqueued, "0" the tick's job
@@ -39,16 +42,27 @@ local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
 local check_one, write_one = Enqueue.check_one, Enqueue.write_one
 local load_schedule, open_schedule = Schedule.load_schedule, Schedule.open_schedule
 
+local function prefix_error(prefix)
+  if prefix ~= "" and not string.find(prefix or "x", "^%d+~$") then
+    return invalid("a job id prefix is '' or a partition's number and '~'")
+  end
+  return nil
+end
+
 -- The tick and next tick sent (nil, nil for a trigger), or false and a refusal.
 local function tick_args(ctx)
   local args = ctx.args
-  if args[4] == "" then return nil, nil end
+  if args[4] == "" then
+    local bad = prefix_error(args[7])
+    if bad then return false, bad end
+    return nil, nil
+  end
   local tick, nx = int(args[4]), int(args[5])
   if tick == nil or tick < 0 or nx == nil or nx <= tick then
     return false, invalid("tick must be a nonnegative integer and next tick one after it")
   end
   if args[6] == "" then return false, invalid("digest must not be empty") end
-  local bad = time_error(nx, "next tick")
+  local bad = prefix_error(args[7]) or time_error(nx, "next tick")
   if bad then return false, bad end
   return tick, nx
 end
@@ -79,14 +93,16 @@ local function enqueue_tick(ctx, a, now, limits)
   write_one(ctx, a, now, seq, limits.now_text)
 end
 
--- The schedule moved on: `tick` is its last, `nx` its next.
-local function advance(ctx, name, tick, nx)
-  redis.call("HSET", key_schedule(ctx, name), "ls", fmt(ctx, tick), "nx", fmt(ctx, nx))
+-- The schedule moved on: `tick` is its last, `nx` its next; `job_id` its last job (nil: a skip).
+local function advance(ctx, name, tick, nx, job_id)
+  local key = key_schedule(ctx, name)
+  redis.call("HSET", key, "ls", fmt(ctx, tick), "nx", fmt(ctx, nx))
+  if job_id then redis.call("HSET", key, "lj", job_id) end
   redis.call("ZADD", key_schedules(ctx), fmt(ctx, nx), name)
 end
 
 local function trigger(ctx, name, sc, now)
-  local job_id = name .. "@" .. fmt(ctx, now)
+  local job_id = ctx.args[7] .. name .. "@" .. fmt(ctx, now)
   local a, bad, limits = tick_job(ctx, name, sc, job_id, now)
   if bad and bad[1] == "DuplicateJob" then
     return applied("NotFired", fmt(ctx, now), "duplicate", sc.nx)
@@ -107,7 +123,7 @@ local function fire(ctx, name, sc, now, tick, nx)
     record(ctx, "S " .. next_text)
     return applied("Skipped", now_text, next_text)
   end
-  local job_id = name .. "@" .. fmt(ctx, tick)
+  local job_id = ctx.args[7] .. name .. "@" .. fmt(ctx, tick)
   local a, bad, limits = tick_job(ctx, name, sc, job_id, now)
   local fresh = "1"
   if bad and bad[1] == "DuplicateJob" then
@@ -117,7 +133,7 @@ local function fire(ctx, name, sc, now, tick, nx)
   else
     enqueue_tick(ctx, a, now, limits)
   end
-  advance(ctx, name, tick, nx)
+  advance(ctx, name, tick, nx, job_id)
   record(ctx, "F " .. job_id .. " " .. next_text .. " " .. fresh)
   return applied("Fired", now_text, job_id, next_text, fresh)
 end

@@ -6,7 +6,7 @@
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)
 --
 -- Replies
---   {"Schedules", now, {name, spec, tz, q, s, pr, m, mi, gr, dg, nx, ls, ps, dc, cr}...}
+--   {"Schedules", now, {name, spec, tz, q, s, pr, m, mi, gr, dg, nx, ls, ps, dc, cr, lj}...}
 --   (the fields of include/schedule.lua's SCHEDULE_FIELDS after the name; "" where unset)
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 

@@ -5,7 +5,8 @@ schedules.lua, change_schedule.lua)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ._args import int_arg, now_arg, text_arg
 from ._call_base import BuilderBase, Call
@@ -19,24 +20,32 @@ from ._schedules import (
     parse_fire,
     parse_schedules,
 )
-from .errors import ConfigurationError, InvalidArgument, InvalidSchedule
+from .errors import InvalidArgument, InvalidSchedule
 
 if TYPE_CHECKING:
     from ._calls import CallBuilder
 
+T = TypeVar("T")
+
 
 class ScheduleCalls(BuilderBase):
-    """Builds the calls of periodic schedules."""
+    """Builds the calls of periodic schedules. A namespace of several partitions keeps its
+    schedules in partition 0, and their jobs there too, so that a tick is still one call: their
+    ids start with ``0~``, which places them there (``_partitions``)."""
 
-    def _one_root(self) -> None:
-        """Schedules live at the namespace's one root: a partitioned namespace has none yet."""
+    def _routed(self, build: Callable[[ScheduleCalls], Call[T]]) -> Call[T]:
+        """``build``'s call, on partition 0 of a partitioned namespace."""
         if getattr(self, "count", 1) > 1:
-            raise ConfigurationError("periodic schedules need a namespace of one partition")
+            routed: Call[T] = cast(Any, self)._at(0, build)
+            return routed
+        return build(self)
 
     def declare_schedule(self, schedule: Schedule, now: int | None = None) -> Call[Declared]:
         if not isinstance(schedule, Schedule):
             raise InvalidSchedule(f"expected a Schedule, got {schedule!r}")
-        self._one_root()
+        return self._routed(lambda b: b._declaring(schedule, now))
+
+    def _declaring(self, schedule: Schedule, now: int | None) -> Call[Declared]:
         at = round(time.time() * 1000) if now is None else now
         args = (
             now_arg(now),
@@ -59,30 +68,28 @@ class ScheduleCalls(BuilderBase):
     def fire_schedule(
         self, schedule: Schedule, tick: int, now: int | None = None
     ) -> Call[FireResult]:
-        self._one_root()
         if isinstance(tick, bool) or not isinstance(tick, int) or tick < 0:
             raise InvalidArgument(f"tick must be a nonnegative integer (ms), not {tick!r}")
-        args = (
-            now_arg(now),
-            text_arg(schedule.name),
-            int_arg(tick),
-            int_arg(schedule.after(tick)),
-            schedule.digest,
-        )
-        return self._call("fire_schedule", args, parse_fire)
+        after, digest = int_arg(schedule.after(tick)), schedule.digest
+        head = (now_arg(now), text_arg(schedule.name), int_arg(tick), after, digest)
+        return self._routed(lambda b: b._call("fire_schedule", (*head, b._job_prefix), parse_fire))
 
     def trigger_schedule(self, name: str, now: int | None = None) -> Call[FireResult]:
-        self._one_root()
-        return self._call("fire_schedule", (now_arg(now), text_arg(name), "", "", ""), parse_fire)
+        head = (now_arg(now), text_arg(name), "", "", "")
+        return self._routed(lambda b: b._call("fire_schedule", (*head, b._job_prefix), parse_fire))
+
+    @property
+    def _job_prefix(self) -> str:
+        """How the ids of the jobs of this builder's schedules begin: ``0~`` in partition 0 of a
+        partitioned namespace (``_partition_ops.PartCalls``), else nothing."""
+        return str(getattr(self, "_id_prefix", ""))
 
     def schedules(self, now: int | None = None) -> Call[list[ScheduleInfo]]:
-        self._one_root()
-        return self._call("schedules", (now_arg(now),), parse_schedules)
+        return self._routed(lambda b: b._call("schedules", (now_arg(now),), parse_schedules))
 
     def change_schedule(self, name: str, action: str, now: int | None = None) -> Call[bool]:
-        self._one_root()
         args: Any = (now_arg(now), text_arg(name), text_arg(action))
-        return self._call("change_schedule", args, parse_changed)
+        return self._routed(lambda b: b._call("change_schedule", args, parse_changed))
 
 
 class ScheduleOperations:

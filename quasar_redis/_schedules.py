@@ -276,6 +276,7 @@ class ScheduleInfo:
     declared_at: int
     created_at: int
     declared: bool
+    last_job: str | None = None  #: the id of the job of its last tick fired
 
 
 def _tag(reply: Any) -> str:
@@ -326,7 +327,7 @@ def parse_schedules(reply: Any) -> list[ScheduleInfo]:
 
 
 def _info(now: int, row: list[str]) -> ScheduleInfo:
-    name, spec, tz, queue, stage, pr, m, mi, gr, _dg, nx, ls, ps, dc, cr = row
+    name, spec, tz, queue, stage, pr, m, mi, gr, _dg, nx, ls, ps, dc, cr, lj = row
     declared_at = int(dc or 0)
     return ScheduleInfo(
         name,
@@ -344,6 +345,7 @@ def _info(now: int, row: list[str]) -> ScheduleInfo:
         declared_at,
         int(cr or 0),
         now - declared_at <= STALE_MS,
+        lj or None,
     )
 
 

@@ -148,6 +148,7 @@ SCHEDULE_FIELDS = {
     "ps": "'1' while paused",
     "dc": "declared at (ms)",
     "cr": "created at (ms)",
+    "lj": "the id of the job of the last tick fired",
 }
 #: A lease token as a lease holder's call sends it (lua/include/lease.lua ``open_lease``).
 TOKEN = ("job_id", "input_revision", "worker_id", "fence", "expires_at", "nonce")

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from quasar_redis import (
     App,
+    ClaimApplied,
     CorruptDataError,
     CorruptKeyError,
     Declared,
@@ -519,3 +520,32 @@ def test_the_schedules_commands_list_pause_resume_trigger_and_remove(namespace: 
     finally:
         delete_namespace(q.redis, namespace)
         q.close()
+
+
+# --- partitions ----------------------------------------------------------------------------------
+
+
+def test_a_partitioned_namespace_keeps_schedules_and_their_jobs_in_partition_0(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    q = Quasar(redis_client, namespace, functions=backend == "redis", partitions=3)
+    s = every()
+    assert q.declare_schedule(s, now=T0) == Declared("created", T0 + MIN)
+    fired = q.fire_schedule(s, T0 + MIN, now=T0 + MIN)
+    assert fired == Fired(f"0~tick@{T0 + MIN}", T0 + 2 * MIN)
+    assert q.fire_schedule(s, T0 + MIN, now=T0 + MIN) == NotFired("fired", T0 + 2 * MIN)
+    triggered = q.trigger_schedule("tick", now=T0 + 5)
+    assert isinstance(triggered, Fired) and triggered.job_id == f"0~tick@{T0 + 5}"
+    [listed] = q.schedules()
+    assert (listed.name, listed.last_job) == ("tick", f"0~tick@{T0 + MIN}")
+    assert q.pause_schedule("tick") is True
+    part = q.keys.part(0)
+    assert redis_client.exists(part.schedule("tick"), part.job(f"0~tick@{T0 + MIN}")) == 2
+    info = q.get_job(f"0~tick@{T0 + MIN}")  # found where any client looks for it
+    assert info is not None and info.job.stage == "jobs.tick"
+    claimed_ids = set()
+    for _ in range(3):  # a claim by queue takes the partitions in turn
+        result = q.claim("default", "w", 60_000, now=T0 + 2 * MIN)
+        if isinstance(result, ClaimApplied):
+            claimed_ids.add(result.claim.job.id)
+    assert claimed_ids == {f"0~tick@{T0 + MIN}", f"0~tick@{T0 + 5}"}

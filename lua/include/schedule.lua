@@ -7,14 +7,15 @@
 -- "every <ms>"), tz, q queue, s stage, p payload, pr priority, m max_attempts, mi what a late
 -- tick does ("skip" | "once"), gr how late (ms) a tick may fire under "skip", dg the digest of
 -- these settings, nx next tick (ms), ls last tick fired or skipped ("" none), ps "1" paused,
--- dc declared at (ms, refreshed by every worker that declares it), cr created at.
+-- dc declared at (ms, refreshed by every worker that declares it), cr created at, lj the id of
+-- the job of its last tick fired.
 
 -- uses: core, checks
 local clock, key_schedule, key_schedules = Core.clock, Core.key_schedule, Core.key_schedules
 local check_types, name_error = Checks.check_types, Checks.name_error
 
 local SCHEDULE_FIELDS = {"spec", "tz", "q", "s", "pr", "m", "mi", "gr", "dg", "nx", "ls", "ps",
-  "dc", "cr"}
+  "dc", "cr", "lj"}
 
 -- The opening of every schedule call: now and the schedule's name (ARGV[3]), checked, and the
 -- types of its keys; or nil and a refusal.

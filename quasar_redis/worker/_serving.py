@@ -103,22 +103,16 @@ class Serving:
         self.registry = Registry(
             client=client, runner=runner, queues=worker.queues, interval=worker.maintenance_interval
         )
-        # (periodic schedules: not in burst mode, which runs what is there and stops; nor on a
-        # partitioned namespace, which has no one root to keep them at yet)
+        # (periodic schedules: not in burst mode, which runs what is there and stops)
         self.scheduler = None
         if app.schedules and not worker.burst:
-            if client.partitions is not None and client.partitions > 1:
-                log.warning(
-                    "worker %s: periodic schedules need one partition: none fire", worker_id
-                )
-            else:
-                self.scheduler = Scheduler(
-                    client=client,
-                    schedules=list(app.schedules.values()),
-                    stopping=stopping,
-                    redis_ms=self.maintenance.redis_ms,
-                    worker_id=worker_id,
-                )
+            self.scheduler = Scheduler(
+                client=client,
+                schedules=list(app.schedules.values()),
+                stopping=stopping,
+                redis_ms=self.maintenance.redis_ms,
+                worker_id=worker_id,
+            )
         self.loops: list[asyncio.Task[None]] = []
         self.keeper.start()
 
