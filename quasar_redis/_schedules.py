@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -55,6 +56,7 @@ STALE_MS = 120_000
 #: How often a worker declares its schedules again (so that they do not go stale).
 DECLARE_EVERY_MS = 30_000
 PRIORITY_LIMIT = 1_000_000
+STAGE_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}\Z")  # (lua/include/checks.lua stage_error)
 MAX_TIME_MS = 17_592_186_044_415  # (lua/include/checks.lua MAX_TIME)
 
 
@@ -132,8 +134,11 @@ class Schedule:
         problems = []
         if not isinstance(self.queue, str) or not NAME_RE.match(self.queue):
             problems.append(f"queue {self.queue!r} is no queue name")
-        if not isinstance(self.stage, str) or not self.stage:
-            problems.append("stage must not be empty")
+        if not isinstance(self.stage, str) or not STAGE_RE.match(self.stage):
+            problems.append(
+                f"its task name {self.stage!r} is no stage: 1-128 characters of letters, digits, "
+                "'_', '.', '-', ':' (give the task a name)"
+            )
         if self.missed not in MISSED:
             problems.append(f"missed must be 'skip' or 'once', not {self.missed!r}")
         if not _int_in(self.priority, -PRIORITY_LIMIT, PRIORITY_LIMIT):

@@ -401,6 +401,32 @@ def test_a_worker_user_runs_a_real_worker(users: Users) -> None:
             made.client.redis.close()
 
 
+def test_schedules_need_the_scheduler_role_beside_worker(
+    users: Users, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker user alone runs its jobs but fires no schedule, and says so once; with the
+    scheduler role too, its schedules fire."""
+    admin = Quasar(users.admin, users.namespace)
+    for roles, fires in ((["worker"], False), (["worker", "scheduler"], True)):
+        made = App(users.url_of(users.make(roles)), namespace=users.namespace)
+        made.schedule(made.task(lambda: None, name="beat"), every=0.05)
+        ok = made.task(lambda: 1, name="ok")
+        try:
+            handle = App(users.url_of(users.make(["producer"])), namespace=users.namespace)
+            job = handle.enqueue_many([ok.job()])[0]
+            with Worker(made, maintenance_interval=0.1, idle_wait=0.2):
+                assert job.result(timeout=30) == 1
+                if fires:
+                    wait_for(lambda: admin.schedules() or None, 30, "the schedule declared")
+                    wait_for(lambda: admin.schedules()[0].last_job, 30, "a tick fired")
+            refusals = [r for r in caplog.records if "may not fire periodic" in r.getMessage()]
+            assert len(refusals) == 1  # the first worker's, said once (and no more by the second)
+            assert bool(admin.schedules()) == fires
+            handle.client.redis.close()
+        finally:
+            made.client.redis.close()
+
+
 # --- one permission missing ----------------------------------------------------------------------
 
 Scenario = Callable[[Quasar], Callable[[Quasar], Any]]

@@ -287,6 +287,7 @@ def test_pause_resume_trigger_and_remove(q: Quasar) -> None:
         ({"every": 60, "missed": "later"}, "missed"),
         ({"every": 60, "grace": -1}, "grace"),
         ({"every": 60, "queue": "a b"}, "queue"),
+        ({"every": 60, "stage": "tests.<lambda>"}, "is no stage"),
         ({}, "either a cron expression or every"),
         ({"cron": "* * * * *", "every": 60}, "either a cron expression or every"),
     ],
@@ -295,10 +296,10 @@ def test_bad_settings_are_refused_typed_and_nothing_is_written(
     q: Quasar, app: App, settings: dict[str, Any], message: str
 ) -> None:
     settings = dict(settings)  # (the parameter is shared by every run of the test)
-    cron = settings.pop("cron", None)
+    cron, stage = settings.pop("cron", None), settings.pop("stage", "jobs.tick")
     with pytest.raises(InvalidSchedule, match=message):
-        Schedule.of("tick", "jobs.tick", cron, **settings)
-    with pytest.raises(InvalidSchedule, match=message):
+        Schedule.of("tick", stage, cron, **settings)
+    with pytest.raises(InvalidSchedule, match=message):  # (a lambda's task name is no stage)
         app.periodic(cron, name="tick", **settings)(lambda: None)
     assert app.schedules == {} and app.tasks == {}  # the task is not declared either
     assert snapshot(q) == {} and snapshot(app.client) == {}

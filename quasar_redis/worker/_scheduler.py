@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 from .._schedules import DECLARE_EVERY_MS, Firing, Schedule, Ticker
 from .._urls import redact_text
 from ..aio import AsyncQuasar
-from ..errors import QuasarError
+from ..errors import AccessDenied, QuasarError
 from ._claiming import pause
 
 log = logging.getLogger("quasar_redis.worker")
@@ -49,6 +49,14 @@ class Scheduler:
         while not self.stopping.is_set():
             try:
                 await self.round(self._now())
+            except AccessDenied as exc:  # (not transient: said once, and the jobs still run)
+                log.error(
+                    "worker %s: its Redis user may not fire periodic schedules (the scheduler "
+                    "role, docs/security.md): none fires here: %s",
+                    self.worker_id,
+                    redact_text(str(exc)),
+                )
+                return
             except (QuasarError, RedisError, OSError) as exc:
                 log.warning(
                     "worker %s: schedules failed: %s", self.worker_id, redact_text(str(exc))
