@@ -9,6 +9,7 @@ from ._calls import Call, Limits, NewJob
 from ._durable import Durable
 from ._handles import JobHandle
 from ._keys import KeySpace
+from ._schedules import Declared, Fired, FireResult, NotFired, Schedule, ScheduleInfo, Skipped
 from ._types import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -87,6 +88,7 @@ from .errors import (
     EvictionPolicyError,
     HookError,
     InvalidArgument,
+    InvalidSchedule,
     InvalidTaskCall,
     JobCancelledError,
     JobExpiredError,
@@ -144,6 +146,7 @@ __all__ = [
     "CorruptKeyError",
     "CrossPartition",
     "DeadlinePassed",
+    "Declared",
     "DependencyPolicy",
     "DuplicateJob",
     "Durable",
@@ -156,11 +159,14 @@ __all__ = [
     "Fail",
     "Failed",
     "FenceChanged",
+    "FireResult",
+    "Fired",
     "Fixed",
     "HookError",
     "IncompleteDependency",
     "InvalidArgument",
     "InvalidJob",
+    "InvalidSchedule",
     "InvalidTaskCall",
     "Job",
     "JobApplied",
@@ -190,6 +196,7 @@ __all__ = [
     "NewJob",
     "NotAvailable",
     "NotFailed",
+    "NotFired",
     "NotReplicated",
     "NothingClaimable",
     "Outcome",
@@ -211,7 +218,10 @@ __all__ = [
     "ReportedAndClaimed",
     "RetryPolicy",
     "RetryWaiting",
+    "Schedule",
+    "ScheduleInfo",
     "Serializer",
+    "Skipped",
     "Snooze",
     "StaleLease",
     "Status",

@@ -16,6 +16,7 @@ from typing import Any, TypedDict, TypeVar
 
 from . import _types as t
 from ._calls import Call, CallBuilder, NewJob
+from ._schedule_calls import ScheduleOperations
 from .errors import QuasarError
 
 T = TypeVar("T")
@@ -52,7 +53,7 @@ def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
     return method
 
 
-class Operations:
+class Operations(ScheduleOperations):
     """The call each public method of the clients sends (``self`` is the client)."""
 
     calls: CallBuilder

@@ -40,6 +40,12 @@ FAULTS = ("CorruptJob", "CorruptKey")
 #: Tags of applied replies (and of the parts inside them).
 APPLIED = (
     "Announced",
+    "Changed",
+    "Declared",
+    "Fired",
+    "NotFired",
+    "Schedules",
+    "Skipped",
     "BatchApplied",
     "Reported",
     "ReportClaimed",

@@ -29,6 +29,7 @@ __all__ = [
     "LEASE_WRITES",
     "NUMERIC",
     "REPORT_ITEM",
+    "SCHEDULE_FIELDS",
     "SINGLES",
     "STATE",
     "TOKEN",
@@ -134,6 +135,26 @@ ENQUEUE_ITEM = (
     "deadline",  # "" = none
     "expires_in",  # "" = none
 )
+#: The fields of a periodic schedule's hash at ``<root>schedule:<name>`` that the scripts read
+#: (lua/include/schedule.lua ``SCHEDULE_FIELDS``, in order: the rows of ``schedules``), by what
+#: they hold; besides them ``p``, the jobs' payload (docs/schedules.md).
+SCHEDULE_FIELDS = {
+    "spec": "the cron expression, or 'every <ms>'",
+    "tz": "the time zone",
+    "q": "the jobs' queue",
+    "s": "the jobs' stage (task name)",
+    "pr": "the jobs' priority",
+    "m": "the jobs' max_attempts",
+    "mi": "what a tick later than grace does: 'skip' | 'once'",
+    "gr": "grace (ms)",
+    "dg": "the digest of the settings",
+    "nx": "the next tick (ms)",
+    "ls": "the last tick fired or skipped (ms)",
+    "ps": "'1' while paused",
+    "dc": "declared at (ms)",
+    "cr": "created at (ms)",
+    "lj": "the id of the job of the last tick fired",
+}
 #: A lease token as a lease holder's call sends it (lua/include/lease.lua ``open_lease``).
 TOKEN = ("job_id", "input_revision", "worker_id", "fence", "expires_at", "nonce")
 #: One outcome's arguments of a report, in order (lua/report_many.lua ``report_item``): the

@@ -8,7 +8,8 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     │   └── PartitionMismatch                  the client's partitions are not the namespace's
     ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call, or
     │   │                                      a worker setting out of its bounds
-    │   └── InvalidTaskCall                    the task API: a call refused before it is sent
+    │   ├── InvalidTaskCall                    the task API: a call refused before it is sent
+    │   └── InvalidSchedule                    a periodic schedule's settings: nothing written
     ├── RedisUnavailable                       connection refused, dropped, or timed out
     │   └── NotReplicated                      durable mode: fewer replicas than asked have a
     │                                          write in time (it may or may not survive failover)
@@ -181,6 +182,12 @@ class JobExpiredError(JobFailedError):
     def __init__(self, job: Any) -> None:
         QuasarError.__init__(self, f"job {job.id!r} expired unstarted at its deadline")
         self.job = job
+
+
+class InvalidSchedule(InvalidArgument):
+    """A periodic schedule refused before anything is written: a cron expression cronsim does
+    not read, an unknown time zone, an interval of zero or less, or another setting out of its
+    bounds (docs/schedules.md)."""
 
 
 class InvalidTaskCall(InvalidArgument, JobRefusedError):

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from quasar_redis import AsyncQuasar, JobApplied, NewJob, Quasar, Status
+from quasar_redis import AsyncQuasar, JobApplied, NewJob, Quasar, Schedule, Status
 from quasar_redis.cli import main
 from quasar_redis.dashboard import create_app
 from quasar_redis.errors import ConfigurationError, InvalidArgument
@@ -413,5 +413,29 @@ def test_an_expired_job_is_shown_with_its_deadline(
             assert "1970-01-01T00:16:40.100Z (1000100)" in job.text  # the deadline
             assert 'id="cancel"' not in job.text  # final: nothing to cancel
             assert (await client.get("/api/counts")).json()["queues"]["mail"]["expired"] == 1
+
+    asyncio.run(run())
+
+
+def test_the_schedules_page_lists_each_schedule_and_who_declares_it(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    live = Schedule.of("nightly", "jobs.night", "30 2 * * *", tz="Europe/Paris")
+    gone = Schedule.of("old", "jobs.old", every=60)
+    sync_q.declare_schedule(live)
+    sync_q.declare_schedule(gone, now=10**12)  # declared in 2001: by no running worker now
+    sync_q.fire_schedule(gone, 10**12 + 60_000, now=10**12 + 60_000)
+    sync_q.pause_schedule("old")
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            page = await client.get("/schedules")
+            assert page.status_code == 200
+            rows = re.findall(r"<tr>(.*?)</tr>", page.text, re.DOTALL)[1:]  # (the head's first)
+            assert len(rows) == 2
+            assert "nightly" in rows[0] and "30 2 * * *" in rows[0]
+            assert "Europe/Paris" in rows[0] and ">active<" in rows[0]
+            assert "by no running worker" in rows[1] and ">paused<" in rows[1]
+            assert f"/jobs/old%40{10**12 + 60_000}" in rows[1]  # its last tick's job
 
     asyncio.run(run())

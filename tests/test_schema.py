@@ -234,3 +234,10 @@ def test_only_the_schema_and_the_named_readers_spell_a_job_field() -> None:
 
 def test_the_derivations_take_the_lease_from_the_schema() -> None:
     assert tuple(key.encode() for key in _schema.LEASE_WRITES) == _fast.LEASE_KEYS_B
+
+
+def test_the_schedule_fields_are_those_the_lua_reads_in_order() -> None:
+    text = (LUA / "include" / "schedule.lua").read_text()
+    found = re.search(r"local SCHEDULE_FIELDS = \{([^}]*)\}", text)
+    assert found is not None
+    assert re.findall(r'"(\w+)"', found.group(1)) == list(_schema.SCHEDULE_FIELDS)

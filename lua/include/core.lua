@@ -89,6 +89,9 @@ end
 -- The names of the namespace's paused queues (pause.lua, resume.lua). (The worker registry's
 -- keys are announce.lua's registry_keys.)
 local function key_paused(ctx) return ctx.prefix .. "paused" end
+-- Periodic schedules (docs/schedules.md): a hash per schedule, and their names by next tick.
+local function key_schedule(ctx, name) return ctx.prefix .. "schedule:" .. name end
+local function key_schedules(ctx) return ctx.prefix .. "schedules" end
 -- Queue keys are built once per call (a claim or report names the same few per job), in
 -- ctx.queue_keys[queue][what].
 local function key_q(ctx, queue, what)

@@ -169,6 +169,7 @@ class Dashboard:
             Route("/queues/{queue}", page(self.queue), name="queue"),
             Route("/jobs/{job_id:path}", page(self.job), name="job"),
             Route("/workers", page(self.workers), name="workers"),
+            Route("/schedules", page(self.schedules), name="schedules"),
             Route("/confirm/{action}", page(self.confirm), name="confirm"),
             Route("/actions/{action}", self.act, methods=["POST"], name="act"),
             Route("/api/counts", self.counts, name="counts"),
@@ -276,6 +277,10 @@ class Dashboard:
     async def workers(self, request: Request) -> tuple[str, dict[str, Any]]:
         workers = await arun(self.client, reading.workers(self.client.calls))
         return "workers.html", {"title": "Workers", "workers": workers}
+
+    async def schedules(self, request: Request) -> tuple[str, dict[str, Any]]:
+        found = await self.client.schedules()
+        return "schedules.html", {"title": "Schedules", "schedules": found}
 
     async def confirm(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
         action = request.path_params["action"]
