@@ -8,7 +8,8 @@
 -- Checks, in order: InvalidJob (worker, lease duration, queue name, limit); QueuePaused while
 -- the queue is paused (pause.lua: nothing is promoted, expired or leased then); then the keys the
 -- claim writes (CorruptKey); then, job by job from the head of the ready index, the job itself
--- (a damaged one is skipped) and the keys its own move writes.
+-- (a damaged one is skipped) and the keys its own move writes. A job never started whose
+-- deadline has come is expired instead (Waiting -> Expired, as sweep_expired.lua expires it).
 -- The edge is claim_queue below; report_and_claim.lua claims with it too, after its outcomes.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
@@ -41,12 +42,12 @@ local name_error, text_error = Checks.name_error, Checks.text_error
 local writes_error = Checks.writes_error
 local zread, zrem = Index.zread, Index.zrem
 local blocked, load_job, place, ready_id = Job.blocked, Job.load_job, Job.place, Job.ready_id
-local unplace = Job.unplace
+local past_deadline, unplace = Job.past_deadline, Job.unplace
 local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
 local grant, lease, replayed_claim = Lease.grant, Lease.lease, Lease.replayed_claim
 local token_record = Lease.token_record
 local promote_best, promote_queue = PromoteDue.promote_best, PromoteDue.promote_queue
-local expire_queue = SweepExpired.expire_queue
+local expire_queue, expire_unstarted = SweepExpired.expire_queue, SweepExpired.expire_unstarted
 
 local MAINTENANCE = 100
 
@@ -131,6 +132,11 @@ local function take_some(ctx, pick, budget, ahead)
     elseif h == nil then
       zrem(ctx, key_q(ctx, queue, "ready"), member)
       dropped = dropped + 1
+    elseif past_deadline(h, now) then
+      -- Never started by its deadline: expired instead of leased (it may cascade: every index
+      -- of the queue is checked), and counted against the budget as a dropped entry.
+      bad = check_queue(ctx, h.q) or expire_unstarted(ctx, id, h, now)
+      if bad == nil then dropped = dropped + 1 end
     elseif (h.st == "W" or h.st == "R") and not blocked(h)
         and num(h.a) < num(h.m) and tonumber(h.at) <= now then
       bad = writes_error(ctx, h.q, h.st == "R" and RETRY_LEASE_WRITES or LEASE_WRITES)

@@ -1,7 +1,9 @@
 -- claim_job: Waiting / RetryWaiting / Leased-and-expired -> Leased, one job by id.
 -- Checks, in order (docs/lifecycle.md, claim_job): InvalidJob for a malformed id; MissingJob;
 -- TerminalJob; LeaseHeld(expires_at) while a lease runs; then claim_ready below: InvalidJob (empty
--- worker, lease < 1), NotAvailable(available_at), AttemptLimitReached, our limit on the worker id,
+-- worker, lease < 1), NotAvailable(available_at), DeadlinePassed(deadline) for a job never started
+-- whose deadline has come (nothing written: the sweep or a claim by queue expires it),
+-- AttemptLimitReached, our limit on the worker id,
 -- then, for a blocked job, dependency_error: MissingDependency(dep) / IncompleteDependency(dep);
 -- then QueuePaused(queue) while the job's queue is paused (pause.lua: a job that could otherwise
 -- be leased is not, by id either); the queue's keys (CorruptKey). The write is lease() (as
@@ -14,7 +16,8 @@
 -- Replies
 --   {"ClaimApplied", now, {"Claim", job, token}}
 --   {"MissingJob", id} | {"TerminalJob"} | {"LeaseHeld", expires_at} | {"InvalidJob", reason} |
---   {"NotAvailable", available_at} | {"AttemptLimitReached"} | {"MissingDependency", id} |
+--   {"NotAvailable", available_at} | {"DeadlinePassed", deadline} | {"AttemptLimitReached"} |
+--   {"MissingDependency", id} |
 --   {"IncompleteDependency", id} | {"QueuePaused", queue} | {"CorruptJob", id, reason} |
 --   {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets the same token again, with the job as it is now.
@@ -25,7 +28,7 @@ local refuse, split, TERMINAL = Core.refuse, Core.split, Core.TERMINAL
 local check_queue, duration_arg, id_error = Checks.check_queue, Checks.duration_arg, Checks.id_error
 local text_error = Checks.text_error
 local blocked, dependency_error, job_reply = Job.blocked, Job.dependency_error, Job.job_reply
-local load_job = Job.load_job
+local load_job, past_deadline = Job.load_job, Job.past_deadline
 local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
 local grant, lease, replayed_claim = Lease.grant, Lease.lease, Lease.replayed_claim
 local token_record = Lease.token_record
@@ -38,6 +41,7 @@ local function claim_ready(ctx, h, worker, lease_arg, now, available_at)
   local lease_ms, e = duration_arg(lease_arg, "lease_duration", 1)
   if lease_ms == nil then return e end
   if now < available_at then return refuse("NotAvailable", fmt(ctx, available_at)) end
+  if past_deadline(h, now) then return refuse("DeadlinePassed", h.dl) end
   if tonumber(h.a) >= tonumber(h.m) then return refuse("AttemptLimitReached") end
   -- pd counts dependencies not yet succeeded; at 0 they all did (Succeeded is final, though a
   -- succeeded dependency may since have been pruned), so only a blocked job reads them.

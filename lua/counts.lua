@@ -1,7 +1,7 @@
 -- counts (read only): how many jobs of a queue are in each status, at the server's now; each job
 -- in exactly one. Blocked = waiting with a dependency not yet succeeded; Available = the other
 -- waiting jobs with available_at <= now; Scheduled = the other waiting jobs with available_at >
--- now; Retryable = retry-waiting; Executing = leased; Completed / Discarded / Cancelled =
+-- now; Retryable = retry-waiting; Executing = leased; Completed / Discarded / Cancelled / Expired =
 -- finished and not yet pruned.
 -- Derived from the indexes (see include/job.lua): every W job is in exactly one of ready / delayed /
 -- blocked, every R job in retrying and in one of ready / delayed; R jobs in delayed are those
@@ -12,7 +12,7 @@
 --
 -- Replies
 --   {"Counts", now, available, scheduled, retryable, executing, completed, discarded, cancelled,
---    blocked}
+--    blocked, expired}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
 -- uses: core, checks, call
@@ -39,6 +39,7 @@ local function queue_counts(ctx, queue, now)
     fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "failed"))),
     fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "cancelled"))),
     fmt(ctx, blocked_jobs),
+    fmt(ctx, redis.call("ZCARD", key_q(ctx, queue, "expired"))),
   }
 end
 

@@ -2,7 +2,8 @@
 -- Checks, in order (docs/lifecycle.md, enqueue), job by job: the new job's own (new_job_checks
 -- below), then our limits, then DuplicateJob, then each dependency: MissingDependency when it
 -- does not exist (nor earlier in this batch), IncompleteDependency when it can never succeed
--- (Cancelled, or Failed for a job that asked to be cancelled on dependency failure); then the
+-- (Cancelled or Expired, or Failed for a job that asked to be cancelled on dependency failure);
+-- then the
 -- keys its write touches (CorruptKey). A job may depend on an earlier job of the same batch.
 --
 -- Two modes. "all": the batch is applied whole or not at all (the first refusal names its job).
@@ -16,11 +17,12 @@
 -- ARGV[6]  mode: "all" | "each" | "skip"   ARGV[7] reply: "slim" | "ids"
 --   (slim: a job this call creates as its count of dependencies not yet succeeded, as a string:
 --   the client sent the rest; a job a re-sent call finds as every field)
--- then N groups of 14: id, queue, stage, payload, input_ref, input_revision,
+-- then N groups of 16: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
 --   delay ("" = 0), on_dependency_failure ("block" | "cancel"), made ("1" when the client made
---   the id at random for this call, else ""), dedup ("" or "<mode> <window ms> <key>": see
---   lua/include/unique.lua; checked after DuplicateJob's place in the order, just before it).
+--   the id at random for this call, else ""), deadline (ms since the epoch, "" = none),
+--   expires_in (ms from now, "" = none; at most one of the two), dedup ("" or
+--   "<mode> <window ms> <key>": see lua/include/unique.lua; checked just before DuplicateJob).
 --
 -- Deduplicated jobs. A job whose dedup key another job holds is answered with that job instead
 -- of going in (a debounce rewrites it first); so is, in "skip" mode (an "all" that skips
@@ -61,7 +63,7 @@ local recorded, run_call = Call.recorded, Call.run_call
 local debounce, unique_arg = Unique.debounce, Unique.unique_arg
 local unique_holder, unique_take = Unique.unique_holder, Unique.unique_take
 
-local GROUP = 14
+local GROUP = 16
 
 -- A batch repeats the same few values (attempts, priority, stage, queue): each is checked once a
 -- call, in the call's memo (m.ints: integer arguments parsed; m.stages: stages found valid; queue
@@ -76,6 +78,30 @@ local function int_memo(m, s, what)
 end
 
 local NO_DEPS = {} -- shared by every job without dependencies: never written to
+
+-- A deadline (absolute, or expires_in from now): after both now and available_at, so that the
+-- job can be claimed before it; a.dl the deadline, or nil. A job without one pays two compares.
+local function deadline_checks(a, now, m)
+  if a.deadline == "" and a.expires_in == "" then return nil end
+  if a.deadline ~= "" and a.expires_in ~= "" then
+    return invalid("give deadline or expires_in, not both")
+  end
+  local dl
+  if a.deadline ~= "" then
+    local e
+    dl, e = int_memo(m, a.deadline, "deadline")
+    if dl == nil then return e end
+  else
+    local ttl, e = int_memo(m, a.expires_in, "expires_in")
+    if ttl == nil then return e end
+    if ttl < 1 then return invalid("expires_in must be positive") end
+    dl = now + ttl
+  end
+  if dl <= now then return invalid("deadline must be in the future") end
+  if dl <= a.at then return invalid("deadline must be after available_at") end
+  a.dl = dl
+  return time_error(dl, "deadline")
+end
 
 local function new_job_checks(a, now, m)
   if a.id == "" then return invalid("id must not be empty") end
@@ -100,7 +126,7 @@ local function new_job_checks(a, now, m)
     at = now + delay
   end
   a.at = at
-  return time_error(at, "available_at")
+  return time_error(at, "available_at") or deadline_checks(a, now, m)
 end
 
 local function name_checks(ctx, a, m)
@@ -163,7 +189,7 @@ local function dependency_checks(ctx, a, batch)
         if err[1] == "MissingJob" then return nil, refuse("MissingDependency", d) end
         return nil, err
       end
-      if h.st == "C" or (h.st == "F" and a.odf == "cancel") then
+      if h.st == "C" or h.st == "E" or (h.st == "F" and a.odf == "cancel") then
         return nil, refuse("IncompleteDependency", d)
       end
       if h.st ~= "S" then pending = pending + 1 end
@@ -180,7 +206,8 @@ local function read_group(args, i)
     id = args[b + 1], queue = args[b + 2], stage = args[b + 3], payload = args[b + 4],
     input_ref = args[b + 5], input_revision = args[b + 6], dependencies = args[b + 7],
     priority = args[b + 8], max_attempts = args[b + 9], available_at = args[b + 10],
-    delay = args[b + 11], odf = args[b + 12], made = args[b + 13] == "1", dedup = args[b + 14],
+    delay = args[b + 11], odf = args[b + 12], made = args[b + 13] == "1",
+    deadline = args[b + 14], expires_in = args[b + 15], dedup = args[b + 16],
   }
 end
 
@@ -196,6 +223,8 @@ local function none_exist(ctx, jobs)
 end
 
 -- What a new job's write touches, by the index it goes to (see writes_error): 5 TYPE calls.
+-- A job with a deadline also goes to the queue's deadlines index.
+local DEADLINE_WRITES = {"deadlines"}
 local WRITES = {
   ready = {"ready", wake = true, namespace = true},
   delayed = {"delayed", "delayed_pr", namespace = true},
@@ -244,6 +273,7 @@ local function check_one(ctx, a, now, limits, batch)
   a.pending = pending
   local index = pending > 0 and "blocked" or (a.at <= now and "ready" or "delayed")
   return writes_error(ctx, a.queue, WRITES[index])
+    or (a.dl and writes_error(ctx, a.queue, DEADLINE_WRITES)) or nil
 end
 
 -- The new hash's fields but those holding their default (see DEFAULTS), written out: this runs
@@ -261,6 +291,7 @@ local function new_fields(a, h, now_text)
   if h.m ~= "3" then args[#args + 1] = "m"; args[#args + 1] = h.m end
   if h.at ~= now_text then args[#args + 1] = "ins"; args[#args + 1] = now_text end
   if h.ec then args[#args + 1] = "ec"; args[#args + 1] = h.ec end
+  if h.dl then args[#args + 1] = "dl"; args[#args + 1] = h.dl end
   if h.uq then args[#args + 1] = "uq"; args[#args + 1] = h.uq end
   return args
 end
@@ -274,6 +305,7 @@ local function write_one(ctx, a, now, seq, now_text)
     at = a.at == now and now_text or fmt(ctx, a.at), ins = now_text,
   }
   if not a.made then h.ec = ctx.args[1] end -- the call id
+  if a.dl then h.dl = fmt(ctx, a.dl) end
   if a.u then
     h.uq = a.dedup
     unique_take(ctx, a)

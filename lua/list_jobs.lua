@@ -1,7 +1,7 @@
 -- list_jobs (read only): a page of a queue's jobs in one status (each job is in exactly one).
 -- Order: Available: the claimable ones in claim order, then those due but not yet promoted (by
 -- available_at); Scheduled by available_at; Blocked by available_at; Retryable by available_at;
--- Executing by lease expiry; Completed / Discarded / Cancelled by finish time.
+-- Executing by lease expiry; Completed / Discarded / Cancelled / Expired by finish time.
 -- Two ways to page: by offset (available / scheduled: at most OFFSET_MAX jobs in) or by cursor (ARGV[7] given: "" for
 -- the first page, then the cursor the last page returned), which resumes after the last index
 -- entry read, wherever that is now, at O(log N) whatever the depth.
@@ -9,7 +9,7 @@
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused)   ARGV[2] now ("" = server clock)   ARGV[3] queue
 -- ARGV[4]  status: available | scheduled | retryable | executing | completed | discarded |
---          cancelled | blocked   ARGV[5] offset (>= 0; available and scheduled: at most OFFSET_MAX)   ARGV[6] limit (1..1000)
+--          cancelled | blocked | expired   ARGV[5] offset (>= 0; available and scheduled: at most OFFSET_MAX)   ARGV[6] limit (1..1000)
 -- ARGV[7]  cursor (optional: absent for a page by offset)
 --
 -- Replies
@@ -36,7 +36,7 @@ local CHUNK_READ = 100
 local OFFSET_MAX = 1000
 local SCAN_EXTRA = 100
 local PLAIN = {retryable = "retrying", executing = "leased", completed = "succeeded",
-  discarded = "failed", cancelled = "cancelled", blocked = "blocked"}
+  discarded = "failed", cancelled = "cancelled", blocked = "blocked", expired = "expired"}
 
 local function is_waiting(h) return h.st == "W" end
 local function keep_all() return true end

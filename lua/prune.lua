@@ -27,7 +27,7 @@ local blocked, load_job = Job.blocked, Job.load_job
 local run_call = Call.run_call
 local unique_forget = Unique.unique_forget
 
-local FINISHED_SETS = {"succeeded", "failed", "cancelled"}
+local FINISHED_SETS = {"succeeded", "failed", "cancelled", "expired"}
 
 -- Deleting a finished job, a step purge.lua takes too: one table, so that the function library
 -- declares one name for it (Lua allows a function 200 locals, and the library is one).

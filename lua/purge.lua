@@ -1,5 +1,5 @@
 -- purge: delete finished jobs of one queue, by id: an operator's purge of a queue's Completed,
--- Discarded or Cancelled jobs, a batch at a time (the caller pages the queue's jobs in that
+-- Discarded, Cancelled or Expired jobs, a batch at a time (the caller pages the queue's jobs in that
 -- status with `list` and sends their ids). Each id is looked at on its own: its job is deleted
 -- only while it is still of this queue, in the named finished state, finished before `before`
 -- and not within the last CALL_TTL_MS (a re-sent call must still find it), and no blocked job
@@ -8,7 +8,7 @@
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue
--- ARGV[4]  status: completed | discarded | cancelled
+-- ARGV[4]  status: completed | discarded | cancelled | expired
 -- ARGV[5]  finished before (ms since the epoch; "" = no age limit)   ARGV[6..] job ids (1..1000)
 --
 -- Replies
@@ -26,7 +26,7 @@ local run_call = Call.run_call
 local finished_jobs = Prune.finished_jobs
 
 local PURGED_STATES = {completed = {"S", "succeeded"}, discarded = {"F", "failed"},
-  cancelled = {"C", "cancelled"}}
+  cancelled = {"C", "cancelled"}, expired = {"E", "expired"}}
 local PURGE_MAX = 1000
 
 local function purge_args(ctx)
@@ -37,7 +37,7 @@ local function purge_args(ctx)
   if bad then return nil, bad end
   local state = PURGED_STATES[args[4]]
   if state == nil then
-    return nil, invalid("status must be completed, discarded or cancelled")
+    return nil, invalid("status must be completed, discarded, cancelled or expired")
   end
   local before = now - CALL_TTL_MS
   if args[5] ~= "" then

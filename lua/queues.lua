@@ -7,7 +7,7 @@
 --
 -- Replies
 --   {"Queues", now, {name, paused, available, scheduled, retryable, executing, completed,
---    discarded, cancelled, blocked}...}   paused: "1" or "0"
+--    discarded, cancelled, blocked, expired}...}   paused: "1" or "0"
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
 -- uses: core, checks, call, counts

@@ -29,7 +29,7 @@ local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
 local apply_cascade, CASCADE = Cascades.apply_cascade, Cascades.CASCADE
 local cascade_state, plan_cascade = Cascades.cascade_state, Cascades.plan_cascade
 
-local CASCADE_KINDS = {c = true, f = true, s = true}
+local CASCADE_KINDS = {c = true, f = true, e = true, s = true}
 
 -- The root to carry on: the one given while it has work, else (given "") one idle the longest.
 local function root_of(ctx, given, now)

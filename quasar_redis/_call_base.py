@@ -76,7 +76,9 @@ def dependency_id(dep: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """What to enqueue. ``available_at`` (absolute ms) wins over ``delay_ms`` (from server now)."""
+    """What to enqueue. ``available_at`` (absolute ms) wins over ``delay_ms`` (from server now).
+    ``deadline`` (absolute ms) or ``expires_in_ms`` (from server now), at most one: a job not
+    started by then expires unstarted (``Expired``) and never runs."""
 
     stage: str
     payload: Any = None
@@ -93,6 +95,8 @@ class NewJob:
     #: Where the job goes on a partitioned namespace: with every job of the same flow key
     #: (docs/scaling.md). A job id's rule; it changes nothing on a namespace of one partition.
     flow: str | None = None
+    deadline: int | None = None
+    expires_in_ms: int | None = None
     #: A dedup key (``Unique``, ``Throttle``, ``Debounce``): while another job holds it, the
     #: enqueue is answered with that job (docs/deduplication.md).
     dedup: Dedup | None = None

@@ -23,6 +23,7 @@ from ._call_base import (
 from ._enqueue_calls import EnqueueCalls
 from ._lease_calls import LeaseCalls
 from ._operator_calls import OperatorCalls
+from ._schedule_calls import ScheduleCalls
 
 __all__ = [
     "POLICIES",
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-class CallBuilder(EnqueueCalls, LeaseCalls, OperatorCalls):
+class CallBuilder(EnqueueCalls, LeaseCalls, OperatorCalls, ScheduleCalls):
     """Builds the ``Call`` of every operation for one namespace: the enqueue calls
     (``_enqueue_calls``), a lease holder's (``_lease_calls``), an operator's and the reads
-    (``_operator_calls``)."""
+    (``_operator_calls``), the periodic schedules' (``_schedule_calls``)."""

@@ -65,6 +65,8 @@ def _job_group(
         "" if job.delay_ms is None else int_arg(job.delay_ms),
         job.on_dependency_failure,
         "1" if job.id is None else "",  # made here at random: no record of the call needed
+        "" if job.deadline is None else int_arg(job.deadline),
+        "" if job.expires_in_ms is None else int_arg(job.expires_in_ms),
         dedup,
     )
 

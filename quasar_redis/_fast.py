@@ -41,10 +41,10 @@ _NEW_ATTEMPT, _NEW_FENCE = int(DEFAULTS[KEY["attempt"]]), int(DEFAULTS[KEY["fenc
 # The arguments created_job reads, by name, in the order it unpacks them.
 _CREATED_READS = (
     "id queue stage payload input_ref input_revision dependencies priority max_attempts"
-    " available_at delay odf dedup"
+    " available_at delay odf deadline expires_in dedup"
 )
 _CREATED = itemgetter(*map(ENQUEUE_ITEM.index, _CREATED_READS.split()))
-_TERMINAL_B = (b"S", b"F", b"C")
+_TERMINAL_B = (b"S", b"F", b"C", b"E")
 _text_of = bytes.decode
 _job = t.builder(t.Job)
 _token = t.builder(t.LeaseToken)
@@ -71,6 +71,8 @@ def _state(f: dict[bytes, Any], st: bytes) -> t.JobState:
         return t.Succeeded(text(f.get(b"o", b"")), int(f[b"fin"]))
     if st == b"F":
         return t.Failed(text(f.get(b"em", b"")), int(f[b"fin"]))
+    if st == b"E":
+        return t.Expired(int(f[b"dl"]), int(f[b"fin"]))
     return t.Cancelled(text(f.get(b"cr", b"")), int(f[b"fin"]))
 
 
@@ -98,6 +100,7 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
         state = _state(f, st)
     ek = f.get(b"ek")
     att = f.get(b"att")
+    dl = f.get(b"dl")
     uq = f.get(b"uq")
     return _job(
         _text_of(job_id, "utf-8", "replace"),
@@ -119,6 +122,7 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
         f.get(b"res") or None,
         "cancel" if f[b"odf"] == b"cancel" else "block",
         int(f[b"pd"]),
+        None if dl is None else int(dl),
         None if uq is None else _text_of(uq, "utf-8", "replace"),
     )
 
@@ -230,9 +234,12 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         available_at,
         delay,
         policy,
+        deadline,
+        expires_in,
         dedup,
     ) = _CREATED(group)
     at = now + int(delay or 0) if available_at == "" else int(available_at)
+    dl = int(deadline) if deadline else (now + int(expires_in) if expires_in else None)
     return _job(
         job_id,
         queue,
@@ -253,5 +260,6 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         None,
         "cancel" if policy == "cancel" else "block",
         int(pending),
+        dl,
         str(dedup) or None,
     )

@@ -45,6 +45,8 @@ def _state(f: dict[str, bytes]) -> t.JobState:
         return t.Succeeded(text(f.get("o", b"")), int(f["fin"]))
     if st == b"F":
         return t.Failed(text(f.get("em", b"")), int(f["fin"]))
+    if st == b"E":
+        return t.Expired(int(f["dl"]), int(f["fin"]))
     return t.Cancelled(text(f.get("cr", b"")), int(f["fin"]))
 
 
@@ -91,11 +93,14 @@ def general_job(reply: Sequence[Any]) -> t.Job:
             state=_state(f),
             inserted_at=int(f["ins"]),
             attempted_at=optional_int(f.get("att")),
-            completed_at=optional_int(f.get("fin")) if f["st"] in (b"S", b"F", b"C") else None,
+            completed_at=optional_int(f.get("fin"))
+            if f["st"] in (b"S", b"F", b"C", b"E")
+            else None,
             error=error,
             raw_result=f.get("res") or None,
             on_dependency_failure=policy,
             pending_dependencies=int(f["pd"]),
+            deadline=optional_int(f.get("dl")),
             dedup=text(f["uq"]) if "uq" in f else None,
         )
     except (KeyError, ValueError) as exc:

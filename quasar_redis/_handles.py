@@ -12,7 +12,13 @@ from . import _types as t
 from ._partition_ops import keys_of
 from ._sending import CONNECTION_ERRORS
 from ._waits import Outage, block_ms
-from .errors import JobCancelledError, JobFailedError, QuasarError, RedisUnavailable
+from .errors import (
+    JobCancelledError,
+    JobExpiredError,
+    JobFailedError,
+    QuasarError,
+    RedisUnavailable,
+)
 
 if TYPE_CHECKING:
     from .app import App
@@ -41,7 +47,8 @@ class JobHandle:
         return self.app.client.cancel(self.id, reason=reason)
 
     def result(self, timeout: float | None = None) -> Any:
-        """Block until the job ends; its result, or JobFailedError / JobCancelledError.
+        """Block until the job ends; its result, or JobFailedError / JobCancelledError /
+        JobExpiredError.
 
         Waits on the namespace's event stream (no polling loop); TimeoutError after ``timeout``.
         A connection that breaks during the wait (a restart, a failover) is tried again, for up
@@ -90,7 +97,7 @@ class JobHandle:
         if info is None:
             raise QuasarError(f"job {self.id!r} does not exist (or was pruned)")
         job = info.job
-        done = isinstance(job.state, t.Succeeded | t.Failed | t.Cancelled)
+        done = isinstance(job.state, t.Succeeded | t.Failed | t.Cancelled | t.Expired)
         return job if done else None
 
     def _outcome(self, job: t.Job) -> Any:
@@ -98,6 +105,8 @@ class JobHandle:
             return self.app.result_of(job)
         if isinstance(job.state, t.Cancelled):
             raise JobCancelledError(job)
+        if isinstance(job.state, t.Expired):
+            raise JobExpiredError(job)
         raise JobFailedError(job)
 
 

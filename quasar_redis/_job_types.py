@@ -2,11 +2,12 @@
 of transitions; ``_types`` gathers both).
 
 A job's ``Status`` (available, scheduled, blocked, executing, retryable, completed, discarded,
-cancelled) is what users see: logs, events, the CLI and the docs all speak of statuses. Inside,
-a job is in exactly one state (``Waiting`` ... ``Cancelled``), and its status is how that state
-shows at a given time (``status_of``: a waiting job is blocked while a dependency has not
-succeeded, else available or scheduled by its ``available_at``). docs/lifecycle.md writes down
-every status, state and edge, and each edge's refusals in the order they are checked.
+cancelled, expired) is what users see: logs, events, the CLI and the docs all speak of
+statuses. Inside, a job is in exactly one state (``Waiting`` ... ``Expired``), and its status
+is how that state shows at a given time (``status_of``: a waiting job is blocked while a
+dependency has not succeeded, else available or scheduled by its ``available_at``).
+docs/lifecycle.md writes down every status, state and edge, and each edge's refusals in the
+order they are checked.
 """
 
 from __future__ import annotations
@@ -110,7 +111,15 @@ class Cancelled:
     cancelled_at: int
 
 
-JobState: TypeAlias = Waiting | RetryWaiting | Leased | Succeeded | Failed | Cancelled
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """Not started by its ``deadline``: it never ran, and never will."""
+
+    deadline: int
+    expired_at: int
+
+
+JobState: TypeAlias = Waiting | RetryWaiting | Leased | Succeeded | Failed | Cancelled | Expired
 
 
 class Status(enum.Enum):
@@ -125,9 +134,12 @@ class Status(enum.Enum):
     DISCARDED = "discarded"
     CANCELLED = "cancelled"
     BLOCKED = "blocked"  # waiting on a dependency that has not succeeded (yet, or ever)
+    EXPIRED = "expired"  # not started by its deadline: never ran
 
 
-TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.DISCARDED, Status.CANCELLED})
+TERMINAL_STATUSES = frozenset(
+    {Status.COMPLETED, Status.DISCARDED, Status.CANCELLED, Status.EXPIRED}
+)
 #: The event stream's events of a queue rather than of a job (no ``job`` field): a pause and a
 #: resume that changed the queue. Every other event is the ``Status`` a job enters.
 QUEUE_EVENTS = frozenset({"paused", "resumed"})
@@ -152,6 +164,8 @@ def status_of(state: JobState, now: int, pending_dependencies: int = 0) -> Statu
             return Status.DISCARDED
         case Cancelled():
             return Status.CANCELLED
+        case Expired():
+            return Status.EXPIRED
     raise AssertionError(state)  # pragma: no cover
 
 
@@ -197,6 +211,8 @@ class Job:
     raw_result: bytes | None = field(default=None, repr=False)
     on_dependency_failure: DependencyPolicy = "block"
     pending_dependencies: int = 0
+    #: When it must have started by (ms, server clock), or it expires unstarted; None: no deadline
+    deadline: int | None = None
     #: How it was enqueued with a dedup key, ``"<mode> <window ms> <key>"`` (mode: waiting,
     #: running, finished, throttle or debounce; docs/deduplication.md), or None.
     dedup: str | None = None

@@ -28,8 +28,19 @@ from .errors import ConfigurationError
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}\Z")
 #: How every key suffix begins (here and in lua/): a word of ``FAMILIES`` and ``:`` then a name
 #: or id, or a word of ``SINGLES`` alone. tests/test_keys.py holds the Lua's key builders to them.
-FAMILIES = ("call", "cascade", "dependents", "errors", "job", "q", "stats", "unique", "worker")
-SINGLES = ("cascades", "events", "partitions", "paused", "queues", "seq", "workers")
+FAMILIES = (
+    "call",
+    "cascade",
+    "dependents",
+    "errors",
+    "job",
+    "q",
+    "schedule",
+    "stats",
+    "unique",
+    "worker",
+)
+SINGLES = ("cascades", "events", "partitions", "paused", "queues", "schedules", "seq", "workers")
 QUEUE_SETS = (
     "ready",
     "delayed",
@@ -41,6 +52,8 @@ QUEUE_SETS = (
     "failed",
     "cancelled",
     "expiring",  # Succeeded jobs with a result retention, by when they may be deleted
+    "expired",  # Expired jobs (never started by their deadline), by when they expired
+    "deadlines",  # waiting jobs never started that have a deadline, by it
 )
 
 
@@ -158,3 +171,12 @@ class KeySpace:
     def worker(self, worker_id: str) -> str:
         """A live worker's hash (it lapses unless the worker announces itself again)."""
         return f"{self.root}worker:{worker_id}"
+
+    def schedule(self, name: str) -> str:
+        """A periodic schedule's hash (docs/schedules.md)."""
+        return f"{self.root}schedule:{name}"
+
+    @property
+    def schedules(self) -> str:
+        """The namespace's periodic schedules by name, scored by their next tick."""
+        return f"{self.root}schedules"

@@ -17,6 +17,7 @@ from typing import Any, TypedDict, TypeVar
 from . import _types as t
 from ._calls import Call, CallBuilder, NewJob
 from ._dedup import Dedup, OnDuplicate
+from ._schedule_calls import ScheduleOperations
 from .errors import QuasarError
 
 T = TypeVar("T")
@@ -37,6 +38,8 @@ class JobOptions(TypedDict, total=False):
     delay_ms: int | None  # from the server's now
     on_dependency_failure: t.DependencyPolicy  # "block"
     flow: str | None  # None: partitioned by the id (docs/scaling.md)
+    deadline: int | None  # absolute ms: not started by then, it expires (never runs)
+    expires_in_ms: int | None  # the deadline, from the server's now
     dedup: Dedup | None  # None: no dedup key (docs/deduplication.md)
 
 
@@ -52,7 +55,7 @@ def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
     return method
 
 
-class Operations:
+class Operations(ScheduleOperations):
     """The call each public method of the clients sends (``self`` is the client)."""
 
     calls: CallBuilder
@@ -249,8 +252,8 @@ class Operations:
         now: int | None = None,
     ) -> Call[int]:
         """Delete these finished jobs of ``queue`` (1-1000 ids), each only while it is still in
-        ``status`` (completed, discarded or cancelled) and finished before ``finished_before``
-        (ms; None: any time); returns how many were deleted.
+        ``status`` (completed, discarded, cancelled or expired) and finished before
+        ``finished_before`` (ms; None: any time); returns how many were deleted.
 
         As ``prune``, it keeps a job finished in the last 60 s (a re-sent call must still find
         it) and one that a blocked job depends on; an id of another queue or status, or of no

@@ -156,7 +156,9 @@ def merge_queues(results: Sequence[list[t.QueueInfo]]) -> list[t.QueueInfo]:
 
 def merge_sweeps(results: Sequence[t.SweepReport]) -> t.SweepReport:
     return t.SweepReport(
-        tuple(i for r in results for i in r.expired), tuple(i for r in results for i in r.damaged)
+        tuple(i for r in results for i in r.expired),
+        tuple(i for r in results for i in r.damaged),
+        tuple(i for r in results for i in r.past_deadline),
     )
 
 
@@ -255,7 +257,7 @@ _SCORED_BY = {
     for field, statuses in (
         ("available_at", ("available", "scheduled", "blocked", "retryable")),
         ("expires_at", ("executing",)),
-        ("finished_at", ("completed", "discarded", "cancelled")),
+        ("finished_at", ("completed", "discarded", "cancelled", "expired")),
     )
     for status in statuses
 }

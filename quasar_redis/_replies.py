@@ -24,6 +24,7 @@ REFUSALS: dict[str, Callable[[list[Any]], t.JobError]] = {
     "IncompleteDependency": lambda a: t.IncompleteDependency(text(a[0])),
     "InvalidJob": lambda a: t.InvalidJob(text(a[0])),
     "NotAvailable": lambda a: t.NotAvailable(int(a[0])),
+    "DeadlinePassed": lambda a: t.DeadlinePassed(int(a[0])),
     "LeaseHeld": lambda a: t.LeaseHeld(int(a[0])),
     "AttemptLimitReached": lambda a: t.AttemptLimitReached(),
     "TerminalJob": lambda a: t.TerminalJob(),
@@ -39,6 +40,12 @@ FAULTS = ("CorruptJob", "CorruptKey")
 #: Tags of applied replies (and of the parts inside them).
 APPLIED = (
     "Announced",
+    "Changed",
+    "Declared",
+    "Fired",
+    "NotFired",
+    "Schedules",
+    "Skipped",
     "BatchApplied",
     "Reported",
     "ReportClaimed",
@@ -325,7 +332,11 @@ def parse_page(reply: Any) -> t.JobPage:
 
 def parse_sweep(reply: Any) -> t.SweepReport:
     reply = _read_only("Swept")(reply)
-    return t.SweepReport(tuple(text(x) for x in reply[2]), tuple(text(x) for x in reply[3]))
+    return t.SweepReport(
+        tuple(text(x) for x in reply[2]),
+        tuple(text(x) for x in reply[3]),
+        tuple(text(x) for x in reply[4]),
+    )
 
 
 def parse_cascade(reply: Any) -> t.CascadeReport:

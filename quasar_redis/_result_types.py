@@ -56,6 +56,14 @@ class NotAvailable:
 
 
 @dataclass(frozen=True, slots=True)
+class DeadlinePassed:
+    """A claim by id of a job never started whose ``deadline`` has come: it is never leased (a
+    sweep, or a claim of its queue, expires it)."""
+
+    deadline: int
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseHeld:
     expires_at: int
 
@@ -123,6 +131,7 @@ JobError: TypeAlias = (
     | IncompleteDependency
     | InvalidJob
     | NotAvailable
+    | DeadlinePassed
     | LeaseHeld
     | AttemptLimitReached
     | TerminalJob
@@ -217,10 +226,12 @@ CancelResult: TypeAlias = CancelApplied | JobRefused
 
 @dataclass(frozen=True, slots=True)
 class SweepReport:
-    """Leases a sweep expired, and ids in the lease index whose job hash is damaged."""
+    """Leases a sweep expired, ids in the lease or deadline index whose job hash is damaged,
+    and the waiting jobs it expired because their deadline came before they started."""
 
     expired: tuple[str, ...]
     damaged: tuple[str, ...]
+    past_deadline: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +257,7 @@ class QueueCounts:
     discarded: int
     cancelled: int
     blocked: int
+    expired: int = 0
 
     def by_status(self) -> dict[Status, int]:
         return {status: getattr(self, status.value) for status in Status}
@@ -342,6 +354,7 @@ STATE_NAMES = {
     "S": "Succeeded",
     "F": "Failed",
     "C": "Cancelled",
+    "E": "Expired",
 }
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "LEASE_WRITES",
     "NUMERIC",
     "REPORT_ITEM",
+    "SCHEDULE_FIELDS",
     "SINGLES",
     "STATE",
     "TOKEN",
@@ -77,6 +78,8 @@ FIELDS = (
     Field("enqueue_call", "ec"),
     # (an integer, but counted by HINCRBY alone, so no load checks it)
     Field("cascade_waits", "cw"),
+    # the time by which the job must have started, or it expires (absent: no deadline)
+    Field("deadline", "dl", numeric=True),
     # how it was enqueued with a dedup key: "<mode> <window ms> <key>" (lua/include/unique.lua)
     Field("dedup", "uq"),
 )
@@ -98,6 +101,7 @@ STATE = {
     "succeeded": "S",
     "failed": "F",
     "cancelled": "C",
+    "expired": "E",
 }
 #: What a claim writes into the job it leases (lua/include/lease.lua ``lease``): the state
 #: "leased", attempt + 1, fencing_version + 1, the worker, expires_at = now + lease_ms, the
@@ -130,8 +134,30 @@ ENQUEUE_ITEM = (
     "delay",  # "" = 0
     "odf",  # on_dependency_failure: "block" | "cancel"
     "made",  # "1" when the client made the id at random for this call, else ""
+    "deadline",  # "" = none
+    "expires_in",  # "" = none
     "dedup",  # "" or "<mode> <window ms> <key>" (lua/include/unique.lua)
 )
+#: The fields of a periodic schedule's hash at ``<root>schedule:<name>`` that the scripts read
+#: (lua/include/schedule.lua ``SCHEDULE_FIELDS``, in order: the rows of ``schedules``), by what
+#: they hold; besides them ``p``, the jobs' payload (docs/schedules.md).
+SCHEDULE_FIELDS = {
+    "spec": "the cron expression, or 'every <ms>'",
+    "tz": "the time zone",
+    "q": "the jobs' queue",
+    "s": "the jobs' stage (task name)",
+    "pr": "the jobs' priority",
+    "m": "the jobs' max_attempts",
+    "mi": "what a tick later than grace does: 'skip' | 'once'",
+    "gr": "grace (ms)",
+    "dg": "the digest of the settings",
+    "nx": "the next tick (ms)",
+    "ls": "the last tick fired or skipped (ms)",
+    "ps": "'1' while paused",
+    "dc": "declared at (ms)",
+    "cr": "created at (ms)",
+    "lj": "the id of the job of the last tick fired",
+}
 #: A lease token as a lease holder's call sends it (lua/include/lease.lua ``open_lease``).
 TOKEN = ("job_id", "input_revision", "worker_id", "fence", "expires_at", "nonce")
 #: One outcome's arguments of a report, in order (lua/report_many.lua ``report_item``): the

@@ -58,9 +58,11 @@ if TYPE_CHECKING:
 #: expiry in place (plus a call record), so that a full Redis does not take the leases of
 #: running jobs or of finished ones whose outcome waits for room; pause and resume add or remove
 #: one set member (an operator stops or restarts a queue in an incident); retire and workers
-#: only delete. The rest is refused whole, before it writes anything. Scripts (EVALSHA) carry no
-#: flags: a ``#!lua`` line would break them on Redis 6.2 and fakeredis; there Redis refuses only
-#: a script's first write, so reads and prune run on a full Redis too.
+#: only delete; change_schedule sets or deletes one field of a schedule, or deletes it (an
+#: operator stops a schedule in an incident). The rest is refused whole, before it writes
+#: anything. Scripts (EVALSHA) carry no flags: a ``#!lua`` line would break them on Redis 6.2 and
+#: fakeredis; there Redis refuses only a script's first write, so reads and prune run on a full
+#: Redis too.
 FLAGS = {
     "get_job": "no-writes",
     "counts": "no-writes",
@@ -75,6 +77,8 @@ FLAGS = {
     "resume": "allow-oom",
     "retire": "allow-oom",
     "workers": "allow-oom",
+    "schedules": "no-writes",
+    "change_schedule": "allow-oom",
 }
 
 

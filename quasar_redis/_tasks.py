@@ -40,10 +40,10 @@ def _ms(task: str, what: str, seconds: float | None) -> int | None:
     return round(seconds * 1000)
 
 
-def _at_ms(task: str, run_at: datetime | float | None) -> int | None:
+def _at_ms(task: str, run_at: datetime | float | None, what: str = "run_at") -> int | None:
     if isinstance(run_at, datetime):
         return round(run_at.timestamp() * 1000)
-    return _ms(task, "run_at", run_at)
+    return _ms(task, what, run_at)
 
 
 def _dep_id(dep: str | JobHandle | t.Job) -> str:
@@ -52,7 +52,8 @@ def _dep_id(dep: str | JobHandle | t.Job) -> str:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueOptions:
-    """Per-call options: ``id`` makes the enqueue idempotent; ``delay``/``run_at`` schedule it."""
+    """Per-call options: ``id`` makes the enqueue idempotent; ``delay``/``run_at`` schedule it;
+    ``deadline``/``expires_in`` let it expire unstarted."""
 
     id: str | None = None
     queue: str | None = None
@@ -63,6 +64,9 @@ class EnqueueOptions:
     depends_on: Sequence[str | JobHandle | t.Job] = ()
     on_dependency_failure: t.DependencyPolicy = "block"
     flow: str | None = None  # a partitioned namespace's flow key (docs/scaling.md)
+    #: Not started by then (a datetime, or seconds since the epoch), it expires and never runs.
+    deadline: datetime | float | None = None
+    expires_in: float | None = None  # seconds from the enqueue: ``deadline``, relative
     dedup: Dedup | None = None  # a dedup key; without one, of the task and its arguments
 
 
@@ -139,6 +143,8 @@ class Task(Generic[P, R]):
             delay_ms=_ms(self.name, "delay", o.delay),
             on_dependency_failure=o.on_dependency_failure,
             flow=o.flow,
+            deadline=_at_ms(self.name, o.deadline, "deadline"),
+            expires_in_ms=_ms(self.name, "expires_in", o.expires_in),
             dedup=self._dedup(args, kwargs, payload, trace),
         )
 

@@ -169,7 +169,12 @@ def slots_of(workers: Iterable[t.WorkerInfo]) -> list[tuple[str, int, int]]:
 def finished_at(job: t.Job) -> int:
     """When a finished job finished (ms)."""
     state: Any = job.state
-    return int(job.completed_at or getattr(state, "failed_at", 0) or state.cancelled_at)
+    return int(
+        job.completed_at
+        or getattr(state, "failed_at", 0)
+        or getattr(state, "expired_at", 0)
+        or state.cancelled_at
+    )
 
 
 def server_ms(reply: Sequence[Any]) -> int:

@@ -82,9 +82,9 @@ ROLES: dict[str, Role] = {
     for role in (
         Role(
             "producer",
-            "enqueues jobs (enqueue, enqueue_many, the task API) and reads them back, awaiting "
-            "their results",
-            _words("enqueue get_job"),
+            "enqueues jobs (enqueue, enqueue_many, the task API, a schedule's trigger) and reads "
+            "them back, awaiting their results",
+            _words("enqueue get_job fire_schedule"),
             # durable mode: WAIT behind each write; ASKING before a call sent to a slot's
             # importing node during a migration
             _words("ASKING PING WAIT XREAD XREVRANGE"),
@@ -106,20 +106,28 @@ ROLES: dict[str, Role] = {
             _words("ASKING BLPOP CLIENT|ID CLIENT|UNBLOCK EXPIRE HINCRBY PING RPUSH TIME WAIT"),
         ),
         Role(
+            "scheduler",
+            "declares and fires periodic schedules (docs/schedules.md): give it, besides "
+            "worker, to the workers of an app with schedules (firing a tick enqueues a job)",
+            _words("declare_schedule fire_schedule"),
+            _words("ASKING PING WAIT"),
+        ),
+        Role(
             "operator",
-            "inspects (get_job, counts, list_jobs, queues, workers, events), cancels, retries, "
-            "expires, sweeps, promotes, prunes, pauses and resumes queues; does not enqueue",
+            "inspects (get_job, counts, list_jobs, queues, workers, schedules, events), cancels, "
+            "retries, expires, sweeps, promotes, prunes, pauses and resumes queues; pauses, "
+            "resumes and removes schedules; does not enqueue (so not trigger a schedule)",
             _words(
                 "get_job counts list_jobs cancel resume_cascades retry expire sweep_expired "
-                "promote_due prune purge pause resume queues workers"
+                "promote_due prune purge pause resume queues workers schedules change_schedule"
             ),
             _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XREAD XREVRANGE"),
         ),
         Role(
             "reader",
-            "reads only (get_job, counts, list_jobs, queues, events): dashboards and "
+            "reads only (get_job, counts, list_jobs, queues, schedules, events): dashboards and "
             "monitoring; not workers(), which drops lapsed entries of the registry (a write)",
-            _words("get_job counts list_jobs queues"),
+            _words("get_job counts list_jobs queues schedules"),
             _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
         ),
     )

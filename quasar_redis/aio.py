@@ -287,6 +287,13 @@ class AsyncQuasar(ClientBase):
     resume = coroutine(Operations.resume)
     queues = coroutine(Operations.queues)
     workers = coroutine(Operations.workers)
+    declare_schedule = coroutine(Operations.declare_schedule)
+    fire_schedule = coroutine(Operations.fire_schedule)
+    trigger_schedule = coroutine(Operations.trigger_schedule)
+    schedules = coroutine(Operations.schedules)
+    pause_schedule = coroutine(Operations.pause_schedule)
+    resume_schedule = coroutine(Operations.resume_schedule)
+    remove_schedule = coroutine(Operations.remove_schedule)
 
     # the worker's waits ------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _tracing
 from . import _types as t
+from ._app_schedules import Periodic
 from ._base import ClientOptions
 from ._call_codec import CallCodec
 from ._calls import Limits, NewJob
@@ -34,6 +35,7 @@ from ._handles import JobHandle
 from ._hooks import Hook, Hooks
 from ._keys import check_name
 from ._partitions import check_partitions
+from ._schedules import Schedule
 from ._tasks import EnqueueOptions, Task, TaskRegistry, TaskSettings
 from .aio import AsyncQuasar
 from .client import Quasar
@@ -48,7 +50,7 @@ R = TypeVar("R")
 M = TypeVar("M")
 
 
-class App:
+class App(Periodic):
     """Tasks and clients of one namespace of one Redis.
 
     ``url=None`` takes ``QUASAR_REDIS_URL``, then ``REDIS_URL``, from the environment, and
@@ -90,6 +92,9 @@ class App:
         self.durable = check_durable(durable)
         self.partitions = check_partitions(partitions)
         self.tasks = TaskRegistry()
+        #: The periodic schedules of its tasks, by name (``periodic``, ``schedule``): every worker
+        #: of the app declares and fires them (docs/schedules.md).
+        self.schedules: dict[str, Schedule] = {}
         self.hooks = Hooks()
         self.clients = Clients(self.connector, self.namespace, self._options)
 

@@ -170,6 +170,13 @@ class Quasar(ClientBase):
     resume = blocking(Operations.resume)
     queues = blocking(Operations.queues)
     workers = blocking(Operations.workers)
+    declare_schedule = blocking(Operations.declare_schedule)
+    fire_schedule = blocking(Operations.fire_schedule)
+    trigger_schedule = blocking(Operations.trigger_schedule)
+    schedules = blocking(Operations.schedules)
+    pause_schedule = blocking(Operations.pause_schedule)
+    resume_schedule = blocking(Operations.resume_schedule)
+    remove_schedule = blocking(Operations.remove_schedule)
 
 
 def _packed_sender(client: Any) -> Callable[[Command], Any] | None:

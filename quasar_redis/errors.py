@@ -8,7 +8,8 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     │   └── PartitionMismatch                  the client's partitions are not the namespace's
     ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call, or
     │   │                                      a worker setting out of its bounds
-    │   └── InvalidTaskCall                    the task API: a call refused before it is sent
+    │   ├── InvalidTaskCall                    the task API: a call refused before it is sent
+    │   └── InvalidSchedule                    a periodic schedule's settings: nothing written
     ├── RedisUnavailable                       connection refused, dropped, or timed out
     │   └── NotReplicated                      durable mode: fewer replicas than asked have a
     │                                          write in time (it may or may not survive failover)
@@ -23,7 +24,8 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     ├── JobRefusedError                        the task API: an enqueue was refused (``.error``)
     │   └── InvalidTaskCall                    ... (also an InvalidArgument, above)
     ├── JobFailedError                         the task API: the job awaited ended Failed
-    │   └── JobCancelledError                  ... or Cancelled
+    │   ├── JobCancelledError                  ... or Cancelled
+    │   └── JobExpiredError                    ... or Expired: not started by its deadline
     ├── HookError                              a worker's startup hook raised: it did not start
     └── PhaseError                             a held job or its lease was asked for a change its
                                                table does not allow: a worker bug
@@ -171,6 +173,21 @@ class JobCancelledError(JobFailedError):
     def __init__(self, job: Any) -> None:
         QuasarError.__init__(self, f"job {job.id!r} was cancelled: {job.state.reason}")
         self.job = job
+
+
+class JobExpiredError(JobFailedError):
+    """The job whose result was awaited expired: it was not started by its deadline, so it
+    never ran."""
+
+    def __init__(self, job: Any) -> None:
+        QuasarError.__init__(self, f"job {job.id!r} expired unstarted at its deadline")
+        self.job = job
+
+
+class InvalidSchedule(InvalidArgument):
+    """A periodic schedule refused before anything is written: a cron expression cronsim does
+    not read, an unknown time zone, an interval of zero or less, or another setting out of its
+    bounds (docs/schedules.md)."""
 
 
 class InvalidTaskCall(InvalidArgument, JobRefusedError):

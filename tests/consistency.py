@@ -5,7 +5,8 @@ every index entry name a job that is there?
 The rules are docs/redis-layout.md's invariants: a Waiting job is in exactly one of ``blocked``,
 ``delayed`` and ``ready``; a RetryWaiting job in ``retrying`` and exactly one of ``delayed`` and
 ``ready``; a Leased job in ``leased``; a finished job in the set of its state (a Succeeded one
-maybe in ``expiring`` too); all of its own queue's. And ``seq`` is at least every job's ``sq``,
+maybe in ``expiring`` too); a Waiting job never started with a deadline in ``deadlines`` too; all
+of its own queue's. And ``seq`` is at least every job's ``sq``,
 so that no two jobs can get one sequence number.
 """
 
@@ -22,12 +23,17 @@ READY_PREFIX = 11  # a ready member: available_at (6 bytes) and seq (5), then th
 #: The indexes each state puts a job in: every set of ``required``, and exactly one of ``one_of``
 #: (when it names any), and maybe the ``optional`` ones.
 PLACES: dict[str, tuple[frozenset[str], frozenset[str], frozenset[str]]] = {
-    "W": (frozenset(), frozenset({"blocked", "delayed", "ready"}), frozenset({"delayed_pr"})),
+    "W": (
+        frozenset(),
+        frozenset({"blocked", "delayed", "ready"}),
+        frozenset({"delayed_pr", "deadlines"}),
+    ),
     "R": (frozenset({"retrying"}), frozenset({"delayed", "ready"}), frozenset({"delayed_pr"})),
     "L": (frozenset({"leased"}), frozenset(), frozenset()),
     "S": (frozenset({"succeeded"}), frozenset(), frozenset({"expiring"})),
     "F": (frozenset({"failed"}), frozenset(), frozenset()),
     "C": (frozenset({"cancelled"}), frozenset(), frozenset()),
+    "E": (frozenset({"expired"}), frozenset(), frozenset()),
 }
 
 

@@ -4,12 +4,13 @@ The model is the state machine written down in docs/lifecycle.md: each edge's ch
 listed there (enqueue, claim by id and by queue, complete, fail, permanent_fail, release,
 heartbeat, expire and sweep, cancel, operator retry, prune), queues and priorities, claim by queue
 (best first: priority, then available_at, then enqueue order), batches, pending dependencies with
-the ``block`` / ``cancel`` policy, cascading cancellation, the per-claim lease nonce and each
-job's last error (kind + message), down to the details the scripts (``lua/*.lua``) settle: the
-error kinds written by expiry and operator retry, the reasons given to cascaded cancellations, and
-claim by queue's maintenance (it first promotes due jobs and expires run-out leases of its queue,
-even when it then finds nothing to claim), and dedup keys (docs/deduplication.md: unique,
-throttle and debounce, and batches that skip duplicate ids).
+the ``block`` / ``cancel`` policy, cascading cancellation, deadlines (a job never started by its
+deadline expires: at a claim by queue that meets it, or at a sweep), the per-claim lease nonce
+and each job's last error (kind + message), down to the details the scripts (``lua/*.lua``)
+settle: the error kinds written by expiry and operator retry, the reasons given to cascaded
+cancellations, and claim by queue's maintenance (it first promotes due jobs and expires run-out
+leases of its queue, even when it then finds nothing to claim), and dedup keys
+(docs/deduplication.md: unique, throttle and debounce, and batches that skip duplicate ids).
 
 Nothing here talks to Redis. Results are the client's own typed values (``quasar_redis._types``),
 so a test compares them with ``==``. Two things the model cannot know are supplied by the test:
@@ -38,7 +39,7 @@ OPERATOR_RETRY_KIND = "OperatorRetry"
 #: Placeholder nonce of a lease the model granted, until the test adopts the real one.
 UNKNOWN_NONCE = ""
 
-TERMINAL_STATES = (t.Succeeded, t.Failed, t.Cancelled)
+TERMINAL_STATES = (t.Succeeded, t.Failed, t.Cancelled, t.Expired)
 WAITING_STATES = (t.Waiting, t.RetryWaiting)
 
 #: lua/include/core.lua CALL_TTL_MS: prune keeps every job finished more recently than this.
@@ -76,6 +77,8 @@ class ModelJob:
     in_ready: bool = False
     #: Its last failed attempts, oldest first (``JobInfo.errors``).
     errors: tuple[t.ErrorInfo, ...] = ()
+    #: When it must have started by, or it expires unstarted (None: no deadline).
+    deadline: int | None = None
     #: How it was enqueued with a dedup key (``Job.dedup``).
     dedup: str | None = None
 
@@ -99,7 +102,7 @@ class ModelJob:
 
     def finished_at(self) -> int | None:
         match self.state:
-            case t.Succeeded(_, at) | t.Failed(_, at) | t.Cancelled(_, at):
+            case t.Succeeded(_, at) | t.Failed(_, at) | t.Cancelled(_, at) | t.Expired(_, at):
                 return at
         return None
 
@@ -124,7 +127,17 @@ class ModelJob:
             raw_result=self.raw_result,
             on_dependency_failure=self.on_dependency_failure,
             pending_dependencies=self.pending,
+            deadline=self.deadline,
             dedup=self.dedup,
+        )
+
+    def past_deadline(self, now: int) -> bool:
+        """Waiting, never started (never leased), and its deadline has come."""
+        return (
+            self.deadline is not None
+            and isinstance(self.state, t.Waiting)
+            and self.attempted_at is None
+            and self.deadline <= now
         )
 
     def token(self) -> t.LeaseToken:
@@ -186,6 +199,26 @@ def _dedup_text(spec: NewJob) -> str | None:
     return None
 
 
+def _deadline(spec: NewJob, now: int, at: int) -> int | t.InvalidJob | None:
+    """The deadline, absolute or from now: after both now and ``at`` (None: no deadline)."""
+    if spec.deadline is None and spec.expires_in_ms is None:
+        return None
+    if spec.deadline is not None and spec.expires_in_ms is not None:
+        return t.InvalidJob("give deadline or expires_in, not both")
+    if spec.deadline is not None:
+        deadline = spec.deadline
+    else:
+        assert spec.expires_in_ms is not None
+        if spec.expires_in_ms < 1:
+            return t.InvalidJob("expires_in must be positive")
+        deadline = now + spec.expires_in_ms
+    if deadline <= now:
+        return t.InvalidJob("deadline must be in the future")
+    if deadline <= at:
+        return t.InvalidJob("deadline must be after available_at")
+    return deadline
+
+
 def _dependency_ids(spec: NewJob) -> tuple[str, ...]:
     return tuple(d.id if isinstance(d, t.Job) else d for d in spec.dependencies)
 
@@ -208,9 +241,10 @@ def _lease_invalid(worker_id: str, lease_ms: int) -> t.InvalidJob | None:
     return None
 
 
-def _cascade_reason(parent: str, failed: bool) -> str:
-    """Why a dependent is cancelled: its dependency failed (policy "cancel"), or was cancelled."""
-    return f"dependency {parent} {'failed' if failed else 'was cancelled'}"
+def _cascade_reason(parent: str, failed: str | None) -> str:
+    """Why a dependent is cancelled: its dependency ``failed`` ("failed" or "expired": policy
+    "cancel"), or was cancelled (None)."""
+    return f"dependency {parent} {failed or 'was cancelled'}"
 
 
 class Model:
@@ -278,8 +312,9 @@ class Model:
             return t.LeaseExpired(state.expires_at)
         return None
 
-    def _cascade(self, root: ModelJob, policy_only: bool) -> _Cascade:
-        """Jobs that can never run once ``root`` is cancelled (or failed: ``policy_only``).
+    def _cascade(self, root: ModelJob, policy_only: str | None) -> _Cascade:
+        """Jobs that can never run once ``root`` is cancelled (or ``policy_only``: "failed",
+        "expired", for the dependents that asked for it).
 
         Breadth first, as the scripts walk it; a job reached from several parents of the same
         depth may name any of them. Only the failed root's own dependents are said to be
@@ -291,7 +326,7 @@ class Model:
         level = 0
         while frontier:
             following: list[ModelJob] = []
-            failed = level == 0 and policy_only
+            failed = policy_only if level == 0 else None
             for parent in frontier:
                 for child in self.dependents(parent):
                     if failed and child.on_dependency_failure != "cancel":
@@ -321,11 +356,27 @@ class Model:
 
     def _fail(self, job: ModelJob, kind: str, reason: str, now: int, trace: str = "") -> None:
         """Enter Failed; dependents that asked to be cancelled are (and theirs with them)."""
-        cascade = self._cascade(job, policy_only=True)
+        cascade = self._cascade(job, policy_only="failed")
         job.state = t.Failed(reason, now)
         job.error = t.ErrorInfo(kind, reason)
         self._keep_error(job, kind, reason, now, trace)
         self._apply_cascade(cascade, now)
+
+    def expire_unstarted(self, job: ModelJob, now: int) -> None:
+        """Waiting, never started, past its deadline -> Expired; dependents as for a failure."""
+        assert job.past_deadline(now) and job.deadline is not None
+        cascade = self._cascade(job, policy_only="expired")
+        job.state = t.Expired(job.deadline, now)
+        job.in_ready = False
+        self._apply_cascade(cascade, now)
+
+    def due_deadlines(self, now: int) -> dict[str, list[str]]:
+        """Per queue, the jobs past their deadline at ``now``, in the deadline index's order."""
+        out: dict[str, list[str]] = {}
+        due = [j for j in self.jobs.values() if j.past_deadline(now)]
+        for job in sorted(due, key=lambda j: (j.deadline, j.id.encode())):
+            out.setdefault(job.queue, []).append(job.id)
+        return out
 
     def _retry_or_fail(
         self, job: ModelJob, kind: str, reason: str, now: int, delay: int, trace: str = ""
@@ -385,7 +436,7 @@ class Model:
             if other is None:
                 return t.MissingDependency(dep)
             state = other.state
-            if isinstance(state, t.Cancelled) or (
+            if isinstance(state, t.Cancelled | t.Expired) or (
                 isinstance(state, t.Failed) and policy == "cancel"
             ):
                 return t.IncompleteDependency(dep)
@@ -440,6 +491,9 @@ class Model:
         at = _available_at(spec, now)
         if isinstance(at, t.InvalidJob):
             return at
+        deadline = _deadline(spec, now, at)
+        if isinstance(deadline, t.InvalidJob):
+            return deadline
         deps = _dependency_ids(spec)
         twice = _listed_twice(deps)
         if twice is not None:
@@ -467,6 +521,7 @@ class Model:
             on_dependency_failure=spec.on_dependency_failure,
             pending=pending,
             state=t.Waiting(at),
+            deadline=deadline,
             dedup=_dedup_text(spec),
         )
 
@@ -595,7 +650,8 @@ class Model:
     def claim_many(
         self, queue: str, worker_id: str, lease_ms: int, limit: int, now: int
     ) -> t.ClaimsResult:
-        """Claim by queue: maintenance of the queue first, then the best ``limit`` jobs."""
+        """Claim by queue: maintenance of the queue first, then the best ``limit`` jobs; one past
+        its deadline met on the way is expired instead, and the claim reads on."""
         invalid = _lease_invalid(worker_id, lease_ms)
         if invalid is not None:
             return t.ClaimRefused(invalid)
@@ -604,13 +660,19 @@ class Model:
             self.expire_lease(job_id, now)
         ready = [j for j in self.jobs.values() if j.queue == queue and self.claimable(j, now)]
         ready.sort(key=lambda j: (j.priority, j.available_at, j.seq))
-        if not ready:
+        taken: list[ModelJob] = []
+        for job in ready:
+            if len(taken) >= limit:
+                break
+            if job.past_deadline(now):
+                self.expire_unstarted(job, now)
+            else:
+                taken.append(job)
+        if not taken:
             return t.ClaimRefused(t.NothingClaimable(self.next_due(queue, now)))
         # docs/lifecycle.md: a claim by queue never offers a job that a claim by id would refuse.
-        assert all(self.claim_error(j, worker_id, lease_ms, now) is None for j in ready)
-        return t.ClaimsApplied(
-            tuple(self._lease(j, worker_id, lease_ms, now) for j in ready[:limit])
-        )
+        assert all(self.claim_error(j, worker_id, lease_ms, now) is None for j in taken)
+        return t.ClaimsApplied(tuple(self._lease(j, worker_id, lease_ms, now) for j in taken))
 
     def claim(self, queue: str, worker_id: str, lease_ms: int, now: int) -> t.ClaimResult:
         result = self.claim_many(queue, worker_id, lease_ms, 1, now)
@@ -634,6 +696,7 @@ class Model:
         return (
             _lease_invalid(worker_id, lease_ms)
             or (t.NotAvailable(available_at) if now < available_at else None)
+            or (t.DeadlinePassed(job.deadline or 0) if job.past_deadline(now) else None)
             or (t.AttemptLimitReached() if job.attempt >= job.max_attempts else None)
             or (self.dependency_error(job) if job.pending > 0 else None)
         )
@@ -781,7 +844,7 @@ class Model:
             return t.JobRefused(job)
         if job.terminal:
             return t.JobRefused(t.TerminalJob())
-        cascade = self._cascade(job, policy_only=False)
+        cascade = self._cascade(job, policy_only=None)
         job.state = t.Cancelled(reason, now)
         job.in_ready = False
         self.reason_choices.pop(job.id, None)
@@ -917,4 +980,5 @@ class Model:
             discarded=count(t.Failed),
             cancelled=count(t.Cancelled),
             blocked=sum(1 for j in jobs if j.waiting and j.pending > 0),
+            expired=count(t.Expired),
         )

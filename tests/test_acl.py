@@ -37,6 +37,7 @@ from quasar_redis import (
     current_job,
 )
 from quasar_redis._calls import WorkerEntry
+from quasar_redis._schedules import Schedule
 from quasar_redis._scripts import READS, WRITES, _code, commands, library, lua_dir, names, scripts
 from quasar_redis._sending import functions_unusable, map_error
 from quasar_redis.acl import ROLES, key_pattern, rules, scripts_instead, setuser
@@ -400,6 +401,32 @@ def test_a_worker_user_runs_a_real_worker(users: Users) -> None:
             made.client.redis.close()
 
 
+def test_schedules_need_the_scheduler_role_beside_worker(
+    users: Users, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker user alone runs its jobs but fires no schedule, and says so once; with the
+    scheduler role too, its schedules fire."""
+    admin = Quasar(users.admin, users.namespace)
+    for roles, fires in ((["worker"], False), (["worker", "scheduler"], True)):
+        made = App(users.url_of(users.make(roles)), namespace=users.namespace)
+        made.schedule(made.task(lambda: None, name="beat"), every=0.05)
+        ok = made.task(lambda: 1, name="ok")
+        try:
+            handle = App(users.url_of(users.make(["producer"])), namespace=users.namespace)
+            job = handle.enqueue_many([ok.job()])[0]
+            with Worker(made, maintenance_interval=0.1, idle_wait=0.2):
+                assert job.result(timeout=30) == 1
+                if fires:
+                    wait_for(lambda: admin.schedules() or None, 30, "the schedule declared")
+                    wait_for(lambda: admin.schedules()[0].last_job, 30, "a tick fired")
+            refusals = [r for r in caplog.records if "may not fire periodic" in r.getMessage()]
+            assert len(refusals) == 1  # the first worker's, said once (and no more by the second)
+            assert bool(admin.schedules()) == fires
+            handle.client.redis.close()
+        finally:
+            made.client.redis.close()
+
+
 # --- one permission missing ----------------------------------------------------------------------
 
 Scenario = Callable[[Quasar], Callable[[Quasar], Any]]
@@ -424,6 +451,7 @@ def _on(prepare: Callable[[Quasar], Any], then: Callable[[Quasar, Any], Any]) ->
 
 ENTRY = WorkerEntry("w1", "host", 1, ("default",), 1, (), "0")
 LAPSED = WorkerEntry("w2", "host", 2, ("default",), 1, (), "0")
+SCHEDULE = Schedule.of("sched", "s", every=60)
 FAR = 4_000_000_000_000  # a "now" long after every lease and delay of the scenarios
 
 #: For every operation: the state an admin makes, then the call the user makes, which applies.
@@ -468,6 +496,15 @@ SCENARIOS: dict[str, Scenario] = {
         lambda a: a.execute(a.calls.announce(ENTRY, 60_000)),
         lambda u, _: u.execute(u.calls.retire(ENTRY.id)),
     ),
+    "declare_schedule": _on(lambda a: None, lambda u, _: u.declare_schedule(SCHEDULE, now=1)),
+    "fire_schedule": _on(
+        lambda a: a.declare_schedule(SCHEDULE, now=1),
+        lambda u, _: u.fire_schedule(SCHEDULE, 60_000, now=60_001),
+    ),
+    "schedules": _on(lambda a: a.declare_schedule(SCHEDULE, now=1), lambda u, _: u.schedules()),
+    "change_schedule": _on(
+        lambda a: a.declare_schedule(SCHEDULE, now=1), lambda u, _: u.pause_schedule("sched")
+    ),
     "workers": _on(  # one live, one lapsed long ago (dropped: a write)
         lambda a: a.execute_many(
             [a.calls.announce(ENTRY, 60_000), a.calls.announce(LAPSED, 1_000, now=1)]
@@ -476,7 +513,8 @@ SCENARIOS: dict[str, Scenario] = {
     ),
 }
 
-READING = ("get_job", "counts", "list_jobs", "queues")  # (workers drops the entry that lapsed)
+# (not workers, which drops the entry that lapsed)
+READING = ("get_job", "counts", "list_jobs", "queues", "schedules")
 CASES = [(op, cmd) for op in names() for cmd in scripts()[op].uses]
 
 
@@ -785,8 +823,10 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
     }
     lease_calls = {"claim", "claim_job", "complete", "fail", "permanent_fail", "heartbeat"}
     assert beyond == {
-        "producer": {"claim_job", "heartbeat", "release", "retry", "pause"},
-        "worker": {"cancel", "retry", "pause", "purge"},
-        "operator": lease_calls | {"release", "report_many", "report_and_claim", "retire"},
+        "producer": {"claim_job", "heartbeat", "release", "retry", "pause", "declare_schedule"},
+        "worker": {"cancel", "retry", "pause", "purge", "change_schedule"},
+        "scheduler": {"claim_job", "enqueue", "heartbeat", "release", "retry", "pause"},
+        "operator": lease_calls
+        | {"release", "report_many", "report_and_claim", "retire", "declare_schedule"},
         "reader": set(),
     }

@@ -350,7 +350,7 @@ def test_queues_and_info(rq: Quasar, namespace: str) -> None:
     assert rows[1]["counts"]["scheduled"] == 1
     table = quasar("queues", namespace=namespace).out.splitlines()
     assert table[0].split() == ["queue", "state", *[s.value for s in ORDER]]
-    assert table[1].split() == ["mail", "running", "0", "3", "0", "0", "0", "1", "0", "0"]
+    assert table[1].split() == ["mail", "running", "0", "3", "0", "0", "0", "1", "0", "0", "0"]
     document = quasar("info", "mail", "--json", namespace=namespace).json()
     assert document["oldest_available"]["id"] == "m0"
     assert (document["paused"], document["total"], document["workers"]) == (False, 4, [])
@@ -535,3 +535,19 @@ def test_an_id_given_twice_is_changed_once(rq: Quasar, namespace: str) -> None:
     applied(rq.enqueue("tasks.send", None, id="live"))
     ran = inproc("cancel", "live", "live", "--json", namespace=namespace)
     assert json.loads(ran.out) == {"changed": 1, "cascaded": 0, "refused": []}
+
+
+def test_job_jobs_and_queues_show_an_expired_job(rq: Quasar, namespace: str) -> None:
+    at = server_ms(rq) - MINUTES_AGO
+    applied(rq.enqueue("tasks.send", None, id="late", deadline=at + 100, now=at))
+    assert rq.sweep_expired(now=at + 100).past_deadline == ("late",)
+    document = inproc("job", "late", "--json", namespace=namespace).json()
+    assert document["status"] == "expired"
+    assert document["state"]["name"] == "Expired"
+    assert document["deadline"] == document["state"]["deadline"] == document["completed_at"]
+    shown = inproc("job", "late", namespace=namespace).out
+    assert "expired" in shown and "deadline" in shown
+    listed = inproc("jobs", "default", "--status", "expired", "--json", namespace=namespace)
+    assert [job["id"] for job in listed.json()["jobs"]] == ["late"]
+    rows = inproc("queues", "--json", namespace=namespace).json()
+    assert rows[0]["counts"]["expired"] == 1

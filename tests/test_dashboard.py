@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from quasar_redis import AsyncQuasar, JobApplied, NewJob, Quasar, Status
+from quasar_redis import AsyncQuasar, JobApplied, NewJob, Quasar, Schedule, Status
 from quasar_redis.cli import main
 from quasar_redis.dashboard import create_app
 from quasar_redis.errors import ConfigurationError, InvalidArgument
@@ -391,5 +391,51 @@ def test_queue_pages_by_cursor_and_large_payloads_are_cut(
             assert link and link.group(1) == "/jobs/odd%2Fid%3Fx%3D1%23y%252F"
             page = await client.get(link.group(1))
             assert page.status_code == 200 and "odd/id?x=1#y%2F</span>" in page.text
+
+    asyncio.run(run())
+
+
+def test_an_expired_job_is_shown_with_its_deadline(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    t0 = 1_000_000
+    sync_q.enqueue("send", None, id="late", queue="mail", deadline=t0 + 100, now=t0)
+    assert sync_q.sweep_expired(now=t0 + 100).past_deadline == ("late",)
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            overview = await client.get("/")
+            assert 'data-count="mail|expired">1<' in overview.text
+            queue = await client.get("/queues/mail", params={"status": "expired"})
+            assert "late</a>" in queue.text
+            job = await client.get("/jobs/late")
+            assert '<span class="badge status-expired" id="status">expired</span>' in job.text
+            assert "1970-01-01T00:16:40.100Z (1000100)" in job.text  # the deadline
+            assert 'id="cancel"' not in job.text  # final: nothing to cancel
+            assert (await client.get("/api/counts")).json()["queues"]["mail"]["expired"] == 1
+
+    asyncio.run(run())
+
+
+def test_the_schedules_page_lists_each_schedule_and_who_declares_it(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    live = Schedule.of("nightly", "jobs.night", "30 2 * * *", tz="Europe/Paris")
+    gone = Schedule.of("old", "jobs.old", every=60)
+    sync_q.declare_schedule(live)
+    sync_q.declare_schedule(gone, now=10**12)  # declared in 2001: by no running worker now
+    sync_q.fire_schedule(gone, 10**12 + 60_000, now=10**12 + 60_000)
+    sync_q.pause_schedule("old")
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            page = await client.get("/schedules")
+            assert page.status_code == 200
+            rows = re.findall(r"<tr>(.*?)</tr>", page.text, re.DOTALL)[1:]  # (the head's first)
+            assert len(rows) == 2
+            assert "nightly" in rows[0] and "30 2 * * *" in rows[0]
+            assert "Europe/Paris" in rows[0] and ">active<" in rows[0]
+            assert "by no running worker" in rows[1] and ">paused<" in rows[1]
+            assert f"/jobs/old%40{10**12 + 60_000}" in rows[1]  # its last tick's job
 
     asyncio.run(run())

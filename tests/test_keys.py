@@ -81,6 +81,8 @@ def every_key(keys: KeySpace, queue: str, job_id: str) -> set[str]:
         keys.paused,
         keys.workers,
         keys.cascades,
+        keys.schedule(queue),
+        keys.schedules,
         *((keys.partitions,) if keys.partition is None else ()),
     }
 

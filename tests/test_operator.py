@@ -157,12 +157,14 @@ def test_counts_and_pages_by_status(q: Quasar) -> None:
     applied(q.enqueue("s", id="retry", priority=-3, now=T0))
     applied(q.enqueue("s", id="dead", priority=-4, max_attempts=1, now=T0))
     applied(q.enqueue("s", id="gone", now=T0))
+    applied(q.enqueue("s", id="late", deadline=T0 + 1, now=T0 - 1))
     finish(q, "dead", T0, fail=True)
     token = claimed(q.claim_job("retry", "w", 100, now=T0)).token
     applied(q.fail(token, "w", "x", retry_delay_ms=10, now=T0))
     finish(q, "done", T0)
     claimed(q.claim_job("exec", "w", 100, now=T0))
     q.cancel("gone", now=T0)
+    assert q.sweep_expired(now=T0 + 1).past_deadline == ("late",)
     counts = q.counts("default", now=T0)
     assert counts.by_status() == {
         Status.AVAILABLE: 1,
@@ -173,6 +175,7 @@ def test_counts_and_pages_by_status(q: Quasar) -> None:
         Status.DISCARDED: 1,
         Status.CANCELLED: 1,
         Status.BLOCKED: 1,
+        Status.EXPIRED: 1,
     }
     pages = {s: [j.id for j in q.list_jobs("default", s, now=T0)] for s in Status}
     assert pages[Status.AVAILABLE] == ["avail"]
@@ -181,6 +184,7 @@ def test_counts_and_pages_by_status(q: Quasar) -> None:
     assert pages[Status.EXECUTING] == ["exec"]
     assert pages[Status.DISCARDED] == ["dead"]
     assert pages[Status.BLOCKED] == ["blocked"]
+    assert pages[Status.EXPIRED] == ["late"]
     assert [j.id for j in q.list_jobs("default", "blocked", now=T0)] == ["blocked"]
     assert q.list_jobs("default", Status.AVAILABLE, offset=1, now=T0) == []
     for status in Status:

@@ -379,11 +379,17 @@ def test_pages_by_cursor_carry_every_partitions_place(q: Quasar, count: int) -> 
 def fill(q: Quasar, count: int) -> None:
     """30 jobs due 10 ms apart in a shuffled order, of three priorities, enqueued at T0 + 100
     (those due by then claimable, the others left unpromoted); the first 18 leased, completed,
-    failed to retry, failed for good or cancelled at shuffled times; 3 blocked on leased ones."""
+    failed to retry, failed for good or cancelled at shuffled times; 3 blocked on leased ones;
+    4 more expired at their deadlines, at shuffled times."""
     ids = [id_in(n % count, count, f"j{n}") for n in range(30)]
     for n, job_id in enumerate(ids):
         at = T0 + 10 * (n * 7 % 30)
         applied(q.enqueue("s", id=job_id, priority=n % 3, available_at=at, now=T0 + 100))
+    for n in range(4):
+        late = id_in(n % count, count, f"x{n}")
+        applied(q.enqueue("s", id=late, deadline=T0 + 101 + n * 3 % 4, now=T0 + 100))
+    for k in range(4):
+        q.sweep_expired(now=T0 + 101 + k)
     for n, job_id in enumerate(ids[:18]):
         now = T0 + 300 + n * 5 % 18
         if n % 6 == 5:

@@ -53,7 +53,7 @@ def test_purge_keeps_what_a_resend_or_a_blocked_job_needs(q: Quasar) -> None:
     ("queue", "status", "job_ids", "said"),
     [
         ("bad queue", "completed", ["a"], "queue must be"),
-        ("q", "available", ["a"], "status must be completed, discarded or cancelled"),
+        ("q", "available", ["a"], "status must be completed, discarded, cancelled or expired"),
         ("q", "completed", [], "give 1 to 1000 job ids"),
         ("q", "completed", [f"j{i}" for i in range(1001)], "give 1 to 1000 job ids"),
     ],

@@ -166,6 +166,8 @@ def test_the_call_builders_send_each_item_in_the_declared_order() -> None:
         "delay": "9",
         "odf": "cancel",
         "made": "",
+        "deadline": "",
+        "expires_in": "",
         "dedup": "throttle 5 key-1",
     }
     token = t.LeaseToken("j", 1, "w", 2, 3, "n")
@@ -235,3 +237,10 @@ def test_only_the_schema_and_the_named_readers_spell_a_job_field() -> None:
 
 def test_the_derivations_take_the_lease_from_the_schema() -> None:
     assert tuple(key.encode() for key in _schema.LEASE_WRITES) == _fast.LEASE_KEYS_B
+
+
+def test_the_schedule_fields_are_those_the_lua_reads_in_order() -> None:
+    text = (LUA / "include" / "schedule.lua").read_text()
+    found = re.search(r"local SCHEDULE_FIELDS = \{([^}]*)\}", text)
+    assert found is not None
+    assert re.findall(r'"(\w+)"', found.group(1)) == list(_schema.SCHEDULE_FIELDS)

@@ -140,15 +140,27 @@ dedups = st.one_of(
 
 @dataclass(frozen=True)
 class JobDraw:
-    """A new job whose availability is relative to the clock at the time it is enqueued."""
+    """A new job whose availability is relative to the clock at the time it is enqueued, and its
+    deadline (``limit``: absolute or relative) ``limit_offset`` after that availability."""
 
     spec: NewJob
     at_offset: int | None
+    limit: str | None = None
+    limit_offset: int = 0
 
     def at(self, now: int) -> NewJob:
-        if self.at_offset is None or self.spec.available_at is not None:
-            return self.spec
-        return replace(self.spec, available_at=max(0, now + self.at_offset))
+        spec = self.spec
+        if self.at_offset is not None and spec.available_at is None:
+            spec = replace(spec, available_at=max(0, now + self.at_offset))
+        if spec.available_at is not None:
+            start = max(now, spec.available_at)
+        else:
+            start = now + max(0, spec.delay_ms or 0)
+        if self.limit == "deadline":
+            return replace(spec, deadline=start + self.limit_offset)
+        if self.limit == "expires_in":
+            return replace(spec, expires_in_ms=start - now + self.limit_offset)
+        return spec
 
 
 @st.composite
@@ -173,7 +185,11 @@ def new_jobs(draw: st.DrawFn, valid: bool = False) -> JobDraw:
     broken = None if valid else draw(st.sampled_from([None] * 60 + list(BREAKS)))
     if broken is not None:
         spec = replace(spec, **BREAKS[broken])
-    return JobDraw(spec, offset)
+    # a deadline, or none; at its availability (offset 0) it is refused
+    limit = draw(st.sampled_from([None, None, "deadline", "expires_in"]))
+    offsets = [1, 50, 150, 400] if valid else [0, 1, 50, 50, 150, 400]
+    limit_offset = draw(st.sampled_from(offsets)) if limit else 0
+    return JobDraw(spec, offset, limit, limit_offset)
 
 
 APPLIED = (JobApplied, CancelApplied, BatchApplied, ClaimApplied, ClaimsApplied)
@@ -567,11 +583,12 @@ class QuasarMachine(RuleBasedStateMachine):
     @rule(limit=st.sampled_from([1, 2, 1000]))
     def sweep(self, limit: int) -> None:
         report: SweepReport = self.send(self.q.calls.sweep_expired(limit, self.now))
-        event(f"sweep: {len(report.expired)} expired")
+        event(f"sweep: {len(report.expired)} expired, {len(report.past_deadline)} past deadline")
         self.check_sweep(report, limit, self.now)
 
     def check_sweep(self, report: SweepReport, limit: int, now: int) -> None:
         """A sweep at ``now`` expires the leases due, up to its limit, each queue's in expiry
+        order, then with the room left the jobs past their deadline, each queue's in deadline
         order; the model follows."""
         due = self.model.due_leases(now)
         total = sum(len(ids) for ids in due.values())
@@ -582,6 +599,14 @@ class QuasarMachine(RuleBasedStateMachine):
             assert mine == ids[: len(mine)], (queue, report, due)
         for job_id in report.expired:
             self.model.expire_lease(job_id, now)
+        late = self.model.due_deadlines(now)
+        room = limit - len(report.expired)
+        assert len(report.past_deadline) == min(room, sum(map(len, late.values()))), report
+        for queue, ids in late.items():
+            mine = [i for i in report.past_deadline if i in ids]
+            assert mine == ids[: len(mine)], (queue, report, late)
+        for job_id in report.past_deadline:
+            self.model.expire_unstarted(self.model.jobs[job_id], now)
 
     @rule(limit=st.just(1000))  # a limit above the jobs there are: which ones move is known
     def promote(self, limit: int) -> None:

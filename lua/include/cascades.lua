@@ -17,7 +17,7 @@ local blocked, load_job, move = Job.blocked, Job.load_job, Job.move
 -- cascade work under the call's root (its call id):
 --   cascades                 zset: roots with work left, by when their caller last carried it on
 --   cascade:<root>           list: the root's items, "<kind> <parent id>" (kind: c cancelled,
---                            f failed, s succeeded)
+--                            f failed, e expired, s succeeded)
 --   cascade:<root> <parent>  set: the parent's dependents still to visit (its dependents set,
 --                            renamed: a dependent enqueued since is not visited, as it was not
 --                            there when the parent moved)
@@ -29,7 +29,8 @@ local blocked, load_job, move = Job.blocked, Job.load_job, Job.move
 -- CASCADE.step: the dependents a call visits at most; idle_ms: how long a root waits for its
 -- caller before a worker's maintenance takes it up; reason: what a cancelled dependent says;
 -- none: the plan of a parent with no dependents.
-local CASCADE = {step = 50, idle_ms = 5000, reason = {c = " was cancelled", f = " failed"},
+local CASCADE = {step = 50, idle_ms = 5000,
+  reason = {c = " was cancelled", f = " failed", e = " expired"},
   none = {visits = NONE, inline = NONE, deferred = NONE}}
 
 -- The call's cascade state, ctx.cascade (made at the first parent with dependents: most calls
@@ -50,7 +51,7 @@ end
 -- and succeeded while its item waited releases the dependents that did not ask to be cancelled.
 local function visit_action(kind, pid, ph, dh)
   if TERMINAL[dh.st] then return nil end
-  if kind == "c" or (kind == "f" and dh.odf == "cancel") then
+  if kind == "c" or ((kind == "f" or kind == "e") and dh.odf == "cancel") then
     return "C", "dependency " .. pid .. CASCADE.reason[kind]
   end
   if (kind == "s" or (ph and ph.st == "S")) and (dh.st == "W" or dh.st == "R") and blocked(dh) then
@@ -168,14 +169,18 @@ local function apply_cascade(ctx, plan, now)
   end
 end
 
--- Moves a job by `changes`; when that enters Failed, also cancels the dependents that asked for
--- it (and theirs); the rest stay blocked, visibly. Everything the call visits is checked (loaded)
--- before the first write; a refusal or nil.
+-- The cascade item kind of a state that lets a dependent's policy decide (Failed, Expired).
+local FAILING = {F = "f", E = "e"}
+
+-- Moves a job by `changes`; when that enters Failed or Expired, also cancels the dependents that
+-- asked for it (and theirs); the rest stay blocked, visibly. Everything the call visits is
+-- checked (loaded) before the first write; a refusal or nil.
 local function move_or_fail(ctx, id, h, now, changes)
   local plan = CASCADE.none
-  if changes.st == "F" then
+  local kind = FAILING[changes.st]
+  if kind then
     local err
-    plan, err = plan_cascade(ctx, "f", id, h)
+    plan, err = plan_cascade(ctx, kind, id, h)
     if plan == nil then return err end
   end
   move(ctx, id, h, now, changes)

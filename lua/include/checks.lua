@@ -126,7 +126,7 @@ local function check_types(ctx, keys, want)
 end
 
 local QUEUE_ZSETS = {"ready", "delayed", "delayed_pr", "retrying", "leased", "blocked",
-  "succeeded", "failed", "cancelled", "expiring"}
+  "succeeded", "failed", "cancelled", "expiring", "expired", "deadlines"}
 
 -- Refusal when a key of the queue (or the namespace) has the wrong type; checked once per call.
 local function check_queue(ctx, queue)

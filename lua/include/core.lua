@@ -31,13 +31,14 @@
 --   q queue, s stage, p payload (msgpack bytes), ir input_ref, rv input_revision,
 --   dp dependencies (space-separated ids), pd dependencies not yet succeeded, odf on-dependency-
 --   failure policy ("block" | "cancel"), pr priority, sq enqueue sequence, a attempt,
---   m max_attempts, f fencing_version, st state tag (W R L S F C), at available_at (W, R),
+--   m max_attempts, f fencing_version, st state tag (W R L S F C E), at available_at (W, R),
 --   w worker, x lease expires_at, n lease nonce (L), ek / em last error kind / message,
 --   cr cancel reason, o output_ref, res result (msgpack bytes), ins inserted_at,
---   att attempted_at, fin finished_at (S, F, C), hd "1" once another job depends on this one
+--   att attempted_at, fin finished_at (S, F, C, E), hd "1" once another job depends on this one
 --   (so that jobs nobody depends on never read their dependents set), ec the id of the call that
 --   enqueued it (a re-sent enqueue finds its jobs by it), cw how many of its cascade items are
---   not done (cascades.lua), uq its dedup key and mode (unique.lua).
+--   not done (cascades.lua), dl deadline: the time by which the job must have started (a job
+--   never started expires then: st E; absent: none), uq its dedup key and mode (unique.lua).
 -- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
 -- equals available_at (a job enqueued without a delay), and the payload and the
 -- result are stored in chunks of at most 64 bytes (p, p2, p3, ... / res, res2, ...), up to
@@ -88,6 +89,9 @@ end
 -- The names of the namespace's paused queues (pause.lua, resume.lua). (The worker registry's
 -- keys are announce.lua's registry_keys.)
 local function key_paused(ctx) return ctx.prefix .. "paused" end
+-- Periodic schedules (docs/schedules.md): a hash per schedule, and their names by next tick.
+local function key_schedule(ctx, name) return ctx.prefix .. "schedule:" .. name end
+local function key_schedules(ctx) return ctx.prefix .. "schedules" end
 -- Queue keys are built once per call (a claim or report names the same few per job), in
 -- ctx.queue_keys[queue][what].
 local function key_q(ctx, queue, what)
@@ -177,7 +181,7 @@ end
 
 
 local NONE = {} -- an empty list, never written to
-local TERMINAL = {S = true, F = true, C = true}
+local TERMINAL = {S = true, F = true, C = true, E = true}
 
 -- The failure history of a job (docs/lifecycle.md, "Failure history"): its last 5 failed
 -- attempts, newest first, in the list KEYS[1].."errors:"..id (type-checked by each caller before

@@ -12,8 +12,8 @@ local DEFAULTS = {rv = "0", a = "0", f = "0", pd = "0", dp = "", ir = "inline", 
   pr = "0", m = "3", q = "default"}
 -- Fields that must hold integers, and those each state needs.
 local NUMERIC = {rv = true, pd = true, pr = true, sq = true, a = true, m = true, f = true,
-  ins = true, at = true, x = true, fin = true, att = true}
-local STATE_NEEDS = {W = "at", R = "at", L = "x", S = "fin", F = "fin", C = "fin"}
+  ins = true, at = true, x = true, fin = true, att = true, dl = true}
+local STATE_NEEDS = {W = "at", R = "at", L = "x", S = "fin", F = "fin", C = "fin", E = "fin"}
 local CHUNK = 64
 local BLOB_CHUNKS = 16
 local BLOBS = {p = true, res = true}
@@ -176,15 +176,22 @@ end
 
 local function ready_id(member) return string.sub(member, READY_PREFIX + 1) end
 
-local FINISHED = {S = "succeeded", F = "failed", C = "cancelled"}
+local FINISHED = {S = "succeeded", F = "failed", C = "cancelled", E = "expired"}
 
 -- Dependencies not yet succeeded (pd > 0); the usual "0" needs no number parsing.
 local function blocked(h) return h.pd ~= "0" and num(h.pd) > 0 end
 
+-- A waiting job never started (never leased) with a deadline: indexed in its queue's `deadlines`
+-- by it, so the sweep finds it (sweep_expired.lua); a job without one costs one field lookup.
+local function awaits_deadline(h) return h.dl ~= nil and h.st == "W" and h.att == nil end
+
+-- Past its deadline at `now` and never started: no claim may lease it, it expires (st E).
+local function past_deadline(h, now) return awaits_deadline(h) and tonumber(h.dl) <= now end
+
 -- Events name the status a job enters (docs/lifecycle.md): a waiting job is blocked, available
 -- or scheduled; every other state has one status.
 local STATUS_OF = {R = "retryable", L = "executing", S = "completed", F = "discarded",
-  C = "cancelled"}
+  C = "cancelled", E = "expired"}
 
 local function status_name(h, now)
   if h.st ~= "W" then return STATUS_OF[h.st] end
@@ -196,6 +203,7 @@ end
 -- queue): nothing else to remove.
 local function unplace(ctx, id, h, member)
   local q = h.q
+  if awaits_deadline(h) then zrem(ctx, key_q(ctx, q, "deadlines"), id) end
   if h.st == "W" or h.st == "R" then
     if h.st == "R" then zrem(ctx, key_q(ctx, q, "retrying"), id) end
     if blocked(h) then
@@ -218,6 +226,7 @@ end
 -- Scores go as the stored decimal strings (checked integers): no number formatting.
 local function place(ctx, id, h, now)
   local q = h.q
+  if awaits_deadline(h) then zadd(ctx, key_q(ctx, q, "deadlines"), h.dl, id) end
   if h.st == "W" or h.st == "R" then
     if h.st == "R" then zadd(ctx, key_q(ctx, q, "retrying"), h.at, id) end
     if blocked(h) then

@@ -7,7 +7,7 @@
   queues are empty; ``--reload``: restarted on a code change).
 - ``quasar events``: print (and follow) a namespace's event stream.
 - ``quasar queues``, ``info``, ``jobs``, ``job``, ``retry``, ``cancel``, ``purge``, ``pause``,
-  ``resume``, ``workers``: the operator commands (``ops``; docs/operations.md).
+  ``resume``, ``workers``, ``schedules``: the operator commands (``ops``; docs/operations.md).
 
 ``--redis-url`` defaults to ``QUASAR_REDIS_URL``, then ``REDIS_URL``; without either ``demo`` and
 ``example`` run on an embedded in-memory server (``memory://``, fakeredis). Every URL shown is

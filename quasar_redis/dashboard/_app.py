@@ -70,6 +70,7 @@ STATUS_ORDER = (
     t.Status.COMPLETED,
     t.Status.DISCARDED,
     t.Status.CANCELLED,
+    t.Status.EXPIRED,
 )
 
 
@@ -168,6 +169,7 @@ class Dashboard:
             Route("/queues/{queue}", page(self.queue), name="queue"),
             Route("/jobs/{job_id:path}", page(self.job), name="job"),
             Route("/workers", page(self.workers), name="workers"),
+            Route("/schedules", page(self.schedules), name="schedules"),
             Route("/confirm/{action}", page(self.confirm), name="confirm"),
             Route("/actions/{action}", self.act, methods=["POST"], name="act"),
             Route("/api/counts", self.counts, name="counts"),
@@ -276,6 +278,10 @@ class Dashboard:
         workers = await arun(self.client, reading.workers(self.client.calls))
         return "workers.html", {"title": "Workers", "workers": workers}
 
+    async def schedules(self, request: Request) -> tuple[str, dict[str, Any]]:
+        found = await self.client.schedules()
+        return "schedules.html", {"title": "Schedules", "schedules": found}
+
     async def confirm(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
         action = request.path_params["action"]
         if self.read_only:
@@ -286,7 +292,7 @@ class Dashboard:
         target = request.query_params.get(what, "")
         status = request.query_params.get("status", "")
         if action == "purge" and status not in PURGEABLE:
-            return _missing("Only completed, discarded and cancelled jobs can be deleted.")
+            return _missing("Only completed, discarded, cancelled and expired jobs can be deleted.")
         return "confirm.html", {
             "title": "Confirm",
             "action": action,
@@ -345,7 +351,8 @@ class Dashboard:
             return refusal("No such job.", 400)
         status = form.get("status", "")
         if action == "purge" and status not in PURGEABLE:
-            return refusal("Only completed, discarded and cancelled jobs can be deleted.", 400)
+            msg = "Only completed, discarded, cancelled and expired jobs can be deleted."
+            return refusal(msg, 400)
         notice = await self._apply(action, target, status)
         self._infos = (-float("inf"), [])
         path = f"/jobs/{quote(target, safe='')}" if what == "job" else f"/queues/{target}"

@@ -205,6 +205,7 @@ def job_fields(job: t.Job, now: int) -> list[tuple[str, str]]:
         ("enqueued at", when(job.inserted_at)),
         ("last attempt at", when(job.attempted_at)),
         ("finished at", when(job.completed_at)),
+        ("deadline", when(job.deadline)),
         ("fence", str(job.fencing_version)),
         ("input", f"{job.input_ref} (revision {job.input_revision})"),
         ("on dependency failure", job.on_dependency_failure),
@@ -213,7 +214,8 @@ def job_fields(job: t.Job, now: int) -> list[tuple[str, str]]:
     ]
     for name in getattr(state, "__slots__", ()):
         value = getattr(state, name)
-        shown_value = when(value) if name.endswith("_at") and isinstance(value, int) else value
+        timed = name.endswith("_at") or name == "deadline"
+        shown_value = when(value) if timed and isinstance(value, int) else value
         rows.append((f"state: {name.replace('_', ' ')}", str(shown_value)))
     return rows
 
@@ -222,7 +224,7 @@ def job_fields(job: t.Job, now: int) -> list[tuple[str, str]]:
 
 
 async def purge(client: AsyncQuasar, queue: str, status: t.Status) -> int:
-    """Delete every job of ``queue`` in ``status`` (completed, discarded or cancelled), by
+    """Delete every job of ``queue`` in ``status`` (completed, discarded, cancelled or expired), by
     pages (``_paged.py``, as ``quasar purge``); returns how many were deleted."""
     return (await arun(client, paged.purge_finished(client.calls, queue, status))).purged
 

@@ -78,10 +78,10 @@ class Maintenance:
         for _ in range(ROUNDS):
             if await client.promote_due(limit=BATCH) < BATCH:
                 break
-        for _ in range(ROUNDS):
-            expired = len((await client.sweep_expired(limit=BATCH)).expired)
-            self.runner.metrics.expired_leases(expired)
-            if expired < BATCH:
+        for _ in range(ROUNDS):  # (run-out leases, then jobs not started by their deadline)
+            swept = await client.sweep_expired(limit=BATCH)
+            self.runner.metrics.expired_leases(len(swept.expired))
+            if len(swept.expired) + len(swept.past_deadline) < BATCH:
                 break
         for _ in range(ROUNDS):  # (cascade work left by clients that went away)
             if not (await client.resume_cascades()).more:

@@ -5,7 +5,7 @@ reports the outcomes no claim carries), the reporter (``_reporting``: each outco
 Redis, with the next claim or through the keeper, and its result's one way back), the runner
 (``_running``: the jobs held, their slots and phases; ``_invoking`` calls their tasks), the claim
 loops (``_claiming``), maintenance (``_maintenance``, which also keeps the Redis clock's offset)
-and the worker's registry entry (``_registry``).
+the worker's registry entry (``_registry``) and its app's periodic schedules (``_scheduler``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ._processes import ProcessPool
 from ._registry import Registry
 from ._reporting import Reporter
 from ._running import Runner
+from ._scheduler import Scheduler
 
 if TYPE_CHECKING:
     from ._lifecycle import Worker
@@ -102,6 +103,16 @@ class Serving:
         self.registry = Registry(
             client=client, runner=runner, queues=worker.queues, interval=worker.maintenance_interval
         )
+        # (periodic schedules: not in burst mode, which runs what is there and stops)
+        self.scheduler = None
+        if app.schedules and not worker.burst:
+            self.scheduler = Scheduler(
+                client=client,
+                schedules=list(app.schedules.values()),
+                stopping=stopping,
+                redis_ms=self.maintenance.redis_ms,
+                worker_id=worker_id,
+            )
         self.loops: list[asyncio.Task[None]] = []
         self.keeper.start()
 
@@ -111,6 +122,8 @@ class Serving:
             asyncio.create_task(self.maintenance.run()),
             asyncio.create_task(self.registry.run()),
         ]
+        if self.scheduler is not None:
+            self.loops.append(asyncio.create_task(self.scheduler.run()))
 
     async def run(self) -> None:
         """The claim loops until a stop (or their failure); then the stop's steps."""
@@ -128,7 +141,7 @@ class Serving:
             ("outcomes go to the lease keeper", self.reporter.stop_carrying),
             ("unanswered claims' outcomes go to the lease keeper", self.claimer.report_unanswered),
             ("running jobs end, or are handed back", lambda: runner.drain(self.worker.grace)),
-            ("maintenance and announcements end", self.end_loops),
+            ("maintenance, announcements and schedules end", self.end_loops),
             ("the registry entry is retired", self.registry.retire),
             ("the last outcomes go to the lease keeper", self.reporter.flush),
             ("shutdown hooks", lambda: hooks.stop(context)),

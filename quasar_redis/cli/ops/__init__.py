@@ -1,6 +1,6 @@
 """The operator commands of ``quasar``: look at queues, jobs and workers; retry, cancel, purge,
-pause and resume; move a tagged namespace's keys to their current layout (``register`` adds
-them to the ``quasar`` group)."""
+pause and resume; list and change periodic schedules; move a tagged namespace's keys to their
+current layout (``register`` adds them to the ``quasar`` group)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from ._bulk import cancel, purge, retry
 from ._fleet import info, pause, queues, resume, workers
 from ._jobs import job, jobs
 from ._migrate import migrate_keys_command
+from ._schedules import schedules
 
 COMMANDS = (
     queues,
@@ -22,6 +23,7 @@ COMMANDS = (
     pause,
     resume,
     workers,
+    schedules,
     migrate_keys_command,
 )
 

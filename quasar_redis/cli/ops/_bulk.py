@@ -139,7 +139,7 @@ def cancel(job_ids: tuple[str, ...], redis_url: str, namespace: str, as_json: bo
         report(op, tally, "cancelled")
 
 
-PURGEABLE = (t.Status.COMPLETED, t.Status.DISCARDED, t.Status.CANCELLED)
+PURGEABLE = (t.Status.COMPLETED, t.Status.DISCARDED, t.Status.CANCELLED, t.Status.EXPIRED)
 
 
 def _purge_status(ctx: click.Context, param: click.Parameter, value: str) -> t.Status:
@@ -149,7 +149,8 @@ def _purge_status(ctx: click.Context, param: click.Parameter, value: str) -> t.S
         status = None
     if status not in PURGEABLE:
         raise click.BadParameter(
-            f"{value!r}: purge takes succeeded (completed), failed (discarded) or cancelled"
+            f"{value!r}: purge takes succeeded (completed), failed (discarded), cancelled"
+            " or expired"
         )
     return status
 
@@ -171,7 +172,7 @@ def _older_than(ctx: click.Context, param: click.Parameter, value: str | None) -
     required=True,
     metavar="STATUS",
     callback=_purge_status,
-    help="succeeded (completed), failed (discarded) or cancelled.",
+    help="succeeded (completed), failed (discarded), cancelled or expired.",
 )
 @click.option(
     "--older-than",

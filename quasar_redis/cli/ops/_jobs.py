@@ -47,7 +47,7 @@ def _statuses(
     metavar="STATUS",
     callback=_statuses,
     help="Only jobs in this status (available, scheduled, executing, retryable, blocked, "
-    "completed or succeeded, discarded or failed, cancelled); default: every status.",
+    "completed or succeeded, discarded or failed, cancelled, expired); default: every status.",
 )
 @click.option(
     "--limit",
@@ -143,6 +143,7 @@ def _print_job(op: Operator, d: dict[str, Any]) -> None:
         ("enqueued", d["inserted_at"]),
         ("last started", d["attempted_at"] or "-"),
         ("finished", d["completed_at"] or "-"),
+        ("deadline", d["deadline"] or "-"),
         ("input", f"{d['input_ref']} (revision {d['input_revision']})"),
         ("on dependency failure", d["on_dependency_failure"]),
         ("dedup", d["dedup"] or "-"),

@@ -23,6 +23,7 @@ ORDER = (
     t.Status.BLOCKED,
     t.Status.DISCARDED,
     t.Status.CANCELLED,
+    t.Status.EXPIRED,
     t.Status.COMPLETED,
 )
 #: what people call some statuses (``--status failed``), and the status each names

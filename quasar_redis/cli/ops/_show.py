@@ -79,7 +79,7 @@ def state_fields(state: t.JobState) -> dict[str, Any]:
     out: dict[str, Any] = {"name": type(state).__name__}
     for f in dataclasses.fields(state):
         value = getattr(state, f.name)
-        out[f.name] = when(value) if f.name.endswith("_at") else value
+        out[f.name] = when(value) if f.name.endswith("_at") or f.name == "deadline" else value
     return out
 
 
@@ -126,6 +126,7 @@ def details(info: t.JobInfo) -> dict[str, Any]:
         "inserted_at": when(job.inserted_at),
         "attempted_at": when(job.attempted_at),
         "completed_at": when(job.completed_at),
+        "deadline": when(job.deadline),
         "input_ref": job.input_ref,
         "input_revision": job.input_revision,
         "dependencies": list(job.dependencies),
