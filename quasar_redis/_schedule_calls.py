@@ -91,6 +91,15 @@ class ScheduleCalls(BuilderBase):
         args: Any = (now_arg(now), text_arg(name), text_arg(action))
         return self._routed(lambda b: b._call("change_schedule", args, parse_changed))
 
+    def pause_schedule(self, name: str, now: int | None = None) -> Call[bool]:
+        return self.change_schedule(name, "pause", now)
+
+    def resume_schedule(self, name: str, now: int | None = None) -> Call[bool]:
+        return self.change_schedule(name, "resume", now)
+
+    def remove_schedule(self, name: str, now: int | None = None) -> Call[bool]:
+        return self.change_schedule(name, "remove", now)
+
 
 class ScheduleOperations:
     """The public calls of periodic schedules, as ``Operations`` has them (``self`` is the
@@ -120,17 +129,22 @@ class ScheduleOperations:
         tick, paused, and whether a running worker still declares them."""
         return self.calls.schedules(now)
 
+    def change_schedule(self, name: str, action: str, *, now: int | None = None) -> Call[bool]:
+        """Pause, resume or remove the schedule ``name`` (``action``: ``"pause"``,
+        ``"resume"`` or ``"remove"``): what the three calls below send."""
+        return self.calls.change_schedule(name, action, now)
+
     def pause_schedule(self, name: str, *, now: int | None = None) -> Call[bool]:
         """No tick of the schedule ``name`` fires until ``resume_schedule``. True if it was
         not paused; InvalidArgument for a schedule that does not exist."""
-        return self.calls.change_schedule(name, "pause", now)
+        return self.calls.pause_schedule(name, now)
 
     def resume_schedule(self, name: str, *, now: int | None = None) -> Call[bool]:
         """The schedule ``name`` fires again (ticks missed meanwhile as its ``missed`` says).
         True if it was paused."""
-        return self.calls.change_schedule(name, "resume", now)
+        return self.calls.resume_schedule(name, now)
 
     def remove_schedule(self, name: str, *, now: int | None = None) -> Call[bool]:
         """Delete the schedule ``name`` (a worker that still declares it writes it again).
         True; InvalidArgument for a schedule that does not exist."""
-        return self.calls.change_schedule(name, "remove", now)
+        return self.calls.remove_schedule(name, now)

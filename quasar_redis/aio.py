@@ -291,6 +291,7 @@ class AsyncQuasar(ClientBase):
     fire_schedule = coroutine(Operations.fire_schedule)
     trigger_schedule = coroutine(Operations.trigger_schedule)
     schedules = coroutine(Operations.schedules)
+    change_schedule = coroutine(Operations.change_schedule)
     pause_schedule = coroutine(Operations.pause_schedule)
     resume_schedule = coroutine(Operations.resume_schedule)
     remove_schedule = coroutine(Operations.remove_schedule)

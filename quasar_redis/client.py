@@ -174,6 +174,7 @@ class Quasar(ClientBase):
     fire_schedule = blocking(Operations.fire_schedule)
     trigger_schedule = blocking(Operations.trigger_schedule)
     schedules = blocking(Operations.schedules)
+    change_schedule = blocking(Operations.change_schedule)
     pause_schedule = blocking(Operations.pause_schedule)
     resume_schedule = blocking(Operations.resume_schedule)
     remove_schedule = blocking(Operations.remove_schedule)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from quasar_redis import AsyncQuasar, Complete, LeaseToken, NewJob, Quasar
+from quasar_redis import AsyncQuasar, Complete, LeaseToken, NewJob, Quasar, Schedule
 from quasar_redis._calls import Call, CallBuilder, WorkerEntry
 from quasar_redis._keys import KeySpace
 from quasar_redis._operations import Operations
@@ -28,6 +28,10 @@ SHARES = {
     "claim_many": "claim",  # claim is claim_many of one job, its reply the first claim
     "page_jobs": "list_jobs",  # list_jobs' pages by cursor instead of offset
     "carry_on": "resume_cascades",  # the cascade work of one call (its id) instead of any
+    "trigger_schedule": "fire_schedule",  # a schedule's job now, its ticks unchanged
+    "pause_schedule": "change_schedule",  # change_schedule's three actions, one method each
+    "resume_schedule": "change_schedule",
+    "remove_schedule": "change_schedule",
 }
 
 #: Scripts no client method sends, and why.
@@ -66,6 +70,10 @@ SAMPLES: dict[str, Any] = {
     "now": None,
     "worker": WorkerEntry("w", "host", 1, ("default",), 1, (), "0"),
     "ttl_ms": 1000,
+    "schedule": Schedule.of("s", "s", every=60),
+    "tick": 60_000,
+    "name": "s",
+    "action": "pause",
 }
 
 
