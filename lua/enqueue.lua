@@ -4,6 +4,8 @@
 -- does not exist (nor earlier in this batch), IncompleteDependency when it can never succeed
 -- (Cancelled, or Failed for a job that asked to be cancelled on dependency failure); then the
 -- keys its write touches (CorruptKey). A job may depend on an earlier job of the same batch.
+-- An id that exists with a lower input revision than the one given is superseded instead
+-- (include/revise.lua): a live job takes the new input; a lower revision is StaleRevision.
 --
 -- Two modes. "all": the batch is applied whole or not at all (the first refusal names its job).
 -- "each": every job is checked and applied on its own (a refused job does not stop the others;
@@ -28,7 +30,8 @@
 --         {"BatchRefused", index, {refusal...}} index is 1-based within the batch
 --   each: {"EachResult", now, item...}          item: {"JobApplied", "", job} (job as above) or
 --                                              a refusal
---   refusal: InvalidJob(reason) | DuplicateJob(id) | MissingDependency(id) |
+--   refusal: InvalidJob(reason) | DuplicateJob(id) | StaleRevision(id, stored revision) |
+--            MissingDependency(id) |
 --            IncompleteDependency(id) | CorruptJob(id, reason) | CorruptKey(key, reason)
 -- A re-sent call (same call id) gets the jobs it applied as applied again (as they are now), and,
 -- in "each" mode, every refused job its first refusal again (kept in a call record, written
@@ -36,12 +39,13 @@
 -- created it (field ec); one whose id the client made at random for this call needs no such
 -- field: only this call can have created a job with that id.
 
--- uses: core, checks, events, job, call
+-- uses: core, checks, events, job, call, revise
 local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Core.ID_MAX, Core.int
 local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
 local key_queues, key_seq, PRIORITY_MAX = Core.key_queues, Core.key_seq, Core.PRIORITY_MAX
 local PRIORITY_MIN, refuse, split = Core.PRIORITY_MIN, Core.refuse, Core.split
 local id_error, int_arg, name_error = Checks.id_error, Checks.int_arg, Checks.name_error
+local check_queue = Checks.check_queue
 local stage_error, text_error, time_error = Checks.stage_error, Checks.text_error, Checks.time_error
 local writes_error = Checks.writes_error
 local emit, wake = Events.emit, Events.wake
@@ -49,6 +53,8 @@ local blocked, field_args, job_reply = Job.blocked, Job.field_args, Job.job_repl
 local load_job, place, status_name = Job.load_job, Job.place, Job.status_name
 local decode_items, encode_items, record = Call.decode_items, Call.encode_items, Call.record
 local recorded, run_call = Call.recorded, Call.run_call
+local revision_changes, rewrite = Revise.revision_changes, Revise.rewrite
+local supersede_error = Revise.supersede_error
 
 local GROUP = 13
 
@@ -202,14 +208,27 @@ local function written_again(ctx)
   if type(seq) == "string" then redis.pcall("SET", key_seq(ctx), seq) end
 end
 
+-- An id that exists already (not in this call): a higher input revision of a live job
+-- supersedes it (include/revise.lua; a.revised then holds the job), else a refusal.
+local function check_stored(ctx, a)
+  local h, err = load_job(ctx, a.id)
+  local bad = err or supersede_error(a.id, h, tonumber(a.input_revision))
+  if bad then
+    written_again(ctx)
+    return bad
+  end
+  a.revised = h
+  return check_queue(ctx, h.q)
+end
+
 -- Every check of one job, given the ids applied earlier in this call; nil when it may go in.
 local function check_one(ctx, a, now, limits, batch)
   local bad = new_job_checks(a, now, limits)
     or limit_checks(ctx, a, limits.payload, limits.deps, limits)
   if bad then return bad end
-  if batch[a.id] or (not limits.none_exist and redis.call("EXISTS", key_job(ctx, a.id)) == 1) then
-    if not batch[a.id] then written_again(ctx) end
-    return refuse("DuplicateJob", a.id)
+  if batch[a.id] then return refuse("DuplicateJob", a.id) end
+  if not limits.none_exist and redis.call("EXISTS", key_job(ctx, a.id)) == 1 then
+    return check_stored(ctx, a)
   end
   local pending, err = dependency_checks(ctx, a, batch)
   if pending == nil then return err end
@@ -236,7 +255,19 @@ local function new_fields(a, h, now_text)
   return args
 end
 
+-- The supersede of a job check_stored found (a.revised): the call id kept as its creator's, so
+-- that a re-sent call finds it (created_by) and does not revise it twice.
+local function revise_one(ctx, a, now)
+  local h = a.revised
+  local changes = revision_changes(ctx, h, now, {p = a.payload, rv = a.input_revision,
+    ir = a.input_ref})
+  changes.ec = ctx.args[1]
+  rewrite(ctx, a.id, h, now, changes)
+  return h
+end
+
 local function write_one(ctx, a, now, seq, now_text)
+  if a.revised then return revise_one(ctx, a, now) end
   local h = {
     q = a.queue, s = a.stage, p = a.payload, ir = a.input_ref, rv = a.input_revision,
     dp = a.deps == NO_DEPS and "" or table.concat(a.deps, " "), pd = fmt(ctx, a.pending),
@@ -269,14 +300,14 @@ local function enqueue_all(ctx, jobs, now, limits, reply)
     local bad = check_one(ctx, a, now, limits, batch)
     if bad then return refuse("BatchRefused", fmt(ctx, i), bad), false end
     batch[a.id] = true
-    queues[a.queue] = true
+    queues[a.revised and a.revised.q or a.queue] = true
   end
   for q in pairs(queues) do redis.call("SADD", key_queues(ctx), q) end
   local seq = redis.call("INCRBY", key_seq(ctx), fmt(ctx, #jobs)) - #jobs
   local out = {"BatchApplied", fmt(ctx, now)}
   for i, a in ipairs(jobs) do
     local h = write_one(ctx, a, now, seq + i, limits.now_text)
-    out[#out + 1] = job_out(ctx, a.id, h, reply, true)
+    out[#out + 1] = job_out(ctx, a.id, h, reply, not a.revised)
   end
   return out, true
 end
@@ -314,11 +345,13 @@ local function each_one(ctx, a, now, limits, each, i)
   if fresh then
     local bad = check_one(ctx, a, now, limits, batch)
     if bad then return bad, bad end
-    if not limits.listed[a.queue] then
-      redis.call("SADD", key_queues(ctx), a.queue)
-      limits.listed[a.queue] = true
+    local q = a.revised and a.revised.q or a.queue
+    if not limits.listed[q] then
+      redis.call("SADD", key_queues(ctx), q)
+      limits.listed[q] = true
     end
     h = write_one(ctx, a, now, next_seq(ctx, limits, left), limits.now_text)
+    fresh = not a.revised
   end
   batch[a.id] = true
   return applied("JobApplied", "", job_out(ctx, a.id, h, reply, fresh)), true

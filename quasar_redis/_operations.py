@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypedDict, TypeVar
 
 from . import _types as t
+from ._call_base import KEEP, JobChange, Keep
 from ._calls import Call, CallBuilder, NewJob
 from .errors import QuasarError
 
@@ -178,6 +179,29 @@ class Operations:
     ) -> Call[t.JobResult]:
         """Recover a job whose lease ran out, if its fence is still ``expected_fence``."""
         return self.calls.expire(job_id, expected_fence, now)
+
+    def change(
+        self,
+        job_id: str,
+        *,
+        payload: Any | Keep = KEEP,
+        input_revision: int | None = None,
+        priority: int | None = None,
+        available_at: int | None = None,
+        delay_ms: int | None = None,
+        promote: bool = False,
+        expected_fence: int | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """Change a job that waits to run (Waiting or RetryWaiting); what is not given is kept.
+
+        ``payload``: a new input, of revision ``input_revision`` (default: the stored one + 1;
+        not above it: ``StaleRevision``): the job is Waiting again with its attempts afresh.
+        ``priority``; its time: ``available_at`` (absolute ms), ``delay_ms`` (from now) or
+        ``promote`` (due now), one of them. Refused ``LeaseHeld`` while a worker holds it,
+        ``TerminalJob`` once finished (docs/lifecycle.md, "change")."""
+        what = JobChange(payload, input_revision, priority, available_at, delay_ms, promote)
+        return self.calls.change(job_id, expected_fence, what, now)
 
     def cancel(
         self,

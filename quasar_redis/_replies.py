@@ -33,6 +33,7 @@ REFUSALS: dict[str, Callable[[list[Any]], t.JobError]] = {
     "FenceChanged": lambda a: t.FenceChanged(),
     "NothingClaimable": lambda a: t.NothingClaimable(int(a[0]) if a[0] else None),
     "QueuePaused": lambda a: t.QueuePaused(text(a[0])),
+    "StaleRevision": lambda a: t.StaleRevision(text(a[0]), int(a[1])),
 }
 #: Tags that raise instead (data no script of ours wrote).
 FAULTS = ("CorruptJob", "CorruptKey")
@@ -221,7 +222,11 @@ def parse_slim_batch(groups: Sequence[Group]) -> Callable[[Any], t.BatchResult]:
         if _tag(reply) != "BatchApplied" or reply[1] == b"":
             return parse_batch_result(reply)
         now = int(reply[1])
-        jobs = tuple(created_job(g, now, pd) for g, pd in zip(groups, reply[2:], strict=True))
+        jobs = tuple(
+            # (a job an enqueue superseded comes whole: the client did not send its state)
+            created_job(g, now, pd) if type(pd) is bytes else parse_job(pd)
+            for g, pd in zip(groups, reply[2:], strict=True)
+        )
         return t.BatchApplied(jobs, tuple(j.id for j in jobs))
 
     return parse

@@ -82,9 +82,9 @@ ROLES: dict[str, Role] = {
     for role in (
         Role(
             "producer",
-            "enqueues jobs (enqueue, enqueue_many, the task API) and reads them back, awaiting "
-            "their results",
-            _words("enqueue get_job"),
+            "enqueues jobs (enqueue, enqueue_many, the task API), changes those waiting to run "
+            "(change) and reads them back, awaiting their results",
+            _words("enqueue change get_job"),
             # durable mode: WAIT behind each write; ASKING before a call sent to a slot's
             # importing node during a migration
             _words("ASKING PING WAIT XREAD XREVRANGE"),
@@ -107,11 +107,12 @@ ROLES: dict[str, Role] = {
         ),
         Role(
             "operator",
-            "inspects (get_job, counts, list_jobs, queues, workers, events), cancels, retries, "
-            "expires, sweeps, promotes, prunes, pauses and resumes queues; does not enqueue",
+            "inspects (get_job, counts, list_jobs, queues, workers, events), changes waiting jobs, "
+            "cancels, retries, expires, sweeps, promotes, prunes, pauses and resumes queues; does "
+            "not enqueue",
             _words(
-                "get_job counts list_jobs cancel resume_cascades retry expire sweep_expired "
-                "promote_due prune purge pause resume queues workers"
+                "get_job counts list_jobs change cancel resume_cascades retry expire "
+                "sweep_expired promote_due prune purge pause resume queues workers"
             ),
             _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XREAD XREVRANGE"),
         ),

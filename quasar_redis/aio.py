@@ -271,6 +271,7 @@ class AsyncQuasar(ClientBase):
     report_many = coroutine(Operations.report_many)
     report_and_claim = coroutine(Operations.report_and_claim)
     expire = coroutine(Operations.expire)
+    change = coroutine(Operations.change)
     cancel = coroutine(Operations.cancel)
     retry = coroutine(Operations.retry)
     sweep_expired = coroutine(Operations.sweep_expired)

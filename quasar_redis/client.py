@@ -155,6 +155,7 @@ class Quasar(ClientBase):
     report_many = blocking(Operations.report_many)
     report_and_claim = blocking(Operations.report_and_claim)
     expire = blocking(Operations.expire)
+    change = blocking(Operations.change)
     cancel = blocking(Operations.cancel)
     retry = blocking(Operations.retry)
     sweep_expired = blocking(Operations.sweep_expired)

@@ -447,6 +447,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "cancel": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.cancel("j")),
     "retry": _on(_failed, lambda u, _: u.retry("j")),
+    "change": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.change("j", payload=2)),
     "resume_cascades": _on(lambda a: None, lambda u, _: u.resume_cascades(now=FAR)),
     "purge": _on(
         lambda a: (a.enqueue("s", id="j", now=1), a.cancel("j", now=1)),
@@ -786,7 +787,7 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
     lease_calls = {"claim", "claim_job", "complete", "fail", "permanent_fail", "heartbeat"}
     assert beyond == {
         "producer": {"claim_job", "heartbeat", "release", "retry", "pause"},
-        "worker": {"cancel", "retry", "pause", "purge"},
+        "worker": {"cancel", "change", "retry", "pause", "purge"},
         "operator": lease_calls | {"release", "report_many", "report_and_claim", "retire"},
         "reader": set(),
     }
