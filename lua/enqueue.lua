@@ -226,8 +226,9 @@ local function check_one(ctx, a, now, limits, batch)
   local bad = new_job_checks(a, now, limits)
     or limit_checks(ctx, a, limits.payload, limits.deps, limits)
   if bad then return bad end
-  if batch[a.id] then return refuse("DuplicateJob", a.id) end
-  if not limits.none_exist and redis.call("EXISTS", key_job(ctx, a.id)) == 1 then
+  -- (in "each" mode a job applied earlier in the call is as stored: as if sent on its own)
+  if batch[a.id] and not limits.each then return refuse("DuplicateJob", a.id) end
+  if batch[a.id] or (not limits.none_exist and redis.call("EXISTS", key_job(ctx, a.id)) == 1) then
     return check_stored(ctx, a)
   end
   local pending, err = dependency_checks(ctx, a, batch)
@@ -255,16 +256,16 @@ local function new_fields(a, h, now_text)
   return args
 end
 
--- The supersede of a job check_stored found (a.revised): the call id kept as its creator's, so
--- that a re-sent call finds it (created_by) and does not revise it twice.
+-- The supersede of a job check_stored found (a.revised). Its field ec keeps the id of the call
+-- that created it; a call that revises a job writes a call record instead (REVISED), so that
+-- when re-sent it answers from it rather than revise again.
 local function revise_one(ctx, a, now)
   local h = a.revised
-  local changes = revision_changes(ctx, h, now, {p = a.payload, rv = a.input_revision,
-    ir = a.input_ref})
-  changes.ec = ctx.args[1]
-  rewrite(ctx, a.id, h, now, changes)
+  rewrite(ctx, a.id, h, now, revision_changes(ctx, h, now, {p = a.payload,
+    rv = a.input_revision, ir = a.input_ref}))
   return h
 end
+local REVISED = {"revised"} -- an "each" record's item of a job the call revised (no reply tag)
 
 local function write_one(ctx, a, now, seq, now_text)
   if a.revised then return revise_one(ctx, a, now) end
@@ -308,7 +309,9 @@ local function enqueue_all(ctx, jobs, now, limits, reply)
   for i, a in ipairs(jobs) do
     local h = write_one(ctx, a, now, seq + i, limits.now_text)
     out[#out + 1] = job_out(ctx, a.id, h, reply, not a.revised)
+    if a.revised then limits.revised = true end
   end
+  if limits.revised then record(ctx, "A") end
   return out, true
 end
 
@@ -339,8 +342,14 @@ end
 -- record of a re-sent call kept)}.
 local function each_one(ctx, a, now, limits, each, i)
   local batch, before, reply, left = each.batch, each.before[i], each.reply, #each.jobs - i + 1
+  if type(before) == "table" and before[1] == REVISED[1] then
+    local h, err = load_job(ctx, a.id) -- (revised by the first delivery: as it is now)
+    if h == nil then return err, REVISED end
+    batch[a.id] = true
+    return applied("JobApplied", "", job_out(ctx, a.id, h, reply, false)), REVISED
+  end
   if type(before) == "table" then return before, before end
-  local h = not batch[a.id] and limits.resent and created_by(ctx, a) or nil -- not: a duplicate
+  local h = limits.resent and created_by(ctx, a) or nil
   local fresh = h == nil
   if fresh then
     local bad = check_one(ctx, a, now, limits, batch)
@@ -354,10 +363,12 @@ local function each_one(ctx, a, now, limits, each, i)
     fresh = not a.revised
   end
   batch[a.id] = true
-  return applied("JobApplied", "", job_out(ctx, a.id, h, reply, fresh)), true
+  local kept = a.revised and REVISED or true
+  return applied("JobApplied", "", job_out(ctx, a.id, h, reply, fresh)), kept
 end
 
--- A call record is written only when some job was refused: the applied ones carry the call id.
+-- A call record is written only when some job was refused or revised: the jobs it created carry
+-- the call id.
 local function enqueue_each(ctx, jobs, now, limits, reply, before)
   local kept, out, refused = {}, {"EachResult", fmt(ctx, now)}, false
   local each = {jobs = jobs, batch = {}, reply = reply, before = before}
@@ -396,6 +407,7 @@ local function main(ctx)
     -- A re-sent call: its record (some job was refused), or its first job found (all applied).
     -- Otherwise no job of this call can exist yet, and none is looked for.
     local before = decode_items(recorded(ctx))
+    limits.each = true
     limits.resent = #before > 0 or (not limits.none_exist and created_by(ctx, jobs[1]) ~= nil)
     if limits.resent then written_again(ctx) end
     local out, kept = enqueue_each(ctx, jobs, now, limits, reply, before)
@@ -403,7 +415,10 @@ local function main(ctx)
     return out
   end
   -- (none_exist: not even the first job, so this is no re-sent call; nothing more to read)
-  if not limits.none_exist and created_by(ctx, jobs[1]) then return replay_all(ctx, jobs, reply) end
+  -- (a job of the call exists: created by it, or revised by it, then it left a record)
+  if not limits.none_exist and (created_by(ctx, jobs[1]) or recorded(ctx)) then
+    return replay_all(ctx, jobs, reply)
+  end
   local out = enqueue_all(ctx, jobs, now, limits, reply)
   return out
 end

@@ -10,6 +10,8 @@ import pytest
 
 from quasar_redis import (
     BatchApplied,
+    BatchRefused,
+    ClaimsApplied,
     DuplicateJob,
     FenceChanged,
     InvalidJob,
@@ -67,6 +69,25 @@ def test_a_stale_holders_calls_are_refused_and_the_new_revision_runs(q: Quasar) 
     done = applied(q.complete(new.token, "w2", result="new", now=T0 + 50))
     assert done.state == Succeeded("inline", T0 + 50) and done.result == "new"
     assert q.fail(old.token, "w1", "late", now=T0 + 60) == JobRefused(StaleLease())
+
+
+def test_a_resent_claim_hands_out_the_token_it_did_after_a_supersede(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", now=T0))
+    applied(q.enqueue("s", id="k", now=T0))
+    by_id = q.calls.claim_job("k", "w", 100, T0)
+    by_queue = q.calls.claim_many("default", "w", 100, 1, T0)
+    first = q.execute(by_queue)
+    assert isinstance(first, ClaimsApplied)
+    tokens = [claimed(q.execute(by_id)).token, first.claims[0].token]
+    beat = q.calls.heartbeat(tokens[1], "w", 500, T0 + 1)
+    tokens.append(claimed(q.execute(beat)).token)
+    for job_id in ("j", "k"):
+        applied(q.enqueue("s", id=job_id, input_revision=1, now=T0 + 2))
+    again = q.execute(by_queue)
+    assert isinstance(again, ClaimsApplied) and again.claims[0].token == tokens[1]
+    assert claimed(q.execute(by_id)).token == tokens[0]
+    assert claimed(q.execute(beat)).token == tokens[2]
+    assert {t.input_revision for t in tokens} == {0}
 
 
 def test_a_retry_waiting_job_of_a_new_revision_is_due_now_with_its_attempts_afresh(
@@ -129,6 +150,31 @@ def test_a_batch_supersedes_beside_new_jobs_and_a_resent_batch_revises_once(q: Q
     assert ids == BatchApplied((), ("a",))
     stored = q.get_job("a", now=T0 + 2)
     assert stored is not None and (stored.job.payload, stored.job.input_revision) == (4, 2)
+
+
+def test_a_resent_supersede_is_applied_after_a_later_revision(q: Quasar) -> None:
+    for job_id in ("a", "b"):
+        applied(q.enqueue("s", 0, id=job_id, now=T0))
+    one = q.calls.enqueue(NewJob("s", 1, id="a", input_revision=1), T0 + 1)
+    each = q.calls.enqueue_each([NewJob("s", 1, id="b", input_revision=1)], T0 + 1)
+    assert isinstance(q.execute(one), JobApplied)
+    assert isinstance(q.execute(each)[0], JobApplied)
+    for job_id in ("a", "b"):
+        applied(q.enqueue("s", 9, id=job_id, input_revision=9, now=T0 + 2))
+    before = snapshot(q)
+    again = [q.execute(one), q.execute(each)[0]]
+    jobs = [applied(result) for result in again]  # not StaleRevision: applied, as they are now
+    assert [(j.id, j.payload, j.input_revision) for j in jobs] == [("a", 9, 9), ("b", 9, 9)]
+    assert snapshot(q) == before
+
+
+def test_each_mode_revises_a_job_it_applied_earlier_in_the_call(q: Quasar) -> None:
+    specs = [NewJob("s", i, id="a", input_revision=i) for i in range(3)]
+    results = q.enqueue_each([*specs, NewJob("s", id="a", input_revision=1)], now=T0)
+    assert [r.job.payload for r in results[:3]] == [0, 1, 2]  # type: ignore[union-attr]
+    assert results[3] == JobRefused(StaleRevision("a", 2))
+    batch = q.enqueue_many([NewJob("s", id="b"), NewJob("s", id="b", input_revision=1)], now=T0)
+    assert batch == BatchRefused(1, DuplicateJob("b"))  # all or nothing: one job per id
 
 
 def test_enqueue_each_supersedes_and_a_resent_call_revises_once(q: Quasar) -> None:
