@@ -215,6 +215,25 @@ def test_cancel_with_its_cascade(rq: Quasar, namespace: str) -> None:
     assert rq.get_job("b").status == Status.CANCELLED  # type: ignore[union-attr]
 
 
+def test_promote_makes_waiting_jobs_due_and_leaves_the_rest(rq: Quasar, namespace: str) -> None:
+    applied(rq.enqueue("tasks.send", None, id="later", delay_ms=3_600_000))
+    applied(rq.enqueue("tasks.send", None, id="running"))
+    claimed(rq.claim_job("running", "w-1", 60_000))
+    finished(rq, "done")
+    ran = quasar("promote", "later", "running", "done", "--priority", "-3", namespace=namespace)
+    assert ran.code == 1
+    assert ran.out.strip() == "promoted 1 job(s); 2 refused"
+    assert ran.err.strip().splitlines() == [
+        "running: not promoted: running",
+        "done: not promoted: already finished",
+    ]
+    job = rq.get_job("later").job  # type: ignore[union-attr]
+    assert (job.status(server_ms(rq)), job.priority) == (Status.AVAILABLE, -3)
+    assert quasar("promote", "ghost", namespace=namespace).one_error() == (
+        f"Error: no job 'ghost' in namespace {namespace!r}: nothing was changed"
+    )
+
+
 def test_purge_by_status_and_age(rq: Quasar, namespace: str) -> None:
     now = server_ms(rq)
     for i in range(3):
