@@ -61,6 +61,9 @@ class EnqueueOptions:
     depends_on: Sequence[str | JobHandle | t.Job] = ()
     on_dependency_failure: t.DependencyPolicy = "block"
     flow: str | None = None  # a partitioned namespace's flow key (docs/scaling.md)
+    #: with ``id``: a higher revision than the stored job's replaces its input (a supersede,
+    #: docs/lifecycle.md); the same one is the idempotent no-op, a lower one ``StaleRevision``
+    input_revision: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ class Task(Generic[P, R]):
             delay_ms=_ms(self.name, "delay", o.delay),
             on_dependency_failure=o.on_dependency_failure,
             flow=o.flow,
+            input_revision=o.input_revision,
         )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:

@@ -5,10 +5,12 @@ waiting job: its input, priority and time, or promoted (docs/lifecycle.md, "Supe
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
 from quasar_redis import (
+    App,
     BatchApplied,
     BatchRefused,
     ClaimsApplied,
@@ -24,7 +26,9 @@ from quasar_redis import (
     RetryWaiting,
     StaleLease,
     StaleRevision,
+    Status,
     Succeeded,
+    Task,
     TerminalJob,
     Waiting,
 )
@@ -300,3 +304,22 @@ def test_change_with_a_fence_and_a_resent_change(q: Quasar) -> None:
     again = q.execute(call)
     assert isinstance(again, JobApplied) and again.job.input_revision == 1  # not bumped twice
     assert snapshot(q) == before
+
+
+# --- the task API -------------------------------------------------------------------------------
+
+
+def report(month: int) -> int:
+    return month * 10
+
+
+def test_a_task_handle_promotes_its_job_and_a_newer_input_runs(app: App) -> None:
+    task: Task[..., Any] = app.task(report, name="report")
+    handle = task.options(delay=3600, id="r").enqueue(1)
+    assert app.drain(timeout=10) == 0  # scheduled in an hour
+    job = applied(handle.promote())
+    assert job.status(job.state.available_at) is Status.AVAILABLE  # type: ignore[union-attr]
+    again = task.options(id="r", input_revision=1).enqueue(2)  # a newer input supersedes it
+    assert again.id == "r"
+    assert app.drain(timeout=10) == 1
+    assert handle.result(timeout=10) == 20
