@@ -367,7 +367,10 @@ def test_a_superseded_revisions_completion_is_refused_and_the_new_result_stands(
     gate.touch()  # A's run of revision 0 ends, and reports
     told = wait_for(lambda: refusal(a.stderr(), "r"), 20, "A's completion to be refused")
     assert told == "job r: lease lost (StaleLease)", a.stderr()[-3000:]
-    assert "its outcome from attempt 1 was refused" in a.stderr()
+    assert (
+        "job r: lease lost (StaleLease), input revision 1 replaced 0; "
+        "its outcome from attempt 1 was refused" in a.stderr()
+    ), a.stderr()[-3000:]
     assert lines_of(fleet.log(), "r") == [
         ("start", 1, "A", ""),
         ("start", 1, "B", ""),
