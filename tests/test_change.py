@@ -268,6 +268,8 @@ def test_change_refuses_a_running_a_finished_and_a_missing_job(q: Quasar) -> Non
         ({"priority": "high"}, "priority must be an integer"),
         ({"delay_ms": -1}, "delay must be nonnegative"),
         ({"available_at": -1}, "available_at must be nonnegative"),
+        ({"available_at": 2**50}, "available_at must be before"),
+        ({"delay_ms": "soon"}, "delay must be an integer"),
         ({"payload": 1, "input_revision": -1}, "input_revision must be nonnegative"),
         ({"promote": "yes"}, "promote must be true or false"),
         ({"payload": object()}, "payload "),
