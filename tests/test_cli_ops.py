@@ -163,6 +163,20 @@ def test_job_shows_fields_payload_result_errors_dependencies_and_events(
         assert text in shown.out
 
 
+def test_job_shows_a_superseded_and_changed_job(rq: Quasar, namespace: str) -> None:
+    applied(rq.enqueue("tasks.send", {"a": [1], "k": {}}, id="r"))
+    claimed(rq.claim_job("r", "w-1", 60_000))
+    applied(rq.enqueue("tasks.send", {"a": [2], "k": {}}, id="r", input_revision=1))
+    applied(rq.change("r", priority=-2, delay_ms=3_600_000))
+    document = quasar("job", "r", "--json", namespace=namespace).json()
+    assert (document["status"], document["attempt"]) == ("scheduled", 0)
+    assert (document["input_revision"], document["priority"]) == (1, -2)
+    assert document["payload"]["value"] == {"a": [2], "k": {}}
+    events = ["available", "executing", "available", "scheduled"]  # run, superseded, changed
+    assert [e["event"] for e in document["events"]] == events
+    assert "inline (revision 1)" in quasar("job", "r", namespace=namespace).out
+
+
 def test_job_shows_a_failure(rq: Quasar, namespace: str) -> None:
     finished(rq, "bad", fail=True)
     document = quasar("job", "bad", "--json", namespace=namespace).json()
