@@ -42,8 +42,8 @@ class JobHandle:
         return self.app.client.cancel(self.id, reason=reason)
 
     def promote(self) -> t.JobResult:
-        """Make the job due now, while it waits to run (``change(id, promote=True)``)."""
-        return self.app.client.change(self.id, promote=True)
+        """Make the job due now, while it waits to run (``promote``, a ``change``)."""
+        return self.app.client.promote(self.id)
 
     def result(self, timeout: float | None = None) -> Any:
         """Block until the job ends; its result, or JobFailedError / JobCancelledError.

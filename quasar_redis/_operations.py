@@ -203,6 +203,50 @@ class Operations:
         what = JobChange(payload, input_revision, priority, available_at, delay_ms, promote)
         return self.calls.change(job_id, expected_fence, what, now)
 
+    def update_input(
+        self,
+        job_id: str,
+        payload: Any,
+        *,
+        input_revision: int | None = None,
+        expected_fence: int | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """``change(job_id, payload=..., input_revision=...)``: a waiting job's new input, of
+        ``input_revision`` (default: the stored one + 1); Waiting again, attempts afresh."""
+        return self.calls.update_input(job_id, payload, input_revision, expected_fence, now)
+
+    def change_priority(
+        self,
+        job_id: str,
+        priority: int,
+        *,
+        expected_fence: int | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """``change(job_id, priority=...)``: a waiting job's place in the claim order."""
+        return self.calls.change_priority(job_id, priority, expected_fence, now)
+
+    def reschedule(
+        self,
+        job_id: str,
+        *,
+        available_at: int | None = None,
+        delay_ms: int | None = None,
+        expected_fence: int | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """``change(job_id, available_at=...)`` or ``delay_ms=`` (from now): when a waiting job
+        becomes due."""
+        return self.calls.reschedule(job_id, available_at, delay_ms, expected_fence, now)
+
+    def promote(
+        self, job_id: str, *, expected_fence: int | None = None, now: int | None = None
+    ) -> Call[t.JobResult]:
+        """``change(job_id, promote=True)``: a waiting job due now (one due already keeps its
+        place)."""
+        return self.calls.promote(job_id, expected_fence, now)
+
     def cancel(
         self,
         job_id: str,

@@ -101,6 +101,40 @@ class OperatorCalls(BuilderBase):
         )
         return self._by_id("change", job_id, now, rest, parse_job_result, t.JobRefused)
 
+    # (the variants of change: one thing each, sending change.lua; a partitioned namespace's
+    # builder routes them through its own change)
+
+    def update_input(
+        self,
+        job_id: str,
+        payload: Any,
+        input_revision: int | None = None,
+        expected_fence: int | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        return self.change(job_id, expected_fence, JobChange(payload, input_revision), now)
+
+    def change_priority(
+        self, job_id: str, priority: int, expected_fence: int | None = None, now: int | None = None
+    ) -> Call[t.JobResult]:
+        return self.change(job_id, expected_fence, JobChange(priority=priority), now)
+
+    def reschedule(
+        self,
+        job_id: str,
+        available_at: int | None = None,
+        delay_ms: int | None = None,
+        expected_fence: int | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        what = JobChange(available_at=available_at, delay_ms=delay_ms)
+        return self.change(job_id, expected_fence, what, now)
+
+    def promote(
+        self, job_id: str, expected_fence: int | None = None, now: int | None = None
+    ) -> Call[t.JobResult]:
+        return self.change(job_id, expected_fence, JobChange(promote=True), now)
+
     def sweep_expired(self, limit: int, now: int | None = None) -> Call[t.SweepReport]:
         call = self._call("sweep_expired", (now_arg(now), int_arg(limit)), parse_sweep)
         return Call(call.script, call.args, call.parse, absorb=_damaged_too)

@@ -296,6 +296,21 @@ def result_of_bad_id() -> str:
     return reason
 
 
+def test_the_variants_of_change_each_change_one_thing(q: Quasar) -> None:
+    applied(q.enqueue("s", 1, id="j", now=T0))
+    job = applied(q.update_input("j", 2, now=T0 + 1))
+    assert (job.payload, job.input_revision) == (2, 1)
+    assert applied(q.update_input("j", 3, input_revision=5, now=T0 + 1)).input_revision == 5
+    assert applied(q.change_priority("j", 7, now=T0 + 1)).priority == 7
+    assert applied(q.reschedule("j", delay_ms=100, now=T0 + 2)).state == Waiting(T0 + 102)
+    assert applied(q.reschedule("j", available_at=T0 + 50, now=T0 + 2)).state == Waiting(T0 + 50)
+    assert applied(q.promote("j", now=T0 + 3)).state == Waiting(T0 + 3)
+    job = applied(q.promote("j", expected_fence=0, now=T0 + 4))
+    assert (job.state, job.payload, job.priority) == (Waiting(T0 + 3), 3, 7)
+    assert q.reschedule("j", now=T0) == JobRefused(InvalidJob("nothing to change"))
+    assert q.promote("j", expected_fence=1) == JobRefused(FenceChanged())
+
+
 def test_change_with_a_fence_and_a_resent_change(q: Quasar) -> None:
     applied(q.enqueue("s", 1, id="j", now=T0))
     assert q.change("j", promote=True, expected_fence=1, now=T0) == JobRefused(FenceChanged())

@@ -186,10 +186,10 @@ def test_actions_retry_cancel_pause_resume_retry_all(
             assert sync_q.get_job("soon").status is Status.AVAILABLE  # type: ignore[union-attr]
             assert 'id="promote"' not in (await client.get("/jobs/soon")).text
             sync_q.enqueue("t", None, id="soon", queue="mail", input_revision=1)  # supersede
-            page = (await client.get("/jobs/soon")).text
-            assert "inline (revision 1)" in page
-            assert page.count("<strong>scheduled</strong>") == 1  # enqueued
-            assert page.count("<strong>available</strong>") == 2  # promoted, then revised
+            revised = (await client.get("/jobs/soon")).text
+            assert "inline (revision 1)" in revised
+            assert revised.count("<strong>scheduled</strong>") == 1  # enqueued
+            assert revised.count("<strong>available</strong>") == 2  # promoted, then revised
 
             cancelled = await confirmed_post(client, "/confirm/cancel?job=bad%3C1%3E")
             assert "done=cancelled" in cancelled.headers["location"]

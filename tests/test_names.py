@@ -28,6 +28,10 @@ SHARES = {
     "claim_many": "claim",  # claim is claim_many of one job, its reply the first claim
     "page_jobs": "list_jobs",  # list_jobs' pages by cursor instead of offset
     "carry_on": "resume_cascades",  # the cascade work of one call (its id) instead of any
+    "update_input": "change",  # change of the input alone
+    "change_priority": "change",  # change of the priority alone
+    "reschedule": "change",  # change of the time alone
+    "promote": "change",  # change to due now
 }
 
 #: Scripts no client method sends, and why.
@@ -66,6 +70,8 @@ SAMPLES: dict[str, Any] = {
     "now": None,
     "worker": WorkerEntry("w", "host", 1, ("default",), 1, (), "0"),
     "ttl_ms": 1000,
+    "payload": None,
+    "priority": 0,
 }
 
 

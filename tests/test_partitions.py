@@ -317,7 +317,7 @@ def test_a_change_and_a_supersede_go_to_their_jobs_partition(q: Quasar, count: i
     for job_id in ids:
         applied(q.enqueue("s", 0, id=job_id, delay_ms=5_000, now=T0))
     for n, job_id in enumerate(ids):
-        assert applied(q.change(job_id, promote=True, now=T0 + 1)).state == Waiting(T0 + 1)
+        assert applied(q.promote(job_id, now=T0 + 1)).state == Waiting(T0 + 1)
         job = applied(q.enqueue("s", n, id=job_id, input_revision=1, now=T0 + 2))
         assert (job.payload, job.input_revision) == (n, 1)
     got = [claimed(q.claim("default", "w", LEASE, now=T0 + 3)).job.id for _ in ids]

@@ -365,7 +365,7 @@ class Dashboard:
                 return {"done": "cancelled", "n": str(len(result.cascaded))}
             return _outcome(result, "cancelled")
         if action == "promote":
-            return _outcome(await client.change(target, promote=True), "promoted")
+            return _outcome(await client.promote(target), "promoted")
         if action == "retry-all":
             return {"done": "retried-all", "n": str(await data.retry_all_failed(client, target))}
         if action == "purge":
