@@ -56,7 +56,9 @@ end
 -- The new available_at (a number), or nil (kept), or false and a refusal.
 local function new_time(ctx, c)
   local at_arg, delay_arg, promote = ctx.args[10], ctx.args[11], ctx.args[12] == "1"
-  if not promote and ctx.args[12] ~= "" then return false, invalid("promote must be true or false") end
+  if not promote and ctx.args[12] ~= "" then
+    return false, invalid("promote must be true or false")
+  end
   local given = (at_arg ~= "" and 1 or 0) + (delay_arg ~= "" and 1 or 0) + (promote and 1 or 0)
   if given > 1 then return false, invalid("give one of available_at, delay and promote") end
   if promote then return math.min(num(c.h.at), c.now) end

@@ -208,8 +208,9 @@ local function written_again(ctx)
   if type(seq) == "string" then redis.pcall("SET", key_seq(ctx), seq) end
 end
 
--- An id that exists already (not in this call): a higher input revision of a live job
--- supersedes it (include/revise.lua; a.revised then holds the job), else a refusal.
+-- An id that exists already (stored before this call, or in "each" mode applied earlier in it):
+-- a higher input revision of a live job supersedes it (include/revise.lua; a.revised then holds
+-- the job), else a refusal.
 local function check_stored(ctx, a)
   local h, err = load_job(ctx, a.id)
   local bad = err or supersede_error(a.id, h, tonumber(a.input_revision))

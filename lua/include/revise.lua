@@ -1,5 +1,6 @@
 -- revise.lua: a live job given a new input revision (docs/lifecycle.md, "Supersede"): enqueue's
--- step for an id that exists with a lower revision, and change.lua's for a new input.
+-- step for an id stored with a lower revision than the one given, and change.lua's for a new
+-- input.
 --
 -- A new revision is new work. The job takes the new payload (and input_ref) and revision and is
 -- Waiting again with its attempts afresh (attempt 0: an attempt of an older revision does not
