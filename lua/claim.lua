@@ -78,14 +78,16 @@ local function claim_args(ctx, base)
   return lease_ms, limit
 end
 
--- A re-sent claim's reply from its record: "id fence expires_at nonce" for each claim, in order.
+-- A re-sent claim's reply from its record: "id fence expires_at nonce revision" for each claim,
+-- in order.
 local function claims_replayed(ctx, rec, worker)
   local out, f = {"ClaimsApplied", ""}, split(rec)
-  for i = 1, #f, 4 do
+  for i = 1, #f, 5 do
     local id = f[i]
     local h = load_job(ctx, id)
     if h then
-      out[#out + 1] = replayed_claim(ctx, id, h, worker, {f[i + 1], f[i + 2], f[i + 3]})
+      local kept = {f[i + 1], f[i + 2], f[i + 3], f[i + 4]}
+      out[#out + 1] = replayed_claim(ctx, id, h, worker, kept)
     end
   end
   return out

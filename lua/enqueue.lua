@@ -5,6 +5,8 @@
 -- (Cancelled or Expired, or Failed for a job that asked to be cancelled on dependency failure);
 -- then the
 -- keys its write touches (CorruptKey). A job may depend on an earlier job of the same batch.
+-- An id that exists with a lower input revision than the one given is superseded instead
+-- (include/revise.lua): a live job takes the new input; a lower revision is StaleRevision.
 --
 -- Two modes. "all": the batch is applied whole or not at all (the first refusal names its job).
 -- "each": every job is checked and applied on its own (a refused job does not stop the others;
@@ -29,8 +31,9 @@
 -- duplicates), a job whose id exists or came earlier in the batch. In a batch the first job with
 -- a key decides for the later ones. Such a job's item is {job} (a list of one: the holder whole,
 -- or its id alone in "ids" replies); in "each" mode {"JobDeduplicated", "", job}. A call that
--- deduplicated a job keeps a call record of every job's answer (true, or the holder's id), so a
--- re-sent call gets the same answers and writes nothing more.
+-- deduplicated or superseded a job keeps a call record of every job's answer (true, the holder's
+-- id, or {"revised"} for a job it superseded), so a re-sent call gets the same answers and
+-- writes nothing more.
 --
 -- Replies
 --   all:  {"BatchApplied", now, job...}        each job as above (slim) or as its id alone
@@ -39,20 +42,22 @@
 --         {"BatchRefused", index, {refusal...}} index is 1-based within the batch
 --   each: {"EachResult", now, item...}          item: {"JobApplied", "", job} (job as above) or
 --                                              a refusal
---   refusal: InvalidJob(reason) | DuplicateJob(id) | MissingDependency(id) |
+--   refusal: InvalidJob(reason) | DuplicateJob(id) | StaleRevision(id, stored revision) |
+--            MissingDependency(id) |
 --            IncompleteDependency(id) | CorruptJob(id, reason) | CorruptKey(key, reason)
 -- A re-sent call (same call id) gets the jobs it applied as applied again (as they are now), and,
 -- in "each" mode, every refused job its first refusal again (kept in a call record, written
--- only when a job was refused). A job whose id the caller chose keeps the id of the call that
+-- only when a job was refused, deduplicated or superseded). A job whose id the caller chose keeps the id of the call that
 -- created it (field ec); one whose id the client made at random for this call needs no such
 -- field: only this call can have created a job with that id.
 
--- uses: core, checks, events, job, call, unique
+-- uses: core, checks, events, job, call, unique, revise
 local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Core.ID_MAX, Core.int
 local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
 local key_queues, key_seq, PRIORITY_MAX = Core.key_queues, Core.key_seq, Core.PRIORITY_MAX
 local PRIORITY_MIN, refuse, split = Core.PRIORITY_MIN, Core.refuse, Core.split
 local id_error, int_arg, name_error = Checks.id_error, Checks.int_arg, Checks.name_error
+local check_queue = Checks.check_queue
 local stage_error, text_error, time_error = Checks.stage_error, Checks.text_error, Checks.time_error
 local writes_error = Checks.writes_error
 local emit, wake = Events.emit, Events.wake
@@ -62,6 +67,8 @@ local decode_items, encode_items, record = Call.decode_items, Call.encode_items,
 local recorded, run_call = Call.recorded, Call.run_call
 local debounce, unique_arg = Unique.debounce, Unique.unique_arg
 local unique_holder, unique_take = Unique.unique_holder, Unique.unique_take
+local revision_changes, rewrite = Revise.revision_changes, Revise.rewrite
+local supersede_error = Revise.supersede_error
 
 local GROUP = 16
 
@@ -252,6 +259,21 @@ local function skipped(ctx, a, batch)
   return err
 end
 
+-- An id that exists already (stored before this call, or in "each" mode applied earlier in it):
+-- a higher input revision of a live job supersedes it (include/revise.lua; a.revised then holds
+-- the job); else a refusal, or in "skip" mode, for a duplicate, the job of that id.
+local function check_stored(ctx, a, limits, batch)
+  local h, err = load_job(ctx, a.id)
+  local bad = err or supersede_error(a.id, h, tonumber(a.input_revision))
+  if bad then
+    written_again(ctx)
+    if limits.skip and bad[1] == "DuplicateJob" then return skipped(ctx, a, batch) end
+    return bad
+  end
+  a.revised = h
+  return check_queue(ctx, h.q)
+end
+
 -- Every check of one job, given the ids applied earlier in this call; nil when it may go in or
 -- is answered by another job (a.held).
 local function check_one(ctx, a, now, limits, batch)
@@ -263,10 +285,13 @@ local function check_one(ctx, a, now, limits, batch)
     bad = unique_holder(ctx, a, now, limits.taken, WRITES)
     if bad or a.held then return bad end
   end
-  if batch[a.id] or (not limits.none_exist and redis.call("EXISTS", key_job(ctx, a.id)) == 1) then
-    if not batch[a.id] then written_again(ctx) end
+  -- (in "each" mode a job applied earlier in the call is as stored: as if sent on its own)
+  if batch[a.id] and not limits.each then
     if limits.skip then return skipped(ctx, a, batch) end
     return refuse("DuplicateJob", a.id)
+  end
+  if batch[a.id] or (not limits.none_exist and redis.call("EXISTS", key_job(ctx, a.id)) == 1) then
+    return check_stored(ctx, a, limits, batch)
   end
   local pending, err = dependency_checks(ctx, a, batch)
   if pending == nil then return err end
@@ -296,7 +321,19 @@ local function new_fields(a, h, now_text)
   return args
 end
 
+-- The supersede of a job check_stored found (a.revised). Its field ec keeps the id of the call
+-- that created it; a call that revises a job writes a call record instead (REVISED), so that
+-- when re-sent it answers from it rather than revise again.
+local function revise_one(ctx, a, now)
+  local h = a.revised
+  rewrite(ctx, a.id, h, now, revision_changes(ctx, h, now, {p = a.payload,
+    rv = a.input_revision, ir = a.input_ref}))
+  return h
+end
+local REVISED = {"revised"} -- a record's item of a job the call revised (no reply tag)
+
 local function write_one(ctx, a, now, seq, now_text)
+  if a.revised then return revise_one(ctx, a, now) end
   local h = {
     q = a.queue, s = a.stage, p = a.payload, ir = a.input_ref, rv = a.input_revision,
     dp = a.deps == NO_DEPS and "" or table.concat(a.deps, " "), pd = fmt(ctx, a.pending),
@@ -352,14 +389,15 @@ local function enqueue_all(ctx, jobs, now, limits, reply)
     took(limits, a)
     if not a.held then
       batch[a.id] = true
-      queues[a.queue] = true
+      queues[a.revised and a.revised.q or a.queue] = true
       fresh = fresh + 1
+      if a.revised then limits.revised = true end
     end
   end
   for q in pairs(queues) do redis.call("SADD", key_queues(ctx), q) end
   local seq = fresh > 0 and redis.call("INCRBY", key_seq(ctx), fmt(ctx, fresh)) - fresh or 0
   local out = {"BatchApplied", fmt(ctx, now)}
-  if fresh == #jobs then
+  if fresh == #jobs and not limits.revised then
     for i, a in ipairs(jobs) do
       local h = write_one(ctx, a, now, seq + i, limits.now_text)
       out[#out + 1] = job_out(ctx, a.id, h, reply, true)
@@ -375,8 +413,8 @@ local function enqueue_all(ctx, jobs, now, limits, reply)
     else
       seq = seq + 1
       written[a.id] = write_one(ctx, a, now, seq, limits.now_text)
-      out[#out + 1] = job_out(ctx, a.id, written[a.id], reply, true)
-      kept[i] = true
+      out[#out + 1] = job_out(ctx, a.id, written[a.id], reply, not a.revised)
+      kept[i] = a.revised and REVISED or true
     end
   end
   return out, encode_items(kept)
@@ -410,12 +448,18 @@ end
 local function each_one(ctx, a, now, limits, each, i)
   local batch, before, reply, left = each.batch, each.before[i], each.reply, #each.jobs - i + 1
   if type(before) == "table" then
+    if before[1] == REVISED[1] then
+      local h, err = load_job(ctx, a.id) -- (revised by the first delivery: as it is now)
+      if h == nil then return err, REVISED end
+      batch[a.id] = true
+      return applied("JobApplied", "", job_out(ctx, a.id, h, reply, false)), REVISED
+    end
     if before[1] ~= "JobDeduplicated" then return before, before end
     local h, err = load_job(ctx, before[2])
     if h == nil then return err, before end
     return applied("JobDeduplicated", "", job_reply(ctx, before[2], h)), before
   end
-  local h = not batch[a.id] and limits.resent and created_by(ctx, a) or nil -- not: a duplicate
+  local h = limits.resent and created_by(ctx, a) or nil
   local fresh = h == nil
   if fresh then
     local bad = check_one(ctx, a, now, limits, batch)
@@ -426,18 +470,22 @@ local function each_one(ctx, a, now, limits, each, i)
       return applied("JobDeduplicated", "", job_reply(ctx, a.held, held)),
         {"JobDeduplicated", a.held}
     end
-    if not limits.listed[a.queue] then
-      redis.call("SADD", key_queues(ctx), a.queue)
-      limits.listed[a.queue] = true
+    local q = a.revised and a.revised.q or a.queue
+    if not limits.listed[q] then
+      redis.call("SADD", key_queues(ctx), q)
+      limits.listed[q] = true
     end
     h = write_one(ctx, a, now, next_seq(ctx, limits, left), limits.now_text)
     each.written[a.id] = h
+    fresh = not a.revised
   end
   batch[a.id] = true
-  return applied("JobApplied", "", job_out(ctx, a.id, h, reply, fresh)), true
+  local kept = a.revised and REVISED or true
+  return applied("JobApplied", "", job_out(ctx, a.id, h, reply, fresh)), kept
 end
 
--- A call record is written only when some job was refused: the applied ones carry the call id.
+-- A call record is written only when some job was refused or revised: the jobs it created carry
+-- the call id.
 local function enqueue_each(ctx, jobs, now, limits, reply, before)
   local kept, out, refused = {}, {"EachResult", fmt(ctx, now)}, false
   local each = {jobs = jobs, batch = {}, reply = reply, before = before, written = {}}
@@ -450,14 +498,16 @@ end
 
 -- A re-sent call that deduplicated a job: every job's answer from the call record (before).
 local function replay_kept(ctx, jobs, reply, before)
+  written_again(ctx)
   local out = {"BatchApplied", ""}
   for i, a in ipairs(jobs) do
     local kept = before[i]
-    local id = kept == true and a.id or kept[2]
+    local own = kept == true or kept[1] == REVISED[1] -- (else answered by job kept[2])
+    local id = own and a.id or kept[2]
     local h = load_job(ctx, id)
     if h then
       local item = job_out(ctx, id, h, reply, false)
-      out[#out + 1] = kept == true and item or {item}
+      out[#out + 1] = own and item or {item}
     end
   end
   return out
@@ -497,14 +547,16 @@ local function main(ctx)
     -- A re-sent call: its record (some job was refused), or its first job found (all applied).
     -- Otherwise no job of this call can exist yet, and none is looked for.
     local before = decode_items(recorded(ctx))
+    limits.each = true
     limits.resent = #before > 0 or (not limits.none_exist and created_by(ctx, jobs[1]) ~= nil)
     if limits.resent then written_again(ctx) end
     local out, kept = enqueue_each(ctx, jobs, now, limits, reply, before)
     if kept then record(ctx, kept) end
     return out
   end
-  -- A call that may deduplicate a job may have left a record of its answers.
-  if dedup then
+  -- A call that may deduplicate or supersede a job may have left a record of its answers (none
+  -- supersedes when no job of the call exists).
+  if dedup or not limits.none_exist then
     local before = decode_items(recorded(ctx))
     if #before > 0 then return replay_kept(ctx, jobs, reply, before) end
   end

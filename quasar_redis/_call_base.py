@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,29 @@ T = TypeVar("T")
 
 
 POLICIES = ("block", "cancel")
+
+
+class Keep(enum.Enum):
+    """What ``change`` takes for a job's payload it leaves as it is (any other value, None
+    included, is a new payload)."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+
+@dataclass(frozen=True, slots=True)
+class JobChange:
+    """What ``change`` changes of a waiting job (``Operations.change`` says what each means);
+    what holds its default is kept."""
+
+    payload: Any | Keep = KEEP
+    input_revision: int | None = None
+    priority: int | None = None
+    available_at: int | None = None
+    delay_ms: int | None = None
+    promote: bool = False
 
 
 def new_call_id() -> str:

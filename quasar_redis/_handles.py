@@ -31,7 +31,8 @@ WAIT_ERRORS = (*CONNECTION_ERRORS, RedisUnavailable, rex.ResponseError, rex.Redi
 
 
 class JobHandle:
-    """A job enqueued through the task API: inspect it, wait for its result, cancel it."""
+    """A job enqueued through the task API: inspect it, wait for its result, promote or cancel
+    it."""
 
     def __init__(self, app: App, job_id: str) -> None:
         self.app = app
@@ -45,6 +46,10 @@ class JobHandle:
 
     def cancel(self, reason: str = "cancelled") -> t.CancelResult:
         return self.app.client.cancel(self.id, reason=reason)
+
+    def promote(self) -> t.JobResult:
+        """Make the job due now, while it waits to run (``promote``, a ``change``)."""
+        return self.app.client.promote(self.id)
 
     def result(self, timeout: float | None = None) -> Any:
         """Block until the job ends; its result, or JobFailedError / JobCancelledError /

@@ -16,6 +16,7 @@ from typing import Any, TypedDict, TypeVar
 
 from . import _types as t
 from ._calls import Call, CallBuilder, NewJob
+from ._change_operations import ChangeOperations
 from ._dedup import Dedup, OnDuplicate
 from ._schedule_calls import ScheduleOperations
 from .errors import QuasarError
@@ -55,8 +56,10 @@ def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
     return method
 
 
-class Operations(ScheduleOperations):
-    """The call each public method of the clients sends (``self`` is the client)."""
+class Operations(ChangeOperations, ScheduleOperations):
+    """The call each public method of the clients sends (``self`` is the client); those that
+    change a waiting job are ``ChangeOperations``', those of schedules
+    ``ScheduleOperations``'."""
 
     calls: CallBuilder
 

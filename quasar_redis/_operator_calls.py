@@ -8,7 +8,8 @@ from typing import Any
 
 from . import _types as t
 from ._args import Arg, int_arg, now_arg, text_arg
-from ._call_base import BuilderBase, Call, WorkerEntry
+from ._call_base import KEEP, BuilderBase, Call, JobChange, WorkerEntry
+from ._codec import EncodeError, encode
 from ._ids import id_error
 from ._replies import (
     parse_cancel_result,
@@ -36,6 +37,10 @@ def _cancelled_too(result: t.CancelResult, step: t.CascadeReport) -> t.CancelRes
 
 def _damaged_too(result: t.SweepReport, step: t.CascadeReport) -> t.SweepReport:
     return t.SweepReport(result.expired, result.damaged + step.damaged)
+
+
+def _refused(exc: EncodeError) -> t.JobResult:
+    return t.JobRefused(t.InvalidJob(f"payload {exc}"))
 
 
 def status_arg(status: t.Status | str) -> Arg:
@@ -66,6 +71,69 @@ class OperatorCalls(BuilderBase):
         fence = "" if expected_fence is None else int_arg(expected_fence)
         rest = (fence, text_arg(reason))
         return self._by_id("retry", job_id, now, rest, parse_job_result, t.JobRefused)
+
+    def change(
+        self,
+        job_id: str,
+        expected_fence: int | None = None,
+        what: JobChange | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """A waiting job changed (lua/change.lua): ``what`` holds a new payload (and its
+        revision), its priority, its time or promoted; what holds its default is kept."""
+        what = what or JobChange()
+        new_input: tuple[Arg, ...] = ("", "")
+        if what.payload is not KEEP:
+            try:
+                new_input = ("1", encode(what.payload))
+            except EncodeError as exc:
+                return Call(self._scripts["change"], (), parse_job_result, _refused(exc))
+        promote = what.promote
+        rest = (
+            "" if expected_fence is None else int_arg(expected_fence),
+            str(self.limits.max_payload_bytes),
+            *new_input,
+            *(
+                "" if value is None else int_arg(value)
+                for value in (what.input_revision, what.priority, what.available_at, what.delay_ms)
+            ),
+            "1" if promote is True else "" if promote is False else repr(promote),
+        )
+        return self._by_id("change", job_id, now, rest, parse_job_result, t.JobRefused)
+
+    # (the variants of change: one thing each, sending change.lua; a partitioned namespace's
+    # builder routes them through its own change)
+
+    def update_input(
+        self,
+        job_id: str,
+        payload: Any,
+        input_revision: int | None = None,
+        expected_fence: int | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        return self.change(job_id, expected_fence, JobChange(payload, input_revision), now)
+
+    def change_priority(
+        self, job_id: str, priority: int, expected_fence: int | None = None, now: int | None = None
+    ) -> Call[t.JobResult]:
+        return self.change(job_id, expected_fence, JobChange(priority=priority), now)
+
+    def reschedule(
+        self,
+        job_id: str,
+        available_at: int | None = None,
+        delay_ms: int | None = None,
+        expected_fence: int | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        what = JobChange(available_at=available_at, delay_ms=delay_ms)
+        return self.change(job_id, expected_fence, what, now)
+
+    def promote(
+        self, job_id: str, expected_fence: int | None = None, now: int | None = None
+    ) -> Call[t.JobResult]:
+        return self.change(job_id, expected_fence, JobChange(promote=True), now)
 
     def sweep_expired(self, limit: int, now: int | None = None) -> Call[t.SweepReport]:
         call = self._call("sweep_expired", (now_arg(now), int_arg(limit)), parse_sweep)

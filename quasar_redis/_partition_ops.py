@@ -159,6 +159,7 @@ class PartitionOps(CallBuilder):
     # operators, by id ----------------------------------------------------------------------------
 
     expire = by_job(CallBuilder.expire, _same)
+    change = by_job(CallBuilder.change, _same)
     cancel = by_job(CallBuilder.cancel, _same)
     retry = by_job(CallBuilder.retry, _same)
     get_job = by_job(CallBuilder.get_job, _same)

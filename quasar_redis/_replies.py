@@ -34,6 +34,7 @@ REFUSALS: dict[str, Callable[[list[Any]], t.JobError]] = {
     "FenceChanged": lambda a: t.FenceChanged(),
     "NothingClaimable": lambda a: t.NothingClaimable(int(a[0]) if a[0] else None),
     "QueuePaused": lambda a: t.QueuePaused(text(a[0])),
+    "StaleRevision": lambda a: t.StaleRevision(text(a[0]), int(a[1])),
 }
 #: Tags that raise instead (data no script of ours wrote).
 FAULTS = ("CorruptJob", "CorruptKey")
@@ -244,6 +245,8 @@ def parse_slim_batch(groups: Sequence[Group]) -> Callable[[Any], t.BatchResult]:
             return parse_batch_result(reply)
         now, items = int(reply[1]), reply[2:]
         if any(type(item) is list for item in items):  # some answered by another job
+            # (or superseded: a job an enqueue revised comes whole, the client did not send
+            # its state)
             items, marked = _deduplicated(items)
             jobs = tuple(
                 created_job(g, now, item) if type(item) is bytes else parse_job(item)

@@ -114,6 +114,15 @@ class QueuePaused:
 
 
 @dataclass(frozen=True, slots=True)
+class StaleRevision:
+    """A job's input given with a revision below the one stored (or, to ``change``, not above
+    it): a newer input is there already, and this one would replace it with an older one."""
+
+    job_id: str
+    stored_revision: int
+
+
+@dataclass(frozen=True, slots=True)
 class CrossPartition:
     """An enqueue on a partitioned namespace naming a job (``job_id``: its own id or a
     dependency) that lives in ``partition``, while the job goes to ``expected``: a job and its
@@ -142,6 +151,7 @@ JobError: TypeAlias = (
     | NothingClaimable
     | QueuePaused
     | CrossPartition
+    | StaleRevision
 )
 
 

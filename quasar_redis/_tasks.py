@@ -68,6 +68,9 @@ class EnqueueOptions:
     deadline: datetime | float | None = None
     expires_in: float | None = None  # seconds from the enqueue: ``deadline``, relative
     dedup: Dedup | None = None  # a dedup key; without one, of the task and its arguments
+    #: with ``id``: a higher revision than the stored job's replaces its input (a supersede,
+    #: docs/lifecycle.md); the same one is the idempotent no-op, a lower one ``StaleRevision``
+    input_revision: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class Task(Generic[P, R]):
             deadline=_at_ms(self.name, o.deadline, "deadline"),
             expires_in_ms=_ms(self.name, "expires_in", o.expires_in),
             dedup=self._dedup(args, kwargs, payload, trace),
+            input_revision=o.input_revision,
         )
 
     def _dedup(

@@ -82,9 +82,9 @@ ROLES: dict[str, Role] = {
     for role in (
         Role(
             "producer",
-            "enqueues jobs (enqueue, enqueue_many, the task API, a schedule's trigger) and reads "
-            "them back, awaiting their results",
-            _words("enqueue get_job fire_schedule"),
+            "enqueues jobs (enqueue, enqueue_many, the task API, a schedule's trigger), changes "
+            "those waiting to run (change) and reads them back, awaiting their results",
+            _words("enqueue change get_job fire_schedule"),
             # durable mode: WAIT behind each write; ASKING before a call sent to a slot's
             # importing node during a migration
             _words("ASKING PING WAIT XREAD XREVRANGE"),
@@ -114,12 +114,14 @@ ROLES: dict[str, Role] = {
         ),
         Role(
             "operator",
-            "inspects (get_job, counts, list_jobs, queues, workers, schedules, events), cancels, "
-            "retries, expires, sweeps, promotes, prunes, pauses and resumes queues; pauses, "
-            "resumes and removes schedules; does not enqueue (so not trigger a schedule)",
+            "inspects (get_job, counts, list_jobs, queues, workers, schedules, events), changes "
+            "waiting jobs, cancels, retries, expires, sweeps, promotes, prunes, pauses and resumes "
+            "queues; pauses, resumes and removes schedules; does not enqueue (so not trigger a "
+            "schedule)",
             _words(
-                "get_job counts list_jobs cancel resume_cascades retry expire sweep_expired "
-                "promote_due prune purge pause resume queues workers schedules change_schedule"
+                "get_job counts list_jobs change cancel resume_cascades retry expire "
+                "sweep_expired promote_due prune purge pause resume queues workers schedules "
+                "change_schedule"
             ),
             _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XREAD XREVRANGE"),
         ),

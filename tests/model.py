@@ -2,7 +2,8 @@
 
 The model is the state machine written down in docs/lifecycle.md: each edge's checks in the order
 listed there (enqueue, claim by id and by queue, complete, fail, permanent_fail, release,
-heartbeat, expire and sweep, cancel, operator retry, prune), queues and priorities, claim by queue
+heartbeat, expire and sweep, cancel, operator retry, change, prune; and supersede, an enqueue
+of a stored id with a higher input revision), queues and priorities, claim by queue
 (best first: priority, then available_at, then enqueue order), batches, pending dependencies with
 the ``block`` / ``cancel`` policy, cascading cancellation, deadlines (a job never started by its
 deadline expires: at a claim by queue that meets it, or at a sweep), the per-claim lease nonce
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quasar_redis import _types as t
+from quasar_redis._call_base import KEEP, JobChange
 from quasar_redis._calls import NewJob
 from quasar_redis._codec import encode
 from quasar_redis._dedup import Debounce, Throttle, Unique
@@ -153,6 +155,14 @@ class ModelJob:
 
 
 @dataclass
+class _Revision:
+    """An enqueue of a stored live job's id with a higher input revision: a supersede."""
+
+    job: ModelJob
+    spec: NewJob
+
+
+@dataclass
 class _Cascade:
     """A cancellation cascade: jobs in cascade order, and the reasons each may give."""
 
@@ -229,6 +239,45 @@ def _listed_twice(deps: Sequence[str]) -> t.InvalidJob | None:
         if dep in seen:
             return t.InvalidJob(f"dependency {dep} is listed twice")
         seen.add(dep)
+    return None
+
+
+def _new_time(job: ModelJob, what: JobChange, now: int) -> int | t.InvalidJob | None:
+    """The time a change gives a waiting job (None: kept), or its refusal."""
+    given = [what.available_at is not None, what.delay_ms is not None, what.promote]
+    if not (what.payload is not KEEP or what.input_revision is not None) and not (
+        what.priority is not None or any(given)
+    ):
+        return t.InvalidJob("nothing to change")
+    if sum(given) > 1:
+        return t.InvalidJob("give one of available_at, delay and promote")
+    if what.promote:
+        return min(job.available_at, now)
+    if what.available_at is not None:
+        if what.available_at < 0:
+            return t.InvalidJob("available_at must be nonnegative")
+        return what.available_at
+    if what.delay_ms is not None:
+        if what.delay_ms < 0:
+            return t.InvalidJob("delay must be nonnegative")
+        return now + what.delay_ms
+    return None
+
+
+def _change_error(job: ModelJob, what: JobChange) -> t.JobError | None:
+    """A change's checks of its priority and input, in their order, after its time's."""
+    if what.priority is not None and not -1_000_000 <= what.priority <= 1_000_000:
+        return t.InvalidJob("priority must be between -1000000 and 1000000")
+    if what.payload is KEEP:
+        return (
+            None if what.input_revision is None else t.InvalidJob("input_revision needs a payload")
+        )
+    if what.input_revision is None:
+        return None
+    if what.input_revision < 0:
+        return t.InvalidJob("input_revision must be nonnegative")
+    if what.input_revision <= job.input_revision:
+        return t.StaleRevision(job.id, job.input_revision)
     return None
 
 
@@ -475,6 +524,22 @@ class Model:
             return None
         return holder.id
 
+    @staticmethod
+    def _supersede_check(stored: ModelJob, spec: NewJob) -> _Revision | t.JobError:
+        """An enqueue of a stored id: a higher revision of a live job supersedes it."""
+        if spec.input_revision < stored.input_revision:
+            return t.StaleRevision(stored.id, stored.input_revision)
+        if spec.input_revision == stored.input_revision or stored.terminal:
+            return t.DuplicateJob(stored.id)
+        return _Revision(stored, spec)
+
+    def _revise(self, job: ModelJob, payload: bytes, revision: int, now: int) -> None:
+        """A new input: Waiting again (a RetryWaiting or Leased job due now), attempts afresh."""
+        job.raw_payload, job.input_revision, job.attempt = payload, revision, 0
+        if not isinstance(job.state, t.Waiting):
+            job.state = t.Waiting(now)
+        self._place(job, now)
+
     def _check_new(
         self,
         spec: NewJob,
@@ -482,8 +547,9 @@ class Model:
         batch: dict[str, ModelJob],
         taken: dict[str, str] | None = None,
         skip: bool = False,
-    ) -> ModelJob | t.JobError | str:
-        """The new job, its refusal, or the id of the job that answers it instead."""
+    ) -> ModelJob | _Revision | t.JobError | str:
+        """The new job, the job it supersedes, its refusal, or the id of the job that answers
+        it instead."""
         assert spec.id is not None, "the model needs explicit job ids"
         invalid = _new_job_error(spec)
         if invalid is not None:
@@ -501,8 +567,12 @@ class Model:
         holder = self._holder(spec, now, {} if taken is None else taken)
         if holder is not None:
             return holder
-        if spec.id in batch or spec.id in self.jobs:
+        if spec.id in batch:
             return spec.id if skip else t.DuplicateJob(spec.id)
+        stored = self.jobs.get(spec.id)
+        if stored is not None:
+            checked = self._supersede_check(stored, spec)
+            return spec.id if skip and isinstance(checked, t.DuplicateJob) else checked
         pending = self._pending(deps, spec.on_dependency_failure, batch)
         if not isinstance(pending, int):
             return pending
@@ -543,20 +613,24 @@ class Model:
         answers: list[str] = []
         held: list[int] = []
         debounced: list[tuple[str, NewJob]] = []
+        revisions: list[_Revision] = []
         for index, spec in enumerate(specs):
             checked = self._check_new(spec, now, batch, taken, on_duplicate == "skip")
             if isinstance(checked, str):
                 held.append(index)
                 if self._debounces(spec, now, taken) == checked:
                     debounced.append((checked, spec))
+            elif isinstance(checked, _Revision):
+                revisions.append(checked)
+                batch[checked.job.id] = checked.job
             elif not isinstance(checked, ModelJob):
                 return t.BatchRefused(index, checked)
             else:
                 batch[checked.id] = checked
-            answers.append(checked if isinstance(checked, str) else checked.id)
+            answers.append(checked if isinstance(checked, str) else self._id_of(checked))
             if spec.dedup is not None and spec.dedup.key is not None:
                 taken[spec.dedup.key] = answers[-1]
-        self._write_batch(batch, [s for i, s in enumerate(specs) if i not in held], now)
+        self._apply_batch(batch, specs, now, held, revisions)
         for job_id, spec in debounced:
             self._debounce(self.jobs[job_id], spec, now)
         ids = tuple(answers)
@@ -564,16 +638,41 @@ class Model:
             return t.BatchApplied((), ids, tuple(held))
         return t.BatchApplied(tuple(self.jobs[i].to_job() for i in answers), ids, tuple(held))
 
+    def _apply_batch(
+        self,
+        batch: dict[str, ModelJob],
+        specs: Sequence[NewJob],
+        now: int,
+        held: list[int],
+        revisions: list[_Revision],
+    ) -> None:
+        """A checked batch's supersedes, then its new jobs (neither those held nor revised)."""
+        for revision in revisions:
+            job, spec = revision.job, revision.spec
+            job.input_ref = spec.input_ref
+            self._revise(job, encode(spec.payload), spec.input_revision, now)
+        revised = {r.job.id for r in revisions}
+        written = [s for i, s in enumerate(specs) if i not in held and s.id not in revised]
+        self._write_batch(batch, written, now, revised)
+
+    @staticmethod
+    def _id_of(checked: ModelJob | _Revision) -> str:
+        return checked.job.id if isinstance(checked, _Revision) else checked.id
+
     def _debounces(self, spec: NewJob, now: int, taken: dict[str, str]) -> str | None:
         """The job a debounce rewrites: the one holding its key before this call."""
         if not isinstance(spec.dedup, Debounce) or spec.dedup.key in taken:
             return None
         return self._holder(spec, now, taken)
 
-    def _write_batch(self, batch: dict[str, ModelJob], specs: Sequence[NewJob], now: int) -> None:
+    def _write_batch(
+        self, batch: dict[str, ModelJob], specs: Sequence[NewJob], now: int, revised: set[str]
+    ) -> None:
         """The new jobs of a batch (``specs``: their specs) go in, in order, each taking its
-        dedup key."""
+        dedup key; those of ``revised`` were superseded in place (and take no key)."""
         for job in batch.values():
+            if job.id in revised:
+                continue
             self.seq += 1
             job.seq = self.seq
             job.dependency_seqs = tuple(self.jobs[d].seq for d in job.dependencies)
@@ -861,6 +960,36 @@ class Model:
         job.state = t.RetryWaiting(reason, now)
         job.max_attempts += 1
         job.error = t.ErrorInfo(OPERATOR_RETRY_KIND, reason)
+        self._place(job, now)
+        return t.JobApplied(job.to_job())
+
+    def change(
+        self, job_id: str, expected_fence: int | None, what: JobChange, now: int
+    ) -> t.JobResult:
+        """The change edge: a waiting job's input, priority or time, in the order of
+        docs/lifecycle.md."""
+        job = self._fenced(job_id, expected_fence)
+        if not isinstance(job, ModelJob):
+            return t.JobRefused(job)
+        if job.terminal:
+            return t.JobRefused(t.TerminalJob())
+        if isinstance(job.state, t.Leased):
+            return t.JobRefused(t.LeaseHeld(job.state.expires_at))
+        at = _new_time(job, what, now)
+        error = at if isinstance(at, t.InvalidJob) else _change_error(job, what)
+        if error is not None:
+            return t.JobRefused(error)
+        if what.payload is not KEEP:
+            revision = job.input_revision + 1
+            if what.input_revision is not None:
+                revision = what.input_revision
+            self._revise(job, encode(what.payload), revision, now)
+        if what.priority is not None:
+            job.priority = what.priority
+        if isinstance(job.state, t.Waiting) and isinstance(at, int):
+            job.state = t.Waiting(at)
+        elif isinstance(job.state, t.RetryWaiting) and isinstance(at, int):
+            job.state = t.RetryWaiting(job.state.reason, at)
         self._place(job, now)
         return t.JobApplied(job.to_job())
 

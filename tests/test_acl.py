@@ -475,6 +475,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "cancel": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.cancel("j")),
     "retry": _on(_failed, lambda u, _: u.retry("j")),
+    "change": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.change("j", payload=2)),
     "resume_cascades": _on(lambda a: None, lambda u, _: u.resume_cascades(now=FAR)),
     "purge": _on(
         lambda a: (a.enqueue("s", id="j", now=1), a.cancel("j", now=1)),
@@ -824,7 +825,7 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
     lease_calls = {"claim", "claim_job", "complete", "fail", "permanent_fail", "heartbeat"}
     assert beyond == {
         "producer": {"claim_job", "heartbeat", "release", "retry", "pause", "declare_schedule"},
-        "worker": {"cancel", "retry", "pause", "purge", "change_schedule"},
+        "worker": {"cancel", "change", "retry", "pause", "purge", "change_schedule"},
         "scheduler": {"claim_job", "enqueue", "heartbeat", "release", "retry", "pause"},
         "operator": lease_calls
         | {"release", "report_many", "report_and_claim", "retire", "declare_schedule"},

@@ -50,6 +50,10 @@ def enqueues(q: Quasar) -> None:
     assert isinstance(each[0], JobApplied) and not isinstance(each[1], JobApplied)
     applied(q.enqueue("s", id="later", queue="q", delay_ms=1000, now=T0))
     assert q.counts("q", now=T0).available == 5
+    revised = applied(q.enqueue("s", {"n": 2}, id="c", queue="q", input_revision=1, now=T0))
+    assert (revised.payload, revised.input_revision) == ({"n": 2}, 1)
+    changed = applied(q.change("c", payload={"n": 3}, priority=0, now=T0))
+    assert (changed.payload, changed.input_revision, changed.priority) == ({"n": 3}, 2, 0)
 
 
 def lease_holders_calls(q: Quasar) -> None:

@@ -170,6 +170,20 @@ def test_job_shows_how_a_job_was_enqueued_with_a_dedup_key(rq: Quasar, namespace
     assert "finished 60000 nightly" in quasar("job", "once", namespace=namespace).out
 
 
+def test_job_shows_a_superseded_and_changed_job(rq: Quasar, namespace: str) -> None:
+    applied(rq.enqueue("tasks.send", {"a": [1], "k": {}}, id="r"))
+    claimed(rq.claim_job("r", "w-1", 60_000))
+    applied(rq.enqueue("tasks.send", {"a": [2], "k": {}}, id="r", input_revision=1))
+    applied(rq.change("r", priority=-2, delay_ms=3_600_000))
+    document = quasar("job", "r", "--json", namespace=namespace).json()
+    assert (document["status"], document["attempt"]) == ("scheduled", 0)
+    assert (document["input_revision"], document["priority"]) == (1, -2)
+    assert document["payload"]["value"] == {"a": [2], "k": {}}
+    events = ["available", "executing", "available", "scheduled"]  # run, superseded, changed
+    assert [e["event"] for e in document["events"]] == events
+    assert "inline (revision 1)" in quasar("job", "r", namespace=namespace).out
+
+
 def test_job_shows_a_failure(rq: Quasar, namespace: str) -> None:
     finished(rq, "bad", fail=True)
     document = quasar("job", "bad", "--json", namespace=namespace).json()
@@ -220,6 +234,25 @@ def test_cancel_with_its_cascade(rq: Quasar, namespace: str) -> None:
     assert ran.out.strip() == "cancelled 1 job(s) (and 1 dependents with them); 1 refused"
     assert ran.err.strip() == "done: not cancelled: already finished"
     assert rq.get_job("b").status == Status.CANCELLED  # type: ignore[union-attr]
+
+
+def test_promote_makes_waiting_jobs_due_and_leaves_the_rest(rq: Quasar, namespace: str) -> None:
+    applied(rq.enqueue("tasks.send", None, id="later", delay_ms=3_600_000))
+    applied(rq.enqueue("tasks.send", None, id="running"))
+    claimed(rq.claim_job("running", "w-1", 60_000))
+    finished(rq, "done")
+    ran = quasar("promote", "later", "running", "done", "--priority", "-3", namespace=namespace)
+    assert ran.code == 1
+    assert ran.out.strip() == "promoted 1 job(s); 2 refused"
+    assert ran.err.strip().splitlines() == [
+        "running: not promoted: running",
+        "done: not promoted: already finished",
+    ]
+    job = rq.get_job("later").job  # type: ignore[union-attr]
+    assert (job.status(server_ms(rq)), job.priority) == (Status.AVAILABLE, -3)
+    assert quasar("promote", "ghost", namespace=namespace).one_error() == (
+        f"Error: no job 'ghost' in namespace {namespace!r}: nothing was changed"
+    )
 
 
 def test_purge_by_status_and_age(rq: Quasar, namespace: str) -> None:

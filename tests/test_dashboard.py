@@ -177,6 +177,20 @@ def test_actions_retry_cancel_pause_resume_retry_all(
             paused, resumed = shown.index("<strong>paused</strong>"), shown.index("<strong>resumed")
             assert paused < resumed  # the queue's events, oldest first
 
+            soon = sync_q.enqueue("t", None, id="soon", queue="mail", delay_ms=3_600_000)
+            assert isinstance(soon, JobApplied)
+            assert 'id="promote"' in (await client.get("/jobs/soon")).text
+            promoted = await confirmed_post(client, "/confirm/promote?job=soon")
+            assert "done=promoted" in promoted.headers["location"]
+            assert "Job due now." in (await client.get(promoted.headers["location"])).text
+            assert sync_q.get_job("soon").status is Status.AVAILABLE  # type: ignore[union-attr]
+            assert 'id="promote"' not in (await client.get("/jobs/soon")).text
+            sync_q.enqueue("t", None, id="soon", queue="mail", input_revision=1)  # supersede
+            revised = (await client.get("/jobs/soon")).text
+            assert "inline (revision 1)" in revised
+            assert revised.count("<strong>scheduled</strong>") == 1  # enqueued
+            assert revised.count("<strong>available</strong>") == 2  # promoted, then revised
+
             cancelled = await confirmed_post(client, "/confirm/cancel?job=bad%3C1%3E")
             assert "done=cancelled" in cancelled.headers["location"]
             assert "n=1" in cancelled.headers["location"]  # its dependent with it

@@ -32,6 +32,10 @@ SHARES = {
     "pause_schedule": "change_schedule",  # change_schedule's three actions, one method each
     "resume_schedule": "change_schedule",
     "remove_schedule": "change_schedule",
+    "update_input": "change",  # change of the input alone
+    "change_priority": "change",  # change of the priority alone
+    "reschedule": "change",  # change of the time alone
+    "promote": "change",  # change to due now
 }
 
 #: Scripts no client method sends, and why.
@@ -74,6 +78,8 @@ SAMPLES: dict[str, Any] = {
     "tick": 60_000,
     "name": "s",
     "action": "pause",
+    "payload": None,
+    "priority": 0,
 }
 
 

@@ -33,6 +33,7 @@ from quasar_redis import (
     QueuePaused,
     Status,
     Unique,
+    Waiting,
 )
 from quasar_redis._keys import KeySpace
 from quasar_redis._partitions import hashed, partition_of
@@ -310,6 +311,18 @@ def test_claim_many_gathers_from_the_partitions_up_to_its_limit(q: Quasar, count
     rest = q.claim_many("default", "w", LEASE, 3, now=T0)
     assert isinstance(rest, ClaimsApplied) and len(rest.claims) == 1
     assert {c.job.id for c in many.claims + rest.claims} == {one.id, *batch.ids}
+
+
+def test_a_change_and_a_supersede_go_to_their_jobs_partition(q: Quasar, count: int) -> None:
+    ids = [id_in(n, count, "waiting") for n in range(3)]
+    for job_id in ids:
+        applied(q.enqueue("s", 0, id=job_id, delay_ms=5_000, now=T0))
+    for n, job_id in enumerate(ids):
+        assert applied(q.promote(job_id, now=T0 + 1)).state == Waiting(T0 + 1)
+        job = applied(q.enqueue("s", n, id=job_id, input_revision=1, now=T0 + 2))
+        assert (job.payload, job.input_revision) == (n, 1)
+    got = [claimed(q.claim("default", "w", LEASE, now=T0 + 3)).job.id for _ in ids]
+    assert sorted(got) == sorted(ids)
 
 
 def test_each_lease_holders_call_goes_to_its_jobs_partition(q: Quasar, count: int) -> None:

@@ -2,15 +2,15 @@
 
 A Hypothesis ``RuleBasedStateMachine`` drives one namespace through the ``Quasar`` client (a fresh
 namespace, or a fresh fakeredis server, per example) and the pure-Python model side by side, with
-the clock under the test's control (``now=`` on every call): enqueue (single and batch), claim by
-queue and by id, complete, fail, permanent_fail, heartbeat, release, expire, sweep, cancel,
-operator retry, promote, prune, list, and re-sent calls (same call id); jobs come with dedup
-keys (unique, throttle, debounce) from a pool of two, and batches may skip duplicate ids. Every
-result is compared as a typed value; after every step every job (``get_job``: the job and the
-dependency it waits on) and the counts of every queue are compared too. Pools of ids, queues and
-workers are small, so duplicate ids, missing dependencies, stale tokens and lost leases come up
-all the time; every token ever handed out is kept, sometimes forged, and used again by random
-workers.
+the clock under the test's control (``now=`` on every call): enqueue (single and batch, and a
+stored id's higher input revision superseding it), claim by queue and by id, complete, fail,
+permanent_fail, heartbeat, release, expire, sweep, cancel, operator retry, change, promote, prune,
+list, and re-sent calls (same call id); jobs come with dedup keys (unique, throttle, debounce)
+from a pool of two, and batches may skip duplicate ids. Every result is compared as a typed
+value; after every step every job (``get_job``: the job and the dependency it waits on) and the
+counts of every queue are compared too. Pools of ids, queues and workers are small, so duplicate
+ids, missing dependencies, stale tokens and lost leases come up all the time; every token ever
+handed out is kept, sometimes forged, and used again by random workers.
 
 Runs on fakeredis and on the real Redis of ``tests/helpers.py`` (skipped without one, failed
 under ``QUASAR_REQUIRE_REDIS=1``). ``QUASAR_STATEFUL_EXAMPLES`` sets the number of examples.
@@ -66,12 +66,14 @@ from quasar_redis import (
     Quasar,
     QueueCounts,
     Release,
+    RetryWaiting,
     Status,
     SweepReport,
     Throttle,
     Unique,
     Waiting,
 )
+from quasar_redis._call_base import KEEP, JobChange
 
 from .helpers import assert_delayed_mirrored, delete_namespace, real_redis
 from .model import Model
@@ -190,6 +192,26 @@ def new_jobs(draw: st.DrawFn, valid: bool = False) -> JobDraw:
     offsets = [1, 50, 150, 400] if valid else [0, 1, 50, 50, 150, 400]
     limit_offset = draw(st.sampled_from(offsets)) if limit else 0
     return JobDraw(spec, offset, limit, limit_offset)
+
+
+@st.composite
+def changes(draw: st.DrawFn, now: int) -> JobChange:
+    """What a ``change`` changes: often one thing, sometimes several, sometimes a bad value."""
+    timing = draw(st.sampled_from(["keep", "keep", "at", "at", "delay", "promote", "promote"]))
+    payload = draw(st.just(KEEP) | blobs)
+    revisions = [None] * 6 + [1, 2, 3, 5] if payload is not KEEP else [None] * 12 + [1]
+    if draw(st.integers(0, 9), "a bad value") == 0:
+        timing, revisions = draw(st.sampled_from(["two", timing])), [-1, 0, *revisions]
+    return JobChange(
+        payload=payload,
+        input_revision=draw(st.sampled_from(revisions)),
+        priority=draw(st.sampled_from([None, None, -1, 0, 1, 2_000_000])),
+        available_at=max(0, now + draw(st.sampled_from([-100, 0, 200])))
+        if timing in ("at", "two")
+        else None,
+        delay_ms=draw(st.sampled_from([0, 100, -1])) if timing == "delay" else None,
+        promote=timing in ("promote", "two"),
+    )
 
 
 APPLIED = (JobApplied, CancelApplied, BatchApplied, ClaimApplied, ClaimsApplied)
@@ -580,6 +602,26 @@ class QuasarMachine(RuleBasedStateMachine):
         expected = self.model.retry(job_id, fence, reason, self.now)
         self.expect(actual, expected, f"retry({job_id}, {fence}, {reason!r})")
 
+    @rule(data=st.data(), draw=new_jobs(valid=True), bump=st.sampled_from([1, 1, 1, 2, 0, -1]))
+    def supersede(self, data: st.DataObject, draw: JobDraw, bump: int) -> None:
+        """An enqueue of a stored id (often a running or retrying one) with another revision."""
+        state = data.draw(st.sampled_from([Leased, Leased, RetryWaiting, Waiting]), "state")
+        job_id = self.pick_id(data, state)
+        stored = self.model.jobs.get(job_id)
+        revision = max(0, (stored.input_revision if stored else 0) + bump)
+        spec = replace(draw.at(self.now), id=job_id, input_revision=revision)
+        actual = self.send(self.q.calls.enqueue(spec, self.now))
+        self.expect(actual, self.model.enqueue(spec, self.now), f"supersede {spec}")
+
+    @rule(data=st.data())
+    def change(self, data: st.DataObject) -> None:
+        job_id = self.pick_id(data, data.draw(st.sampled_from([Waiting, RetryWaiting]), "state"))
+        fence = self.fence_of(data, job_id, allow_none=True)
+        what = data.draw(changes(self.now), "changes")
+        actual = self.send(self.q.calls.change(job_id, fence, what, self.now))
+        expected = self.model.change(job_id, fence, what, self.now)
+        self.expect(actual, expected, f"change({job_id}, {fence}, {what})")
+
     @rule(limit=st.sampled_from([1, 2, 1000]))
     def sweep(self, limit: int) -> None:
         report: SweepReport = self.send(self.q.calls.sweep_expired(limit, self.now))
@@ -654,6 +696,10 @@ class QuasarMachine(RuleBasedStateMachine):
             self.check_sweep(again, int(call.args[2]), int(call.args[1]))  # its limit, its now
         elif isinstance(first, int):  # likewise a re-sent promote or prune
             self.expect(again, 0, f"re-sent {call.script.name}")
+        elif isinstance(first, list):  # enqueue_each: its jobs as they are now (a job created
+            # and then superseded by the same call is answered twice at its last revision)
+            now = [self.as_now(r) if isinstance(r, JobApplied) else r for r in first]
+            self.expect(again, now, f"re-sent {call.script.name}")
         else:
             self.expect(again, first, f"re-sent {call.script.name}")
 

@@ -345,6 +345,41 @@ def test_sigstop_past_the_lease_cannot_overwrite_the_takeover(
     assert a.wait_exit(20) == 0, a.stderr()[-3000:]
 
 
+def test_a_superseded_revisions_completion_is_refused_and_the_new_result_stands(
+    fleet: Fleet, q: Quasar, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    lease = wt.LONG_LEASE_MS  # (no heartbeat comes before the end: A's completion is refused)
+    a = fleet.started(fleet.start("A", lease_ms=lease, concurrency=1, prefetch=0))
+    enqueue(q, [new_job("wt.revised", str(gate), id="r")])
+    wait_for(lambda: started_by(fleet, ["r"], "A"), 20, "A to start revision 0")
+    assert leased_by(q, "r").worker_id.startswith("A-")
+    fleet.started(fleet.start("B", lease_ms=lease, concurrency=1, prefetch=0))
+    enqueue(q, [new_job("wt.revised", "", id="r", input_revision=1)])  # A runs on, busy
+
+    def succeeded() -> Job | None:
+        found = job(q, "r")
+        return found if isinstance(found.state, Succeeded) else None
+
+    done = wait_for(succeeded, 30, "B to run revision 1")
+    assert done.result == {"job": "r", "attempt": 1, "worker": "B", "revision": 1}
+
+    gate.touch()  # A's run of revision 0 ends, and reports
+    told = wait_for(lambda: refusal(a.stderr(), "r"), 20, "A's completion to be refused")
+    assert told == "job r: lease lost (StaleLease)", a.stderr()[-3000:]
+    assert (
+        "job r: lease lost (StaleLease), input revision 1 replaced 0; "
+        "its outcome from attempt 1 was refused" in a.stderr()
+    ), a.stderr()[-3000:]
+    assert lines_of(fleet.log(), "r") == [
+        ("start", 1, "A", ""),
+        ("start", 1, "B", ""),
+        ("end", 1, "B", "ok"),
+        ("end", 1, "A", "ok"),
+    ]
+    assert job(q, "r") == done  # B's result stands
+
+
 def test_sigterm_finishes_running_jobs_and_hands_back_the_rest(
     fleet: Fleet, q: Quasar, tmp_path: Path
 ) -> None:

@@ -246,6 +246,17 @@ def gated_sync(gate: str) -> dict[str, Any]:
     return result_of()
 
 
+@task("wt.revised", max_attempts=3, lease_ms=LONG_LEASE_MS, retry=0.0)
+@logged
+def revised(gate: str) -> dict[str, Any]:
+    """Waits for the file ``gate`` when given one (deaf to cancellation), then returns its input
+    revision with the rest: an input whose first revision holds its worker while a newer one
+    runs elsewhere."""
+    while gate and not os.path.exists(gate):
+        time.sleep(POLL_S)
+    return {**result_of(), "revision": current_job().job.input_revision}
+
+
 @task("wt.poison", max_attempts=3, lease_ms=SHORT_LEASE_MS, retry=0.0)
 @logged
 def poison() -> None:

@@ -21,15 +21,17 @@ local function lease_error(id, h, t, worker, now)
   return nil
 end
 
--- The lease token of a claim as its call record keeps it: "fence expires_at nonce".
+-- The lease token of a claim as its call record keeps it: "fence expires_at nonce revision" (the
+-- revision too: a newer input may have superseded the job since, include/revise.lua).
 local function token_record(h)
-  return h.f .. " " .. h.x .. " " .. h.n
+  return h.f .. " " .. h.x .. " " .. h.n .. " " .. h.rv
 end
 
 -- A claim reply rebuilt from a call record: the token the first delivery handed out (its fence,
--- expires_at and nonce as the record keeps them: kept = {fence, expires_at, nonce}).
+-- expires_at, nonce and revision as the record keeps them: kept = {fence, expires_at, nonce,
+-- revision}).
 local function replayed_claim(ctx, id, h, worker, kept)
-  return {"Claim", job_reply(ctx, id, h), {id, h.rv, worker, kept[1], kept[2], kept[3]}}
+  return {"Claim", job_reply(ctx, id, h), {id, kept[4], worker, kept[1], kept[2], kept[3]}}
 end
 
 -- The write of a claim, once its checks passed (claim_job.lua, claim.lua): attempt + 1,

@@ -6,8 +6,9 @@
 - ``quasar worker MODULE:APP``: run a worker for an application's tasks (``--burst``: until its
   queues are empty; ``--reload``: restarted on a code change).
 - ``quasar events``: print (and follow) a namespace's event stream.
-- ``quasar queues``, ``info``, ``jobs``, ``job``, ``retry``, ``cancel``, ``purge``, ``pause``,
-  ``resume``, ``workers``, ``schedules``: the operator commands (``ops``; docs/operations.md).
+- ``quasar queues``, ``info``, ``jobs``, ``job``, ``retry``, ``cancel``, ``promote``, ``purge``,
+  ``pause``, ``resume``, ``workers``, ``schedules``: the operator commands (``ops``;
+  docs/operations.md).
 
 ``--redis-url`` defaults to ``QUASAR_REDIS_URL``, then ``REDIS_URL``; without either ``demo`` and
 ``example`` run on an embedded in-memory server (``memory://``, fakeredis). Every URL shown is
@@ -68,4 +69,4 @@ def main() -> None:
 
 for command in (acl, demo, example, worker, events, dashboard):
     main.add_command(command)
-ops.register(main)  # queues, info, jobs, job, retry, cancel, purge, pause, resume, workers
+ops.register(main)  # queues, info, jobs, job, retry, cancel, promote, purge, pause, resume, ...

@@ -44,6 +44,7 @@ SECURITY_HEADERS = {
 ACTIONS = {
     "retry": ("job", "Retry job {target}: run it again, with one more attempt allowed?"),
     "cancel": ("job", "Cancel job {target} and every job that depends on it?"),
+    "promote": ("job", "Run job {target} now, rather than at its scheduled time?"),
     "retry-all": ("queue", "Retry every failed job of queue {target}?"),
     "purge": ("queue", "Delete every {status} job of queue {target}, for good?"),
     "pause": ("queue", "Pause queue {target}: workers lease none of its jobs until resumed?"),
@@ -52,6 +53,7 @@ ACTIONS = {
 NOTICES = {
     "retried": "Job retried.",
     "cancelled": "Job cancelled ({n} dependents with it).",
+    "promoted": "Job due now.",
     "retried-all": "{n} failed jobs retried.",
     "purged": "{n} jobs deleted.",
     "paused": "Queue paused.",
@@ -369,6 +371,8 @@ class Dashboard:
             if isinstance(result, t.CancelApplied):
                 return {"done": "cancelled", "n": str(len(result.cascaded))}
             return _outcome(result, "cancelled")
+        if action == "promote":
+            return _outcome(await client.promote(target), "promoted")
         if action == "retry-all":
             return {"done": "retried-all", "n": str(await data.retry_all_failed(client, target))}
         if action == "purge":

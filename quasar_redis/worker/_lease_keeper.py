@@ -345,7 +345,8 @@ class LeaseKeeper:
             with self._lock:
                 lease.apply(REFUSED)
                 self._leases.pop(lease.job_id, None)
-            log_loss(self.client, lease.job_id, result.error, "its run is told to stop")
+            revision = lease.token.input_revision
+            log_loss(self.client, lease.job_id, result.error, "its run is told to stop", revision)
             lease.on_lost(lease, result.error)
         else:  # Redis unreachable, or a damaged job: try again in a moment
             now = time.monotonic()
@@ -390,13 +391,17 @@ class Wire:
             return [exc] * len(beats)
 
 
-def log_loss(client: Quasar, job_id: str, error: t.JobError, then: str) -> None:
+def log_loss(
+    client: Quasar, job_id: str, error: t.JobError, then: str, revision: int | None = None
+) -> None:
     """Log that the lease of ``job_id`` was refused with ``error``, and ``then`` what follows.
 
-    A job cancelled while it runs loses its lease as one taken over does (``StaleLease``): one
-    read, on this rare path only, tells which, so that a cancellation is logged as one.
+    A job cancelled while it runs loses its lease as one taken over does (``StaleLease``), and
+    so does one whose input a newer revision superseded (``revision``: the one this run has):
+    one read, on this rare path only, tells which, so that a cancellation is logged as one and a
+    supersede names the revision that replaced the run's.
     """
-    cancelled = None
+    cancelled, superseded = None, ""
     if isinstance(error, t.StaleLease):
         try:
             info = client.get_job(job_id)
@@ -404,10 +409,13 @@ def log_loss(client: Quasar, job_id: str, error: t.JobError, then: str) -> None:
             info = None
         if info is not None and isinstance(info.job.state, t.Cancelled):
             cancelled = info.job.state.reason
+        if info is not None and revision is not None and info.job.input_revision != revision:
+            superseded = f", input revision {info.job.input_revision} replaced {revision}"
     if cancelled is not None:
         log.info("job %s: cancelled while running (%s); %s", job_id, cancelled, then)
     else:
-        log.warning("job %s: lease lost (%s); %s", job_id, type(error).__name__, then)
+        name = type(error).__name__
+        log.warning("job %s: lease lost (%s)%s; %s", job_id, name, superseded, then)
 
 
 def _run_all(pairs: list[tuple[Any, Any]]) -> None:

@@ -307,7 +307,8 @@ class Runner:
         if isinstance(result, t.JobRefused):
             then = f"its outcome from attempt {job.attempt} was refused"
             client, error = self.keeper.client, result.error
-            self.loop.run_in_executor(None, log_loss, client, job.id, error, then)
+            revision = job.input_revision
+            self.loop.run_in_executor(None, log_loss, client, job.id, error, then, revision)
             self.stats.lost += 1
             self.metrics.lost_lease(job, error)
             return

@@ -1,12 +1,12 @@
-"""The operator commands of ``quasar``: look at queues, jobs and workers; retry, cancel, purge,
-pause and resume; list and change periodic schedules; move a tagged namespace's keys to their
-current layout (``register`` adds them to the ``quasar`` group)."""
+"""The operator commands of ``quasar``: look at queues, jobs and workers; retry, cancel, promote,
+purge, pause and resume; list and change periodic schedules; move a tagged namespace's keys to
+their current layout (``register`` adds them to the ``quasar`` group)."""
 
 from __future__ import annotations
 
 import click
 
-from ._bulk import cancel, purge, retry
+from ._bulk import cancel, promote, purge, retry
 from ._fleet import info, pause, queues, resume, workers
 from ._jobs import job, jobs
 from ._migrate import migrate_keys_command
@@ -19,6 +19,7 @@ COMMANDS = (
     job,
     retry,
     cancel,
+    promote,
     purge,
     pause,
     resume,

@@ -1,4 +1,5 @@
-"""``quasar retry``, ``quasar cancel`` and ``quasar purge``: changes to many jobs, made in
+"""``quasar retry``, ``quasar cancel``, ``quasar promote`` and ``quasar purge``: changes to many
+jobs, made in
 batches of ``BATCH`` calls (each call its own short script, sent in one pipeline), with a
 progress bar on a terminal and a count of what changed at the end."""
 
@@ -13,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ... import _paged as paged
 from ... import _types as t
+from ..._call_base import JobChange
 from ..._paged import BATCH, Tally
 from ..._reading import run
 from ._context import Operator, done, operating, operator_options
@@ -50,6 +52,7 @@ def refusal_text(error: t.JobError) -> str:
         t.MissingJob: "no such job",
         t.AttemptLimitReached: "out of attempts",
         t.FenceChanged: "changed meanwhile, left as it is",
+        t.LeaseHeld: "running",
     }
     for kind, text in reasons.items():
         if isinstance(error, kind):
@@ -125,6 +128,23 @@ def retry(
         with progress(op, f"retrying {queue}", total) as advance:
             tally = run(op.q, paged.retry_failed(op.q.calls, queue, REASON, advance))
         report(op, tally, "retried", {"queue": queue})
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
+@click.option(
+    "--priority", type=int, default=None, help="Also give them this priority (lowest runs first)."
+)
+@operator_options
+def promote(
+    job_ids: tuple[str, ...], priority: int | None, redis_url: str, namespace: str, as_json: bool
+) -> None:
+    """Make jobs waiting to run due now: scheduled ones, or retries waiting out their delay (one
+    due already keeps its place). Running and finished jobs are left as they are."""
+    what = JobChange(priority=priority, promote=True)
+    with operating(redis_url, namespace, as_json) as op:
+        tally = by_ids(op, job_ids, "promoting", lambda i: op.q.calls.change(i, None, what))
+        report(op, tally, "promoted")
 
 
 @click.command()
