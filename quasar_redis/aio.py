@@ -14,7 +14,8 @@ import redis.exceptions as rex
 
 from . import _types as t
 from ._base import ClientBase, ClientOptions, is_cluster, needs_command_name
-from ._calls import Call, NewJob, dependency_id
+from ._calls import Call, NewJob
+from ._coalescing import Coalescing, Pending
 from ._connect import async_client
 from ._durable import Replicated
 from ._operations import JobOptions, Operations, public
@@ -33,35 +34,6 @@ else:  # pragma: no cover
 T = TypeVar("T")
 P = ParamSpec("P")
 A = TypeVar("A", bound="AsyncQuasar")
-
-
-# A coalesced batch this large or larger is sent as two calls when no other call is in flight.
-SPLIT_MIN = 16
-
-Pending = tuple[NewJob, "asyncio.Future[t.JobResult]"]
-
-
-def _halves(batch: list[Pending]) -> tuple[list[Pending], ...]:
-    """A coalesced batch as two calls, when its halves cannot tell the difference: each job is
-    checked and applied on its own (mode "each"), so only a job naming another of the batch (a
-    dependency on it, or the same id) depends on the order Redis runs the two in, as does a job
-    with a dedup key (another may share it); then, or when the batch is small, the batch whole.
-    (Jobs enqueued concurrently have no order between them: the halves' sequence numbers may
-    come in either order.)"""
-    if len(batch) < SPLIT_MIN or any(job.dedup is not None for job, _ in batch):
-        return (batch,)
-    named = [job.id for job, _ in batch if job.id is not None]
-    if named:
-        ids = set(named)
-        if len(ids) < len(named):
-            return (batch,)
-        for job, _ in batch:
-            for dep in job.dependencies:
-                dep_id = dependency_id(dep)
-                if isinstance(dep_id, str) and dep_id in ids:
-                    return (batch,)
-    half = (len(batch) + 1) // 2
-    return batch[:half], batch[half:]
 
 
 def coroutine(
@@ -83,7 +55,7 @@ def _bytes(command: Command) -> Command:
     return (name, *[a.encode() if type(a) is str else a for a in rest])
 
 
-class AsyncQuasar(ClientBase):
+class AsyncQuasar(Coalescing, ClientBase):
     """Every transition and inspection of one namespace, as coroutines (same API as ``Quasar``).
 
     Refusals come back as values (``JobRefused``, ``ClaimRefused``, ``BatchRefused``);
@@ -204,41 +176,6 @@ class AsyncQuasar(ClientBase):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-    async def _coalesced(self, job: NewJob) -> t.JobResult:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[t.JobResult] = loop.create_future()
-        self._pending.append((job, future))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self._start_flush)
-        return await future
-
-    def _start_flush(self) -> None:
-        limit = self.calls.limits.max_batch
-        batch, self._pending = self._pending[:limit], self._pending[limit:]
-        self._flush_scheduled = bool(self._pending)
-        if self._pending:
-            asyncio.get_running_loop().call_soon(self._start_flush)
-        # Nothing in flight: two calls, so that Redis runs the second while this process reads
-        # the first's reply and its callers make the next batch (one call at a time, the two
-        # took turns: on 2 cores, about twice the jobs a second with two).
-        for part in _halves(batch) if not self._flushes else (batch,):
-            task = asyncio.ensure_future(self._flush(part))
-            self._flushes.add(task)
-            task.add_done_callback(self._flushes.discard)
-
-    async def _flush(self, batch: list[Pending]) -> None:
-        try:
-            results = await self.execute(self.calls.enqueue_each([job for job, _ in batch]))
-        except BaseException as exc:  # every caller of the batch gets the exception
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (_, future), result in zip(batch, results, strict=True):
-            if not future.done():
-                future.set_result(result)
 
     # the calls (signatures and docs in _operations) -----------------------------------------------
 

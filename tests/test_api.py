@@ -343,7 +343,7 @@ def test_a_coalesced_batch_whose_jobs_name_each_other_goes_whole(
 
 def test_halves_split_only_batches_whose_jobs_are_independent() -> None:
     from quasar_redis._calls import NewJob
-    from quasar_redis.aio import SPLIT_MIN, _halves
+    from quasar_redis._coalescing import SPLIT_MIN, _halves
 
     def batch(*jobs: NewJob) -> list[Any]:
         return [(job, None) for job in jobs]
@@ -378,7 +378,7 @@ def test_halves_see_a_dependency_given_as_a_job(
     redis_client: Any, backend: str, namespace: str
 ) -> None:
     from quasar_redis._calls import NewJob
-    from quasar_redis.aio import SPLIT_MIN, _halves
+    from quasar_redis._coalescing import SPLIT_MIN, _halves
 
     q = Quasar(redis_client, namespace)
     made = q.enqueue("s", id="n2", now=T0)
