@@ -826,7 +826,7 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
     assert beyond == {
         "producer": {"claim_job", "heartbeat", "release", "retry", "pause", "declare_schedule"},
         "worker": {"cancel", "change", "retry", "pause", "purge", "change_schedule"},
-        "scheduler": {"claim_job", "enqueue", "heartbeat", "release", "retry", "pause"},
+        "scheduler": {"change", "claim_job", "enqueue", "heartbeat", "release", "retry", "pause"},
         "operator": lease_calls
         | {"release", "report_many", "report_and_claim", "retire", "declare_schedule"},
         "reader": set(),
