@@ -360,12 +360,16 @@ def _info(now: int, row: list[str]) -> ScheduleInfo:
 @dataclass
 class Ticker:
     """Which tick of each schedule to send next, from what the replies said: the schedule's next
-    tick (``due``, ms, server clock). A tick more than its grace late is sent alone, the latest
+    tick (``due``, ms, server clock), and when to send it (not before ``wait_until``, after a
+    reply said it came too soon). A tick more than its grace late is sent alone, the latest
     of those missed (the script skips or fires it as ``missed`` says); any other due tick is
-    sent in order, so that a worker that was briefly late loses none."""
+    sent in order, so that a worker that was briefly late loses none. Only ticks are ever sent:
+    a tick the script fires is the one it names, and the ticks between the schedule's next one
+    and it get no job."""
 
     schedules: Sequence[Schedule]
     due: dict[str, int] = field(default_factory=dict)
+    wait_until: dict[str, int] = field(default_factory=dict)
 
     def declared(self, schedule: Schedule, result: Declared) -> None:
         self.due[schedule.name] = result.next_tick
@@ -373,7 +377,7 @@ class Ticker:
     def tick(self, schedule: Schedule, now_ms: int) -> int | None:
         """The tick of ``schedule`` to send at ``now_ms``, or None: none is due."""
         due = self.due.get(schedule.name)
-        if due is None or due > now_ms:
+        if due is None or due > now_ms or now_ms < self.wait_until.get(schedule.name, 0):
             return None
         if now_ms - due > schedule.grace_ms:
             return max(due, schedule.latest(now_ms - schedule.grace_ms - 1))
@@ -381,17 +385,23 @@ class Ticker:
 
     def took(self, schedule: Schedule, result: FireResult, now_ms: int) -> None:
         """What the reply to a tick says of the schedule's next one."""
+        self.wait_until.pop(schedule.name, None)
         if isinstance(result, Fired | Skipped):
             self.due[schedule.name] = result.next_tick
-        elif result.reason in ("fired", "early") and result.next_tick is not None:
-            # (not sooner than a moment from now: the server's clock may be behind ours)
-            self.due[schedule.name] = max(result.next_tick, now_ms + 200)
-        else:  # paused, changed, missing: looked at again in a while
-            self.due[schedule.name] = now_ms + 1000
+            return
+        if result.next_tick is not None:
+            self.due[schedule.name] = result.next_tick
+        # "early": not again sooner than a moment from now (the server's clock may be behind
+        # ours); paused, changed, missing: looked at again in a while
+        later = 200 if result.reason in ("fired", "early") else 1000
+        self.wait_until[schedule.name] = now_ms + later
 
     def next_due(self) -> int | None:
-        """The earliest tick due of every schedule, if any is known."""
-        return min(self.due.values(), default=None)
+        """When the earliest tick due of every schedule may be sent, if any is known."""
+        return min(
+            (max(due, self.wait_until.get(name, 0)) for name, due in self.due.items()),
+            default=None,
+        )
 
     def declaring(self, calls: Any, now: int | None = None) -> list[Call[Declared]]:
         """The declaration of every schedule (``calls``: a client's call builder)."""

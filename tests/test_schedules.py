@@ -248,6 +248,30 @@ def test_a_skipped_tick_moves_the_schedule_on_without_a_job(q: Quasar) -> None:
 # --- operators -----------------------------------------------------------------------------------
 
 
+def test_a_worker_told_too_soon_sends_the_same_tick_later_never_a_time_between_ticks(
+    q: Quasar,
+) -> None:
+    """A worker whose clock runs ahead of the server's is told "early" and waits a moment; the
+    tick it sends then is the schedule's own, so that no job is made for a time between two
+    ticks (which would leave the tick before it without one)."""
+    s = Schedule.of("soon", "jobs.soon", every=1)
+    ticker = Ticker([s])
+    ticker.declared_all([q.declare_schedule(s, now=T0 - 500)])
+    assert ticker.tick(s, T0) == T0
+    early = q.fire_schedule(s, T0, now=T0 - 3)  # the server's clock is 3 ms behind
+    assert early == NotFired("early", T0)
+    ticker.took(s, early, T0)
+    assert ticker.tick(s, T0 + 199) is None and ticker.next_due() == T0 + 200
+    assert ticker.tick(s, T0 + 200) == T0  # the tick itself, not the time it is sent at
+    fired = q.fire_schedule(s, T0, now=T0 + 200)
+    assert isinstance(fired, Fired) and fired.job_id == f"soon@{T0}"
+    ticker.took(s, fired, T0 + 200)
+    assert ticker.tick(s, T0 + 999) is None and ticker.tick(s, T0 + 1000) == T0 + 1000
+    paused = NotFired("paused", T0 + 1000)
+    ticker.took(s, paused, T0 + 1000)
+    assert ticker.tick(s, T0 + 1999) is None and ticker.tick(s, T0 + 2000) == T0 + 1000
+
+
 def test_pause_resume_trigger_and_remove(q: Quasar) -> None:
     s = every()
     q.declare_schedule(s, now=T0)
