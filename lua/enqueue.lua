@@ -47,9 +47,9 @@
 --            IncompleteDependency(id) | CorruptJob(id, reason) | CorruptKey(key, reason)
 -- A re-sent call (same call id) gets the jobs it applied as applied again (as they are now), and,
 -- in "each" mode, every refused job its first refusal again (kept in a call record, written
--- only when a job was refused, deduplicated or superseded). A job whose id the caller chose keeps the id of the call that
--- created it (field ec); one whose id the client made at random for this call needs no such
--- field: only this call can have created a job with that id.
+-- only when a job was refused, deduplicated or superseded). A job whose id the caller chose
+-- keeps the id of the call that created it (field ec); one whose id the client made at random
+-- for this call needs no such field: only this call can have created a job with that id.
 
 -- uses: core, checks, events, job, call, unique, revise
 local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Core.ID_MAX, Core.int
@@ -216,6 +216,18 @@ local function read_group(args, i)
     delay = args[b + 11], odf = args[b + 12], made = args[b + 13] == "1",
     deadline = args[b + 14], expires_in = args[b + 15], dedup = args[b + 16],
   }
+end
+
+-- The arguments of a job a script enqueues of its own (fire_schedule), as read_group reads them:
+-- `fields`, and every argument not among them at its default.
+local ARG_DEFAULTS = {input_ref = "inline", input_revision = "0", dependencies = "",
+  priority = "0", max_attempts = "3", available_at = "", delay = "", odf = "block", made = false,
+  deadline = "", expires_in = "", dedup = ""}
+local function job_args(fields)
+  for name, value in pairs(ARG_DEFAULTS) do
+    if fields[name] == nil then fields[name] = value end
+  end
+  return fields
 end
 
 -- True when no job of the call exists yet, asked with one EXISTS for them all (rather than one a

@@ -39,7 +39,7 @@ local key_queues, key_schedule = Core.key_queues, Core.key_schedule
 local key_schedules, key_seq, split = Core.key_schedules, Core.key_seq, Core.split
 local time_error = Checks.time_error
 local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
-local check_one, write_one = Enqueue.check_one, Enqueue.write_one
+local check_one, job_args, write_one = Enqueue.check_one, Enqueue.job_args, Enqueue.write_one
 local load_schedule, open_schedule = Schedule.load_schedule, Schedule.open_schedule
 
 local function prefix_error(prefix)
@@ -78,10 +78,8 @@ end
 -- a refusal.
 local function tick_job(ctx, name, sc, job_id, now)
   local payload = redis.call("HGET", key_schedule(ctx, name), "p") or ""
-  local a = {id = job_id, queue = sc.q, stage = sc.s, payload = payload, input_ref = "inline",
-    input_revision = "0", dependencies = "", priority = sc.pr, max_attempts = sc.m,
-    available_at = "", delay = "", odf = "block", made = false, deadline = "", expires_in = "",
-    dedup = ""}
+  local a = job_args({id = job_id, queue = sc.q, stage = sc.s, payload = payload,
+    priority = sc.pr, max_attempts = sc.m})
   local limits = {payload = #payload, deps = 0, ints = {}, stages = {}, listed = {},
     now_text = fmt(ctx, now), none_exist = false}
   local bad = check_one(ctx, a, now, limits, {})
