@@ -156,6 +156,34 @@ def test_a_batch_supersedes_beside_new_jobs_and_a_resent_batch_revises_once(q: Q
     assert stored is not None and (stored.job.payload, stored.job.input_revision) == (4, 2)
 
 
+def test_a_batch_skipping_duplicates_still_supersedes_and_a_resent_one_revises_once(
+    q: Quasar,
+) -> None:
+    """Skipping duplicates skips what would be DuplicateJob only: a higher revision still
+    supersedes, a lower one still refuses the batch."""
+    applied(q.enqueue("s", 1, id="a", now=T0))
+    applied(q.enqueue("s", 1, id="d", now=T0))
+    jobs = [NewJob("s", 2, id="a", input_revision=1), NewJob("s", 9, id="d"), NewJob("s", id="n")]
+    call = q.calls.enqueue_many(jobs, T0 + 1, on_duplicate="skip")
+    first = q.execute(call)
+    assert isinstance(first, BatchApplied) and first.deduplicated == (1,)
+    assert [(j.id, j.payload, j.input_revision) for j in first.jobs] == [
+        ("a", 2, 1),  # superseded
+        ("d", 1, 0),  # skipped: the job that exists, unchanged
+        ("n", None, 0),
+    ]
+    before = snapshot(q)
+    again = q.execute(call)  # re-sent: the same answers, nothing revised twice
+    assert isinstance(again, BatchApplied) and again.deduplicated == (1,)
+    assert [(j.id, j.input_revision) for j in again.jobs] == [("a", 1), ("d", 0), ("n", 0)]
+    assert snapshot(q) == before
+    stale = [NewJob("s", 0, id="a", input_revision=0), NewJob("s", id="m")]
+    assert q.enqueue_many(stale, now=T0 + 2, on_duplicate="skip") == BatchRefused(
+        0, StaleRevision("a", 1)
+    )
+    assert snapshot(q) == before
+
+
 def test_a_resent_supersede_is_applied_after_a_later_revision(q: Quasar) -> None:
     for job_id in ("a", "b"):
         applied(q.enqueue("s", 0, id=job_id, now=T0))
