@@ -580,17 +580,17 @@ def test_a_dashboard_user_without_a_permission_is_told_and_nothing_changes(
     private_server: RedisServer, namespace: str
 ) -> None:
     """Users are server-wide: they are made on the session's own server, never the shared one.
-    An ``operator`` user pauses a schedule but may not enqueue, so not trigger one; a ``reader``
-    may change nothing."""
+    An ``operator`` user pauses a schedule but may not enqueue, so not trigger one (with the
+    ``producer`` role too it may); a ``reader`` may change nothing."""
     admin: Any = redis.Redis.from_url(private_server.url)
     admin_q = Quasar(admin, namespace)
     admin_q.load_scripts()
     admin_q.declare_schedule(Schedule.of("nightly", "jobs.night", "30 2 * * *"))
     names: list[str] = []
 
-    def user_of(role: str) -> str:
+    def user_of(*roles: str) -> str:
         name, password = f"dash-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-        admin.execute_command(*setuser(name, [role], [namespace], password=password))
+        admin.execute_command(*setuser(name, roles, [namespace], password=password))
         names.append(name)
         return private_server.url.replace("redis://", f"redis://{name}:{password}@", 1)
 
@@ -612,6 +612,9 @@ def test_a_dashboard_user_without_a_permission_is_told_and_nothing_changes(
         assert "Not allowed" in reader and "Schedule resumed." not in reader
         [info] = admin_q.schedules()
         assert info.paused and admin_q.queues() == []  # paused, and no job triggered
+        both = asyncio.run(post(user_of("operator", "producer"), "trigger-schedule"))
+        assert "Schedule triggered: job nightly@" in both
+        assert admin_q.counts("default").available == 1
     finally:
         for name in names:
             admin.execute_command("ACL", "DELUSER", name)
