@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import html
 import re
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -20,11 +21,13 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from quasar_redis import AsyncQuasar, JobApplied, NewJob, Quasar, Schedule, Status
+from quasar_redis.acl import setuser
 from quasar_redis.cli import main
 from quasar_redis.dashboard import create_app
 from quasar_redis.errors import ConfigurationError, InvalidArgument
 
 from .helpers import NO_URL, REDIS_URL, delete_namespace, real_redis
+from .servers import RedisServer
 
 SCRIPT = "<script>document.title='pwned'</script>"
 BASE = "http://dash.test"
@@ -453,3 +456,167 @@ def test_the_schedules_page_lists_each_schedule_and_who_declares_it(
             assert f"/jobs/old%40{10**12 + 60_000}" in rows[1]  # its last tick's job
 
     asyncio.run(run())
+
+
+def schedule_row(page: str, name: str) -> str:
+    """The row of the schedule ``name`` on the schedules page."""
+    found = re.search(rf"<tr>\s*<td>{name}</td>(.*?)</tr>", page, re.DOTALL)
+    assert found, f"no row of {name}"
+    return found.group(1)
+
+
+def test_schedule_actions_pause_resume_trigger_and_remove(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    sync_q.declare_schedule(Schedule.of("nightly", "jobs.night", "30 2 * * *", tz="Europe/Paris"))
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            row = schedule_row((await client.get("/schedules")).text, "nightly")
+            assert 'href="/confirm/pause-schedule?schedule=nightly"' in row
+            assert "resume-schedule" not in row  # (an active schedule: nothing to resume)
+            assert 'href="/confirm/trigger-schedule?schedule=nightly"' in row
+            assert 'href="/confirm/remove-schedule?schedule=nightly"' in row
+            confirm = await client.get("/confirm/pause-schedule?schedule=nightly")
+            assert "Pause schedule nightly" in confirm.text and 'href="/schedules"' in confirm.text
+
+            paused = await confirmed_post(client, "/confirm/pause-schedule?schedule=nightly")
+            assert paused.status_code == 303
+            assert paused.headers["location"] == "/schedules?done=schedule-paused"
+            assert sync_q.schedules()[0].paused
+            page = (await client.get(paused.headers["location"])).text
+            assert "Schedule paused." in page
+            row = schedule_row(page, "nightly")
+            assert "resume-schedule?schedule=nightly" in row and "pause-schedule" not in row
+            again = await confirmed_post(client, "/confirm/pause-schedule?schedule=nightly")
+            assert again.headers["location"] == "/schedules?done=unchanged"
+
+            triggered = await confirmed_post(client, "/confirm/trigger-schedule?schedule=nightly")
+            shown = (await client.get(triggered.headers["location"])).text
+            job_id = re.search(r"Schedule triggered: job (nightly@\d+) enqueued\.", shown)
+            assert job_id, shown  # a job now, paused or not
+            assert sync_q.get_job(job_id.group(1)).status is Status.AVAILABLE  # type: ignore[union-attr]
+
+            resumed = await confirmed_post(client, "/confirm/resume-schedule?schedule=nightly")
+            assert "Schedule resumed." in (await client.get(resumed.headers["location"])).text
+            assert not sync_q.schedules()[0].paused
+
+            removed = await confirmed_post(client, "/confirm/remove-schedule?schedule=nightly")
+            page = (await client.get(removed.headers["location"])).text
+            assert "Schedule removed." in page and "No schedule in namespace" in page
+            assert sync_q.schedules() == []
+
+    asyncio.run(run())
+
+
+def test_a_schedule_removed_meanwhile_is_told_not_an_error(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    sync_q.declare_schedule(Schedule.of("gone", "jobs.gone", every=60))
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            token = token_in((await client.get("/confirm/pause-schedule?schedule=gone")).text)
+            assert sync_q.remove_schedule("gone")  # (removed after the page was shown)
+            for action in ("pause", "resume", "trigger", "remove"):
+                done = await client.post(
+                    f"/actions/{action}-schedule",
+                    data={"csrf": token, "schedule": "gone"},
+                    headers={"origin": BASE},
+                )
+                assert done.status_code == 303, (action, done.text)
+                assert done.headers["location"] == "/schedules?done=schedule-missing"
+                page = (await client.get(done.headers["location"])).text
+                assert "No schedule with that name (it may have been removed)." in page
+            bad = await client.post(
+                "/actions/pause-schedule",
+                data={"csrf": token, "schedule": "bad name"},
+                headers={"origin": BASE},
+            )
+            assert bad.status_code == 400 and "No such schedule" in bad.text
+            assert (await client.get("/confirm/pause-schedule?schedule=a%20b")).status_code == 404
+
+    asyncio.run(run())
+    assert sync_q.schedules() == [] and sync_q.queues() == []  # nothing written back
+
+
+def test_schedule_actions_refuse_cross_site_posts_and_a_read_only_dashboard(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    sync_q.declare_schedule(Schedule.of("nightly", "jobs.night", "30 2 * * *"))
+    actions = ("pause", "trigger", "remove")
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as writer:
+            token = token_in((await writer.get("/confirm/pause-schedule?schedule=nightly")).text)
+            for action in actions:
+                for data in ({"schedule": "nightly"}, {"csrf": "x" * 43, "schedule": "nightly"}):
+                    refused = await writer.post(
+                        f"/actions/{action}-schedule", data=data, headers={"origin": BASE}
+                    )
+                    assert refused.status_code == 403 and refused.text.startswith("Refused")
+            cookies = dict(writer.cookies)
+        app = dashboard_of(backing, backend, namespace, read_only=True)
+        async with http(app, cookies=cookies) as client:
+            page = await client.get("/schedules")
+            assert page.status_code == 200 and "nightly" in page.text
+            assert "/confirm/" not in page.text and "<th>actions</th>" not in page.text
+            confirm = await client.get("/confirm/pause-schedule?schedule=nightly")
+            assert confirm.status_code == 403
+            for action in (*actions, "resume"):
+                refused = await client.post(
+                    f"/actions/{action}-schedule",
+                    data={"csrf": token, "schedule": "nightly"},
+                    headers={"origin": BASE},
+                )
+                assert refused.status_code == 403 and "read-only" in refused.text
+
+    asyncio.run(run())
+    [info] = sync_q.schedules()
+    assert not info.paused and info.last_tick is None and sync_q.queues() == []
+
+
+def test_a_dashboard_user_without_a_permission_is_told_and_nothing_changes(
+    private_server: RedisServer, namespace: str
+) -> None:
+    """Users are server-wide: they are made on the session's own server, never the shared one.
+    An ``operator`` user pauses a schedule but may not enqueue, so not trigger one (with the
+    ``producer`` role too it may); a ``reader`` may change nothing."""
+    admin: Any = redis.Redis.from_url(private_server.url)
+    admin_q = Quasar(admin, namespace)
+    admin_q.load_scripts()
+    admin_q.declare_schedule(Schedule.of("nightly", "jobs.night", "30 2 * * *"))
+    names: list[str] = []
+
+    def user_of(*roles: str) -> str:
+        name, password = f"dash-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+        admin.execute_command(*setuser(name, roles, [namespace], password=password))
+        names.append(name)
+        return private_server.url.replace("redis://", f"redis://{name}:{password}@", 1)
+
+    async def post(url: str, action: str) -> str:
+        OPENED.append(AsyncQuasar(redis.asyncio.Redis.from_url(url), namespace))
+        async with http(create_app(client=OPENED[-1])) as client:
+            done = await confirmed_post(client, f"/confirm/{action}?schedule=nightly")
+            assert done.status_code == 303, done.text
+            return (await client.get(done.headers["location"])).text
+
+    try:
+        operator = user_of("operator")
+        assert "Schedule paused." in asyncio.run(post(operator, "pause-schedule"))
+        denied = asyncio.run(post(operator, "trigger-schedule"))
+        notice = re.search(r'<p class="notice" role="status">(.*?)</p>', denied)
+        assert notice and notice.group(1).startswith("Not allowed: the dashboard&#39;s Redis user")
+        assert "(grant +" in notice.group(1) and "docs/security.md" in notice.group(1)
+        reader = asyncio.run(post(user_of("reader"), "resume-schedule"))
+        assert "Not allowed" in reader and "Schedule resumed." not in reader
+        [info] = admin_q.schedules()
+        assert info.paused and admin_q.queues() == []  # paused, and no job triggered
+        both = asyncio.run(post(user_of("operator", "producer"), "trigger-schedule"))
+        assert "Schedule triggered: job nightly@" in both
+        assert admin_q.counts("default").available == 1
+    finally:
+        for name in names:
+            admin.execute_command("ACL", "DELUSER", name)
+        delete_namespace(admin, namespace)
+        admin.close()

@@ -20,7 +20,7 @@ import pytest
 import uvicorn
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from quasar_redis import App, Status, Worker
+from quasar_redis import App, Schedule, Status, Worker
 from quasar_redis.dashboard import create_app
 
 from .helpers import REDIS_URL, REQUIRE, delete_namespace, free_port, real_redis, wait_for
@@ -176,6 +176,16 @@ def test_operating_the_dashboard_in_a_browser(
             with page.expect_navigation():
                 page.click("#go")
             assert "Refused" in page.content()
+
+            # a schedule paused from its row, through its confirmation
+            app.client.declare_schedule(Schedule.of("nightly", "jobs.night", "30 2 * * *"))
+            page.goto(served.url + "/schedules")
+            page.click('a[href="/confirm/pause-schedule?schedule=nightly"]')
+            expect(page.locator("form.confirm")).to_contain_text("Pause schedule nightly")
+            page.click("#confirm")
+            expect(page.locator(".notice")).to_have_text("Schedule paused.")
+            expect(page.locator('[data-schedule="nightly"]')).to_contain_text("Resume")
+            assert app.client.schedules()[0].paused
 
             # the same pages read-only: no action, and their POSTs refused
             page.goto(f"{viewer.url}/jobs/{failed.id}")

@@ -22,9 +22,10 @@ from .. import _reading as reading
 from .. import _types as t
 from .._keys import NAME_RE, check_name
 from .._reading import arun
+from .._schedules import Fired, NotFired
 from .._views import slots_of
 from ..aio import AsyncQuasar
-from ..errors import InvalidArgument, QuasarError
+from ..errors import AccessDenied, InvalidArgument, PermissionDenied, QuasarError
 from . import _data as data
 from ._security import COOKIE, FIELD, BasicAuth, cross_site_reason, parse_credentials, token_of
 
@@ -40,7 +41,7 @@ SECURITY_HEADERS = {
     "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
-#: Each action: what it acts on ("job" or "queue"), and its confirmation's words.
+#: Each action: what it acts on ("job", "queue" or "schedule"), and its confirmation's words.
 ACTIONS = {
     "retry": ("job", "Retry job {target}: run it again, with one more attempt allowed?"),
     "cancel": ("job", "Cancel job {target} and every job that depends on it?"),
@@ -49,6 +50,25 @@ ACTIONS = {
     "purge": ("queue", "Delete every {status} job of queue {target}, for good?"),
     "pause": ("queue", "Pause queue {target}: workers lease none of its jobs until resumed?"),
     "resume": ("queue", "Resume queue {target}?"),
+    "pause-schedule": (
+        "schedule",
+        "Pause schedule {target}: none of its ticks fires until resumed (a trigger still does)?",
+    ),
+    "resume-schedule": (
+        "schedule",
+        "Resume schedule {target}: its ticks fire again, those missed as its setting says?",
+    ),
+    "trigger-schedule": ("schedule", "Enqueue the job of schedule {target} now (its ticks stay)?"),
+    "remove-schedule": (
+        "schedule",
+        "Remove schedule {target}? A worker that still declares it writes it again.",
+    ),
+}
+#: The schedule actions that ``change_schedule`` makes, by their change.
+SCHEDULE_CHANGES = {
+    "pause-schedule": "pause",
+    "resume-schedule": "resume",
+    "remove-schedule": "remove",
 }
 NOTICES = {
     "retried": "Job retried.",
@@ -61,6 +81,15 @@ NOTICES = {
     "unchanged": "Nothing changed: it already was.",
     "refused": "Refused: {why}.",
     "not-found": "No job with that id.",
+    "schedule-paused": "Schedule paused.",
+    "schedule-resumed": "Schedule resumed.",
+    "schedule-triggered": "Schedule triggered: job {job} enqueued.",
+    "schedule-removed": "Schedule removed.",
+    "schedule-missing": "No schedule with that name (it may have been removed).",
+    "denied": (
+        "Not allowed: the dashboard's Redis user lacks a permission this action needs "
+        "({grant}); docs/security.md lists each role's."
+    ),
 }
 PURGEABLE = frozenset(s.value for s in t.TERMINAL_STATUSES)
 STATUS_ORDER = (
@@ -295,6 +324,8 @@ class Dashboard:
         status = request.query_params.get("status", "")
         if action == "purge" and status not in PURGEABLE:
             return _missing("Only completed, discarded, cancelled and expired jobs can be deleted.")
+        if what == "schedule" and not NAME_RE.match(target):
+            return _missing("No such schedule.")
         return "confirm.html", {
             "title": "Confirm",
             "action": action,
@@ -302,7 +333,7 @@ class Dashboard:
             "target": target,
             "status": status if action == "purge" else "",
             "question": words.format(target=target, status=status),
-            "back": f"/jobs/{quote(target, safe='')}" if what == "job" else f"/queues/{target}",
+            "back": _back(what, target),
         }
 
     # live parts ---------------------------------------------------------------------------------
@@ -351,17 +382,25 @@ class Dashboard:
             return refusal("No such queue.", 400)
         if what == "job" and not _plausible_id(target):
             return refusal("No such job.", 400)
+        if what == "schedule" and not NAME_RE.match(target):
+            return refusal("No such schedule.", 400)
         status = form.get("status", "")
         if action == "purge" and status not in PURGEABLE:
             msg = "Only completed, discarded, cancelled and expired jobs can be deleted."
             return refusal(msg, 400)
-        notice = await self._apply(action, target, status)
+        try:
+            notice = await self._apply(action, target, status)
+        except AccessDenied as exc:  # (checked before any write: nothing changed)
+            grant = exc.permission if isinstance(exc, PermissionDenied) else None
+            notice = {"done": "denied", "grant": f"grant {grant}" if grant else ""}
         self._infos = (-float("inf"), [])
-        path = f"/jobs/{quote(target, safe='')}" if what == "job" else f"/queues/{target}"
+        path = _back(what, target)
         return RedirectResponse(self._url(request, path) + "?" + urlencode(notice), 303)
 
     async def _apply(self, action: str, target: str, status: str) -> dict[str, str]:
         client = self.client
+        if ACTIONS[action][0] == "schedule":
+            return await self._apply_to_schedule(action, target)
         if action == "retry":
             return _outcome(
                 await client.retry(target, reason="retried from the dashboard"), "retried"
@@ -380,6 +419,23 @@ class Dashboard:
         if action == "pause":
             return {"done": "paused" if await client.pause(target) else "unchanged"}
         return {"done": "resumed" if await client.resume(target) else "unchanged"}
+
+    async def _apply_to_schedule(self, action: str, name: str) -> dict[str, str]:
+        """What ``quasar schedules pause|resume|remove|trigger`` does; a schedule removed since
+        the page was shown is told as such, not as an error."""
+        if action == "trigger-schedule":
+            fired = await self.client.trigger_schedule(name)
+            if isinstance(fired, Fired):
+                return {"done": "schedule-triggered", "job": fired.job_id}
+            if isinstance(fired, NotFired) and fired.reason == "missing":
+                return {"done": "schedule-missing"}
+            return {"done": "refused", "why": getattr(fired, "reason", "skipped")}
+        change = SCHEDULE_CHANGES[action]
+        try:
+            changed = await self.client.change_schedule(name, change)
+        except InvalidArgument:  # (name and change are valid: the schedule does not exist)
+            return {"done": "schedule-missing"}
+        return {"done": f"schedule-{change}d" if changed else "unchanged"}
 
     def _url(self, request: Request, path: str) -> str:
         return str(request.scope.get("root_path", "")) + path
@@ -402,8 +458,22 @@ def _outcome(result: Any, done: str) -> dict[str, str]:
 def _notice(params: Any) -> str:
     text = NOTICES.get(params.get("done", ""), "")
     why = re.sub(r"[^A-Za-z]", "", params.get("why", ""))[:40]
+    grant = re.sub(r"[^\w +~|:{}*.-]", "", params.get("grant", ""))[:80]
+    job = params.get("job", "")
     count = params.get("n", "0")
-    return text.format(n=count if count.isdigit() else "0", why=why or "unknown")
+    return text.format(
+        n=count if count.isdigit() else "0",
+        why=why or "unknown",
+        grant=grant or "Redis did not say which",
+        job=job if _plausible_id(job) else "?",
+    )
+
+
+def _back(what: str, target: str) -> str:
+    """The page an action on ``target`` (a ``what``) is made from, and returns to."""
+    if what == "job":
+        return f"/jobs/{quote(target, safe='')}"
+    return "/schedules" if what == "schedule" else f"/queues/{target}"
 
 
 def _status(value: str) -> t.Status | None:
