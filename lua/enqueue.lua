@@ -406,8 +406,10 @@ local function enqueue_all(ctx, jobs, now, limits, reply)
       if a.revised then limits.revised = true end
     end
   end
-  for q in pairs(queues) do redis.call("SADD", key_queues(ctx), q) end
+  -- (INCRBY first: on Redis 6.2, which checks each command where a script runs it, a user who
+  -- may not enqueue is refused it before anything is written)
   local seq = fresh > 0 and redis.call("INCRBY", key_seq(ctx), fmt(ctx, fresh)) - fresh or 0
+  for q in pairs(queues) do redis.call("SADD", key_queues(ctx), q) end
   local out = {"BatchApplied", fmt(ctx, now)}
   if fresh == #jobs and not limits.revised then
     for i, a in ipairs(jobs) do
@@ -482,12 +484,12 @@ local function each_one(ctx, a, now, limits, each, i)
       return applied("JobDeduplicated", "", job_reply(ctx, a.held, held)),
         {"JobDeduplicated", a.held}
     end
-    local q = a.revised and a.revised.q or a.queue
+    local q, seq = a.revised and a.revised.q or a.queue, next_seq(ctx, limits, left)
     if not limits.listed[q] then
       redis.call("SADD", key_queues(ctx), q)
       limits.listed[q] = true
     end
-    h = write_one(ctx, a, now, next_seq(ctx, limits, left), limits.now_text)
+    h = write_one(ctx, a, now, seq, limits.now_text)
     each.written[a.id] = h
     fresh = not a.revised
   end

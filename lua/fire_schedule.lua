@@ -87,8 +87,10 @@ local function tick_job(ctx, name, sc, job_id, now)
 end
 
 local function enqueue_tick(ctx, a, now, limits)
-  redis.call("SADD", key_queues(ctx), a.queue)
+  -- (INCRBY first: a user who may not enqueue is refused it before anything is written, also
+  -- on Redis 6.2, which checks each command where a script runs it)
   local seq = redis.call("INCRBY", key_seq(ctx), "1")
+  redis.call("SADD", key_queues(ctx), a.queue)
   write_one(ctx, a, now, seq, limits.now_text)
 end
 

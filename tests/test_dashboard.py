@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import html
 import re
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -21,13 +20,13 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from quasar_redis import AsyncQuasar, JobApplied, NewJob, Quasar, Schedule, Status
-from quasar_redis.acl import setuser
 from quasar_redis.cli import main
 from quasar_redis.dashboard import create_app
 from quasar_redis.errors import ConfigurationError, InvalidArgument
 
-from .helpers import NO_URL, REDIS_URL, delete_namespace, real_redis
+from .helpers import NO_URL, REDIS_URL, delete_namespace, has_functions, real_redis
 from .servers import RedisServer
+from .users import Users
 
 SCRIPT = "<script>document.title='pwned'</script>"
 BASE = "http://dash.test"
@@ -582,17 +581,13 @@ def test_a_dashboard_user_without_a_permission_is_told_and_nothing_changes(
     """Users are server-wide: they are made on the session's own server, never the shared one.
     An ``operator`` user pauses a schedule but may not enqueue, so not trigger one (with the
     ``producer`` role too it may); a ``reader`` may change nothing."""
-    admin: Any = redis.Redis.from_url(private_server.url)
-    admin_q = Quasar(admin, namespace)
+    made = Users(private_server, namespace)
+    admin_q = Quasar(made.admin, namespace)
     admin_q.load_scripts()
     admin_q.declare_schedule(Schedule.of("nightly", "jobs.night", "30 2 * * *"))
-    names: list[str] = []
 
     def user_of(*roles: str) -> str:
-        name, password = f"dash-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-        admin.execute_command(*setuser(name, roles, [namespace], password=password))
-        names.append(name)
-        return private_server.url.replace("redis://", f"redis://{name}:{password}@", 1)
+        return made.url_of(made.make(list(roles)))
 
     async def post(url: str, action: str) -> str:
         OPENED.append(AsyncQuasar(redis.asyncio.Redis.from_url(url), namespace))
@@ -607,7 +602,9 @@ def test_a_dashboard_user_without_a_permission_is_told_and_nothing_changes(
         denied = asyncio.run(post(operator, "trigger-schedule"))
         notice = re.search(r'<p class="notice" role="status">(.*?)</p>', denied)
         assert notice and notice.group(1).startswith("Not allowed: the dashboard&#39;s Redis user")
-        assert "(grant +" in notice.group(1) and "docs/security.md" in notice.group(1)
+        # (Redis 7 names the command refused; Redis 6.2, where the scripts run, does not)
+        said = "(grant +" if has_functions(made.admin) else "(Redis did not say which)"
+        assert said in notice.group(1) and "docs/security.md" in notice.group(1)
         reader = asyncio.run(post(user_of("reader"), "resume-schedule"))
         assert "Not allowed" in reader and "Schedule resumed." not in reader
         [info] = admin_q.schedules()
@@ -616,7 +613,4 @@ def test_a_dashboard_user_without_a_permission_is_told_and_nothing_changes(
         assert "Schedule triggered: job nightly@" in both
         assert admin_q.counts("default").available == 1
     finally:
-        for name in names:
-            admin.execute_command("ACL", "DELUSER", name)
-        delete_namespace(admin, namespace)
-        admin.close()
+        made.close()
