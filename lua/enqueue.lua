@@ -19,12 +19,13 @@
 -- ARGV[6]  mode: "all" | "each" | "skip"   ARGV[7] reply: "slim" | "ids"
 --   (slim: a job this call creates as its count of dependencies not yet succeeded, as a string:
 --   the client sent the rest; a job a re-sent call finds as every field)
--- then N groups of 16: id, queue, stage, payload, input_ref, input_revision,
+-- then N groups of 17: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
 --   delay ("" = 0), on_dependency_failure ("block" | "cancel"), made ("1" when the client made
 --   the id at random for this call, else ""), deadline (ms since the epoch, "" = none),
 --   expires_in (ms from now, "" = none; at most one of the two), dedup ("" or
---   "<mode> <window ms> <key>": see lua/include/unique.lua; checked just before DuplicateJob).
+--   "<mode> <window ms> <key>": see lua/include/unique.lua; checked just before DuplicateJob),
+--   group ("" = none: the job's flow group, include/flow_control.lua; a job id's rule).
 --
 -- Deduplicated jobs. A job whose dedup key another job holds is answered with that job instead
 -- of going in (a debounce rewrites it first); so is, in "skip" mode (an "all" that skips
@@ -51,7 +52,7 @@
 -- keeps the id of the call that created it (field ec); one whose id the client made at random
 -- for this call needs no such field: only this call can have created a job with that id.
 
--- uses: core, checks, events, job, call, unique, revise
+-- uses: core, checks, events, job, call, flow_control, unique, revise
 local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Core.ID_MAX, Core.int
 local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
 local key_queues, key_seq, PRIORITY_MAX = Core.key_queues, Core.key_seq, Core.PRIORITY_MAX
@@ -69,8 +70,9 @@ local debounce, unique_arg = Unique.debounce, Unique.unique_arg
 local unique_holder, unique_take = Unique.unique_holder, Unique.unique_take
 local revision_changes, rewrite = Revise.revision_changes, Revise.rewrite
 local supersede_error = Revise.supersede_error
+local flow_error = FlowControl.flow_error
 
-local GROUP = 16
+local GROUP = 17
 
 -- A batch repeats the same few values (attempts, priority, stage, queue): each is checked once a
 -- call, in the call's memo (m.ints: integer arguments parsed; m.stages: stages found valid; queue
@@ -149,6 +151,15 @@ local function name_checks(ctx, a, m)
     if bad then return bad end
     m.stages[a.stage] = true
   end
+  if a.group ~= "" then -- (groups found valid: m.groups, made at the first)
+    local groups = m.groups or {}
+    m.groups = groups
+    if not groups[a.group] then
+      bad = id_error(a.group, "group")
+      if bad then return bad end
+      groups[a.group] = true
+    end
+  end
   return text_error(a.input_ref, "input_ref")
 end
 
@@ -214,7 +225,7 @@ local function read_group(args, i)
     input_ref = args[b + 5], input_revision = args[b + 6], dependencies = args[b + 7],
     priority = args[b + 8], max_attempts = args[b + 9], available_at = args[b + 10],
     delay = args[b + 11], odf = args[b + 12], made = args[b + 13] == "1",
-    deadline = args[b + 14], expires_in = args[b + 15], dedup = args[b + 16],
+    deadline = args[b + 14], expires_in = args[b + 15], dedup = args[b + 16], group = args[b + 17],
   }
 end
 
@@ -222,7 +233,7 @@ end
 -- `fields`, and every argument not among them at its default.
 local ARG_DEFAULTS = {input_ref = "inline", input_revision = "0", dependencies = "",
   priority = "0", max_attempts = "3", available_at = "", delay = "", odf = "block", made = false,
-  deadline = "", expires_in = "", dedup = ""}
+  deadline = "", expires_in = "", dedup = "", group = ""}
 local function job_args(fields)
   for name, value in pairs(ARG_DEFAULTS) do
     if fields[name] == nil then fields[name] = value end
@@ -310,7 +321,8 @@ local function check_one(ctx, a, now, limits, batch)
   a.pending = pending
   local index = pending > 0 and "blocked" or (a.at <= now and "ready" or "delayed")
   return writes_error(ctx, a.queue, WRITES[index])
-    or (a.dl and writes_error(ctx, a.queue, DEADLINE_WRITES)) or nil
+    or (a.dl and writes_error(ctx, a.queue, DEADLINE_WRITES))
+    or (a.group ~= "" and flow_error(ctx, a.queue, a.group)) or nil
 end
 
 -- The new hash's fields but those holding their default (see DEFAULTS), written out: this runs
@@ -330,6 +342,7 @@ local function new_fields(a, h, now_text)
   if h.ec then args[#args + 1] = "ec"; args[#args + 1] = h.ec end
   if h.dl then args[#args + 1] = "dl"; args[#args + 1] = h.dl end
   if h.uq then args[#args + 1] = "uq"; args[#args + 1] = h.uq end
+  if h.g then args[#args + 1] = "g"; args[#args + 1] = h.g end
   return args
 end
 
@@ -355,6 +368,7 @@ local function write_one(ctx, a, now, seq, now_text)
   }
   if not a.made then h.ec = ctx.args[1] end -- the call id
   if a.dl then h.dl = fmt(ctx, a.dl) end
+  if a.group ~= "" then h.g = a.group end
   if a.u then
     h.uq = a.dedup
     unique_take(ctx, a)
@@ -379,11 +393,17 @@ end
 -- The job that answers job `a` (a.held), as it is now: one this call wrote (written), one that
 -- existed before it, rewritten first by a debounce, or one that answered an earlier job of the
 -- call with the same key (read again: a debounce may have rewritten it).
+-- A debounce rewrites the job as this call left it (revised by an earlier job of the call, say):
+-- written keeps it so after.
 local function held_job(ctx, a, now, written)
   local h = a.held_h
   if h == nil then return written[a.held] or load_job(ctx, a.held) end
-  if a.debounce then return debounce(ctx, a, now) end
-  return h
+  if a.debounce then
+    a.held_h = written[a.held] or h
+    written[a.held] = debounce(ctx, a, now)
+    return written[a.held]
+  end
+  return written[a.held] or h
 end
 
 -- A job this call checked: the key it holds for the later jobs of the call.
@@ -418,17 +438,28 @@ local function enqueue_all(ctx, jobs, now, limits, reply)
     end
     return out, nil
   end
-  local kept, written = {}, {}
+  local kept, written, debounced = {}, {}, false
   for i, a in ipairs(jobs) do
     if a.held then
       local h = held_job(ctx, a, now, written)
       out[#out + 1] = {job_out(ctx, a.held, h, reply, false)}
       kept[i] = {"JobDeduplicated", a.held}
+      debounced = debounced or a.debounce
     else
       seq = seq + 1
       written[a.id] = write_one(ctx, a, now, seq, limits.now_text)
       out[#out + 1] = job_out(ctx, a.id, written[a.id], reply, not a.revised)
       kept[i] = a.revised and REVISED or true
+    end
+  end
+  if debounced or limits.revised then
+    -- (a job a later debounce or supersede rewrote replies as it is now, not as it was)
+    for i, a in ipairs(jobs) do
+      local id = a.held or a.id
+      if (a.held or a.revised) and written[id] then
+        local item = job_out(ctx, id, written[id], reply, false)
+        out[i + 2] = a.held and {item} or item
+      end
     end
   end
   return out, encode_items(kept)

@@ -11,7 +11,7 @@
 --   {"Promoted", now, count}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
--- uses: core, checks, index, events, job, call
+-- uses: core, checks, index, events, job, call, flow_control
 local applied, fmt, key_q = Core.applied, Core.fmt, Core.key_q
 local writes_error = Checks.writes_error
 local zadd, zread, zread_typed, zrem = Index.zadd, Index.zread, Index.zread_typed, Index.zrem
@@ -19,6 +19,7 @@ local wake = Events.wake
 local blocked, load_job, ready_id = Job.blocked, Job.load_job, Job.ready_id
 local ready_member = Job.ready_member
 local each_queue, maintenance_args, run_call = Call.each_queue, Call.maintenance_args, Call.run_call
+local GROUPED_MIN, ready_add = FlowControl.GROUPED_MIN, FlowControl.ready_add
 
 local PROMOTE_WRITES = {"delayed", "delayed_pr", "ready", wake = true}
 
@@ -39,7 +40,7 @@ local function promote_queue(ctx, queue, now, limit)
     if h and (h.st == "W" or h.st == "R") and not blocked(h) then
       local member = ready_member(ctx, id, h)
       zrem(ctx, key_q(ctx, queue, "delayed_pr"), member)
-      zadd(ctx, key_q(ctx, queue, "ready"), h.pr, member)
+      ready_add(ctx, queue, h, member)
       wake(ctx, queue)
       moved = moved + 1
     end
@@ -52,14 +53,17 @@ end
 -- available_at, then enqueue order). Reads at most IDLE_LEVELS values with nothing due, and,
 -- past the first value, none ranked after the `want`-th entry of ready (a job of a later value
 -- would not be picked this call). Entries move as they are: a job gone or changed since is found
--- out by the claim, which drops or re-indexes what it cannot lease. Returns how many it moved,
--- and the refusal that stopped it before any write.
+-- out by the claim, which drops or re-indexes what it cannot lease. Grouped jobs (scored past
+-- GROUPED_MIN: include/flow_control.lua) take turns rather than go best first: promote_queue moves
+-- them, by due time. Returns how many it moved, and the refusal that stopped it before any
+-- write.
 local function promote_best(ctx, queue, now, want)
   -- How many priority values holding nothing due it reads, at most (docs/lifecycle.md, "Best
   -- first, and its bounds"); a member's due time is its first 6 bytes, big-endian.
   local IDLE_LEVELS, byte = 32, string.byte
   local k, ready = key_q(ctx, queue, "delayed_pr"), key_q(ctx, queue, "ready")
-  local from, upto, idle, moved, checked = "-inf", "+inf", 0, 0, false
+  local last_own = fmt(ctx, GROUPED_MIN - 1)
+  local from, upto, idle, moved, checked = "-inf", last_own, 0, 0, false
   while true do
     local entries, bad = zread_typed(ctx, "ZRANGEBYSCORE", k, from, upto, "WITHSCORES", "LIMIT",
       "0", fmt(ctx, want - moved))
@@ -87,9 +91,9 @@ local function promote_best(ctx, queue, now, want)
     if moved >= want or idle >= IDLE_LEVELS then break end
     if from == "-inf" then -- (past the first value: read where ready's own pick ends)
       local last = zread(ctx, "ZRANGE", ready, fmt(ctx, want - 1), fmt(ctx, want - 1), "WITHSCORES")
-      upto = last[2] or "+inf"
+      if last[2] and tonumber(last[2]) < GROUPED_MIN then upto = last[2] end
     end
-    if upto ~= "+inf" and tonumber(level) >= tonumber(upto) then break end
+    if tonumber(level) >= tonumber(upto) then break end
     from = "(" .. level
   end
   return moved

@@ -10,7 +10,7 @@
 --   call name, token (job_id, input_revision, worker_id, fence, expires_at, nonce), a, b, k, d
 --   complete: a output_ref, b result, k result_ttl ms ("": none)
 --   fail: a reason, b retry delay ms, k error kind, d traceback ("": none)
---   permanent_fail: a reason, k error kind, d traceback   release: a delay ms
+--   permanent_fail: a reason, k error kind, d traceback   release: a delay ms, b hold ms ("": none)
 --
 -- Replies
 --   {"Reported", now, result...}   each result the job's new state tag (S R F W) when applied, or
@@ -38,7 +38,7 @@ local OUTCOME_EDGES = {
   complete = function(ctx, c, a, b, k) return complete_job(ctx, c, a, b, k) end,
   fail = function(ctx, c, a, b, k, d) return fail_job(ctx, c, a, b, k, d) end,
   permanent_fail = function(ctx, c, a, _, k, d) return permanent_fail_job(ctx, c, a, k, d) end,
-  release = function(ctx, c, a) return release_job(ctx, c, a) end,
+  release = function(ctx, c, a, b) return release_job(ctx, c, a, b) end,
 }
 
 -- The item count at ARGV[base], or nil and a refusal; the groups must end the arguments, and

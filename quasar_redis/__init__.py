@@ -8,6 +8,7 @@ from ._base import EvictionPolicyWarning
 from ._calls import Call, Limits, NewJob
 from ._dedup import Debounce, Throttle, Unique
 from ._durable import Durable
+from ._flow import KEEP, UNLIMITED, FlowInfo, GroupFlow, Rate
 from ._handles import JobHandle
 from ._keys import KeySpace
 from ._schedules import Declared, Fired, FireResult, NotFired, Schedule, ScheduleInfo, Skipped
@@ -104,7 +105,7 @@ from .errors import (
     RedisFull,
     RedisUnavailable,
 )
-from .retry import Exponential, Fixed, Never, PermanentFailure, RetryPolicy, Snooze
+from .retry import Exponential, Fixed, Never, PermanentFailure, RateLimited, RetryPolicy, Snooze
 from .serializers import JsonSerializer, MsgpackSerializer, Serializer
 from .worker import (
     CancelFlag,
@@ -165,6 +166,8 @@ __all__ = [
     "FireResult",
     "Fired",
     "Fixed",
+    "FlowInfo",
+    "GroupFlow",
     "HookError",
     "IncompleteDependency",
     "InvalidArgument",
@@ -186,6 +189,7 @@ __all__ = [
     "JobResult",
     "JobState",
     "JsonSerializer",
+    "KEEP",
     "KeySpace",
     "LeaseExpired",
     "LeaseHeld",
@@ -215,6 +219,8 @@ __all__ = [
     "QueueCounts",
     "QueueInfo",
     "QueuePaused",
+    "Rate",
+    "RateLimited",
     "RedisFull",
     "RedisUnavailable",
     "Release",
@@ -235,6 +241,7 @@ __all__ = [
     "Task",
     "TerminalJob",
     "Throttle",
+    "UNLIMITED",
     "Unique",
     "Waiting",
     "Worker",

@@ -116,6 +116,13 @@ def outcome_group(
             )
         case t.PermanentFail(_, reason, kind, trace):
             return ("permanent_fail", *token, text_arg(reason), "", text_arg(kind), text_arg(trace))
-        case t.Release(_, delay):
-            return ("release", *token, int_arg(delay), "", "", "")
+        case t.Release(_, delay, hold):
+            return (
+                "release",
+                *token,
+                int_arg(delay),
+                "" if hold is None else int_arg(hold),
+                "",
+                "",
+            )
     raise TypeError(f"not an outcome: {outcome!r}")

@@ -124,6 +124,10 @@ class NewJob:
     #: A dedup key (``Unique``, ``Throttle``, ``Debounce``): while another job holds it, the
     #: enqueue is answered with that job (docs/deduplication.md).
     dedup: Dedup | None = None
+    #: Its flow group (a tenant, an account): jobs of different groups of a queue take turns,
+    #: and a group may have its own rate and concurrency limits (docs/flow-control.md). A job
+    #: id's rule; on a partitioned namespace it is the flow key when ``flow`` is not given.
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

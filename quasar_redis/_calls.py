@@ -21,6 +21,7 @@ from ._call_base import (
     new_call_id,
 )
 from ._enqueue_calls import EnqueueCalls
+from ._flow_calls import FlowCalls
 from ._lease_calls import LeaseCalls
 from ._operator_calls import OperatorCalls
 from ._schedule_calls import ScheduleCalls
@@ -38,7 +39,8 @@ __all__ = [
 ]
 
 
-class CallBuilder(EnqueueCalls, LeaseCalls, OperatorCalls, ScheduleCalls):
+class CallBuilder(EnqueueCalls, LeaseCalls, OperatorCalls, ScheduleCalls, FlowCalls):
     """Builds the ``Call`` of every operation for one namespace: the enqueue calls
     (``_enqueue_calls``), a lease holder's (``_lease_calls``), an operator's and the reads
-    (``_operator_calls``), the periodic schedules' (``_schedule_calls``)."""
+    (``_operator_calls``), the periodic schedules' (``_schedule_calls``), flow control's
+    (``_flow_calls``)."""

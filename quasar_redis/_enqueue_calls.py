@@ -68,6 +68,7 @@ def _job_group(
         "" if job.deadline is None else int_arg(job.deadline),
         "" if job.expires_in_ms is None else int_arg(job.expires_in_ms),
         dedup,
+        "" if job.group is None else text_arg(job.group),
     )
 
 

@@ -41,7 +41,7 @@ _NEW_ATTEMPT, _NEW_FENCE = int(DEFAULTS[KEY["attempt"]]), int(DEFAULTS[KEY["fenc
 # The arguments created_job reads, by name, in the order it unpacks them.
 _CREATED_READS = (
     "id queue stage payload input_ref input_revision dependencies priority max_attempts"
-    " available_at delay odf deadline expires_in dedup"
+    " available_at delay odf deadline expires_in dedup group"
 )
 _CREATED = itemgetter(*map(ENQUEUE_ITEM.index, _CREATED_READS.split()))
 _TERMINAL_B = (b"S", b"F", b"C", b"E")
@@ -102,6 +102,7 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
     att = f.get(b"att")
     dl = f.get(b"dl")
     uq = f.get(b"uq")
+    g = f.get(b"g")
     return _job(
         _text_of(job_id, "utf-8", "replace"),
         _text_of(f[b"q"], "utf-8", "replace"),
@@ -124,6 +125,7 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
         int(f[b"pd"]),
         None if dl is None else int(dl),
         None if uq is None else _text_of(uq, "utf-8", "replace"),
+        None if g is None else _text_of(g, "utf-8", "replace"),
     )
 
 
@@ -237,6 +239,7 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         deadline,
         expires_in,
         dedup,
+        flow_group,
     ) = _CREATED(group)
     at = now + int(delay or 0) if available_at == "" else int(available_at)
     dl = int(deadline) if deadline else (now + int(expires_in) if expires_in else None)
@@ -262,4 +265,5 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         int(pending),
         dl,
         str(dedup) or None,
+        str(flow_group) or None,
     )

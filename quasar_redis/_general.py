@@ -102,6 +102,7 @@ def general_job(reply: Sequence[Any]) -> t.Job:
             pending_dependencies=int(f["pd"]),
             deadline=optional_int(f.get("dl")),
             dedup=text(f["uq"]) if "uq" in f else None,
+            group=text(f["g"]) if "g" in f else None,
         )
     except (KeyError, ValueError) as exc:
         raise CorruptJobError(job_id, f"cannot decode field: {exc}") from None

@@ -216,6 +216,8 @@ class Job:
     #: How it was enqueued with a dedup key, ``"<mode> <window ms> <key>"`` (mode: waiting,
     #: running, finished, throttle or debounce; docs/deduplication.md), or None.
     dedup: str | None = None
+    #: Its flow group (docs/flow-control.md), or None.
+    group: str | None = None
 
     @property
     def payload(self) -> Any:

@@ -180,7 +180,14 @@ class LeaseCalls(BuilderBase):
         return Call(script, args, parse_report_claimed(job_ids, call_id, worker_id, lease_ms))
 
     def release(
-        self, token: t.LeaseToken, worker_id: str, delay_ms: int, now: int | None = None
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        delay_ms: int,
+        now: int | None = None,
+        *,
+        hold_ms: int | None = None,
     ) -> Call[t.JobResult]:
-        args = (now_arg(now), *lease_args(token, worker_id), int_arg(delay_ms))
+        hold = "" if hold_ms is None else int_arg(hold_ms)
+        args = (now_arg(now), *lease_args(token, worker_id), int_arg(delay_ms), hold)
         return self._call("release", args, parse_job_result)

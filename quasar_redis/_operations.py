@@ -18,6 +18,7 @@ from . import _types as t
 from ._calls import Call, CallBuilder, NewJob
 from ._change_operations import ChangeOperations
 from ._dedup import Dedup, OnDuplicate
+from ._flow_calls import FlowOperations
 from ._schedule_calls import ScheduleOperations
 from .errors import QuasarError
 
@@ -42,6 +43,7 @@ class JobOptions(TypedDict, total=False):
     deadline: int | None  # absolute ms: not started by then, it expires (never runs)
     expires_in_ms: int | None  # the deadline, from the server's now
     dedup: Dedup | None  # None: no dedup key (docs/deduplication.md)
+    group: str | None  # None: no flow group (docs/flow-control.md)
 
 
 def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
@@ -56,10 +58,10 @@ def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
     return method
 
 
-class Operations(ChangeOperations, ScheduleOperations):
+class Operations(ChangeOperations, ScheduleOperations, FlowOperations):
     """The call each public method of the clients sends (``self`` is the client); those that
     change a waiting job are ``ChangeOperations``', those of schedules
-    ``ScheduleOperations``'."""
+    ``ScheduleOperations``', those of flow control ``FlowOperations``'."""
 
     calls: CallBuilder
 
@@ -158,10 +160,18 @@ class Operations(ChangeOperations, ScheduleOperations):
         return self.calls.heartbeat(token, worker_id, lease_ms, now)
 
     def release(
-        self, token: t.LeaseToken, worker_id: str, *, delay_ms: int = 0, now: int | None = None
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        *,
+        delay_ms: int = 0,
+        hold_ms: int | None = None,
+        now: int | None = None,
     ) -> Call[t.JobResult]:
-        """Hand the leased job back, Waiting again after ``delay_ms``, without using an attempt."""
-        return self.calls.release(token, worker_id, delay_ms, now)
+        """Hand the leased job back, Waiting again after ``delay_ms``, without using an attempt.
+        ``hold_ms``: and start no job of its group (of its queue, for a job without a group)
+        for that long (docs/flow-control.md)."""
+        return self.calls.release(token, worker_id, delay_ms, now, hold_ms=hold_ms)
 
     def report_many(
         self, worker_id: str, outcomes: Sequence[t.Outcome], *, now: int | None = None

@@ -353,6 +353,9 @@ class Release:
 
     token: LeaseToken
     delay_ms: int = 0
+    #: Hold the job's group (its queue, for a job without a group) this long: no job of it
+    #: starts meanwhile (a task told to slow down: ``RateLimited``). None: no hold.
+    hold_ms: int | None = None
 
 
 Outcome: TypeAlias = Complete | Fail | PermanentFail | Release

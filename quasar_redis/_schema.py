@@ -82,6 +82,8 @@ FIELDS = (
     Field("deadline", "dl", numeric=True),
     # how it was enqueued with a dedup key: "<mode> <window ms> <key>" (lua/include/unique.lua)
     Field("dedup", "uq"),
+    # its flow group: jobs of different groups take turns (lua/include/flow_control.lua)
+    Field("group", "g"),
 )
 #: A field's key by its name.
 KEY = {field.name: field.key for field in FIELDS}
@@ -137,6 +139,7 @@ ENQUEUE_ITEM = (
     "deadline",  # "" = none
     "expires_in",  # "" = none
     "dedup",  # "" or "<mode> <window ms> <key>" (lua/include/unique.lua)
+    "group",  # "" = none (lua/include/flow_control.lua)
 )
 #: The fields of a periodic schedule's hash at ``<root>schedule:<name>`` that the scripts read
 #: (lua/include/schedule.lua ``SCHEDULE_FIELDS``, in order: the rows of ``schedules``), by what

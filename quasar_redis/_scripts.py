@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 #: running jobs or of finished ones whose outcome waits for room; pause and resume add or remove
 #: one set member (an operator stops or restarts a queue in an incident); retire and workers
 #: only delete; change_schedule sets or deletes one field of a schedule, or deletes it (an
-#: operator stops a schedule in an incident). The rest is refused whole, before it writes
+#: operator stops a schedule in an incident); set_limits sets a few fields of a queue's flow (an
+#: operator slows a queue down in an incident). The rest is refused whole, before it writes
 #: anything. Scripts (EVALSHA) carry no flags: a ``#!lua`` line would break them on Redis 6.2 and
 #: fakeredis; there Redis refuses only a script's first write, so reads and prune run on a full
 #: Redis too.
@@ -78,6 +79,8 @@ FLAGS = {
     "retire": "allow-oom",
     "workers": "allow-oom",
     "schedules": "no-writes",
+    "flow": "no-writes",
+    "set_limits": "allow-oom",
     "change_schedule": "allow-oom",
 }
 
@@ -86,9 +89,11 @@ FLAGS = {
 #: reads alone (its shared ending could write, but never does). A command in neither set is
 #: caught by the tests before it ships (tests/test_acl.py), so that the ACL roles
 #: (``quasar_redis.acl``) follow the scripts.
-_READ_NAMES = "EXISTS GET HGET HGETALL HMGET LRANGE SCARD SISMEMBER SMEMBERS SRANDMEMBER TIME TYPE"
+_READ_NAMES = (
+    "EXISTS GET HEXISTS HGET HGETALL HMGET LRANGE SCARD SISMEMBER SMEMBERS SRANDMEMBER TIME TYPE"
+)
 _WRITE_NAMES = "DEL HDEL HINCRBY HSET HSETNX INCRBY LPUSH LTRIM PEXPIRE RENAME RPOP RPUSH SADD SET"
-READS = frozenset(f"{_READ_NAMES} ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZSCORE".split())
+READS = frozenset(f"{_READ_NAMES} HLEN ZCARD ZCOUNT ZRANGE ZRANGEBYSCORE ZRANK ZSCORE".split())
 WRITES = frozenset(f"{_WRITE_NAMES} SPOP SREM XADD ZADD ZREM ZREMRANGEBYSCORE".split())
 
 

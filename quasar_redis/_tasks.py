@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+#: How a task finds a call's flow group: a parameter's name, or a function of the arguments.
+GroupBy = str | Callable[..., Any]
 
 
 def _ms(task: str, what: str, seconds: float | None) -> int | None:
@@ -71,6 +73,8 @@ class EnqueueOptions:
     #: with ``id``: a higher revision than the stored job's replaces its input (a supersede,
     #: docs/lifecycle.md); the same one is the idempotent no-op, a lower one ``StaleRevision``
     input_revision: int = 0
+    #: the job's flow group (docs/flow-control.md); None: the task's ``group_by``, if any
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,8 @@ class Task(Generic[P, R]):
     timeout: float | None = None
     options_: EnqueueOptions = field(default_factory=EnqueueOptions)
     result_ttl: float | None = None  # seconds; None: the namespace-wide prune only
+    #: each call's flow group: a parameter's name, or a function of the call's arguments
+    group_by: GroupBy | None = None
 
     @cached_property
     def is_async(self) -> bool:
@@ -150,7 +156,30 @@ class Task(Generic[P, R]):
             expires_in_ms=_ms(self.name, "expires_in", o.expires_in),
             dedup=self._dedup(args, kwargs, payload, trace),
             input_revision=o.input_revision,
+            group=o.group if o.group is not None else self._group(args, kwargs),
         )
+
+    def _group(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+        """The call's group by the task's ``group_by``: a text or an integer, or
+        ``InvalidTaskCall``."""
+        by = self.group_by
+        if by is None:
+            return None
+        if isinstance(by, str):
+            named = self.call_check.named(args, kwargs)
+            if by not in named:
+                problem = f"group_by names {by!r}, which this call does not give"
+                raise InvalidTaskCall(self.name, t.InvalidJob(problem))
+            value = named[by]
+        else:
+            value = by(*args, **kwargs)
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            problem = f"a group must be a text or an integer, not {value!r}"
+            raise InvalidTaskCall(self.name, t.InvalidJob(problem))
+        group = str(value)
+        if (bad := id_error(group, "group")) is not None:
+            raise InvalidTaskCall(self.name, t.InvalidJob(bad))
+        return group
 
     def _dedup(
         self, args: Sequence[Any], kwargs: dict[str, Any], payload: Any, trace: Any
@@ -205,6 +234,7 @@ class TaskSettings:
     retry: PolicyLike = field(default_factory=Exponential)
     timeout: float | None = None
     result_ttl: float | None = None
+    group_by: GroupBy | None = None
 
     def check(self) -> None:
         """ValueError (or QuasarError for the queue name) for a setting out of range."""
@@ -213,6 +243,10 @@ class TaskSettings:
         if self.result_ttl is not None and not 0 <= self.result_ttl < 10**9:
             raise ValueError("result_ttl must be None or seconds, at least 0")
         check_name(self.queue, "queue")
+        if self.group_by is not None and not (
+            (isinstance(self.group_by, str) and self.group_by) or callable(self.group_by)
+        ):
+            raise ValueError("group_by must be a parameter's name or a function of the call")
 
 
 class TaskRegistry(dict[str, "Task[Any, Any]"]):
@@ -243,6 +277,7 @@ class TaskRegistry(dict[str, "Task[Any, Any]"]):
             as_policy(s.retry),
             s.timeout,
             result_ttl=s.result_ttl,
+            group_by=s.group_by,
         )
         self[stage] = task
         return task

@@ -107,29 +107,30 @@ ROLES: dict[str, Role] = {
         ),
         Role(
             "scheduler",
-            "declares and fires periodic schedules (docs/schedules.md): give it, besides "
-            "worker, to the workers of an app with schedules (firing a tick enqueues a job)",
-            _words("declare_schedule fire_schedule"),
+            "declares and fires periodic schedules (docs/schedules.md) and declares the app's "
+            "queue limits (docs/flow-control.md): give it, besides worker, to the workers of an "
+            "app with schedules or limits (firing a tick enqueues a job)",
+            _words("declare_schedule fire_schedule set_limits"),
             _words("ASKING PING WAIT"),
         ),
         Role(
             "operator",
-            "inspects (get_job, counts, list_jobs, queues, workers, schedules, events), changes "
-            "waiting jobs, cancels, retries, expires, sweeps, promotes, prunes, pauses and resumes "
-            "queues; pauses, resumes and removes schedules; does not enqueue (so not trigger a "
-            "schedule)",
+            "inspects (get_job, counts, list_jobs, queues, workers, schedules, flow, events), "
+            "changes waiting jobs, cancels, retries, expires, sweeps, promotes, prunes, pauses and "
+            "resumes queues, sets their limits; pauses, resumes and removes schedules; does not "
+            "enqueue (so not trigger a schedule)",
             _words(
                 "get_job counts list_jobs change cancel resume_cascades retry expire "
                 "sweep_expired promote_due prune purge pause resume queues workers schedules "
-                "change_schedule"
+                "change_schedule set_limits flow"
             ),
             _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XREAD XREVRANGE"),
         ),
         Role(
             "reader",
-            "reads only (get_job, counts, list_jobs, queues, schedules, events): dashboards and "
-            "monitoring; not workers(), which drops lapsed entries of the registry (a write)",
-            _words("get_job counts list_jobs queues schedules"),
+            "reads only (get_job, counts, list_jobs, queues, schedules, flow, events): dashboards "
+            "and monitoring; not workers(), which drops lapsed entries of the registry (a write)",
+            _words("get_job counts list_jobs queues schedules flow"),
             _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
         ),
     )

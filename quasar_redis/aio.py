@@ -237,6 +237,9 @@ class AsyncQuasar(Coalescing, ClientBase):
     pause_schedule = coroutine(Operations.pause_schedule)
     resume_schedule = coroutine(Operations.resume_schedule)
     remove_schedule = coroutine(Operations.remove_schedule)
+    set_limits = coroutine(Operations.set_limits)
+    set_group_limits = coroutine(Operations.set_group_limits)
+    flow = coroutine(Operations.flow)
 
     # the worker's waits ------------------------------------------------------------------------
 

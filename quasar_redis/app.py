@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _tracing
 from . import _types as t
+from ._app_flow import AppFlow
 from ._app_schedules import Periodic
 from ._base import ClientOptions
 from ._call_codec import CallCodec
@@ -36,7 +37,7 @@ from ._hooks import Hook, Hooks
 from ._keys import check_name
 from ._partitions import check_partitions
 from ._schedules import Schedule
-from ._tasks import EnqueueOptions, Task, TaskRegistry, TaskSettings
+from ._tasks import EnqueueOptions, GroupBy, Task, TaskRegistry, TaskSettings
 from .aio import AsyncQuasar
 from .client import Quasar
 from .errors import JobRefusedError
@@ -50,7 +51,7 @@ R = TypeVar("R")
 M = TypeVar("M")
 
 
-class App(Periodic):
+class App(Periodic, AppFlow):
     """Tasks and clients of one namespace of one Redis.
 
     ``url=None`` takes ``QUASAR_REDIS_URL``, then ``REDIS_URL``, from the environment, and
@@ -95,6 +96,9 @@ class App(Periodic):
         #: The periodic schedules of its tasks, by name (``periodic``, ``schedule``): every worker
         #: of the app declares and fires them (docs/schedules.md).
         self.schedules: dict[str, Schedule] = {}
+        #: The limits of its queues (``limit``), by queue: every worker of the app serving the
+        #: queue sets them as it starts (docs/flow-control.md).
+        self.queue_limits: dict[str, dict[str, Any]] = {}
         self.hooks = Hooks()
         self.clients = Clients(self.connector, self.namespace, self._options)
 
@@ -170,6 +174,7 @@ class App(Periodic):
         retry: PolicyLike = ...,
         timeout: float | None = None,
         result_ttl: float | None = None,
+        group_by: GroupBy | None = None,
     ) -> Task[P, R]: ...
 
     @overload
@@ -186,6 +191,7 @@ class App(Periodic):
         retry: PolicyLike = ...,
         timeout: float | None = None,
         result_ttl: float | None = None,
+        group_by: GroupBy | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -201,15 +207,19 @@ class App(Periodic):
         retry: PolicyLike = Exponential(),  # noqa: B008 - frozen, shared on purpose
         timeout: float | None = None,
         result_ttl: float | None = None,
+        group_by: GroupBy | None = None,
     ) -> Any:
         """Declare a task (``@app.task`` or ``@app.task(queue=..., ...)``).
 
         ``result_ttl``: seconds to keep a job of it once it succeeded (0: drop it at the first
         prune after the 60 s re-send window); None: until the namespace-wide prune.
+        ``group_by``: each call's flow group (docs/flow-control.md): the name of one of the
+        function's parameters, whose argument is the group, or a function of the call's
+        arguments that returns it; ``.options(group=...)`` overrides it per call.
         """
 
         settings = TaskSettings(
-            name, queue, max_attempts, priority, lease_ms, retry, timeout, result_ttl
+            name, queue, max_attempts, priority, lease_ms, retry, timeout, result_ttl, group_by
         )
 
         def declare(f: Callable[P, R]) -> Task[P, R]:

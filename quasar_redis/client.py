@@ -183,6 +183,9 @@ class Quasar(ClientBase):
     pause_schedule = blocking(Operations.pause_schedule)
     resume_schedule = blocking(Operations.resume_schedule)
     remove_schedule = blocking(Operations.remove_schedule)
+    set_limits = blocking(Operations.set_limits)
+    set_group_limits = blocking(Operations.set_group_limits)
+    flow = blocking(Operations.flow)
 
 
 def _packed_sender(client: Any) -> Callable[[Command], Any] | None:

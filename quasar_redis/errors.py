@@ -31,10 +31,12 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
                                                table does not allow: a worker bug
                                                (``quasar_redis.worker``)
 
-Three more are not errors of quasar_redis, so not under ``QuasarError``::
+Four more are not errors of quasar_redis, so not under ``QuasarError``::
 
     Snooze (Exception)                         raised by a task: run it again later, no attempt
                                                used (``quasar_redis.retry``)
+    RateLimited (Snooze)                       ... and start no job of its group (or queue)
+                                               meanwhile: the service said "slow down"
     PermanentFailure (Exception)               raised by a task: fail its job now, no retry
     EvictionPolicyWarning (RuntimeWarning)     a warning: Redis may evict keys and lose jobs
 """

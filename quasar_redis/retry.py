@@ -47,6 +47,25 @@ class Snooze(Exception):
         return (Snooze, (self.delay,))
 
 
+class RateLimited(Snooze):
+    """Raised by a task: the service it calls said "slow down" (an HTTP 429, a quota): run this
+    job again after ``retry_after`` seconds, without using an attempt, and start no other job of
+    its group (of its queue, for a job without a group) before then, across the whole fleet
+    (docs/flow-control.md).
+
+    InvalidArgument (a ValueError) for a delay that is not a finite, positive number."""
+
+    def __init__(self, retry_after: float) -> None:
+        if delay_ms(retry_after, "a retry_after") < 1:
+            raise InvalidArgument(f"retry_after must be at least 1 ms, not {retry_after!r}")
+        Exception.__init__(self, f"rate limited for {retry_after}s")
+        self.delay = retry_after
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[type[Snooze], tuple[float]]:  # from a task's own process
+        return (RateLimited, (self.retry_after,))
+
+
 class PermanentFailure(Exception):
     """Raised by a task: fail this job for good, whatever attempts remain (no retry)."""
 

@@ -229,7 +229,7 @@ def test_a_producer_enqueues_reads_back_and_does_nothing_else(users: Users, kind
         before = snapshot(users.admin, users.namespace)
         refused(lambda: p.claim("default", "w", 10_000), "+del")
         refused(lambda: p.cancel("a"), "+del")
-        refused(lambda: p.counts("default"), "+zcard")
+        refused(lambda: p.counts("default"), "+zcount")
         assert snapshot(users.admin, users.namespace) == before
         # (a refused command inside a call keeps the functions; Redis 6.2 has none: scripts)
         assert p.functions == has_functions(users.admin)
@@ -450,6 +450,14 @@ SCENARIOS: dict[str, Scenario] = {
     "change_schedule": _on(
         lambda a: a.declare_schedule(SCHEDULE, now=1), lambda u, _: u.pause_schedule("sched")
     ),
+    "set_limits": _on(
+        lambda a: a.enqueue("s", id="j", group="g"),
+        lambda u, _: u.set_limits("default", rate="5/s", group_concurrency=1),
+    ),
+    "flow": _on(
+        lambda a: (a.enqueue("s", id="j", group="g"), a.set_limits("default", group_rate="1/s")),
+        lambda u, _: u.flow("default"),
+    ),
     "workers": _on(  # one live, one lapsed long ago (dropped: a write)
         lambda a: a.execute_many(
             [a.calls.announce(ENTRY, 60_000), a.calls.announce(LAPSED, 1_000, now=1)]
@@ -459,7 +467,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 # (not workers, which drops the entry that lapsed)
-READING = ("get_job", "counts", "list_jobs", "queues", "schedules")
+READING = ("get_job", "counts", "list_jobs", "queues", "schedules", "flow")
 CASES = [(op, cmd) for op in names() for cmd in scripts()[op].uses]
 
 
@@ -766,12 +774,17 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
         }
         for role in ROLES.values()
     }
-    lease_calls = {"claim", "claim_job", "complete", "fail", "permanent_fail", "heartbeat"}
+    lease_calls = {"claim_job", "complete", "fail", "permanent_fail", "heartbeat"}
     assert beyond == {
         "producer": {"claim_job", "heartbeat", "release", "retry", "pause", "declare_schedule"},
-        "worker": {"cancel", "change", "retry", "pause", "purge", "change_schedule"},
-        "scheduler": {"change", "claim_job", "enqueue", "heartbeat", "release", "retry", "pause"},
-        "operator": lease_calls
-        | {"release", "report_many", "report_and_claim", "retire", "declare_schedule"},
+        "worker": {
+            *("cancel", "change", "retry", "pause", "purge", "change_schedule"),
+            *("schedules", "workers"),
+        },
+        "scheduler": {
+            *("change", "claim_job", "enqueue", "heartbeat", "release", "retry", "pause"),
+            *("change_schedule", "schedules"),
+        },
+        "operator": lease_calls | {"release", "report_many", "retire", "declare_schedule"},
         "reader": set(),
     }

@@ -293,7 +293,7 @@ def test_the_script_refuses_a_bad_dedup_argument(q: Quasar, arg: str, reason: st
     before = snapshot(q)
     call = q.calls.enqueue(NewJob("s"), T0)
     args = list(call.args)
-    args[-1] = arg  # the last job's last argument: its dedup
+    args[-2] = arg  # the last job's dedup (its group comes after it)
     assert q.execute(type(call)(call.script, tuple(args), call.parse)) == JobRefused(
         InvalidJob(reason)
     )

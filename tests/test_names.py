@@ -32,6 +32,7 @@ SHARES = {
     "pause_schedule": "change_schedule",  # change_schedule's three actions, one method each
     "resume_schedule": "change_schedule",
     "remove_schedule": "change_schedule",
+    "set_group_limits": "set_limits",  # the limits of one group of the queue, not its own
     "update_input": "change",  # change of the input alone
     "change_priority": "change",  # change of the priority alone
     "reschedule": "change",  # change of the time alone
@@ -51,6 +52,7 @@ SAMPLES: dict[str, Any] = {
     "job": NewJob("s"),
     "jobs": [NewJob("s")],
     "queue": "default",
+    "group": "g",
     "worker_id": "w",
     "lease_ms": 1000,
     "limit": 1,

@@ -149,6 +149,7 @@ def test_the_call_builders_send_each_item_in_the_declared_order() -> None:
         9,
         "cancel",
         dedup=Throttle("key-1", 5),
+        group="group-1",
     )
     group = _job_group(job)
     assert not isinstance(group, t.InvalidJob)
@@ -169,6 +170,7 @@ def test_the_call_builders_send_each_item_in_the_declared_order() -> None:
         "deadline": "",
         "expires_in": "",
         "dedup": "throttle 5 key-1",
+        "group": "group-1",
     }
     token = t.LeaseToken("j", 1, "w", 2, 3, "n")
     sent = dict(zip(_schema.TOKEN, ("j", "1", "w", "2", "3", "n"), strict=True))
@@ -178,6 +180,7 @@ def test_the_call_builders_send_each_item_in_the_declared_order() -> None:
         t.Fail(token, "r", 7, "K", "tb"): ("fail", "r", "7", "K", "tb"),
         t.PermanentFail(token, "r", "K", "tb"): ("permanent_fail", "r", "", "K", "tb"),
         t.Release(token, 9): ("release", "9", "", "", ""),
+        t.Release(token, 9, 4): ("release", "9", "4", "", ""),
     }
     for outcome, (call, a, b, k, d) in outcomes.items():
         item = _args.outcome_group(outcome)

@@ -1,6 +1,6 @@
 -- call.lua: what every call goes through: run_call, call records, its ending (finish).
 
--- uses: core, checks, index, events
+-- uses: core, checks, index, events, flow_control
 local CALL_TTL_TEXT, clock, int, invalid = Core.CALL_TTL_TEXT, Core.clock, Core.int, Core.invalid
 local key_call, key_cascades, key_paused = Core.key_call, Core.key_cascades, Core.key_paused
 local key_q, key_queues, NAME_MAX, NONE = Core.key_q, Core.key_queues, Core.NAME_MAX, Core.NONE
@@ -8,6 +8,7 @@ local pcall_typed = Core.pcall_typed
 local check_queue, check_types = Checks.check_queue, Checks.check_types
 local valid_name = Checks.valid_name
 local flush_index = Index.flush_index
+local flush_flow = FlowControl.flush_flow
 local flush_events, WAKE_KEEP, WAKE_MAX = Events.flush_events, Events.WAKE_KEEP, Events.WAKE_MAX
 
 -- The record of this call if it was applied before (see "Re-sent calls" above), or nil. A key of
@@ -38,6 +39,7 @@ end
 -- re-sent call, the first delivery did and it is not done yet.
 local function finish(ctx, reply)
   flush_index(ctx)
+  flush_flow(ctx)
   flush_events(ctx)
   local cs = ctx.cascade
   if cs and not cs.step and (cs.deferred or (cs.resent
@@ -147,6 +149,7 @@ local function run_call(keys, args, main, uses)
     -- made at their first use (many calls need none of them):
     int_ok = nil, at_bytes = nil, event_runs = nil, index = nil, index_keys = nil, woken = nil,
     written_again = nil, -- (enqueue.lua: the sequence written again, once)
+    flows = nil, -- (flow.lua: groups that got ready jobs, leases begun and ended)
   }
   return finish(ctx, main(ctx))
 end

@@ -1,12 +1,14 @@
 -- job.lua: a job hash read, checked, replied and moved between states (its indexes kept).
 
--- uses: core, checks, index, events
+-- uses: core, checks, index, events, flow_control
 local key_job, key_q, NAME_MAX, NONE = Core.key_job, Core.key_q, Core.NAME_MAX, Core.NONE
 local num, pcall_typed, refuse, SMALL_NUM = Core.num, Core.pcall_typed, Core.refuse, Core.SMALL_NUM
 local split = Core.split
 local valid_name = Checks.valid_name
 local zadd, zrem = Index.zadd, Index.zrem
 local emit, wake = Events.emit, Events.wake
+local leases_changed, ready_add, ready_rem = FlowControl.leases_changed, FlowControl.ready_add, FlowControl.ready_rem
+local grouped_waiting, ready_score = FlowControl.grouped_waiting, FlowControl.ready_score
 
 local DEFAULTS = {rv = "0", a = "0", f = "0", pd = "0", dp = "", ir = "inline", odf = "block",
   pr = "0", m = "3", q = "default"}
@@ -209,15 +211,16 @@ local function unplace(ctx, id, h, member)
     if blocked(h) then
       zrem(ctx, key_q(ctx, q, "blocked"), id)
     elseif member then
-      zrem(ctx, key_q(ctx, q, "ready"), member)
+      ready_rem(ctx, q, h, member)
     else
       member = ready_member(ctx, id, h)
-      zrem(ctx, key_q(ctx, q, "ready"), member)
+      ready_rem(ctx, q, h, member)
       zrem(ctx, key_q(ctx, q, "delayed"), id)
       zrem(ctx, key_q(ctx, q, "delayed_pr"), member)
     end
   elseif h.st == "L" then
     zrem(ctx, key_q(ctx, q, "leased"), id)
+    leases_changed(ctx, q, h, -1)
   else
     zrem(ctx, key_q(ctx, q, FINISHED[h.st]), id)
   end
@@ -229,17 +232,19 @@ local function place(ctx, id, h, now)
   if awaits_deadline(h) then zadd(ctx, key_q(ctx, q, "deadlines"), h.dl, id) end
   if h.st == "W" or h.st == "R" then
     if h.st == "R" then zadd(ctx, key_q(ctx, q, "retrying"), h.at, id) end
+    if h.g and (blocked(h) or tonumber(h.at) > now) then grouped_waiting(ctx, q) end
     if blocked(h) then
       zadd(ctx, key_q(ctx, q, "blocked"), h.at, id)
     elseif tonumber(h.at) <= now then
-      zadd(ctx, key_q(ctx, q, "ready"), h.pr, ready_member(ctx, id, h))
+      ready_add(ctx, q, h, ready_member(ctx, id, h))
       wake(ctx, q)
     else
       zadd(ctx, key_q(ctx, q, "delayed"), h.at, id)
-      zadd(ctx, key_q(ctx, q, "delayed_pr"), h.pr, ready_member(ctx, id, h))
+      zadd(ctx, key_q(ctx, q, "delayed_pr"), ready_score(ctx, h), ready_member(ctx, id, h))
     end
   elseif h.st == "L" then
     zadd(ctx, key_q(ctx, q, "leased"), h.x, id)
+    leases_changed(ctx, q, h, 1)
   else
     zadd(ctx, key_q(ctx, q, FINISHED[h.st]), h.fin, id)
   end

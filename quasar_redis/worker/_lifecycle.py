@@ -27,7 +27,7 @@ from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
 from ._processes import ProcessPool, leave_if_bootstrapping
 from ._serving import Serving
-from ._startup import announce, check_eviction, check_settings, connect
+from ._startup import announce, check_eviction, check_settings, connect, declare_limits
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -151,6 +151,7 @@ class Worker:
         processes = self._process_pool()
         await connect(self.app, self.connect_timeout, self._stopping)
         await check_eviction(self.app, self.allow_eviction or self.app.allow_eviction)
+        await declare_limits(self.app, self.queues, self.worker_id)
         self.context = WorkerContext(self.worker_id, self.app, tuple(self.queues), self.concurrency)
         token = serving.set(self.context)
         try:

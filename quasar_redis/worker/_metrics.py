@@ -27,6 +27,7 @@ OUTCOME_LABELS = {
     OutcomeKind.RETRYING: "retried",
     OutcomeKind.FAILED_PERMANENTLY: "failed",
     OutcomeKind.SNOOZED: "snoozed",
+    OutcomeKind.RATE_LIMITED: "rate_limited",
     OutcomeKind.HANDED_BACK: "handed_back",
 }
 

@@ -15,7 +15,7 @@ from .._args import MAX_PAYLOAD_BYTES
 from .._codec import Encoded
 from ..app import Task
 from ..errors import InvalidArgument
-from ..retry import Snooze, delay_ms
+from ..retry import RateLimited, Snooze, delay_ms
 from ..serializers import MSGPACK, name_of
 from ._lease import Build
 
@@ -43,6 +43,7 @@ class OutcomeKind(enum.Enum):
     RETRYING = "retrying"  # (known from Redis's answer only)
     FAILED_PERMANENTLY = "failed permanently"
     SNOOZED = "snoozed"
+    RATE_LIMITED = "rate limited"  # a snooze that holds the job's group (or queue) too
     HANDED_BACK = "handed back"
 
 
@@ -133,6 +134,8 @@ def snoozed(snooze: Snooze) -> Outcome:
         ms = delay_ms(snooze.delay, "a snooze delay")
     except (InvalidArgument, AttributeError) as error:
         return worker_error("a snooze", error)
+    if isinstance(snooze, RateLimited):
+        return Outcome(OutcomeKind.RATE_LIMITED, lambda tok: t.Release(tok, ms, max(ms, 1)), ms)
     return release(ms, OutcomeKind.SNOOZED)
 
 
@@ -226,6 +229,7 @@ _STATUS_OF: dict[OutcomeKind, tuple[t.Status, str]] = {
     OutcomeKind.RETRYING: (t.Status.RETRYABLE, "retry in {delay}"),
     OutcomeKind.FAILED_PERMANENTLY: (t.Status.DISCARDED, "failed permanently"),
     OutcomeKind.SNOOZED: (t.Status.AVAILABLE, "snoozed"),
+    OutcomeKind.RATE_LIMITED: (t.Status.AVAILABLE, "rate limited"),
     OutcomeKind.HANDED_BACK: (t.Status.AVAILABLE, "handed back"),
 }
 
@@ -248,7 +252,7 @@ def count(stats: WorkerStats, kind: OutcomeKind) -> None:
         stats.completed += 1
     elif kind is OutcomeKind.RETRYING:
         stats.retried += 1
-    elif kind is OutcomeKind.SNOOZED:
+    elif kind is OutcomeKind.SNOOZED or kind is OutcomeKind.RATE_LIMITED:
         stats.snoozed += 1
     elif kind is OutcomeKind.HANDED_BACK:
         stats.handed_back += 1

@@ -19,10 +19,12 @@ import redis.exceptions as rex
 
 from .._urls import check_url, redact_text, where
 from ..errors import (
+    AccessDenied,
     AuthenticationError,
     ConfigurationError,
     InvalidArgument,
     PermissionDenied,
+    QuasarError,
     RedisUnavailable,
 )
 from ._claiming import access_denied, pause
@@ -138,6 +140,33 @@ async def check_eviction(app: App, allowed: bool) -> None:
         "silently (docs/guarantees.md): set maxmemory-policy noeviction, or accept it with "
         "Worker(allow_eviction=True), App(allow_eviction=True) or quasar worker --allow-eviction"
     )
+
+
+async def declare_limits(app: App, queues: Sequence[str], worker_id: str) -> None:
+    """Set the limits the app declares (``App.limit``) of the queues served, in Redis. A user
+    without the scheduler role may not (said once: the jobs still run, under the limits Redis
+    holds); any other failure is a warning, and the worker starts."""
+    for queue in queues:
+        declared = app.queue_limits.get(queue)
+        if not declared:
+            continue
+        try:
+            await app.aclient().set_limits(queue, declare=True, **declared)
+        except AccessDenied as exc:
+            log.error(
+                "worker %s: its Redis user may not set the app's queue limits (the scheduler "
+                "role, docs/security.md): %s",
+                worker_id,
+                redact_text(str(exc)),
+            )
+            return
+        except (QuasarError, rex.RedisError, OSError) as exc:
+            log.warning(
+                "worker %s: the limits of queue %r were not set: %s",
+                worker_id,
+                queue,
+                redact_text(str(exc)),
+            )
 
 
 def _refused(exc: BaseException, url: str) -> None:
