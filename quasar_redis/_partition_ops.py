@@ -18,12 +18,17 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from . import _types as t
 from ._call_base import Call, Limits, new_call_id
 from ._calls import CallBuilder
+from ._flow import KEEP, CapArg, FlowInfo, RateArg
+from ._flow_calls import GROUPS_LISTED, limit_pairs
 from ._keys import KeySpace
 from ._operator_calls import status_arg
 from ._partitions import (
     Rank,
+    cap_shares,
+    group_partition,
     listing,
     merge_cascades,
+    merge_flows,
     merge_listings,
     merge_queues,
     merge_sweeps,
@@ -32,8 +37,10 @@ from ._partitions import (
     page_shares,
     partition_of,
     ranked,
+    rate_shares,
     sum_counts,
 )
+from .errors import QuasarError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -70,6 +77,18 @@ def spread(script_of: Call[Any], run: Callable[[Any], Flow[T]]) -> Call[T]:
 def early(script_of: Call[Any], result: T) -> Call[T]:
     """A call answered without Redis."""
     return Call(script_of.script, (), _unsent, result)
+
+
+def _kept(parse: Callable[[Any], T]) -> Callable[[Any], T | QuasarError]:
+    """``parse``, giving back the refusal it raises."""
+
+    def parse_kept(reply: Any) -> T | QuasarError:
+        try:
+            return parse(reply)
+        except QuasarError as exc:
+            return exc
+
+    return parse_kept
 
 
 def keys_of(calls: CallBuilder, job_id: str | None = None) -> KeySpace:
@@ -263,3 +282,102 @@ class PartitionOps(CallBuilder):
         self, k: int, queue: str, status: t.Status | str, at: str | None, n: int, now: int | None
     ) -> Call[t.JobPage]:
         return self._at(k, lambda b: b.page_jobs(queue, status, at or None, n, now))
+
+    # flow control --------------------------------------------------------------------------------
+
+    def _group_at(self, group: object) -> int:
+        """The partition of the flow group ``group`` (0 for what is no group: the call refuses
+        it before anything is sent)."""
+        if isinstance(group, str) and group:
+            return group_partition(group, self.count)
+        return 0
+
+    def set_limits(
+        self,
+        queue: str,
+        *,
+        rate: RateArg = KEEP,
+        concurrency: CapArg = KEEP,
+        group_rate: RateArg = KEEP,
+        group_concurrency: CapArg = KEEP,
+        declare: bool = False,
+        now: int | None = None,
+    ) -> Call[int]:
+        """The limits on every partition, in one pipeline: each its share of the queue's rate
+        and cap (``rate_shares``, ``cap_shares``), the group defaults as they are. The queue is
+        known when any partition knows it: the partitions that do not are sent the call again,
+        declaring it. Values refused raise before anything is sent; a refusal of every partition
+        raises as one partition's does; the server's time is the latest partition's."""
+        limit_pairs(
+            False,
+            rate=rate,
+            concurrency=concurrency,
+            group_rate=group_rate,
+            group_concurrency=group_concurrency,
+        )
+        rates, caps = rate_shares(rate, self.count), cap_shares(concurrency, self.count)
+
+        def part(k: int, declared: bool) -> Call[int | QuasarError]:
+            def build(b: CallBuilder) -> Call[int | QuasarError]:
+                call = b.set_limits(
+                    queue,
+                    rate=rates[k],
+                    concurrency=caps[k],
+                    group_rate=group_rate,
+                    group_concurrency=group_concurrency,
+                    declare=declared,
+                    now=now,
+                )
+                return Call(call.script, call.args, _kept(call.parse))
+
+            return self._at(k, build)
+
+        def run(client: Any) -> Flow[int]:
+            got = yield from client._sending_many([part(k, declare) for k in range(self.count)])
+            missing = [k for k, result in enumerate(got) if isinstance(result, QuasarError)]
+            if missing and len(missing) < self.count:  # (known to the namespace: declared)
+                again = yield from client._sending_many([part(k, True) for k in missing])
+                for k, result in zip(missing, again, strict=True):
+                    got[k] = result
+            for result in got:
+                if isinstance(result, QuasarError):
+                    raise result
+            latest: int = max(got)
+            return latest
+
+        return spread(part(0, declare), run)
+
+    def set_group_limits(
+        self,
+        queue: str,
+        group: str,
+        *,
+        rate: RateArg = KEEP,
+        concurrency: CapArg = KEEP,
+        now: int | None = None,
+    ) -> Call[int]:
+        """On the group's partition, where its jobs and its flow are."""
+        return self._at(
+            self._group_at(group),
+            lambda b: b.set_group_limits(queue, group, rate=rate, concurrency=concurrency, now=now),
+        )
+
+    def flow(
+        self,
+        queue: str,
+        *,
+        groups: int = GROUPS_LISTED,
+        group: str | None = None,
+        now: int | None = None,
+    ) -> Call[FlowInfo]:
+        """Every partition's flow of ``queue`` in one pipeline, merged (``merge_flows``: the
+        limits as set for the namespace); or ``group``'s, on its partition."""
+        if group is not None:
+            return self._at(
+                self._group_at(group),
+                lambda b: b.flow(queue, groups=groups, group=group, now=now),
+            )
+        return self._fan(
+            lambda b: b.flow(queue, groups=groups, now=now),
+            lambda infos: merge_flows(infos, groups, self.count),
+        )

@@ -12,6 +12,9 @@ Routing is a pure function of a job's id, so any client finds a job without a lo
 - Any other id is in partition ``crc32(id) mod P`` (zlib's CRC-32 of its UTF-8 bytes).
 - A flow key puts a job in partition ``crc32(flow) mod P``, the partition of a job whose id is
   the flow key itself; its dependencies must be there too (``CrossPartition`` otherwise).
+- A job's flow group is its flow key when it has none: every job of a group is in one partition,
+  where the group's turns, rates, cap and holds are kept whole. A job with both names them in
+  one partition (``CrossPartition``, naming the group, otherwise).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from . import _types as t
 from ._args import Arg, int_arg
 from ._call_base import NewJob, dependency_id
 from ._dedup import dedup_key
+from ._flow import KEEP, WINDOW_MAX_MS, FlowInfo, GroupFlow, Rate
 from ._ids import id_error
 from ._keys import KeySpace
 from ._replies import parse_jobs
@@ -101,28 +105,54 @@ def partition_of(job_id: object, count: int) -> int:
     return hashed(job_id, count)
 
 
+def group_of(job: NewJob) -> Any:
+    """``job``'s flow group, None for none (an empty group is none, as the enqueue takes it)."""
+    group: Any = job.group
+    return None if group is None or group in ("", b"") else group
+
+
+def group_partition(group: str | bytes, count: int) -> int:
+    """The partition of ``count`` that holds every job of the flow group ``group`` (and its
+    flow state: its turns, rates, cap and holds): the partition of that flow key."""
+    return hashed(group if isinstance(group, str) else group.decode(), count)
+
+
+def _flow_target(flow: Any, group: Any, count: int) -> int | t.JobError | None:
+    """The partition a job's flow key names, or without one its group's (None: neither), or
+    why not: a key that is no id, a group of another partition than the flow key's."""
+    for key, what in ((flow, "flow"), (group, "group")):
+        bad = None if key is None else id_error(key, what)
+        if bad is not None:
+            return t.InvalidJob(bad)
+    if flow is None:
+        return None if group is None else group_partition(group, count)
+    target = hashed(flow if isinstance(flow, str) else flow.decode(), count)
+    if group is not None and group_partition(group, count) != target:
+        name = group if isinstance(group, str) else group.decode()
+        return t.CrossPartition(name, group_partition(group, count), target)
+    return target
+
+
 def placement(job: NewJob, count: int) -> int | t.JobError | None:
     """The partition ``job`` goes to (None: any, its id made there), or why it cannot go
-    anywhere: a flow key that is no id (``InvalidJob``), an id or a dependency of another
-    partition than its flow's or its first dependency's (``CrossPartition``). Ids that are no
-    ids are left to the call to refuse. A job with none of them but a dedup key goes where its
-    key hashes, so that the jobs of one key meet in one partition."""
-    flow: Any = job.flow
+    anywhere: a flow key or a group that is no id (``InvalidJob``), a group of another
+    partition than its flow key's, an id or a dependency of another partition than its flow
+    key's (its group's, without one) or its first dependency's (``CrossPartition``). Ids that
+    are no ids are left to the call to refuse. A job with none of them but a dedup key goes
+    where its key hashes, so that the jobs of one key meet in one partition."""
     named = [dependency_id(d) for d in job.dependencies]
     if job.id is not None:
         named.insert(0, job.id)
     named = [n for n in named if id_error(n) is None]
-    if flow is not None:
-        bad = id_error(flow, "flow")
-        if bad is not None:
-            return t.InvalidJob(bad)
-        target = hashed(flow if isinstance(flow, str) else flow.decode(), count)
-    elif named:
+    target = _flow_target(job.flow, group_of(job), count)
+    if not isinstance(target, int | None):
+        return target
+    if target is None and named:
         target = partition_of(named[0], count)
-    elif job.dedup is not None:
+    elif target is None and job.dedup is not None:
         key = dedup_key(job)
         return None if key is None else hashed(key, count)
-    else:
+    elif target is None:
         return None
     for name in named:
         where = partition_of(name, count)
@@ -208,6 +238,93 @@ def in_order(
         for i, item in zip(place, got, strict=True):
             out[i] = item
     return out
+
+
+# --- flow control over partitions ---------------------------------------------------------------
+#
+# A queue's rate and cap are shared out among the partitions (each claims on its own): a
+# partition's rate is the queue's limit over a window P times longer, with its share of the
+# burst; its cap its share of the cap, at least 1. The queue's group defaults go to every
+# partition as they are: a group lives in one (docs/scaling.md "Flow control on partitions").
+
+
+def split(total: int, count: int) -> list[int]:
+    """``total`` shared among ``count`` as evenly as it goes: the first ``total mod count``
+    get one more."""
+    return [total // count + (1 if k < total % count else 0) for k in range(count)]
+
+
+def rate_shares(rate: Any, count: int) -> list[Any]:
+    """Each partition's share of a queue's rate argument (a ``Rate``, its text, or what is no
+    rate, given as it is to each: ``KEEP``, None, or what the call refuses). ``InvalidArgument``
+    for a window that, ``count`` times longer, is past the longest (7 days)."""
+    if isinstance(rate, str):
+        rate = Rate.parse(rate)
+    if not isinstance(rate, Rate):
+        return [rate] * count
+    window = rate.window_ms * count
+    if window > WINDOW_MAX_MS:
+        raise InvalidArgument(
+            f"a rate's window must be at most 7 days / {count} on a namespace of {count}"
+            f" partitions (each takes the rate over a window {count} times longer): got {rate}"
+        )
+    return [Rate(rate.limit, window / 1000, burst) for burst in split(rate.burst, count)]
+
+
+def cap_shares(cap: Any, count: int) -> list[Any]:
+    """Each partition's share of a queue's cap (at least 1 each); anything else as it is."""
+    if cap is KEEP or cap is None or isinstance(cap, bool) or not isinstance(cap, int):
+        return [cap] * count
+    return [max(1, share) for share in split(cap, count)]
+
+
+def fleet_rate(rates: Sequence[Rate | None], count: int) -> Rate | None:
+    """A queue's rate over the namespace, from its partitions' shares: the limit over the
+    partitions' window / P, the bursts summed (a partition's own rate, when they hold no
+    shares a client of ``count`` partitions set)."""
+    given = [r for r in rates if r is not None]
+    if not given:
+        return None
+    first = given[0]
+    try:
+        return Rate(first.limit, first.window_ms / count / 1000, sum(r.burst for r in given))
+    except InvalidArgument:
+        return first
+
+
+def _interleaved(lists: Sequence[Sequence[GroupFlow]]) -> list[GroupFlow]:
+    """The first of each list, then the second of each, and so on."""
+    rounds = itertools.zip_longest(*lists)
+    return [g for row in rounds for g in row if g is not None]
+
+
+def merge_flows(infos: Sequence[FlowInfo], groups: object, count: int) -> FlowInfo:
+    """A queue's flow over every partition: the limits as set for the namespace, leased and
+    ready jobs and groups summed, ``next_at`` the soonest (None when a partition's rate lets a
+    job start now), and at most ``groups`` groups of each kind: those in turn a partition after
+    the other, those waiting by the end of their wait, those full as they come."""
+    most = _script_int(groups) or 0
+    of = [[g for info in infos for g in info.groups if g.state == s] for s in ("wait", "full")]
+    turn = _interleaved([[g for g in info.groups if g.state == "turn"] for info in infos])
+    waiting = sorted(of[0], key=lambda g: g.until or 0)
+    caps = [i.concurrency for i in infos if i.concurrency is not None]
+    next_at = [i.next_at for i in infos]
+    first = infos[0]
+    return FlowInfo(
+        first.queue,
+        max(i.now for i in infos),
+        fleet_rate([i.rate for i in infos], count),
+        sum(caps) if caps else None,
+        first.group_rate,
+        first.group_concurrency,
+        sum(i.leased for i in infos),
+        sum(i.ready_ungrouped for i in infos),
+        None if None in next_at else min(n for n in next_at if n is not None),
+        sum(i.groups_in_turn for i in infos),
+        sum(i.groups_waiting for i in infos),
+        sum(i.groups_full for i in infos),
+        tuple(turn[:most] + waiting[:most] + of[1][:most]),
+    )
 
 
 # --- pages by cursor over partitions ------------------------------------------------------------
