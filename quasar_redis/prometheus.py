@@ -6,13 +6,21 @@ dashboard's ``/metrics``. Names and labels:
 - ``quasar_queue_jobs{queue, status}`` (gauge): jobs of each queue by status, and
   ``quasar_queue_paused{queue}`` (1 or 0). Read with one ``queues()`` call, kept for
   ``DEPTH_MAX_AGE_S`` so that scrapers never cost more than one call a second. Both places.
+- On the dashboard's endpoint, each queue's flow control (docs/flow-control.md), one series a
+  queue (never one a group): ``quasar_queue_rate_limit_per_second{queue}`` and
+  ``quasar_queue_concurrency_limit{queue}`` (its limits, for a queue that has them),
+  ``quasar_queue_group_rate_limit_per_second{queue}`` and
+  ``quasar_queue_group_concurrency_limit{queue}`` (its groups' default), and
+  ``quasar_queue_leased_jobs{queue}`` and ``quasar_queue_groups{queue, state}`` (gauges; state:
+  turn, wait, full: groups taking turns, held by their rate or a hold, at their cap).
 - ``quasar_worker_running_jobs{worker}`` and ``quasar_worker_free_slots{worker}`` (gauges): the
   worker's own on its endpoint; every live worker of the namespace (from the worker registry)
   on the dashboard's.
 - On the worker's endpoint only, its own counts since it started (sum them over workers in
   PromQL): ``quasar_jobs_total{queue, task, outcome}`` (outcome: completed, retried, failed,
-  snoozed, handed_back), ``quasar_job_latency_seconds{queue, task}`` (histogram: enqueue to the
-  claim of the first attempt), ``quasar_job_run_seconds{queue, task}`` (histogram),
+  snoozed, rate_limited: a ``RateLimited`` raised, handed_back),
+  ``quasar_job_latency_seconds{queue, task}`` (histogram: enqueue to the claim of the first
+  attempt), ``quasar_job_run_seconds{queue, task}`` (histogram),
   ``quasar_leases_lost_total{queue, reason}`` (a heartbeat or outcome refused: ``StaleLease``
   when another worker took the job over or it was cancelled, ``LeaseExpired``...) and
   ``quasar_leases_expired_total`` (run-out leases its maintenance recovered, any worker's).
@@ -43,6 +51,7 @@ except ImportError as exc:  # pragma: no cover (the extra is in the test depende
     raise ImportError(f"Prometheus metrics need prometheus-client: {INSTALL_HINT}") from exc
 
 if TYPE_CHECKING:
+    from ._flow import FlowInfo
     from .client import Quasar
     from .worker import Worker
     from .worker._metrics import MetricsSnapshot
@@ -53,6 +62,7 @@ __all__ = [
     "DepthCache",
     "MetricsServer",
     "depth_families",
+    "flow_families",
     "generate_latest",
     "registry_of",
     "serve_worker_metrics",
@@ -79,6 +89,48 @@ def depth_families(queues: Sequence[Any]) -> list[Metric]:
     return [jobs, paused]
 
 
+#: The states of a queue's groups that ``quasar_queue_groups`` counts.
+GROUP_STATES = ("turn", "wait", "full")
+
+
+def flow_families(flows: Sequence[FlowInfo]) -> list[Metric]:
+    """Each queue's limits, leased jobs and groups by state (``Quasar.flow``): series per queue
+    and state only, so as many as the queues whatever the number of groups."""
+    core = _core
+
+    def gauge(name: str, text: str) -> Any:
+        return core.GaugeMetricFamily(name, text, labels=["queue"])
+
+    rate = gauge("quasar_queue_rate_limit_per_second", "The queue's rate: jobs started a second.")
+    cap = gauge("quasar_queue_concurrency_limit", "The queue's cap on leased jobs.")
+    group_rate = gauge(
+        "quasar_queue_group_rate_limit_per_second",
+        "Each group's rate unless it has its own: jobs started a second.",
+    )
+    group_cap = gauge(
+        "quasar_queue_group_concurrency_limit", "Each group's cap unless it has its own."
+    )
+    leased = gauge("quasar_queue_leased_jobs", "The queue's leased jobs (its cap counts them).")
+    groups = core.GaugeMetricFamily(
+        "quasar_queue_groups",
+        "The queue's groups with ready jobs: taking turns, waiting on their rate, at their cap.",
+        labels=["queue", "state"],
+    )
+    for info in flows:
+        name = info.queue
+        for family, limit in ((rate, info.rate), (group_rate, info.group_rate)):
+            if limit is not None:
+                family.add_metric([name], limit.limit / limit.per)
+        for family, count in ((cap, info.concurrency), (group_cap, info.group_concurrency)):
+            if count is not None:
+                family.add_metric([name], count)
+        leased.add_metric([name], info.leased)
+        counts = (info.groups_in_turn, info.groups_waiting, info.groups_full)
+        for state, n in zip(GROUP_STATES, counts, strict=True):
+            groups.add_metric([name, state], n)
+    return [rate, cap, group_rate, group_cap, leased, groups]
+
+
 def slot_families(workers: Iterable[tuple[str, int, int]]) -> list[Metric]:
     """``quasar_worker_running_jobs`` and ``quasar_worker_free_slots`` of ``(worker id, running,
     concurrency)`` triples (``_views.slots_of``)."""
@@ -100,7 +152,7 @@ def worker_families(snapshot: MetricsSnapshot) -> list[Metric]:
     core = _core
     outcomes = core.CounterMetricFamily(
         "quasar_jobs",
-        "Runs by outcome (completed, retried, failed, snoozed, handed_back).",
+        "Runs by outcome (completed, retried, failed, snoozed, rate_limited, handed_back).",
         labels=["queue", "task", "outcome"],
     )
     for (queue, task, outcome), n in sorted(snapshot.outcomes.items()):

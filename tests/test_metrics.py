@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from quasar_redis import App, AsyncQuasar, Status, Worker, current_job
+from quasar_redis import App, AsyncQuasar, RateLimited, Status, Worker, current_job
 from quasar_redis import _rolling as rolling
 from quasar_redis.dashboard import create_app
 from quasar_redis.prometheus import serve_worker_metrics
@@ -284,3 +284,38 @@ def test_a_stopping_worker_writes_what_it_counted_last(app: App) -> None:
         )
         # (the round at start may already have written the first outcomes: no check here)
     assert totals(app, "completed") == OK and totals(app, "failed") == BAD
+
+
+def test_a_rate_limited_run_is_counted_on_the_worker_endpoint(app: App) -> None:
+    """A task that raises ``RateLimited`` runs again later without using an attempt: its first
+    run shows as outcome ``rate_limited`` of ``quasar_jobs_total``, its second as completed."""
+    runs: list[int] = []
+
+    def calls_out() -> str:
+        runs.append(current_job().job.attempt)
+        if len(runs) == 1:
+            raise RateLimited(0.05)
+        return "sent"
+
+    task = app.task(calls_out, name="calls_out", queue="mail")
+    port = free_port()
+    with worker_of(app) as worker:
+        server = serve_worker_metrics(worker, port, "127.0.0.1")
+        try:
+            handle = task.enqueue()
+            url = f"http://127.0.0.1:{port}/metrics"
+
+            def counted() -> dict[str, Any] | None:
+                found = scrape(url)
+                done = total(found, "completed") == 1 and total(found, "rate_limited") == 1
+                return found if done else None
+
+            found = wait_for(counted, 30, "the rate-limited run and the completed one counted")
+        finally:
+            server.close()
+    labels = {"queue": "mail", "task": "calls_out"}
+    name = "quasar_jobs_total"
+    assert sample(found, "quasar_jobs", name, outcome="rate_limited", **labels) == 1
+    assert sample(found, "quasar_jobs", name, outcome="completed", **labels) == 1
+    assert "rate_limited" in found["quasar_jobs"].documentation
+    assert app.client.get_job(handle.id).job.attempt == 1  # type: ignore[union-attr]

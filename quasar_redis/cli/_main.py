@@ -7,7 +7,7 @@
   queues are empty; ``--reload``: restarted on a code change).
 - ``quasar events``: print (and follow) a namespace's event stream.
 - ``quasar queues``, ``info``, ``jobs``, ``job``, ``retry``, ``cancel``, ``promote``, ``purge``,
-  ``pause``, ``resume``, ``workers``, ``schedules``: the operator commands (``ops``;
+  ``pause``, ``resume``, ``workers``, ``schedules``, ``limits``: the operator commands (``ops``;
   docs/operations.md).
 
 ``--redis-url`` defaults to ``QUASAR_REDIS_URL``, then ``REDIS_URL``; without either ``demo`` and
@@ -69,4 +69,4 @@ def main() -> None:
 
 for command in (acl, demo, example, worker, events, dashboard):
     main.add_command(command)
-ops.register(main)  # queues, info, jobs, job, retry, cancel, promote, purge, pause, resume, ...
+ops.register(main)  # queues, info, jobs, job, retry, cancel, promote, purge, pause, limits, ...

@@ -22,11 +22,11 @@ from .. import _reading as reading
 from .. import _types as t
 from .._keys import NAME_RE, check_name
 from .._reading import arun
-from .._schedules import Fired, NotFired
 from .._views import slots_of
 from ..aio import AsyncQuasar
-from ..errors import AccessDenied, InvalidArgument, PermissionDenied, QuasarError
+from ..errors import InvalidArgument, QuasarError
 from . import _data as data
+from ._actions import ACTIONS, LIMIT_ACTIONS, Actions, limits_asked, plausible_id, refusal
 from ._security import COOKIE, FIELD, BasicAuth, cross_site_reason, parse_credentials, token_of
 
 HERE = Path(__file__).parent
@@ -40,35 +40,6 @@ SECURITY_HEADERS = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "same-origin",
     "cache-control": "no-store",
-}
-#: Each action: what it acts on ("job", "queue" or "schedule"), and its confirmation's words.
-ACTIONS = {
-    "retry": ("job", "Retry job {target}: run it again, with one more attempt allowed?"),
-    "cancel": ("job", "Cancel job {target} and every job that depends on it?"),
-    "promote": ("job", "Run job {target} now, rather than at its scheduled time?"),
-    "retry-all": ("queue", "Retry every failed job of queue {target}?"),
-    "purge": ("queue", "Delete every {status} job of queue {target}, for good?"),
-    "pause": ("queue", "Pause queue {target}: workers lease none of its jobs until resumed?"),
-    "resume": ("queue", "Resume queue {target}?"),
-    "pause-schedule": (
-        "schedule",
-        "Pause schedule {target}: none of its ticks fires until resumed (a trigger still does)?",
-    ),
-    "resume-schedule": (
-        "schedule",
-        "Resume schedule {target}: its ticks fire again, those missed as its setting says?",
-    ),
-    "trigger-schedule": ("schedule", "Enqueue the job of schedule {target} now (its ticks stay)?"),
-    "remove-schedule": (
-        "schedule",
-        "Remove schedule {target}? A worker that still declares it writes it again.",
-    ),
-}
-#: The schedule actions that ``change_schedule`` makes, by their change.
-SCHEDULE_CHANGES = {
-    "pause-schedule": "pause",
-    "resume-schedule": "resume",
-    "remove-schedule": "remove",
 }
 NOTICES = {
     "retried": "Job retried.",
@@ -86,6 +57,7 @@ NOTICES = {
     "schedule-triggered": "Schedule triggered: job {job} enqueued.",
     "schedule-removed": "Schedule removed.",
     "schedule-missing": "No schedule with that name (it may have been removed).",
+    "limits-set": "Limits set: every worker's next claim follows them.",
     "denied": (
         "Not allowed: the dashboard's Redis user lacks a permission this action needs "
         "({grant}); docs/security.md lists each role's."
@@ -140,7 +112,7 @@ def create_app(
     return app
 
 
-class Dashboard:
+class Dashboard(Actions):
     """The state of one dashboard: its client, its templates and its settings."""
 
     def __init__(
@@ -166,6 +138,8 @@ class Dashboard:
         )
         self.templates.filters["q"] = lambda s: quote(str(s), safe="")
         self.templates.filters["readable"] = t.readable_time
+        self.templates.filters["limit"] = data.limit_text
+        self.templates.filters["own"] = data.own_text
 
     @property
     def client(self) -> AsyncQuasar:
@@ -274,7 +248,7 @@ class Dashboard:
         params = request.query_params
         wanted = params.get("id", "").strip()
         if wanted:
-            info = await self.client.get_job(wanted) if _plausible_id(wanted) else None
+            info = await self.client.get_job(wanted) if plausible_id(wanted) else None
             if info is not None:
                 return RedirectResponse(self._url(request, f"/jobs/{quote(wanted, safe='')}"), 303)
         status = _status(params.get("status", "available"))
@@ -294,7 +268,7 @@ class Dashboard:
 
     async def job(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
         job_id = request.path_params["job_id"]
-        page = await data.job_page(self.client, job_id) if _plausible_id(job_id) else None
+        page = await data.job_page(self.client, job_id) if plausible_id(job_id) else None
         if page is None:
             return _missing("No job with that id (it may have been pruned).")
         return "job.html", {
@@ -326,13 +300,27 @@ class Dashboard:
             return _missing("Only completed, discarded, cancelled and expired jobs can be deleted.")
         if what == "schedule" and not NAME_RE.match(target):
             return _missing("No such schedule.")
+        extra: list[tuple[str, str]] = []
+        changes = ""
+        group = request.query_params.get("group", "")
+        if action in LIMIT_ACTIONS:
+            if not NAME_RE.match(target):
+                return _missing("No such queue.")
+            made = limits_asked(action, dict(request.query_params))
+            if isinstance(made, Response):
+                return made
+            changes = data.change_words(made, LIMIT_ACTIONS[action])
+            names = data.GROUP_LIMITS if LIMIT_ACTIONS[action] else data.QUEUE_LIMITS
+            extra = [(n, request.query_params.get(n, "").strip()) for n in names]
+            extra += [("group", group)] if LIMIT_ACTIONS[action] else []
         return "confirm.html", {
             "title": "Confirm",
             "action": action,
             "what": what,
             "target": target,
             "status": status if action == "purge" else "",
-            "question": words.format(target=target, status=status),
+            "extra": extra,
+            "question": words.format(target=target, status=status, changes=changes, group=group),
             "back": _back(what, target),
         }
 
@@ -357,7 +345,9 @@ class Dashboard:
             return refusal(str(exc), 501)
         infos = await self.queue_infos()
         workers = await arun(self.client, reading.workers(self.client.calls))
-        families = prometheus.depth_families(infos) + prometheus.slot_families(slots_of(workers))
+        flows = await data.flows(self.client, [info.name for info in infos])
+        families = prometheus.depth_families(infos) + prometheus.flow_families(flows)
+        families += prometheus.slot_families(slots_of(workers))
         body = prometheus.generate_latest(prometheus.registry_of(lambda: families))
         return Response(body, headers={"content-type": prometheus.CONTENT_TYPE_LATEST})
 
@@ -380,7 +370,7 @@ class Dashboard:
         target = form.get(what, "")
         if what == "queue" and not NAME_RE.match(target):
             return refusal("No such queue.", 400)
-        if what == "job" and not _plausible_id(target):
+        if what == "job" and not plausible_id(target):
             return refusal("No such job.", 400)
         if what == "schedule" and not NAME_RE.match(target):
             return refusal("No such schedule.", 400)
@@ -388,71 +378,19 @@ class Dashboard:
         if action == "purge" and status not in PURGEABLE:
             msg = "Only completed, discarded, cancelled and expired jobs can be deleted."
             return refusal(msg, 400)
-        try:
-            notice = await self._apply(action, target, status)
-        except AccessDenied as exc:  # (checked before any write: nothing changed)
-            grant = exc.permission if isinstance(exc, PermissionDenied) else None
-            notice = {"done": "denied", "grant": f"grant {grant}" if grant else ""}
+        made = await self._acting(action, target, status, form)
+        if isinstance(made, Response):
+            return made
         self._infos = (-float("inf"), [])
         path = _back(what, target)
-        return RedirectResponse(self._url(request, path) + "?" + urlencode(notice), 303)
-
-    async def _apply(self, action: str, target: str, status: str) -> dict[str, str]:
-        client = self.client
-        if ACTIONS[action][0] == "schedule":
-            return await self._apply_to_schedule(action, target)
-        if action == "retry":
-            return _outcome(
-                await client.retry(target, reason="retried from the dashboard"), "retried"
-            )
-        if action == "cancel":
-            result = await client.cancel(target, reason="cancelled from the dashboard")
-            if isinstance(result, t.CancelApplied):
-                return {"done": "cancelled", "n": str(len(result.cascaded))}
-            return _outcome(result, "cancelled")
-        if action == "promote":
-            return _outcome(await client.promote(target), "promoted")
-        if action == "retry-all":
-            return {"done": "retried-all", "n": str(await data.retry_all_failed(client, target))}
-        if action == "purge":
-            return {"done": "purged", "n": str(await data.purge(client, target, t.Status(status)))}
-        if action == "pause":
-            return {"done": "paused" if await client.pause(target) else "unchanged"}
-        return {"done": "resumed" if await client.resume(target) else "unchanged"}
-
-    async def _apply_to_schedule(self, action: str, name: str) -> dict[str, str]:
-        """What ``quasar schedules pause|resume|remove|trigger`` does; a schedule removed since
-        the page was shown is told as such, not as an error."""
-        if action == "trigger-schedule":
-            fired = await self.client.trigger_schedule(name)
-            if isinstance(fired, Fired):
-                return {"done": "schedule-triggered", "job": fired.job_id}
-            if isinstance(fired, NotFired) and fired.reason == "missing":
-                return {"done": "schedule-missing"}
-            return {"done": "refused", "why": getattr(fired, "reason", "skipped")}
-        change = SCHEDULE_CHANGES[action]
-        try:
-            changed = await self.client.change_schedule(name, change)
-        except InvalidArgument:  # (name and change are valid: the schedule does not exist)
-            return {"done": "schedule-missing"}
-        return {"done": f"schedule-{change}d" if changed else "unchanged"}
+        return RedirectResponse(self._url(request, path) + "?" + urlencode(made), 303)
 
     def _url(self, request: Request, path: str) -> str:
         return str(request.scope.get("root_path", "")) + path
 
 
-def refusal(text: str, status: int = 403) -> Response:
-    return Response(text + "\n", status_code=status, media_type="text/plain; charset=utf-8")
-
-
 def _missing(text: str) -> Response:
     return refusal(text, 404)
-
-
-def _outcome(result: Any, done: str) -> dict[str, str]:
-    if isinstance(result, t.JobRefused):
-        return {"done": "refused", "why": type(result.error).__name__}
-    return {"done": done}
 
 
 def _notice(params: Any) -> str:
@@ -465,7 +403,7 @@ def _notice(params: Any) -> str:
         n=count if count.isdigit() else "0",
         why=why or "unknown",
         grant=grant or "Redis did not say which",
-        job=job if _plausible_id(job) else "?",
+        job=job if plausible_id(job) else "?",
     )
 
 
@@ -481,10 +419,3 @@ def _status(value: str) -> t.Status | None:
         return t.Status(value)
     except ValueError:
         return None
-
-
-def _plausible_id(job_id: str) -> bool:
-    """An id a job can have (no whitespace or control characters, at most 256 bytes)."""
-    return 0 < len(job_id.encode("utf-8", "replace")) <= 256 and not any(
-        c.isspace() or ord(c) < 32 or ord(c) == 127 for c in job_id
-    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pprint
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,13 +16,16 @@ from .. import _rolling as rolling
 from .. import _types as t
 from .. import _views as views
 from .._codec import unpack
+from .._flow import UNLIMITED, FlowInfo, Rate, cap_value
 from .._reading import arun
 from ..aio import AsyncQuasar
+from ..errors import InvalidArgument
 
 SHOWN_MAX = 20_000  # characters of a payload or result shown; the rest is cut
 LINKED_MAX = 100  # dependencies and dependents shown with their status
 EVENTS_SHOWN = 200
 PAGE_SIZE = 50
+GROUPS_SHOWN = 20  # groups of each kind (in turn, waiting, full) on a queue's page
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,13 @@ class QueuePage:
     jobs: tuple[t.Job, ...]
     next_cursor: str | None
     events: tuple[views.Event, ...]  # the queue's pauses and resumes
+    flow: FlowInfo  # its limits and groups
+    held: tuple[str, ...]  # what holds it back now, in words
+
+    @property
+    def grouped(self) -> bool:
+        """Whether a job of the page has a group (the list then shows a column of them)."""
+        return any(job.group is not None for job in self.jobs)
 
 
 async def queue_page(
@@ -157,11 +167,93 @@ async def queue_page(
     info = next((i for i in await queue_infos(client) if i.name == queue), None)
     if info is None:
         return None
-    page, events = await asyncio.gather(
+    page, events, flow = await asyncio.gather(
         client.page_jobs(queue, status, after=after, limit=PAGE_SIZE),
         arun(client, reading.queue_events(client.calls, queue, EVENTS_SHOWN)),
+        client.flow(queue, groups=GROUPS_SHOWN),
     )
-    return QueuePage(info, status, page.jobs, page.next_cursor, tuple(events))
+    held = tuple(held_back(flow))
+    return QueuePage(info, status, page.jobs, page.next_cursor, tuple(events), flow, held)
+
+
+# --- flow control -------------------------------------------------------------------------------
+
+#: The limits a queue's form sets, and a group's (the names ``set_limits`` takes).
+QUEUE_LIMITS = ("rate", "concurrency", "group_rate", "group_concurrency")
+GROUP_LIMITS = ("rate", "concurrency")
+CLEAR = ("none", "-")
+NO_LIMIT = "unlimited"
+
+
+def held_back(info: FlowInfo) -> list[str]:
+    """What holds the queue back now, in words (none: nothing does)."""
+    held = []
+    if info.concurrency is not None and info.leased >= info.concurrency:
+        held.append(f"its concurrency cap ({info.leased}/{info.concurrency} leased)")
+    if info.next_at is not None:
+        held.append(f"its rate, until {t.readable_time(info.next_at)}")
+    stuck = info.groups_in_turn == 0 and info.ready_ungrouped == 0
+    if stuck and (info.groups_waiting or info.groups_full):
+        held.append("every group with ready jobs waits on its rate or is at its cap")
+    return held
+
+
+async def flows(client: AsyncQuasar, queues: Sequence[str]) -> list[FlowInfo]:
+    """The limits and group counts of each of ``queues`` (no group listed), for /metrics."""
+    return list(await asyncio.gather(*(client.flow(queue, groups=0) for queue in queues)))
+
+
+def limit_text(value: Any) -> str:
+    """A limit for people: "none" when there is none."""
+    return "none" if value is None else str(value)
+
+
+def own_text(value: Any) -> str:
+    """A group's own limit for people: its queue's "default", "unlimited", or the limit."""
+    if value is None:
+        return "default"
+    return NO_LIMIT if value is UNLIMITED else str(value)
+
+
+def limit_changes(form: Mapping[str, str], group: bool) -> dict[str, Any]:
+    """The limits a form sets, as ``set_limits`` (``set_group_limits`` when ``group``) takes
+    them: a blank field leaves its limit as it is, "none" (or "-") removes it, "unlimited" is
+    a group's no limit at all. ``InvalidArgument`` for any other value that is not a limit, or
+    for a form that sets nothing."""
+    changes: dict[str, Any] = {}
+    for name in GROUP_LIMITS if group else QUEUE_LIMITS:
+        value = form.get(name, "").strip()
+        word, label = value.lower(), name.replace("_", " ")
+        if not value:
+            continue
+        if word in CLEAR:
+            changes[name] = None
+        elif word == NO_LIMIT:
+            if not group:
+                raise InvalidArgument(
+                    f"{label}: 'unlimited' is a group's own limit; 'none' removes the queue's"
+                )
+            changes[name] = UNLIMITED
+        elif "rate" in name:
+            changes[name] = Rate.parse(value)
+        elif word.isdigit():
+            cap_value(int(word), label, group)  # (InvalidArgument out of range)
+            changes[name] = int(word)
+        else:
+            raise InvalidArgument(f"{label} must be a whole number, 'none' or blank, not {value!r}")
+    if not changes:
+        raise InvalidArgument("no limit given: fill in at least one field")
+    return changes
+
+
+def change_words(changes: Mapping[str, Any], group: bool) -> str:
+    """``limit_changes``' result for the confirmation: "rate 10/s, concurrency removed"."""
+    cleared = "back to the queue's default" if group else "removed"
+    words = []
+    for name, value in changes.items():
+        shown = cleared if value is None else own_text(value)
+        words.append(f"{name.replace('_', ' ')} {shown}")
+    return ", ".join(words)
 
 
 # --- a job --------------------------------------------------------------------------------------
@@ -202,6 +294,7 @@ def job_fields(job: t.Job, now: int) -> list[tuple[str, str]]:
         ("state", type(state).__name__),
         ("attempt", f"{job.attempt} of {job.max_attempts}"),
         ("priority", str(job.priority)),
+        *([("group", job.group)] if job.group is not None else []),
         ("enqueued at", when(job.inserted_at)),
         ("last attempt at", when(job.attempted_at)),
         ("finished at", when(job.completed_at)),

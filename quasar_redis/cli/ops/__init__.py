@@ -1,6 +1,7 @@
 """The operator commands of ``quasar``: look at queues, jobs and workers; retry, cancel, promote,
-purge, pause and resume; list and change periodic schedules; move a tagged namespace's keys to
-their current layout (``register`` adds them to the ``quasar`` group)."""
+purge, pause and resume; list and change periodic schedules; show and set a queue's flow
+control limits; move a tagged namespace's keys to their current layout (``register`` adds them
+to the ``quasar`` group)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import click
 from ._bulk import cancel, promote, purge, retry
 from ._fleet import info, pause, queues, resume, workers
 from ._jobs import job, jobs
+from ._limits import limits
 from ._migrate import migrate_keys_command
 from ._schedules import schedules
 
@@ -25,6 +27,7 @@ COMMANDS = (
     resume,
     workers,
     schedules,
+    limits,
     migrate_keys_command,
 )
 

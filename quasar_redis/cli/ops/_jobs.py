@@ -80,7 +80,9 @@ def jobs(
             op.emit_json({"queue": queue, "jobs": rows, "next_cursor": listing.next_cursor})
             return
         table = Table(box=None)
-        for name in ("id", "status", "task", "attempt", "priority", "enqueued"):
+        grouped = any(row["group"] is not None for row in rows)
+        names = ("id", "status", "task", "attempt", "priority", "group", "enqueued")
+        for name in names if grouped else tuple(n for n in names if n != "group"):
             table.add_column(name, no_wrap=True)
         table.add_column("last error", overflow="fold")
         for row in rows:
@@ -90,6 +92,7 @@ def jobs(
                 row["task"],
                 f"{row['attempt']}/{row['max_attempts']}",
                 str(row["priority"]),
+                *([Text(row["group"] or "-")] if grouped else []),
                 row["inserted_at"],
                 Text(row["error"] or ""),
             )
@@ -139,6 +142,7 @@ def _print_job(op: Operator, d: dict[str, Any]) -> None:
         ("state", f"{d['state']['name']}({state})"),
         ("attempt", f"{d['attempt']} of {d['max_attempts']}"),
         ("priority", str(d["priority"])),
+        *([("group", d["group"])] if d["group"] is not None else []),
         ("fence", str(d["fencing_version"])),
         ("enqueued", d["inserted_at"]),
         ("last started", d["attempted_at"] or "-"),
