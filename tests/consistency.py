@@ -8,6 +8,13 @@ The rules are docs/redis-layout.md's invariants: a Waiting job is in exactly one
 maybe in ``expiring`` too); a Waiting job never started with a deadline in ``deadlines`` too; all
 of its own queue's. And ``seq`` is at least every job's ``sq``,
 so that no two jobs can get one sequence number.
+
+A queue's flow (lua/include/flow_control.lua) is checked too (``flow_problems``): ``gactive``
+holds each group's leased jobs; a grouped job in ``ready`` (and ``delayed_pr``) is scored its
+priority + ``GROUPED`` and is in its group's ``gready`` (scored its priority), which holds no
+other; and every group with ready jobs is in exactly one of ``groups``, ``gwait`` and ``gfull``
+(a group joins them at the end of the call that gave it a ready job: a check between calls
+finds it there).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 from quasar_redis._keys import QUEUE_SETS, KeySpace
 
 READY_PREFIX = 11  # a ready member: available_at (6 bytes) and seq (5), then the id
+GROUPED = 10_000_000  # lua/include/flow_control.lua: added to a grouped job's priority in ready
 
 #: The indexes each state puts a job in: every set of ``required``, and exactly one of ``one_of``
 #: (when it names any), and maybe the ``optional`` ones.
@@ -49,15 +57,16 @@ class Report:
     dangling: list[str] = field(default_factory=list)  # an index entry naming no job hash
     damaged: list[str] = field(default_factory=list)  # a job hash without a known state or sq
     seq_behind: bool = False  # ``seq`` below some job's ``sq``
+    flow: list[str] = field(default_factory=list)  # a queue's flow keys out of step (see above)
 
     @property
     def ok(self) -> bool:
         problems = (self.orphans, self.duplicates, self.misplaced, self.dangling, self.damaged)
-        return not any(problems) and not self.seq_behind
+        return not any(problems) and not self.seq_behind and not self.flow
 
     def __str__(self) -> str:
         parts = [f"{self.jobs} jobs {self.states}"]
-        for name in ("orphans", "duplicates", "misplaced", "dangling", "damaged"):
+        for name in ("orphans", "duplicates", "misplaced", "dangling", "damaged", "flow"):
             found = getattr(self, name)
             if found:
                 parts.append(f"{len(found)} {name} (e.g. {sorted(found)[:5]})")
@@ -116,7 +125,8 @@ def check(client: Any, namespace: str) -> Report:
     root = space.root
     job_keys = _keys(client, f"{root}job:*")
     queue_keys = _keys(client, f"{root}q:*")
-    queues = {k.decode()[len(root) + 2 :].rsplit(":", 1)[0] for k in queue_keys}
+    # (a queue's name holds no ":"; its keys are q:<queue>:<what>, and q:<queue>:gready:<group>)
+    queues = {k.decode()[len(root) + 2 :].split(":", 1)[0] for k in queue_keys}
     queues |= {q.decode() for q in client.smembers(space.queues)}
     where = _indexed(client, space, queues)
     report = Report()
@@ -136,4 +146,72 @@ def check(client: Any, namespace: str) -> Report:
     report.dangling = sorted(set(where) - ids)
     report.states = dict(sorted(states.items()))
     report.seq_behind = int(client.get(space.seq) or 0) < top_sq
+    for queue in sorted(queues):
+        report.flow += flow_problems(client, space, queue)
     return report
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
+def _flow_ready(
+    client: Any, space: KeySpace, queue: str, problems: list[str]
+) -> dict[str, dict[bytes, float]]:
+    """Each group's ready jobs (member -> priority), as the job hashes say; a job scored
+    otherwise than its hash says in ready or delayed_pr is a problem."""
+    root = f"{space.root}q:{queue}:"
+    ready: dict[str, dict[bytes, float]] = defaultdict(dict)
+    for index in ("ready", "delayed_pr"):
+        for member, score in client.zrange(f"{root}{index}", 0, -1, withscores=True):
+            job = member[READY_PREFIX:].decode()
+            g, pr = (_text(v) for v in client.hmget(f"{space.root}job:{job}", "g", "pr"))
+            want = float(pr or 0) + (GROUPED if g else 0)
+            if score != want:
+                problems.append(f"{queue}: {job} scored {score} in {index}, not {want}")
+            if g and index == "ready":
+                ready[g][member] = float(pr or 0)
+    return ready
+
+
+def _leased_by_group(client: Any, space: KeySpace, queue: str) -> dict[str, int]:
+    leased: dict[str, int] = defaultdict(int)
+    for job in client.zrange(f"{space.root}q:{queue}:leased", 0, -1):
+        g = _text(client.hget(f"{space.root}job:{job.decode()}", "g"))
+        if g:
+            leased[g] += 1
+    return dict(leased)
+
+
+def flow_problems(
+    client: Any, space: KeySpace, queue: str, groups: set[str] | None = None
+) -> list[str]:
+    """What is out of step in the flow keys of ``queue`` (see the module's text), as sentences.
+    ``groups``: the groups to look at besides those the keys name (None: found by a scan)."""
+    root = f"{space.root}q:{queue}:"
+    problems: list[str] = []
+    named: set[str] = set(groups or ())
+    if groups is None:
+        named |= {k.decode()[len(root) + 7 :] for k in _keys(client, f"{root}gready:*")}
+    turns = {g.decode() for g in client.zrange(f"{root}groups", 0, -1)}
+    waits = {g.decode() for g in client.zrange(f"{root}gwait", 0, -1)}
+    full = {g.decode() for g in client.smembers(f"{root}gfull")}
+    active = {g.decode(): int(n) for g, n in client.hgetall(f"{root}gactive").items()}
+    named |= turns | waits | full | set(active)
+    ready = _flow_ready(client, space, queue, problems)
+    leased = _leased_by_group(client, space, queue)
+    counted = client.hexists(f"{root}flow", "counts")  # (a group cap was set: leases counted)
+    if (active != leased) if counted else active:
+        problems.append(f"{queue}: gactive {active}, leased jobs by group {leased}")
+    for g in sorted(named | set(ready)):
+        mine = dict(client.zrange(f"{root}gready:{g}", 0, -1, withscores=True))
+        if mine != ready.get(g, {}):
+            problems.append(f"{queue}: gready:{g} {sorted(mine)}, ready {sorted(ready.get(g, {}))}")
+        places = [
+            name
+            for name, held in (("groups", turns), ("gwait", waits), ("gfull", full))
+            if g in held
+        ]
+        if len(places) > 1 or (ready.get(g) and not places):
+            problems.append(f"{queue}: group {g} with {len(ready.get(g, {}))} ready in {places}")
+    return problems

@@ -13,6 +13,14 @@ cancellations, and claim by queue's maintenance (it first promotes due jobs and 
 leases of its queue, even when it then finds nothing to claim), and dedup keys
 (docs/deduplication.md: unique, throttle and debounce, and batches that skip duplicate ids).
 
+Flow control (docs/flow-control.md, lua/include/flow_control.lua) is modelled exactly, not by
+its invariants: jobs with a group, each queue's flow (its limits, its rate's arrival time, the
+turns of its groups and of its jobs without a group, the groups waiting on a rate or a hold and
+those held at their cap, each group's own limits and rate), and claim by queue as lua/claim.lua
+makes it (best first without a flow; the queue's cap and rate cutting the claim when no grouped
+job is ready; else turn by turn, ties by group name), with the bookkeeping each call does at its
+end (``Model.call``).
+
 Nothing here talks to Redis. Results are the client's own typed values (``quasar_redis._types``),
 so a test compares them with ``==``. Two things the model cannot know are supplied by the test:
 
@@ -25,9 +33,13 @@ so a test compares them with ``==``. Two things the model cannot know are suppli
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import wraps
+from typing import Any, TypeVar, cast
 
 from quasar_redis import _types as t
 from quasar_redis._call_base import KEEP, JobChange
@@ -46,6 +58,12 @@ WAITING_STATES = (t.Waiting, t.RetryWaiting)
 
 #: lua/include/core.lua CALL_TTL_MS: prune keeps every job finished more recently than this.
 RESEND_WINDOW_MS = 60_000
+#: lua/include/flow_control.lua: added to a grouped job's priority in ready.
+GROUPED = 10_000_000
+#: lua/claim.lua: entries a claim drops (or turns that lease nothing), at most; gwait entries a
+#: claim brings back, at most.
+REPAIR_MAX = 100
+MAINTENANCE = 100
 
 
 @dataclass
@@ -83,6 +101,8 @@ class ModelJob:
     deadline: int | None = None
     #: How it was enqueued with a dedup key (``Job.dedup``).
     dedup: str | None = None
+    #: Its flow group (None: the queue's jobs without a group).
+    group: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -131,6 +151,7 @@ class ModelJob:
             pending_dependencies=self.pending,
             deadline=self.deadline,
             dedup=self.dedup,
+            group=self.group,
         )
 
     def past_deadline(self, now: int) -> bool:
@@ -168,6 +189,97 @@ class _Cascade:
 
     jobs: list[ModelJob] = field(default_factory=list)
     reasons: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class ModelFlow:
+    """A queue's flow (lua/include/flow_control.lua): its limits as stored (``""``: none), and
+    the state of its turns, rates and holds. Times of rates are in µs, as the scripts keep them.
+    """
+
+    rate: str = ""
+    cap: str = ""
+    grate: str = ""
+    gcap: str = ""
+    #: The queue rate's arrival time (None: no ``tat`` field).
+    tat: int | None = None
+    turn: int = 0
+    #: The turn of the queue's jobs without a group (None: no ``uturn`` field).
+    uturn: int | None = None
+    groups: dict[str, int] = field(default_factory=dict)
+    gwait: dict[str, int] = field(default_factory=dict)
+    gfull: set[str] = field(default_factory=set)
+    #: A group's own limits: (rate, cap), each "" (the default), "none" or a value.
+    glimits: dict[str, tuple[str, str]] = field(default_factory=dict)
+    gtat: dict[str, int] = field(default_factory=dict)
+    #: A hold of the queue: its end (ms; 0: none); of its groups: each one's end (ms).
+    hold: int = 0
+    ghold: dict[str, int] = field(default_factory=dict)
+    holds: bool = False  #: a group was ever held (claims read the groups' holds)
+    counts: bool = False  #: its groups' leases are counted (a group cap was ever set)
+
+    def fields(self) -> dict[str, str]:
+        """The flow hash as Redis holds it."""
+        out = {"turn": str(self.turn)}
+        for name in ("rate", "cap", "grate", "gcap"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        if self.tat is not None:
+            out["tat"] = str(self.tat)
+        if self.uturn is not None:
+            out["uturn"] = str(self.uturn)
+        if self.hold:
+            out["hold"] = str(self.hold)
+        if self.holds:
+            out["holds"] = "1"
+        if self.counts:
+            out["counts"] = "1"
+        return out
+
+    def group_limits(self, group: str) -> tuple[str, int | None]:
+        """A group's rate spec and cap: its own over the queue's defaults for its groups."""
+        rate, cap = self.grate, self.gcap
+        own_rate, own_cap = self.glimits.get(group, ("", ""))
+        rate = own_rate or rate
+        cap = own_cap or cap
+        return rate, (int(cap) if cap and cap != "none" else None)
+
+    def join(self, group: str) -> None:
+        """The group takes turns at the current turn, unless it waits or is held at its cap."""
+        if group not in self.gwait and group not in self.gfull:
+            self.groups.setdefault(group, self.turn)
+
+    def head(self) -> tuple[str, int] | None:
+        """The group whose turn comes first: lowest turn, then name (a zset's order)."""
+        if not self.groups:
+            return None
+        name = min(self.groups, key=lambda g: (self.groups[g], g.encode()))
+        return name, self.groups[name]
+
+
+def rate_of(spec: str) -> tuple[int, int] | None:
+    """A rate "<n> <window ms> <burst>": its interval and tolerance (µs), or None."""
+    if spec in ("", "none"):
+        return None
+    n, window, burst = (int(x) for x in spec.split())
+    interval = math.ceil(window * 1000 / n)
+    return interval, burst * interval + max(0, 1000 - interval)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def one_call(method: F) -> F:
+    """A transition method that is one script call: the flow's bookkeeping of the call's end
+    (groups that got ready jobs join the turns; a group whose lease ended leaves gfull) runs
+    once, when the outermost such method returns."""
+
+    @wraps(method)
+    def wrapper(self: Model, *args: Any, **kwargs: Any) -> Any:
+        with self.call():
+            return method(self, *args, **kwargs)
+
+    return cast(F, wrapper)
 
 
 def _new_job_error(spec: NewJob) -> t.InvalidJob | None:
@@ -306,6 +418,81 @@ class Model:
         self.keys: dict[str, str] = {}
         #: Cascaded cancellations whose reason may name any of several dependencies.
         self.reason_choices: dict[str, frozenset[str]] = {}
+        #: Each queue's flow, once it has one (a limit, a hold, or a grouped job made ready).
+        self.flows: dict[str, ModelFlow] = {}
+        #: The queues the namespace knows (its ``queues`` set): some job was written to them.
+        self.known_queues: set[str] = set()
+        #: The call in progress (see ``call``): its depth, the groups that got ready jobs, and
+        #: the leased jobs per (queue, group) at its start.
+        self._depth = 0
+        self._touched: dict[str, set[str]] = {}
+        self._leased_before: Counter[tuple[str, str]] = Counter()
+        #: How the last claim by queue went (for the test's statistics): its path, and what
+        #: held back a turn ("cap", "rate", "gcap", "grate": a group's rate or a hold).
+        self.claim_path: str = ""
+        self.held_by: set[str] = set()
+
+    # --- flow: the bookkeeping of a call ----------------------------------------------------------
+
+    def leased_by_group(self) -> Counter[tuple[str, str]]:
+        return Counter(
+            (j.queue, j.group)
+            for j in self.jobs.values()
+            if j.group is not None and isinstance(j.state, t.Leased)
+        )
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """One script call: at its end (lua/include/flow_control.lua's flush_flow) the groups
+        that got ready jobs join the turns of their queue (which has a flow from then on), and
+        a group held at its cap whose leased jobs went down takes turns again."""
+        if self._depth == 0:
+            self._touched = {}
+            self._leased_before = self.leased_by_group()
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._flush()
+
+    def _flush(self) -> None:
+        for queue, groups in self._touched.items():
+            flow = self.flows.setdefault(queue, ModelFlow())
+            for group in groups:
+                flow.join(group)
+        self._touched = {}
+        after = self.leased_by_group()
+        for key in set(after) | set(self._leased_before):
+            queue, group = key
+            held = self.flows.get(queue)
+            if after[key] < self._leased_before[key] and held and group in held.gfull:
+                held.gfull.discard(group)
+                held.groups.setdefault(group, held.turn)
+
+    def _made_ready(self, job: ModelJob) -> None:
+        if job.group is not None:
+            self._touched.setdefault(job.queue, set()).add(job.group)
+
+    def group_active(self, queue: str, group: str) -> int:
+        return sum(
+            1
+            for j in self.jobs.values()
+            if j.queue == queue and j.group == group and isinstance(j.state, t.Leased)
+        )
+
+    def leased_count(self, queue: str) -> int:
+        return sum(
+            1 for j in self.jobs.values() if j.queue == queue and isinstance(j.state, t.Leased)
+        )
+
+    def ready_jobs(self, queue: str, group: str | None) -> list[ModelJob]:
+        """The queue's ready jobs of ``group`` (None: those without a group), in claim order."""
+        jobs = [
+            j for j in self.jobs.values() if j.queue == queue and j.in_ready and j.group == group
+        ]
+        return sorted(jobs, key=lambda j: (j.priority, j.available_at, j.seq))
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -319,6 +506,10 @@ class Model:
     def _place(self, job: ModelJob, now: int) -> None:
         """Index a waiting job for claiming: ready when due and unblocked, else not."""
         job.in_ready = job.waiting and job.pending == 0 and job.available_at <= now
+        if job.in_ready:
+            self._made_ready(job)
+        elif job.waiting and job.group is not None:  # (its queue has a flow from then on)
+            self._touched.setdefault(job.queue, set())
 
     def claimable(self, job: ModelJob, now: int) -> bool:
         return (
@@ -560,6 +751,10 @@ class Model:
         deadline = _deadline(spec, now, at)
         if isinstance(deadline, t.InvalidJob):
             return deadline
+        if spec.group is not None and " " in spec.group:
+            return t.InvalidJob(
+                "group must not contain whitespace, control or format characters (U+0020)"
+            )
         deps = _dependency_ids(spec)
         twice = _listed_twice(deps)
         if twice is not None:
@@ -593,8 +788,10 @@ class Model:
             state=t.Waiting(at),
             deadline=deadline,
             dedup=_dedup_text(spec),
+            group=spec.group or None,
         )
 
+    @one_call
     def enqueue_many(
         self,
         specs: Sequence[NewJob],
@@ -677,6 +874,7 @@ class Model:
             job.seq = self.seq
             job.dependency_seqs = tuple(self.jobs[d].seq for d in job.dependencies)
             self.jobs[job.id] = job
+            self.known_queues.add(job.queue)
             self._place(job, now)
         for spec in specs:
             key = None if spec.dedup is None else spec.dedup.key
@@ -691,12 +889,14 @@ class Model:
         job.state = t.Waiting(at)
         self._place(job, now)
 
+    @one_call
     def enqueue(self, spec: NewJob, now: int, taken: dict[str, str] | None = None) -> t.JobResult:
         result = self.enqueue_many([spec], now, taken=taken)
         if isinstance(result, t.BatchApplied):
             return t.JobApplied(result.jobs[0], bool(result.deduplicated))
         return t.JobRefused(result.error)
 
+    @one_call
     def enqueue_each(self, specs: Sequence[NewJob], now: int) -> list[t.JobResult]:
         """Many jobs in one call, each on its own: a refused one does not stop the others (the
         first job of the call with a dedup key holds it for the later ones)."""
@@ -713,9 +913,11 @@ class Model:
                 continue
             if job.available_at <= now:
                 job.in_ready = True
+                self._made_ready(job)
                 moved += 1
         return moved
 
+    @one_call
     def promote(self, now: int) -> int:
         """Every queue's due jobs enter the claim index (the promote script, unbounded)."""
         return sum(self.promote_queue(queue, now) for queue in self.queues())
@@ -746,19 +948,45 @@ class Model:
         later = [at for at in times if at > now]
         return min(later) if later else None
 
+    @one_call
     def claim_many(
         self, queue: str, worker_id: str, lease_ms: int, limit: int, now: int
     ) -> t.ClaimsResult:
-        """Claim by queue: maintenance of the queue first, then the best ``limit`` jobs; one past
-        its deadline met on the way is expired instead, and the claim reads on."""
+        """Claim by queue: maintenance of the queue first, then the best ``limit`` jobs, or with
+        a flow, the jobs its limits let start and its groups' turns give; one past its deadline
+        met on the way is expired instead, and the claim reads on."""
         invalid = _lease_invalid(worker_id, lease_ms)
         if invalid is not None:
             return t.ClaimRefused(invalid)
         self.promote_queue(queue, now)
         for job_id in self.due_leases(now).get(queue, []):
             self.expire_lease(job_id, now)
+        flow = self.flows.get(queue)
+        grouped = any(j.queue == queue and j.in_ready and j.group for j in self.jobs.values())
+        self.claim_path = "plain" if flow is None else ("turns" if grouped else "limits")
+        self.held_by = set()
+        if flow is not None and grouped:
+            return self._claim_flowed(flow, queue, worker_id, lease_ms, limit, now)
+        charge: tuple[int, int] | None = None
+        if flow is not None:
+            limit, held, charge = self._flow_room(flow, queue, limit, now)
+            if limit < 1:
+                return t.ClaimRefused(t.NothingClaimable(self.flow_next(flow, queue, held, now)))
+        taken = self._best_first(queue, limit, now)
+        if not taken:
+            return t.ClaimRefused(t.NothingClaimable(self.next_due(queue, now)))
+        # docs/lifecycle.md: a claim by queue never offers a job that a claim by id would refuse.
+        assert all(self.claim_error(j, worker_id, lease_ms, now) is None for j in taken)
+        if flow is not None and charge is not None:
+            tat, interval = charge
+            flow.tat = tat + len(taken) * interval
+        return t.ClaimsApplied(tuple(self._lease(j, worker_id, lease_ms, now) for j in taken))
+
+    def _best_first(self, queue: str, limit: int, now: int) -> list[ModelJob]:
+        """The best ``limit`` claimable jobs, as ready orders them (a grouped job after those
+        without a group); one past its deadline is expired instead, and the pick reads on."""
         ready = [j for j in self.jobs.values() if j.queue == queue and self.claimable(j, now)]
-        ready.sort(key=lambda j: (j.priority, j.available_at, j.seq))
+        ready.sort(key=lambda j: (j.group is not None, j.priority, j.available_at, j.seq))
         taken: list[ModelJob] = []
         for job in ready:
             if len(taken) >= limit:
@@ -767,11 +995,142 @@ class Model:
                 self.expire_unstarted(job, now)
             else:
                 taken.append(job)
-        if not taken:
-            return t.ClaimRefused(t.NothingClaimable(self.next_due(queue, now)))
-        # docs/lifecycle.md: a claim by queue never offers a job that a claim by id would refuse.
-        assert all(self.claim_error(j, worker_id, lease_ms, now) is None for j in taken)
-        return t.ClaimsApplied(tuple(self._lease(j, worker_id, lease_ms, now) for j in taken))
+        return taken
+
+    def _capped(self, flow: ModelFlow, queue: str, limit: int) -> int:
+        """A claim's size cut to the room the queue's cap leaves."""
+        if flow.cap:
+            limit = min(limit, int(flow.cap) - self.leased_count(queue))
+            if limit < 1:
+                self.held_by.add("cap")
+        return limit
+
+    def _flow_room(
+        self, flow: ModelFlow, queue: str, limit: int, now: int
+    ) -> tuple[int, int | None, tuple[int, int] | None]:
+        """lua/claim.lua's flow_room, for a flowed queue with no grouped job ready: the claim's
+        size cut to the room its cap and its rate (or a hold) leave; when the rate holds it, the
+        time it lets a job start (µs); and the arrival time and interval that charge the rate."""
+        now_us = now * 1000
+        limit = self._capped(flow, queue, limit)
+        if flow.hold * 1000 > now_us:
+            self.held_by.add("rate")
+            return 0, flow.hold * 1000, None
+        rate = rate_of(flow.rate)
+        if rate is None:
+            return limit, None, None
+        tat = max(flow.tat or 0, now_us)
+        at = tat - rate[1]
+        if at > now_us:
+            self.held_by.add("rate")
+            return 0, at, None
+        return min(limit, (now_us - at) // rate[0] + 1), None, (tat, rate[0])
+
+    def flow_next(self, flow: ModelFlow, queue: str, held: int | None, now: int) -> int | None:
+        """When a flowed claim that leased nothing should come back: the soonest of the queue's
+        rate (``held``, µs), the first group waiting, and ``next_due``."""
+        times = [self.next_due(queue, now), *flow.gwait.values()]
+        if held is not None:
+            times.append(math.ceil(held / 1000))
+        known = [x for x in times if x is not None]
+        return min(known) if known else None
+
+    def _claim_flowed(
+        self, flow: ModelFlow, queue: str, worker_id: str, lease_ms: int, limit: int, now: int
+    ) -> t.ClaimsResult:
+        """lua/claim.lua's claim_flowed: the queue's cap and rate, then turn by turn the group
+        at the head of the turns, or the queue's jobs without a group when their turn comes
+        first."""
+        now_us = now * 1000
+        limit = self._capped(flow, queue, limit)
+        rate = rate_of(flow.rate)
+        tolerance = rate[1] if rate else 0
+        tat = flow.tat or 0
+        turn, uturn = flow.turn, flow.uturn or 0
+        self._turns_open(flow, queue, now)
+        claims: list[t.Claim] = []
+        budget, held = REPAIR_MAX, None
+        while len(claims) < limit and budget > 0:
+            at = max(max(tat, now_us) - tolerance, flow.hold * 1000)  # (its rate, or a hold)
+            if at > now_us:
+                held = at
+                self.held_by.add("rate")
+                break
+            head = flow.head()
+            own = self.ready_jobs(queue, None)
+            leased: ModelJob | None = None
+            if own and (head is None or uturn <= head[1]):
+                leased, turn = self._own_turn(own[0], now, turn)
+                uturn = turn if leased else uturn
+            elif head is None:
+                break
+            else:
+                leased, turn = self._group_turn(flow, queue, head[0], now, turn)
+            if leased is None:
+                budget -= 1
+                continue
+            assert self.claim_error(leased, worker_id, lease_ms, now) is None
+            claims.append(self._lease(leased, worker_id, lease_ms, now))
+            if rate is not None:
+                tat = max(tat, now_us) + rate[0]
+        if claims:
+            flow.turn, flow.uturn = turn, uturn
+            if rate is not None:
+                flow.tat = tat
+            return t.ClaimsApplied(tuple(claims))
+        return t.ClaimRefused(t.NothingClaimable(self.flow_next(flow, queue, held, now)))
+
+    def _turns_open(self, flow: ModelFlow, queue: str, now: int) -> None:
+        """Groups whose wait is over take turns again, at the current turn; so do those that
+        got ready jobs in this call (lua/claim.lua: before the turns, not at the call's end)."""
+        back = sorted(flow.gwait, key=lambda g: (flow.gwait[g], g.encode()))
+        for group in [g for g in back if flow.gwait[g] <= now][:MAINTENANCE]:
+            del flow.gwait[group]
+            flow.groups.setdefault(group, flow.turn)
+        for group in self._touched.pop(queue, set()):
+            flow.join(group)
+
+    def _own_turn(self, job: ModelJob, now: int, turn: int) -> tuple[ModelJob | None, int]:
+        """The turn of the queue's jobs without a group: its best job, unless it expired."""
+        if job.past_deadline(now):
+            self.expire_unstarted(job, now)
+            return None, turn
+        return job, turn + 1
+
+    def _group_turn(
+        self, flow: ModelFlow, queue: str, group: str, now: int, turn: int
+    ) -> tuple[ModelJob | None, int]:
+        """lua/claim.lua's group_turn: the job the group's turn leases (None: its cap or its
+        rate holds it, it has no ready job left, or its best one expired), and the turn."""
+        now_us = now * 1000
+        mine = self.ready_jobs(queue, group)
+        group_rate, cap = flow.group_limits(group)
+        grate = rate_of(group_rate)
+        gtat = max(flow.gtat.get(group, 0) if grate else 0, now_us)
+        held = flow.ghold.get(group, 0) * 1000 if flow.holds else 0
+        at = max(gtat - (grate[1] if grate else 0), held)  # (its rate, or a hold)
+        if cap is not None and self.group_active(queue, group) >= cap:
+            del flow.groups[group]
+            flow.gfull.add(group)
+            self.held_by.add("gcap")
+        elif at > now_us:
+            del flow.groups[group]
+            flow.gwait[group] = math.ceil(at / 1000)
+            self.held_by.add("grate")
+        elif not mine:
+            del flow.groups[group]
+        elif mine[0].past_deadline(now):
+            self.expire_unstarted(mine[0], now)
+        else:
+            if grate is not None:
+                flow.gtat[group] = gtat + grate[0]
+            if len(mine) == 1:
+                del flow.groups[group]
+            else:
+                turn += 1
+                flow.groups[group] = turn
+            return mine[0], turn
+        return None, turn
 
     def claim(self, queue: str, worker_id: str, lease_ms: int, now: int) -> t.ClaimResult:
         result = self.claim_many(queue, worker_id, lease_ms, 1, now)
@@ -800,6 +1159,7 @@ class Model:
             or (self.dependency_error(job) if job.pending > 0 else None)
         )
 
+    @one_call
     def claim_job(self, job_id: str, worker_id: str, lease_ms: int, now: int) -> t.ClaimResult:
         job = self.jobs.get(job_id)
         if job is None:
@@ -819,6 +1179,7 @@ class Model:
             return None, t.MissingJob(token.job_id)
         return job, self.lease_error(job, token, worker_id, now)
 
+    @one_call
     def complete(
         self, token: t.LeaseToken, worker_id: str, output_ref: str, result: Any, now: int
     ) -> t.JobResult:
@@ -835,6 +1196,7 @@ class Model:
                 self._place(dependent, now)
         return t.JobApplied(job.to_job())
 
+    @one_call
     def fail(
         self,
         token: t.LeaseToken,
@@ -853,6 +1215,7 @@ class Model:
         self._retry_or_fail(job, kind, reason, now, delay, trace)
         return t.JobApplied(job.to_job())
 
+    @one_call
     def permanent_fail(
         self, token: t.LeaseToken, worker_id: str, reason: str, kind: str, now: int, trace: str = ""
     ) -> t.JobResult:
@@ -864,6 +1227,7 @@ class Model:
         self._fail(job, kind, reason, now, trace)
         return t.JobApplied(job.to_job())
 
+    @one_call
     def heartbeat(
         self, token: t.LeaseToken, worker_id: str, lease_ms: int, now: int
     ) -> t.ClaimResult:
@@ -876,18 +1240,79 @@ class Model:
         job.state = replace(job.state, expires_at=now + lease_ms)
         return t.ClaimApplied(t.Claim(job.to_job(), job.token()))
 
-    def release(self, token: t.LeaseToken, worker_id: str, delay: int, now: int) -> t.JobResult:
-        """Hand the job back: Waiting(now + delay), without using an attempt; the fence stays."""
+    @one_call
+    def release(
+        self, token: t.LeaseToken, worker_id: str, delay: int, now: int, hold: int | None = None
+    ) -> t.JobResult:
+        """Hand the job back: Waiting(now + delay), without using an attempt; the fence stays.
+        A hold keeps every job of its group (its queue's without a group, for a job without
+        one) from starting for ``hold`` ms."""
         job, error = self._leased(token, worker_id, now)
         if error is None and delay < 0:
             error = t.InvalidJob("delay must be nonnegative")
+        if error is None and hold is not None and hold < 1:
+            error = t.InvalidJob("hold must be positive")
         if error is not None or job is None:
             return t.JobRefused(error or t.StaleLease())
         job.state = t.Waiting(now + delay)
         job.attempt -= 1
         self._place(job, now)
+        if hold is not None:
+            self.hold(job.queue, job.group, now, hold)
         return t.JobApplied(job.to_job())
 
+    def hold(self, queue: str, group: str | None, now: int, ms: int) -> None:
+        """lua/include/flow_control.lua's hold: no job of the group (of the queue, for a job
+        without one) starts before now + ``ms``; a group taking turns waits meanwhile."""
+        flow = self.flows.setdefault(queue, ModelFlow())
+        till = now + ms
+        if group is None:
+            flow.hold = max(flow.hold, till)
+            return
+        before = flow.ghold.get(group, 0)
+        flow.ghold[group] = max(before, till)
+        flow.holds = True
+        if flow.groups.pop(group, None) is not None:
+            flow.gwait[group] = max(till, before)
+
+    @staticmethod
+    def _count_if_capped(flow: ModelFlow, group: str | None, values: dict[str, str]) -> None:
+        """A group cap set: its queue's group leases are counted from then on."""
+        cap = values.get("cap") if group is not None else values.get("gcap")
+        if cap not in (None, "", "none"):
+            flow.counts = True
+
+    @one_call
+    def set_limits(
+        self, queue: str, group: str | None, values: dict[str, str], declare: bool = False
+    ) -> str | None:
+        """lua/set_limits.lua with values already checked (the client checks their form): the
+        refusal's reason, or None when set."""
+        if group is not None and " " in group:
+            return "group must not contain whitespace, control or format characters (U+0020)"
+        if not values:
+            return "give at least one limit"
+        if queue not in self.known_queues:
+            if not declare:
+                return f"unknown queue '{queue}': nothing was ever enqueued to it"
+            self.known_queues.add(queue)
+        flow = self.flows.setdefault(queue, ModelFlow())
+        self._count_if_capped(flow, group, values)
+        if group is not None:
+            self._set_group_limits(flow, group, values)
+            return None
+        for name, value in values.items():
+            setattr(flow, name, value)
+        if "rate" in values:
+            flow.tat = None
+        if "grate" in values or "gcap" in values:
+            for held in [*flow.gwait, *flow.gfull]:
+                flow.groups.setdefault(held, flow.turn)
+            flow.gwait.clear()
+            flow.gfull.clear()
+        return None
+
+    @one_call
     def report(
         self, worker_id: str, outcomes: Sequence[t.Outcome], now: int
     ) -> list[t.OutcomeResult]:
@@ -903,11 +1328,26 @@ class Model:
                 result = self.fail(token, worker_id, reason, delay, kind, now, trace)
             case t.PermanentFail(token, reason, kind, trace):
                 result = self.permanent_fail(token, worker_id, reason, kind, now, trace)
-            case t.Release(token, delay):
-                result = self.release(token, worker_id, delay, now)
+            case t.Release(token, delay, hold):
+                result = self.release(token, worker_id, delay, now, hold)
         if isinstance(result, t.JobRefused):
             return result
         return t.OutcomeApplied(result.job.id, type(result.job.state).__name__)
+
+    @staticmethod
+    def _set_group_limits(flow: ModelFlow, group: str, values: dict[str, str]) -> None:
+        rate, cap = flow.glimits.get(group, ("", ""))
+        if "rate" in values:
+            rate = values["rate"]
+            flow.gtat.pop(group, None)
+        cap = values.get("cap", cap)
+        if rate == "" and cap == "":
+            flow.glimits.pop(group, None)
+        else:
+            flow.glimits[group] = (rate, cap)
+        if flow.gwait.pop(group, None) is not None or group in flow.gfull:
+            flow.gfull.discard(group)
+            flow.groups.setdefault(group, flow.turn)
 
     # --- fenced calls ---------------------------------------------------------------------------
 
@@ -919,6 +1359,7 @@ class Model:
             return t.FenceChanged()
         return job
 
+    @one_call
     def expire(self, job_id: str, expected_fence: int, now: int) -> t.JobResult:
         """The expiry edge (``expire``)."""
         job = self._fenced(job_id, expected_fence)
@@ -934,6 +1375,7 @@ class Model:
         self.expire_lease(job_id, now)
         return t.JobApplied(job.to_job())
 
+    @one_call
     def cancel(
         self, job_id: str, expected_fence: int | None, reason: str, now: int
     ) -> t.CancelResult:
@@ -950,6 +1392,7 @@ class Model:
         self._apply_cascade(cascade, now)
         return t.CancelApplied(job.to_job(), tuple(sorted(j.id for j in cascade.jobs)))
 
+    @one_call
     def retry(self, job_id: str, expected_fence: int | None, reason: str, now: int) -> t.JobResult:
         """The operator retry edge."""
         job = self._fenced(job_id, expected_fence)
@@ -963,6 +1406,7 @@ class Model:
         self._place(job, now)
         return t.JobApplied(job.to_job())
 
+    @one_call
     def change(
         self, job_id: str, expected_fence: int | None, what: JobChange, now: int
     ) -> t.JobResult:
@@ -1016,6 +1460,7 @@ class Model:
                     out += [j for j in finished[over:] if (j.finished_at() or 0) < now - max_age]
         return out
 
+    @one_call
     def prune(self, max_age: int | None, max_count: int | None, now: int) -> int:
         """Delete the candidates no blocked job needs; returns how many (no limit reached)."""
         window = now - RESEND_WINDOW_MS  # never a job finished within the re-send window
@@ -1073,7 +1518,7 @@ class Model:
         if status == "available":
             ready = sorted(
                 (j for j in unblocked if j.in_ready),
-                key=lambda j: (j.priority, j.available_at, j.seq),
+                key=lambda j: (j.group is not None, j.priority, j.available_at, j.seq),
             )
             due = [j for j in unblocked if not j.in_ready and j.available_at <= now]
             return ready + self._by_score(due)

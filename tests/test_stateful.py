@@ -6,11 +6,16 @@ the clock under the test's control (``now=`` on every call): enqueue (single and
 stored id's higher input revision superseding it), claim by queue and by id, complete, fail,
 permanent_fail, heartbeat, release, expire, sweep, cancel, operator retry, change, promote, prune,
 list, and re-sent calls (same call id); jobs come with dedup keys (unique, throttle, debounce)
-from a pool of two, and batches may skip duplicate ids. Every result is compared as a typed
-value; after every step every job (``get_job``: the job and the dependency it waits on) and the
-counts of every queue are compared too. Pools of ids, queues and workers are small, so duplicate
-ids, missing dependencies, stale tokens and lost leases come up all the time; every token ever
-handed out is kept, sometimes forged, and used again by random workers.
+from a pool of two, and batches may skip duplicate ids. Jobs may carry a flow group, and the
+queues' limits change (a queue's rate and cap, its groups' default rate and cap, a group's own,
+releases that hold a group or a queue): every claim by queue is the model's to the job, turn
+by turn (docs/flow-control.md), and after every step the flow keys of each queue are what the
+model holds and in step with the jobs (``tests/consistency.py``'s ``flow_problems``). Every
+result is compared as a typed value; after every step every job (``get_job``: the job and the
+dependency it waits on) and the counts of every queue are compared too. Pools of ids, queues
+and workers are small, so duplicate ids, missing dependencies, stale tokens and lost leases come
+up all the time; every token ever handed out is kept, sometimes forged, and used again by random
+workers.
 
 Runs on fakeredis and on the real Redis of ``tests/helpers.py`` (skipped without one, failed
 under ``QUASAR_REQUIRE_REDIS=1``). ``QUASAR_STATEFUL_EXAMPLES`` sets the number of examples.
@@ -45,6 +50,7 @@ from quasar_redis import (
     CancelApplied,
     Claim,
     ClaimApplied,
+    ClaimRefused,
     ClaimResult,
     ClaimsApplied,
     ClaimsResult,
@@ -61,6 +67,7 @@ from quasar_redis import (
     LeaseToken,
     MissingDependency,
     NewJob,
+    NothingClaimable,
     Outcome,
     PermanentFail,
     Quasar,
@@ -74,14 +81,22 @@ from quasar_redis import (
     Waiting,
 )
 from quasar_redis._call_base import KEEP, JobChange
+from quasar_redis._flow import KEEP as KEEP_LIMIT
+from quasar_redis._flow import UNLIMITED, Rate
+from quasar_redis._flow_calls import limit_pairs
+from quasar_redis.errors import InvalidArgument
 
-from .helpers import assert_delayed_mirrored, delete_namespace, real_redis
-from .model import Model
+from .consistency import flow_problems
+from .helpers import delete_namespace, real_redis
+from .model import GROUPED, Model
 
 IDS = ("a", "b", "c", "d", "e", "f", "g")
 QUEUES = ("default", "q2")  # the default queue too: the scripts do not store default values
 WORKERS = ("w1", "w2", "w3")
-T_START = 1_000_000
+GROUPS = ("ga", "gb", "gc")
+#: The test's clock starts ahead of the server's (in 2033): a group's rate's arrival time is
+#: stored until its time by the server's clock (lua/include/flow_control.lua set_group_tat).
+T_START = 2_000_000_000_000
 
 EXAMPLES = int(os.environ.get("QUASAR_STATEFUL_EXAMPLES", "200"))
 SETTINGS = settings(
@@ -126,7 +141,20 @@ BREAKS: dict[str, dict[str, Any]] = {
     "max_attempts": {"max_attempts": 0},
     "available_at": {"available_at": -1},
     "delay": {"available_at": None, "delay_ms": -1},
+    "group": {"group": "g x"},
 }
+
+#: Limits a rule sets (KEEP_LIMIT: left as they are; None: removed): short windows, so that the
+#: clock's steps both meet and pass them.
+rates = st.sampled_from(
+    [KEEP_LIMIT, KEEP_LIMIT, None, Rate(1, 0.1), Rate(2, 1, 1), Rate(1, 0.5, 2)]
+)
+caps = st.sampled_from([KEEP_LIMIT, KEEP_LIMIT, None, 1, 2])
+group_rates = st.sampled_from(
+    [KEEP_LIMIT, KEEP_LIMIT, None, UNLIMITED, Rate(1, 1), Rate(3, 0.5, 1)]
+)
+group_caps = st.sampled_from([KEEP_LIMIT, KEEP_LIMIT, None, UNLIMITED, 1, 2])
+holds = st.sampled_from([None, None, None, None, 100, 300, 0])
 
 
 #: Dedup options (None most of the time), on a pool of two keys and short windows.
@@ -182,6 +210,7 @@ def new_jobs(draw: st.DrawFn, valid: bool = False) -> JobDraw:
         delay_ms=draw(st.sampled_from([0, 100, 300])) if timing == "delay" else None,
         on_dependency_failure=draw(st.sampled_from(["block", "cancel"])),
         dedup=None if valid else draw(dedups),
+        group=draw(st.sampled_from([None, None, *GROUPS])),
     )
     offset = draw(st.sampled_from([-200, -1, 0, 0, 100, 300])) if timing == "at" else None
     broken = None if valid else draw(st.sampled_from([None] * 60 + list(BREAKS)))
@@ -458,7 +487,17 @@ class QuasarMachine(RuleBasedStateMachine):
         else:
             actual = self.send(self.q.calls.claim_many(queue, worker, lease, limit, self.now))
             expected = self.model.claim_many(queue, worker, lease, limit, self.now)
+        if expected != ClaimRefused(InvalidJob("worker_id must not be empty")):
+            held = ", ".join(sorted(self.model.held_by))
+            event(f"claim by queue: {self.model.claim_path}{' held by ' + held if held else ''}")
         self.expect_claims(actual, expected, what)
+
+    @precondition(lambda self: self.model.flows)
+    @rule(data=st.data(), worker=workers, lease=leases, limit=st.sampled_from([None, 1, 3]))
+    def claim_flowed(self, data: st.DataObject, worker: str, lease: int, limit: int | None) -> None:
+        """A claim of a queue with a flow (limits, holds, or groups taking turns)."""
+        queue = data.draw(st.sampled_from(sorted(self.model.flows)), "queue")
+        self.claim(queue, worker, lease, limit)
 
     @rule(data=st.data(), worker=callers, lease=leases)
     def claim_job(self, data: st.DataObject, worker: str, lease: int) -> None:
@@ -492,10 +531,12 @@ class QuasarMachine(RuleBasedStateMachine):
         self.expect(actual, expected, f"heartbeat({token}, {caller!r}, {lease})")
         self.tokens.extend(c.token for c in claims_of(actual))
 
-    def do_release(self, token: LeaseToken, caller: str, delay: int) -> None:
-        actual = self.send(self.q.calls.release(token, caller, delay, self.now))
-        expected = self.model.release(token, caller, delay, self.now)
-        self.expect(actual, expected, f"release({token}, {caller!r}, {delay})")
+    def do_release(
+        self, token: LeaseToken, caller: str, delay: int, hold: int | None = None
+    ) -> None:
+        actual = self.send(self.q.calls.release(token, caller, delay, self.now, hold_ms=hold))
+        expected = self.model.release(token, caller, delay, self.now, hold)
+        self.expect(actual, expected, f"release({token}, {caller!r}, {delay}, hold={hold})")
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), output_ref=output_refs, result=results)
@@ -518,9 +559,9 @@ class QuasarMachine(RuleBasedStateMachine):
         self.do_heartbeat(*self.pick_token(data), lease)
 
     @precondition(lambda self: self.tokens)
-    @rule(data=st.data(), delay=retry_delays)
-    def release(self, data: st.DataObject, delay: int) -> None:
-        self.do_release(*self.pick_token(data), delay)
+    @rule(data=st.data(), delay=retry_delays, hold=holds)
+    def release(self, data: st.DataObject, delay: int, hold: int | None) -> None:
+        self.do_release(*self.pick_token(data), delay, hold)
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), size=st.integers(1, 3))
@@ -542,7 +583,7 @@ class QuasarMachine(RuleBasedStateMachine):
                 return Fail(token, reason, data.draw(retry_delays), "Error", f"at {reason}")
             case "permanent_fail":
                 return PermanentFail(token, data.draw(fatal_reasons), "Fatal", "Traceback ...")
-        return Release(token, data.draw(retry_delays))
+        return Release(token, data.draw(retry_delays), data.draw(holds))
 
     @rule(data=st.data(), worker=workers, lease=leases)
     def work(self, data: st.DataObject, worker: str, lease: int) -> None:
@@ -568,7 +609,8 @@ class QuasarMachine(RuleBasedStateMachine):
             case "permanent_fail":
                 self.do_permanent_fail(token, worker, "fatal")
             case "release":
-                self.do_release(token, worker, data.draw(retry_delays, "delay"))
+                delay = data.draw(retry_delays, "delay")
+                self.do_release(token, worker, delay, data.draw(holds, "hold"))
             case _:
                 self.do_heartbeat(token, worker, data.draw(leases, "lease"))
 
@@ -639,16 +681,20 @@ class QuasarMachine(RuleBasedStateMachine):
         for queue, ids in due.items():  # each queue's leases go in expiry order
             mine = [i for i in report.expired if i in ids]
             assert mine == ids[: len(mine)], (queue, report, due)
-        for job_id in report.expired:
-            self.model.expire_lease(job_id, now)
-        late = self.model.due_deadlines(now)
-        room = limit - len(report.expired)
-        assert len(report.past_deadline) == min(room, sum(map(len, late.values()))), report
-        for queue, ids in late.items():
-            mine = [i for i in report.past_deadline if i in ids]
-            assert mine == ids[: len(mine)], (queue, report, late)
-        for job_id in report.past_deadline:
-            self.model.expire_unstarted(self.model.jobs[job_id], now)
+        with self.model.call():  # (one call: the flow's bookkeeping runs at its end)
+            for job_id in report.expired:
+                self.model.expire_lease(job_id, now)
+            late = self.model.due_deadlines(now)
+            room = limit - len(report.expired)
+            assert len(report.past_deadline) == min(room, sum(map(len, late.values()))), (
+                report,
+                late,
+            )
+            for queue, ids in late.items():
+                mine = [i for i in report.past_deadline if i in ids]
+                assert mine == ids[: len(mine)], (queue, report, late)
+            for job_id in report.past_deadline:
+                self.model.expire_unstarted(self.model.jobs[job_id], now)
 
     @rule(limit=st.just(1000))  # a limit above the jobs there are: which ones move is known
     def promote(self, limit: int) -> None:
@@ -694,6 +740,8 @@ class QuasarMachine(RuleBasedStateMachine):
         again = self.q.execute(call)
         if isinstance(first, SweepReport):  # a re-sent sweep sweeps again: what is still due
             self.check_sweep(again, int(call.args[2]), int(call.args[1]))  # its limit, its now
+        elif call.script.name == "set_limits":  # the same limits set again: nothing changes
+            self.expect(again, first, "re-sent set_limits")
         elif isinstance(first, int):  # likewise a re-sent promote or prune
             self.expect(again, 0, f"re-sent {call.script.name}")
         elif isinstance(first, list):  # enqueue_each: its jobs as they are now (a job created
@@ -702,6 +750,107 @@ class QuasarMachine(RuleBasedStateMachine):
             self.expect(again, now, f"re-sent {call.script.name}")
         else:
             self.expect(again, first, f"re-sent {call.script.name}")
+
+    # flow control ------------------------------------------------------------------------------
+
+    def send_limits(self, queue: str, group: str | None, declare: bool, **limits: Any) -> None:
+        """A set_limits call (of a group's limits, or the queue's) and the model's; a value the
+        client refuses is never sent, and changes nothing."""
+        what = f"set_limits({queue!r}, {group!r}, declare={declare}, {limits})"
+        try:
+            if group is None:
+                call = self.q.calls.set_limits(queue, declare=declare, now=self.now, **limits)
+            else:
+                call = self.q.calls.set_group_limits(queue, group, now=self.now, **limits)
+        except InvalidArgument as exc:
+            event(f"set_limits: the client refused it ({str(exc)[:30]})")
+            return
+        pairs = limit_pairs(group is not None, **limits)
+        expected = self.model.set_limits(
+            queue, group, dict(zip(pairs[::2], pairs[1::2], strict=True)), declare
+        )
+        try:
+            actual: int | str = self.send(call)
+        except InvalidArgument as exc:
+            actual = str(exc)
+        self.expect(actual, self.now if expected is None else expected, what)
+
+    @initialize(
+        rate=rates,
+        cap=caps,
+        group_rate=group_rates.filter(lambda r: r is not UNLIMITED),
+        group_cap=group_caps.filter(lambda c: c is not UNLIMITED),
+    )
+    def limits_at_start(self, rate: Any, cap: Any, group_rate: Any, group_cap: Any) -> None:
+        """The default queue's limits, declared before any job (as a worker declares them)."""
+        limits = {"concurrency": cap, "group_rate": group_rate, "group_concurrency": group_cap}
+        self.send_limits("default", None, True, rate=rate, **limits)
+
+    @rule(
+        queue=queues,
+        rate=rates,
+        cap=caps,
+        group_rate=group_rates,
+        group_cap=group_caps,
+        declare=st.sampled_from([False, False, True]),
+    )
+    def set_limits(
+        self, queue: str, rate: Any, cap: Any, group_rate: Any, group_cap: Any, declare: bool
+    ) -> None:
+        """A queue's rate and cap, and its groups' defaults (UNLIMITED, a group's override
+        only, is refused here, as are the limits of a queue nothing was enqueued to)."""
+        self.send_limits(
+            queue,
+            None,
+            declare,
+            rate=rate,
+            concurrency=cap,
+            group_rate=group_rate,
+            group_concurrency=group_cap,
+        )
+
+    @rule(
+        queue=queues,
+        group=st.sampled_from([*GROUPS, "g x"]),
+        rate=group_rates,
+        cap=group_caps,
+    )
+    def set_group_limits(self, queue: str, group: str, rate: Any, cap: Any) -> None:
+        self.send_limits(queue, group, False, rate=rate, concurrency=cap)
+
+    @invariant()
+    def flow_matches_model(self) -> None:
+        """Each queue's flow keys hold what the model holds, and are in step with the jobs."""
+        redis = self.q.redis
+        for queue in QUEUES:
+            root = f"{self.q.keys.root}q:{queue}:"
+            flow = self.model.flows.get(queue)
+            stored = {k.decode(): v.decode() for k, v in redis.hgetall(f"{root}flow").items()}
+            assert stored == (flow.fields() if flow else {}), (queue, stored, flow)
+            turns = redis.zrange(f"{root}groups", 0, -1, withscores=True)
+            waits = redis.zrange(f"{root}gwait", 0, -1, withscores=True)
+            owns = redis.hgetall(f"{root}glimits")
+            got = (
+                {g.decode(): int(s) for g, s in turns},
+                {g.decode(): int(s) for g, s in waits},
+                {g.decode() for g in redis.smembers(f"{root}gfull")},
+                {g.decode(): v.decode() for g, v in owns.items()},
+            )
+            want = (
+                flow.groups if flow else {},
+                flow.gwait if flow else {},
+                flow.gfull if flow else set(),
+                {g: f"{r}|{c}" for g, (r, c) in flow.glimits.items()} if flow else {},
+            )
+            assert got == want, f"{queue} at now={self.now}:\n impl:  {got}\n model: {want}"
+            for group in GROUPS:
+                tat = redis.get(f"{root}gtat:{group}")
+                assert (int(tat) if tat else None) == (flow.gtat.get(group) if flow else None)
+                members = redis.zrange(f"{root}gready:{group}", 0, -1)
+                ready = [j.id for j in self.model.ready_jobs(queue, group)]
+                assert [m[11:].decode() for m in members] == ready, (queue, group, members)
+            problems = flow_problems(redis, self.q.keys, queue, set(GROUPS))
+            assert not problems, problems
 
     # after every step ----------------------------------------------------------------------
 
@@ -727,6 +876,20 @@ class QuasarMachine(RuleBasedStateMachine):
         for queue, got in zip(QUEUES, counts, strict=True):
             self.expect(got, self.model.counts(queue, self.now), f"counts of {queue}")
             assert_delayed_mirrored(self.q, queue)
+
+
+def assert_delayed_mirrored(q: Quasar, queue: str) -> None:
+    """``delayed_pr`` holds exactly the jobs of ``delayed``, each as ``ready`` would hold it (a
+    grouped job scored its priority + GROUPED)."""
+    by_time = q.redis.zrange(q.keys.queue(queue, "delayed"), 0, -1)
+    by_priority = q.redis.zrange(q.keys.queue(queue, "delayed_pr"), 0, -1, withscores=True)
+    assert sorted(m[11:] for m, _ in by_priority) == sorted(by_time)
+    for member, score in by_priority:
+        job = q.redis.hmget(q.keys.job(member[11:].decode()), "at", "pr", "g")
+        if job[0] is not None:
+            at = int.from_bytes(member[:6], "big")
+            want = float(job[1] or 0) + (GROUPED if job[2] else 0)
+            assert (at, score) == (int(job[0]), want), member
 
 
 def run_machine(opener: Opener) -> None:
@@ -781,3 +944,29 @@ def test_resent_report_gets_the_first_reply(q: Quasar) -> None:
     first = q.execute(call)
     assert first[0] == JobRefused(InvalidJob("output_ref must not be empty"))
     assert q.execute(call) == first  # the re-send: StaleLease, as the second item completed x
+
+
+def test_a_claim_leases_a_grouped_job_it_made_ready(q: Quasar) -> None:
+    """A grouped job the claim itself promotes takes its turn in that claim: its group joins
+    the turns before them (lua/claim.lua), not only at the call's end."""
+    q.enqueue("s", id="x", group="ga", now=T_START)
+    first = q.claim("default", "w", 100, now=T_START + 1)
+    assert isinstance(first, ClaimApplied)  # x's group left the turns: no ready job left
+    q.enqueue("s", id="y", group="ga", delay_ms=50, now=T_START + 2)
+    second = q.claim("default", "w", 100, now=T_START + 100)
+    assert isinstance(second, ClaimApplied) and second.claim.job.id == "y"
+
+
+def test_a_queue_hold_holds_its_jobs_without_a_rate(q: Quasar) -> None:
+    """A release with a hold of a job without a group holds its queue, rate or none, grouped
+    jobs ready or not."""
+    q.enqueue("s", id="x", now=T_START)
+    q.enqueue("s", id="y", now=T_START)
+    claim = q.claim("default", "w", 1000, now=T_START)
+    assert isinstance(claim, ClaimApplied)
+    released = q.release(claim.claim.token, "w", now=T_START, hold_ms=500)
+    assert isinstance(released, JobApplied)
+    held = q.claim("default", "w", 1000, now=T_START + 499)
+    assert held == ClaimRefused(NothingClaimable(T_START + 500))
+    after = q.claim("default", "w", 1000, now=T_START + 500)
+    assert isinstance(after, ClaimApplied) and after.claim.job.id == "x"
