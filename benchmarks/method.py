@@ -75,6 +75,16 @@ thousandfold.
 
 {claim}
 
+### Groups and limits
+
+quasar only, measured apart by `benchmarks/flow.py`, which starts a server of its own: claim and
+complete (`claim_many` of 50, `report_many`) of 20,000 jobs in one queue with neither groups nor
+limits, in 10,000 groups, and in those groups with every limit set and none reached. With
+`--callgrind` it counts the CPU instructions Redis spends inside the scripts per job (exact, and
+blind to a busy machine); without, the microseconds of `INFO commandstats`. The figures of its
+last run, and the cost of a queue without groups or limits before and after them
+(`benchmarks/lua_cost.py --checkout`), are in [flow-control.md](flow-control.md#what-it-costs).
+
 ## Systems and settings
 
 Each system is installed from PyPI into its own virtualenv (`benchmarks/.venvs/NAME`, latest
