@@ -296,9 +296,13 @@ def test_a_rated_group_keeps_its_rate_while_an_unlimited_one_runs_freely(
     # s_k >= s1 + (k - 1) * T - B * T. For k = 20 + B + 1: s_k - s1 >= 20 * T = 1000 ms, so a
     # window [t, t + 1000 ms) holds at most 20 + B = 25 starts.
     assert at_claims <= RATE.limit + RATE.burst
-    # Over 5 s the limited group starts at most 25 + 4 * 20 = 105 jobs; the free group, held by
-    # nothing but the 8 slots, starts far more meanwhile.
-    assert len(limited_starts) <= RATE.limit + RATE.burst + RATE.limit * (PERIOD_MS // 1000 - 1)
+    # Over 5 s (of claim times: an event is stamped a little after its claim, so a period of
+    # event times may hold a claim from just before it) the limited group starts at most
+    # 25 + 4 * 20 = 105 jobs; the free group, held by nothing but the 8 slots, starts far more
+    # meanwhile.
+    times = sorted(at for at in claimed_at if at is not None)
+    in_five = [at for at in times if at < times[0] + PERIOD_MS]
+    assert len(in_five) <= RATE.limit + RATE.burst + RATE.limit * (PERIOD_MS // 1000 - 1)
     assert free_count > 5 * len(limited_starts)
 
 
