@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
@@ -117,6 +118,21 @@ class Rate:
         return f"{self.limit}/{spec}" + (f"+{self.burst}" if self.burst else "")
 
 
+#: What clears a limit given as text (the command line, the dashboard's forms), and what gives a
+#: group no limit at all.
+CLEAR = ("none", "-")
+NO_LIMIT = "unlimited"
+
+
+def marker_of(text: str) -> Any:
+    """A limit given as text: None for a word that clears it, ``UNLIMITED`` for "unlimited",
+    ``KEEP`` for any other text (a rate or a cap, for the caller to read)."""
+    word = text.strip().lower()
+    if word in CLEAR:
+        return None
+    return UNLIMITED if word == NO_LIMIT else KEEP
+
+
 RateArg = Rate | str | None | Literal[_Marker.KEEP, _Marker.UNLIMITED]
 CapArg = int | None | Literal[_Marker.KEEP, _Marker.UNLIMITED]
 
@@ -196,15 +212,26 @@ class FlowInfo:
     groups_full: int  #: groups held at their cap
     groups: tuple[GroupFlow, ...]  #: the first groups of each kind (or the one asked for)
 
-    @property
-    def waiting_on(self) -> str:
-        """What holds the queue back now, in words: "" when nothing does."""
+    def held_back(
+        self, rate: Callable[[int], str] = lambda at: f", until {at} ms", *, groups: bool = True
+    ) -> list[str]:
+        """What holds the queue back now, in words (none: nothing does): its cap, its rate
+        (``rate`` words the time its next job may start), and with ``groups``, every group
+        with ready jobs waiting on its rate or at its cap."""
         held = []
         if self.concurrency is not None and self.leased >= self.concurrency:
             held.append(f"its concurrency cap ({self.leased}/{self.concurrency} leased)")
         if self.next_at is not None:
-            held.append(f"its rate, until {self.next_at} ms")
-        return " and ".join(held)
+            held.append(f"its rate{rate(self.next_at)}")
+        stuck = self.groups_in_turn == 0 and self.ready_ungrouped == 0
+        if groups and stuck and (self.groups_waiting or self.groups_full):
+            held.append("every group with ready jobs waits on its rate or is at its cap")
+        return held
+
+    @property
+    def waiting_on(self) -> str:
+        """What holds the queue's own limits back now, in words: "" when nothing does."""
+        return " and ".join(self.held_back(groups=False))
 
 
 def _own(value: str, parse: Any) -> Any:

@@ -16,7 +16,7 @@ from .. import _rolling as rolling
 from .. import _types as t
 from .. import _views as views
 from .._codec import unpack
-from .._flow import UNLIMITED, FlowInfo, Rate, cap_value
+from .._flow import NO_LIMIT, UNLIMITED, FlowInfo, Rate, cap_value, marker_of
 from .._reading import arun
 from ..aio import AsyncQuasar
 from ..errors import InvalidArgument
@@ -181,21 +181,11 @@ async def queue_page(
 #: The limits a queue's form sets, and a group's (the names ``set_limits`` takes).
 QUEUE_LIMITS = ("rate", "concurrency", "group_rate", "group_concurrency")
 GROUP_LIMITS = ("rate", "concurrency")
-CLEAR = ("none", "-")
-NO_LIMIT = "unlimited"
 
 
 def held_back(info: FlowInfo) -> list[str]:
     """What holds the queue back now, in words (none: nothing does)."""
-    held = []
-    if info.concurrency is not None and info.leased >= info.concurrency:
-        held.append(f"its concurrency cap ({info.leased}/{info.concurrency} leased)")
-    if info.next_at is not None:
-        held.append(f"its rate, until {t.readable_time(info.next_at)}")
-    stuck = info.groups_in_turn == 0 and info.ready_ungrouped == 0
-    if stuck and (info.groups_waiting or info.groups_full):
-        held.append("every group with ready jobs waits on its rate or is at its cap")
-    return held
+    return info.held_back(lambda at: f", until {t.readable_time(at)}")
 
 
 async def flows(client: AsyncQuasar, queues: Sequence[str]) -> list[FlowInfo]:
@@ -226,9 +216,10 @@ def limit_changes(form: Mapping[str, str], group: bool) -> dict[str, Any]:
         word, label = value.lower(), name.replace("_", " ")
         if not value:
             continue
-        if word in CLEAR:
+        marked = marker_of(value)
+        if marked is None:
             changes[name] = None
-        elif word == NO_LIMIT:
+        elif marked is UNLIMITED:
             if not group:
                 raise InvalidArgument(
                     f"{label}: 'unlimited' is a group's own limit; 'none' removes the queue's"

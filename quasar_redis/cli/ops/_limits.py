@@ -9,15 +9,12 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..._flow import KEEP, LIMIT_MAX, UNLIMITED, FlowInfo, GroupFlow, Rate
+from ..._flow import KEEP, LIMIT_MAX, NO_LIMIT, UNLIMITED, FlowInfo, GroupFlow, Rate, marker_of
 from ..._keys import check_name
 from ...errors import ConfigurationError, InvalidArgument
 from ._context import Operator, operating, operator_options
 from ._show import ago, when
 
-#: What clears a limit on the command line; what gives a group no limit at all.
-CLEAR = ("none", "-")
-NO_LIMIT = "unlimited"
 COUNTED = ("ready", "leased")
 STATES = {"turn": "in turn", "wait": "waiting", "full": "at its cap", "idle": "idle"}
 
@@ -43,15 +40,7 @@ def group_document(group: GroupFlow) -> dict[str, Any]:
 
 def held_back(info: FlowInfo, now: int) -> list[str]:
     """What holds the queue back now, in words (none: nothing does)."""
-    held = []
-    if info.concurrency is not None and info.leased >= info.concurrency:
-        held.append(f"its concurrency cap ({info.leased}/{info.concurrency} leased)")
-    if info.next_at is not None:
-        held.append(f"its rate (the next job starts {ago(info.next_at, now)})")
-    stuck = info.groups_in_turn == 0 and info.ready_ungrouped == 0
-    if stuck and (info.groups_waiting or info.groups_full):
-        held.append("every group with ready jobs waits on its rate or is at its cap")
-    return held
+    return info.held_back(lambda at: f" (the next job starts {ago(at, now)})")
 
 
 def flow_document(info: FlowInfo) -> dict[str, Any]:
@@ -166,11 +155,9 @@ def show(
 def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     if value is None:
         return KEEP
-    word = value.strip().lower()
-    if word in CLEAR:
-        return None
-    if word == NO_LIMIT:
-        return UNLIMITED
+    marked = marker_of(value)
+    if marked is not KEEP:
+        return marked
     try:
         return Rate.parse(value)
     except InvalidArgument as exc:
@@ -180,11 +167,9 @@ def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
 def _cap(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     if value is None:
         return KEEP
-    word = value.strip().lower()
-    if word in CLEAR:
-        return None
-    if word == NO_LIMIT:
-        return UNLIMITED
+    marked, word = marker_of(value), value.strip().lower()
+    if marked is not KEEP:
+        return marked
     if not word.isdigit() or not 1 <= int(word) <= LIMIT_MAX:
         raise click.BadParameter(
             f"{value!r} is not a cap: a whole number from 1 to {LIMIT_MAX}, or 'none'"
