@@ -208,7 +208,7 @@ def new_jobs(draw: st.DrawFn, valid: bool = False) -> JobDraw:
         priority=draw(st.integers(-1, 1)),
         max_attempts=draw(st.integers(1, 3)),
         delay_ms=draw(st.sampled_from([0, 100, 300])) if timing == "delay" else None,
-        on_dependency_failure=draw(st.sampled_from(["block", "cancel"])),
+        on_dependency_failure=draw(st.sampled_from(["block", "cancel", "run"])),
         dedup=None if valid else draw(dedups),
         group=draw(st.sampled_from([None, None, *GROUPS])),
     )
