@@ -137,7 +137,7 @@ local function plan_cascade(ctx, kind, id, h, members)
         -- (a "run" dependent released by a parent that did not succeed notes it: see counted)
         local early = dh.odf == "run" and item[1] ~= "s" and not (item[3] and item[3].st == "S")
         held[did] = dh
-        plan.visits[#plan.visits + 1] = {did, dh, "R", early and item[2] or nil}
+        plan.visits[#plan.visits + 1] = {did, dh, "R", early and item[2] or nil, item[1] == "c"}
       elseif action == "C" and not seen[did] then
         seen[did] = true
         plan.visits[#plan.visits + 1] = {did, dh, "C", reason}
@@ -190,6 +190,10 @@ local function apply_cascade(ctx, plan, now)
   if plan.deferred[1] then
     redis.call("ZADD", key_cascades(ctx), "NX", fmt(ctx, now), cs.root)
     cs.deferred = true
+  end
+  -- A cancelled parent keeps, in its dependents set, those that run anyway (for inspection).
+  for _, v in ipairs(plan.visits) do
+    if v[5] then redis.call("SADD", key_dependents(ctx, v[4]), v[1]) end
   end
 end
 
