@@ -21,8 +21,8 @@
 --   the client sent the rest; a job a re-sent call finds as every field)
 -- then N groups of 17: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
---   delay ("" = 0), on_dependency_failure ("block" | "cancel" | "run"), made ("1" when the client made
---   the id at random for this call, else ""), deadline (ms since the epoch, "" = none),
+--   delay ("" = 0), on_dependency_failure ("block" | "cancel" | "run"), made ("1" when the
+--   client made the id at random for this call, else ""), deadline (ms since the epoch, "" = none),
 --   expires_in (ms from now, "" = none; at most one of the two), dedup ("" or
 --   "<mode> <window ms> <key>": see lua/include/unique.lua; checked just before DuplicateJob),
 --   group ("" = none: the job's flow group, include/flow_control.lua; a job id's rule).

@@ -12,9 +12,11 @@ local blocked, load_job, move = Job.blocked, Job.load_job, Job.move
 -- When a job is cancelled, fails or succeeds, its dependents are visited: a cancelled job's live
 -- dependents are cancelled (and theirs, transitively), so are a failed job's dependents that
 -- asked for it, and a succeeded job's waiting dependents count one pending dependency less
--- (released at none). A call visits at most CASCADE.step dependents in all, so that no call holds
--- Redis long whatever the tree: a parent whose dependents do not fit in the room left is left as
--- cascade work under the call's root (its call id):
+-- (released at none); a dependent under "run" counts one less whatever way its dependency ended,
+-- and is never cancelled (a cascade does not go on through it). A call visits at most
+-- CASCADE.step dependents in all, so that no call holds Redis long whatever the tree: a parent
+-- whose dependents do not fit in the room left is left as cascade work under the call's root
+-- (its call id):
 --   cascades                 zset: roots with work left, by when their caller last carried it on
 --   cascade:<root>           list: the root's items, "<kind> <parent id>" (kind: c cancelled,
 --                            f failed, e expired, s succeeded)
@@ -156,8 +158,10 @@ local function plan_cascade(ctx, kind, id, h, members)
   return plan
 end
 
--- Writes a plan, once the parent has moved: each visit; the dependents sets of the cancelled
--- parents whose dependents were all visited go (they can never run); the deferred parents are
+-- Writes a plan, once the parent has moved: each visit ({id, h, "C", reason} or {id, h, "R",
+-- the parent a "run" dependent notes in rd, whether that parent was cancelled}); the dependents
+-- sets of the cancelled parents whose dependents were all visited go (they can never run; those
+-- under "run" are put back); the deferred parents are
 -- left as work (their dependents sets renamed less those visited, which a failed or succeeded
 -- parent keeps in a new one; their items listed; the root registered).
 local function apply_cascade(ctx, plan, now)
