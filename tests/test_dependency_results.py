@@ -116,3 +116,28 @@ def test_a_task_in_a_process_of_its_own_reads_them(app: App) -> None:
 def test_outside_a_worker_the_read_says_why() -> None:
     with pytest.raises(LookupError):
         current_job()
+
+
+def test_an_expired_dependency_says_so(app: App) -> None:
+    q = app.client
+    q.enqueue("parent", id="late", queue="parents", expires_in_ms=60_000)
+    info = q.get_job("late")
+    assert info is not None and info.job.deadline is not None
+    assert q.sweep_expired(now=info.job.deadline + 1).past_deadline == ("late",)
+    seen: list[DependencyResult] = []
+
+    @app.task(name="after")
+    def after() -> None:
+        seen.extend(current_job().dependency_results())
+
+    after.options(depends_on=["late"], on_dependency_failure="run").enqueue()
+    app.drain()
+    (late,) = seen
+    assert (late.id, late.status, late.value, late.error_kind) == (
+        "late",
+        "expired",
+        None,
+        "Expired",
+    )
+    assert late.error_message is not None and "deadline" in late.error_message
+    assert not late.succeeded
