@@ -7,6 +7,7 @@ around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free c
 from ._base import EvictionPolicyWarning
 from ._calls import Call, Limits, NewJob
 from ._dedup import Debounce, Throttle, Unique
+from ._dependency_calls import Dependencies, Dependency, DependencyResult, Dependent
 from ._durable import Durable
 from ._flow import KEEP, UNLIMITED, FlowInfo, GroupFlow, Rate
 from ._handles import JobHandle
@@ -151,7 +152,11 @@ __all__ = [
     "DeadlinePassed",
     "Debounce",
     "Declared",
+    "Dependencies",
+    "Dependency",
     "DependencyPolicy",
+    "DependencyResult",
+    "Dependent",
     "DuplicateJob",
     "Durable",
     "EnqueueOptions",

@@ -171,7 +171,7 @@ def status_of(state: JobState, now: int, pending_dependencies: int = 0) -> Statu
 
 # --- jobs and tokens -------------------------------------------------------------------------
 
-DependencyPolicy: TypeAlias = Literal["block", "cancel"]
+DependencyPolicy: TypeAlias = Literal["block", "cancel", "run"]
 
 
 @dataclass(frozen=True, slots=True)

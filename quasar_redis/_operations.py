@@ -18,6 +18,7 @@ from . import _types as t
 from ._calls import Call, CallBuilder, NewJob
 from ._change_operations import ChangeOperations
 from ._dedup import Dedup, OnDuplicate
+from ._dependency_calls import DependencyOperations
 from ._flow_calls import FlowOperations
 from ._schedule_calls import ScheduleOperations
 from .errors import QuasarError
@@ -58,7 +59,7 @@ def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
     return method
 
 
-class Operations(ChangeOperations, ScheduleOperations, FlowOperations):
+class Operations(ChangeOperations, ScheduleOperations, FlowOperations, DependencyOperations):
     """The call each public method of the clients sends (``self`` is the client); those that
     change a waiting job are ``ChangeOperations``', those of schedules
     ``ScheduleOperations``', those of flow control ``FlowOperations``'."""

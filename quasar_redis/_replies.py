@@ -57,6 +57,7 @@ APPLIED = (
     "ClaimApplied",
     "ClaimsApplied",
     "Counts",
+    "Dependencies",
     "EachResult",
     "Found",
     "JobApplied",

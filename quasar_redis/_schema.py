@@ -78,6 +78,8 @@ FIELDS = (
     Field("enqueue_call", "ec"),
     # (an integer, but counted by HINCRBY alone, so no load checks it)
     Field("cascade_waits", "cw"),
+    #: Under policy "run": the dependencies counted as resolved though they did not succeed.
+    Field("resolved_unsucceeded", "rd"),
     # the time by which the job must have started, or it expires (absent: no deadline)
     Field("deadline", "dl", numeric=True),
     # how it was enqueued with a dedup key: "<mode> <window ms> <key>" (lua/include/unique.lua)
@@ -134,7 +136,7 @@ ENQUEUE_ITEM = (
     "max_attempts",
     "available_at",  # "" = now + delay
     "delay",  # "" = 0
-    "odf",  # on_dependency_failure: "block" | "cancel"
+    "odf",  # on_dependency_failure: "block" | "cancel" | "run"
     "made",  # "1" when the client made the id at random for this call, else ""
     "deadline",  # "" = none
     "expires_in",  # "" = none

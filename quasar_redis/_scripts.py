@@ -80,6 +80,7 @@ FLAGS = {
     "workers": "allow-oom",
     "schedules": "no-writes",
     "flow": "no-writes",
+    "dependencies": "no-writes",
     "set_limits": "allow-oom",
     "change_schedule": "allow-oom",
 }

@@ -81,6 +81,14 @@ class Linked:
         return gone if self.status is None else self.status.value
 
 
+_STATUSES = {s.value: s for s in t.Status}
+
+
+def status_named(name: str) -> t.Status | None:
+    """The status of that name; None for another word (a job gone: "missing")."""
+    return _STATUSES.get(name)
+
+
 def linked(ids: Sequence[str], infos: Sequence[t.JobInfo | None]) -> tuple[Linked, ...]:
     """Each job of ``ids`` with the status its ``get`` reply gives."""
     return tuple(

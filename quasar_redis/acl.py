@@ -97,7 +97,7 @@ ROLES: dict[str, Role] = {
             _words(
                 "claim claim_job heartbeat complete fail permanent_fail release report_many "
                 "report_and_claim expire sweep_expired promote_due prune get_job announce retire "
-                "resume_cascades"
+                "resume_cascades dependencies"
             ),
             # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
             # and add what they counted to the dashboard's rolling store (HINCRBY, EXPIRE)
@@ -115,22 +115,24 @@ ROLES: dict[str, Role] = {
         ),
         Role(
             "operator",
-            "inspects (get_job, counts, list_jobs, queues, workers, schedules, flow, events), "
+            "inspects (get_job, dependencies, counts, list_jobs, queues, workers, schedules, flow, "
+            "events), "
             "changes waiting jobs, cancels, retries, expires, sweeps, promotes, prunes, pauses and "
             "resumes queues, sets their limits; pauses, resumes and removes schedules; does not "
             "enqueue (so not trigger a schedule)",
             _words(
                 "get_job counts list_jobs change cancel resume_cascades retry expire "
                 "sweep_expired promote_due prune purge pause resume queues workers schedules "
-                "change_schedule set_limits flow"
+                "change_schedule set_limits flow dependencies"
             ),
             _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XREAD XREVRANGE"),
         ),
         Role(
             "reader",
-            "reads only (get_job, counts, list_jobs, queues, schedules, flow, events): dashboards "
-            "and monitoring; not workers(), which drops lapsed entries of the registry (a write)",
-            _words("get_job counts list_jobs queues schedules flow"),
+            "reads only (get_job, dependencies, counts, list_jobs, queues, schedules, flow, "
+            "events): dashboards and monitoring; not workers(), which drops lapsed entries of "
+            "the registry (a write)",
+            _words("get_job counts list_jobs queues schedules flow dependencies"),
             _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
         ),
     )

@@ -240,6 +240,7 @@ class AsyncQuasar(Coalescing, ClientBase):
     set_limits = coroutine(Operations.set_limits)
     set_group_limits = coroutine(Operations.set_group_limits)
     flow = coroutine(Operations.flow)
+    dependencies = coroutine(Operations.dependencies)
 
     # the worker's waits ------------------------------------------------------------------------
 

@@ -186,6 +186,7 @@ class Quasar(ClientBase):
     set_limits = blocking(Operations.set_limits)
     set_group_limits = blocking(Operations.set_group_limits)
     flow = blocking(Operations.flow)
+    dependencies = blocking(Operations.dependencies)
 
 
 def _packed_sender(client: Any) -> Callable[[Command], Any] | None:

@@ -427,6 +427,10 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "prune": _on(_failed, lambda u, _: u.prune(max_count=0, now=FAR)),
     "get_job": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.get_job("j")),
+    "dependencies": _on(
+        lambda a: (a.enqueue("s", id="d"), a.enqueue("s", id="j", dependencies=["d"])),
+        lambda u, _: u.dependencies("d"),
+    ),
     "counts": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.counts("default")),
     "list_jobs": _on(
         lambda a: a.enqueue("s", id="j"), lambda u, _: u.list_jobs("default", "available")
@@ -467,7 +471,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 # (not workers, which drops the entry that lapsed)
-READING = ("get_job", "counts", "list_jobs", "queues", "schedules", "flow")
+READING = ("get_job", "counts", "list_jobs", "queues", "schedules", "flow", "dependencies")
 CASES = [(op, cmd) for op in names() for cmd in scripts()[op].uses]
 
 

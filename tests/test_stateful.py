@@ -208,7 +208,7 @@ def new_jobs(draw: st.DrawFn, valid: bool = False) -> JobDraw:
         priority=draw(st.integers(-1, 1)),
         max_attempts=draw(st.integers(1, 3)),
         delay_ms=draw(st.sampled_from([0, 100, 300])) if timing == "delay" else None,
-        on_dependency_failure=draw(st.sampled_from(["block", "cancel"])),
+        on_dependency_failure=draw(st.sampled_from(["block", "cancel", "run"])),
         dedup=None if valid else draw(dedups),
         group=draw(st.sampled_from([None, None, *GROUPS])),
     )
@@ -872,6 +872,13 @@ class QuasarMachine(RuleBasedStateMachine):
             if info is not None:
                 self.model.reconcile(info.job)
             self.expect(info, self.model.get(job_id, self.now), f"job {job_id}")
+        if held:  # under "run": the dependencies each job counted without their success
+            pipe = self.q.redis.pipeline(transaction=False)
+            for job_id in held:
+                pipe.hget(self.q.keys.job(job_id), "rd")
+            for job_id, rd in zip(held, pipe.execute(), strict=True):
+                want = " ".join(self.model.jobs[job_id].resolved) or None
+                assert (rd and rd.decode()) == want, f"rd of {job_id}: {rd!r}, model: {want!r}"
         counts: list[QueueCounts] = results[len(held) :]
         for queue, got in zip(QUEUES, counts, strict=True):
             self.expect(got, self.model.counts(queue, self.now), f"counts of {queue}")

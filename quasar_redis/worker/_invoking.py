@@ -16,7 +16,7 @@ from ..app import Task
 from ..errors import CorruptDataError
 from ..retry import PermanentFailure, Snooze
 from . import _outcomes as o
-from ._job import HANDING_BACK, LOST, HeldJob, JobContext
+from ._job import HANDING_BACK, LOST, HeldJob, JobContext, read_before_run
 from ._processes import ProcessPool
 
 #: A call's positional and keyword arguments.
@@ -123,6 +123,8 @@ class Invoker:
         if task.is_async:
             return await task.fn(*args, **kwargs)
         if self.processes is not None:  # its timeout counts from when its process takes it
+            app = job.worker.app if job.worker is not None else task.app
+            job = await read_before_run(app, job)
             return await self.processes.run(task, args, kwargs, job, task.timeout)
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, task.fn, *args, **kwargs)

@@ -13,13 +13,16 @@ import enum
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import _types as t
+from .._dependency_calls import DependenciesResult, DependencyResult, results_of
 from .._hooks import WorkerContext, serving
+from ..errors import QuasarError
 from ._lease import Lease, PhaseError
 
 if TYPE_CHECKING:
+    from ..app import App
     from ._outcomes import Outcome
 
 
@@ -57,15 +60,62 @@ class JobContext:
     worker_id: str
     cancelled: CancelFlag = field(default_factory=CancelFlag)
     worker: WorkerContext | None = None  # the worker that runs it (``current_worker()``)
+    #: Its dependencies' results read before its run (a task in a process of its own), or None.
+    read: tuple[DependencyResult, ...] | None = None
 
     @property
     def attempt(self) -> int:
         return self.job.attempt
 
-    def __reduce__(self) -> tuple[type[JobContext], tuple[t.Job, str]]:
-        # Sent to a task's process (``Worker(processes=N)``) as the job and the worker id alone:
-        # the worker's context and the flag live in the worker's process.
-        return (JobContext, (self.job, self.worker_id))
+    def dependency_results(self) -> list[DependencyResult]:
+        """How each of the job's dependencies ended, in the order it lists them: status,
+        result (decoded with the app's serializer), error kind and message. One read of
+        Redis for them all (none for a job without dependencies); from a task in a process of
+        its own (``Worker(processes=N)``), read before it started. From async code:
+        ``adependency_results``."""
+        if self.read is not None or not self.job.dependencies:
+            return list(self.read or ())
+        app = self._app()
+        return _results(app, self.job.id, app.client.dependencies(self.job.id))
+
+    async def adependency_results(self) -> list[DependencyResult]:
+        """``dependency_results`` for async tasks."""
+        if self.read is not None or not self.job.dependencies:
+            return list(self.read or ())
+        app = self._app()
+        return _results(app, self.job.id, await app.aclient().dependencies(self.job.id))
+
+    def _app(self) -> App:
+        if self.worker is None:
+            raise LookupError("the job's dependencies are read by the worker that runs it")
+        return self.worker.app
+
+    def __reduce__(self) -> tuple[Callable[..., JobContext], tuple[Any, ...]]:
+        # Sent to a task's process (``Worker(processes=N)``) as the job, the worker id and the
+        # dependencies read: the worker's context and the flag live in the worker's process.
+        return (_in_process, (self.job, self.worker_id, self.read))
+
+
+def _in_process(
+    job: t.Job, worker_id: str, read: tuple[DependencyResult, ...] | None
+) -> JobContext:
+    return JobContext(job, worker_id, CancelFlag(), None, read)
+
+
+def _results(app: App, job_id: str, read: DependenciesResult) -> list[DependencyResult]:
+    if isinstance(read, t.JobRefused):
+        raise QuasarError(f"the dependencies of job {job_id!r} cannot be read: {read.error}")
+    return results_of(read, app.result_of)
+
+
+async def read_before_run(app: App, ctx: JobContext) -> JobContext:
+    """``ctx`` with its dependencies' results read (for a task in a process of its own, which
+    has no connection to Redis): itself when it has none."""
+    if not ctx.job.dependencies or ctx.read is not None:
+        return ctx
+    read = await app.aclient().dependencies(ctx.job.id)
+    found = tuple(_results(app, ctx.job.id, read))
+    return JobContext(ctx.job, ctx.worker_id, ctx.cancelled, ctx.worker, found)
 
 
 current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("quasar_job")

@@ -150,7 +150,7 @@ def _run(
     ctx: JobContext,
 ) -> tuple[bool, Any, str]:
     """``(True, value, "")`` or ``(False, exception, its traceback)``, each one that pickles."""
-    token = current.set(JobContext(ctx.job, ctx.worker_id, CancelFlag()))
+    token = current.set(JobContext(ctx.job, ctx.worker_id, CancelFlag(), None, ctx.read))
     try:
         fn = functions.get(path)
         if fn is None:

@@ -106,7 +106,7 @@ class Runner:
             task = tasks.get(job.stage)
             lease_ms = task.lease_ms if task is not None and task.lease_ms else self.lease_ms
             running = HeldJob(
-                claim, lease_ms, on_lost, _context(job, worker_id, CancelFlag(), worker), now
+                claim, lease_ms, on_lost, _context(job, worker_id, CancelFlag(), worker, None), now
             )
             held[job.id] = running
             started.append(running)
