@@ -5,6 +5,15 @@ around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free c
 """
 
 from ._base import EvictionPolicyWarning
+from ._batch import (
+    BatchCallback,
+    BatchInfo,
+    BatchMember,
+    BatchOpened,
+    BatchOpenRefused,
+    BatchOpenResult,
+    BatchPage,
+)
 from ._calls import Call, Limits, NewJob
 from ._dedup import Debounce, Throttle, Unique
 from ._durable import Durable
@@ -17,6 +26,8 @@ from ._types import (
     TERMINAL_STATUSES,
     AttemptLimitReached,
     BatchApplied,
+    BatchClosed,
+    BatchExists,
     BatchRefused,
     BatchResult,
     CancelApplied,
@@ -53,6 +64,7 @@ from ._types import (
     LeaseExpired,
     LeaseHeld,
     LeaseToken,
+    MissingBatch,
     MissingDependency,
     MissingJob,
     NotAvailable,
@@ -127,6 +139,15 @@ __all__ = [
     "AttemptLimitReached",
     "AuthenticationError",
     "BatchApplied",
+    "BatchCallback",
+    "BatchClosed",
+    "BatchExists",
+    "BatchInfo",
+    "BatchMember",
+    "BatchOpenRefused",
+    "BatchOpenResult",
+    "BatchOpened",
+    "BatchPage",
     "BatchRefused",
     "BatchResult",
     "Call",
@@ -196,6 +217,7 @@ __all__ = [
     "LeaseToken",
     "Leased",
     "Limits",
+    "MissingBatch",
     "MissingDependency",
     "MissingJob",
     "MsgpackSerializer",

@@ -80,6 +80,8 @@ FLAGS = {
     "workers": "allow-oom",
     "schedules": "no-writes",
     "flow": "no-writes",
+    "batch": "no-writes",
+    "batch_results": "no-writes",
     "set_limits": "allow-oom",
     "change_schedule": "allow-oom",
 }

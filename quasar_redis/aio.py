@@ -240,6 +240,10 @@ class AsyncQuasar(Coalescing, ClientBase):
     set_limits = coroutine(Operations.set_limits)
     set_group_limits = coroutine(Operations.set_group_limits)
     flow = coroutine(Operations.flow)
+    open_batch = coroutine(Operations.open_batch)
+    close_batch = coroutine(Operations.close_batch)
+    batch = coroutine(Operations.batch)
+    batch_results = coroutine(Operations.batch_results)
 
     # the worker's waits ------------------------------------------------------------------------
 
