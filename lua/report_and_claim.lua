@@ -56,6 +56,7 @@ local function report_and_claim_main(ctx)
   if claimed then
     return {"ReportClaimed", fmt(ctx, now), results, claims_replayed(ctx, claimed, worker)}
   end
+  fire_due(ctx, nil, now) -- (a callback the report fired may be claimed by this very call)
   local claim, rec = claim_queue(ctx, now, queue, worker, lease_ms, limit)
   local value = rec and (#rec .. ":" .. rec .. kept) or ("-" .. kept)
   if again == nil then

@@ -5,6 +5,8 @@ and bad input (a typed refusal, nothing written). On both backends, through both
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from quasar_redis import (
     BatchOpened,
     BatchOpenRefused,
     BatchRefused,
+    CrossPartition,
     DuplicateJob,
     InvalidArgument,
     InvalidJob,
@@ -26,8 +29,10 @@ from quasar_redis import (
     Quasar,
     Unique,
 )
+from quasar_redis._partitions import hashed, partition_of
 
-from .helpers import T0, applied, claimed, snapshot
+from .clients import clients
+from .helpers import T0, app_url, applied, claimed, snapshot
 
 LEASE = 60_000
 DONE = NewJob("done", {"n": 1}, queue="cb", priority=-5, max_attempts=2)
@@ -327,3 +332,53 @@ def test_closing_or_reading_what_is_not_a_batch(q: Quasar) -> None:
     with pytest.raises(InvalidArgument, match="batch must not be empty"):
         q.batch("")
     assert q.enqueue("s", batch="") == JobRefused(InvalidJob("batch must not be empty"))
+
+
+# --- a partitioned namespace --------------------------------------------------------------------
+
+
+def test_on_partitions_a_batch_its_members_and_callbacks_share_its_ids_partition(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    with clients("sync", redis_client) as make:
+        p = make(namespace, functions=backend == "redis", partitions=3)
+        refused = p.open_batch("plain", on_success=DONE)
+        assert isinstance(refused, BatchOpenRefused) and "starts with its partition" in str(refused)
+        assert p.open_batch("1~b", on_success=DONE) == BatchOpened("1~b", True)
+        result = p.enqueue_many([NewJob("work", i, batch="1~b") for i in range(4)], ids_only=True)
+        assert isinstance(result, BatchApplied)
+        assert all(partition_of(i, 3) == 1 for i in result.ids)
+        other = next(g for g in ("g0", "g1", "g2", "g3") if hashed(g, 3) != 1)
+        crossed = p.enqueue("work", batch="1~b", group=other)
+        assert isinstance(crossed, JobRefused) and isinstance(crossed.error, CrossPartition)
+        p.close_batch("1~b")
+        for _ in result.ids:
+            claim = claimed(p.claim("default", "w", LEASE))
+            applied(p.complete(claim.token, "w", result=1))
+        b = p.batch("1~b")
+        assert b is not None and b.succeeded == 4 and b.callback("on_success") is not None
+        got = p.get_job("1~b@on_success")
+        assert got is not None and got.job.callback_of == "1~b"
+        assert [m.id for m in p.batch_results("1~b").members] == list(result.ids)
+
+
+# --- the documentation ---------------------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "workflows.md"
+
+
+def test_the_batch_examples_of_the_workflows_page_run_as_written(
+    backend: str, namespace: str
+) -> None:
+    section = DOC.read_text().split("\n## Batches\n")[1].split("\n## ")[0]
+    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    assert len(blocks) == 2
+    for i, block in enumerate(blocks):
+        assert 'app = App("memory://")' in block
+        with app_url(backend, f"{namespace}-{i}") as url:
+            source = block.replace(
+                'App("memory://")', f"App({url!r}, namespace={namespace + f'-{i}'!r})"
+            )
+            space: dict[str, Any] = {"__name__": f"docs_batches_{i}"}
+            exec(compile(source, str(DOC), "exec"), space)
+            space["app"].close()

@@ -22,11 +22,12 @@ local CALLBACKS, count, load_batch = Batches.CALLBACKS, Batches.count, Batches.l
 
 -- Fires every batch whose counts this call changed (ctx.batches, Batches.batch_counted), in id
 -- order; returns `reply`. Every script that may move a member into a terminal state ends with it.
-local function fire_due(ctx, reply)
+-- now: the call's (nil: read again, as the call read it; a callback is available from then).
+local function fire_due(ctx, reply, now)
   local due = ctx.batches
   if due == nil then return reply end
   ctx.batches = nil
-  local now = clock(ctx.args[2]) or clock("")
+  now = now or clock(ctx.args[2]) or clock("")
   local now_text = fmt(ctx, now)
 
   local function fire_one(id, k, name, b)
