@@ -4,6 +4,7 @@ Every job state transition is one atomic Lua script; this package is the thin, t
 around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free core.
 """
 
+from ._app_batches import BatchMemberResult
 from ._base import EvictionPolicyWarning
 from ._batch import (
     BatchCallback,
@@ -144,6 +145,7 @@ __all__ = [
     "BatchExists",
     "BatchInfo",
     "BatchMember",
+    "BatchMemberResult",
     "BatchOpenRefused",
     "BatchOpenResult",
     "BatchOpened",
