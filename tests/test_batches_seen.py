@@ -4,14 +4,17 @@ batch and a callback's, and the dashboard's batch page linked from both jobs' pa
 
 from __future__ import annotations
 
+import asyncio
 import re
+from typing import Any
 
 from quasar_redis import NewJob, Quasar
 
 from .helpers import applied, claimed
 from .test_cli_ops import inproc, rq
+from .test_dashboard import backing, dashboard_of, http, sync_q
 
-__all__ = ["rq"]
+__all__ = ["backing", "rq", "sync_q"]
 
 
 def finished_batch(q: Quasar) -> None:
@@ -54,3 +57,35 @@ def test_quasar_job_names_a_members_batch_and_a_callbacks(rq: Quasar, namespace:
 def test_quasar_batch_of_no_batch_is_one_line(rq: Quasar, namespace: str) -> None:
     finished_batch(rq)
     assert "no batch 'nope'" in inproc("batch", "nope", namespace=namespace).one_error()
+
+
+# --- the dashboard -------------------------------------------------------------------------------
+
+
+def test_the_dashboards_batch_page_links_members_and_callbacks(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    finished_batch(sync_q)
+    sync_q.open_batch("<b>", on_failure=NewJob("alert"))
+    sync_q.enqueue("check", id="lonely", batch="<b>")
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            page = await client.get("/batches/nightly")
+            assert page.status_code == 200, page.text
+            text = page.text
+            assert '<progress id="progress" max="3" value="3">' in text
+            assert 'href="/jobs/nightly%40on_success">nightly@on_success</a>' in text
+            assert 'href="/jobs/check-1">check-1</a>' in text
+            assert "status-completed" in text
+            member = await client.get("/jobs/check-0")
+            assert 'href="/batches/nightly">member of batch nightly</a>' in member.text
+            callback = await client.get("/jobs/nightly%40on_complete")
+            assert 'href="/batches/nightly">callback of batch nightly</a>' in callback.text
+            escaped = await client.get("/batches/%3Cb%3E")
+            assert escaped.status_code == 200 and "<b>" not in escaped.text.split("<main")[-1]
+            assert "not yet" in escaped.text and ">open<" in escaped.text
+            missing = await client.get("/batches/nope")
+            assert missing.status_code == 404
+
+    asyncio.run(run())
