@@ -38,9 +38,10 @@ local function fire_due(ctx, reply, now)
       redis.call("HSET", key_batch(ctx, id), k .. ".x", bad[1] .. " " .. tostring(bad[2] or ""))
       return
     end
-    -- (the sequence number of the last job enqueued, not one of its own: an operator's cancel
-    -- may fire a callback, and the operator role may not enqueue, INCRBY; the id breaks ties)
-    local seq = tonumber(redis.call("GET", key_seq(ctx)) or "0") or 0
+    -- (the next sequence number, taken by GET and SET rather than INCRBY: an operator's cancel
+    -- may fire a callback, and the operator role, which may not enqueue, lacks INCRBY)
+    local seq = (tonumber(redis.call("GET", key_seq(ctx)) or "0") or 0) + 1
+    redis.call("SET", key_seq(ctx), fmt(ctx, seq))
     redis.call("SADD", key_queues(ctx), q)
     local h = {q = q, s = b[k .. ".s"], p = b[k .. ".p"] or "", ir = "inline", rv = "0", dp = "",
       pd = "0", odf = "block", pr = b[k .. ".pr"], sq = fmt(ctx, seq), a = "0", m = b[k .. ".m"],
