@@ -17,7 +17,7 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
--- uses: core, checks, job, call, cascades, outcomes
+-- uses: core, checks, job, call, cascades, outcomes, callbacks
 local applied, fmt, refuse, split = Core.applied, Core.fmt, Core.refuse, Core.split
 local TERMINAL = Core.TERMINAL
 local check_queue, text_error = Checks.check_queue, Checks.text_error
@@ -25,8 +25,9 @@ local job_reply, move = Job.job_reply, Job.move
 local record, run_call = Call.record, Call.run_call
 local apply_cascade, plan_cascade = Cascades.apply_cascade, Cascades.plan_cascade
 local open_fenced = Outcomes.open_fenced
+local fire_due = Callbacks.fire_due
 
-local function main(ctx)
+local function cancel_main(ctx)
   local reason = ctx.args[5]
   local c, err = open_fenced(ctx, true)
   if c == nil then return err end
@@ -47,5 +48,8 @@ local function main(ctx)
   record(ctx, "A " .. table.concat(ids, " "))
   return applied("JobApplied", fmt(ctx, c.now), job_reply(ctx, c.id, c.h), ids)
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, cancel_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

@@ -33,7 +33,7 @@
 -- The nonce of the i-th claim is "<call id>.<i>". A re-sent call (same call id) gets the claims
 -- the first delivery made, with the same tokens, and leases nothing more.
 
--- uses: core, checks, index, job, call, lease, flow_control, promote_due, sweep_expired
+-- uses: core, checks, index, job, call, lease, flow_control, promote_due, sweep_expired, callbacks
 local clock, fmt, int, invalid = Core.clock, Core.fmt, Core.int, Core.invalid
 local key_paused, key_q, num, pcall_typed = Core.key_paused, Core.key_q, Core.num, Core.pcall_typed
 local refuse, split = Core.refuse, Core.split
@@ -53,6 +53,7 @@ local group_hold, join = FlowControl.group_hold, FlowControl.join
 local set_group_tat = FlowControl.set_group_tat
 local promote_best, promote_queue = PromoteDue.promote_best, PromoteDue.promote_queue
 local expire_queue, expire_unstarted = SweepExpired.expire_queue, SweepExpired.expire_unstarted
+local fire_due = Callbacks.fire_due
 
 local MAINTENANCE = 100
 -- Entries of a ready index a claim drops, re-indexes or skips as damaged, at most (and, in a
@@ -499,7 +500,7 @@ local function claim_queue(ctx, now, queue, worker, lease_ms, limit)
   return out, table.concat(rec, " ")
 end
 
-local function main(ctx)
+local function claim_main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
   if now == nil then return e end
@@ -511,5 +512,8 @@ local function main(ctx)
   if rec then record(ctx, rec) end
   return out
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, claim_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

@@ -22,7 +22,7 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again, not StaleLease.
 
--- uses: core, checks, index, job, call, cascades, lease
+-- uses: core, checks, index, job, call, cascades, lease, callbacks
 local CALL_TTL_MS, fmt, int, invalid = Core.CALL_TTL_MS, Core.fmt, Core.int, Core.invalid
 local key_q, MAXINT = Core.key_q, Core.MAXINT
 local text_error, writes_error = Checks.text_error, Checks.writes_error
@@ -31,6 +31,7 @@ local move = Job.move
 local run_call = Call.run_call
 local apply_cascade, plan_cascade = Cascades.apply_cascade, Cascades.plan_cascade
 local lease_error, lease_outcome = Lease.lease_error, Lease.lease_outcome
+local fire_due = Callbacks.fire_due
 
 -- What a completion writes: 3 TYPE calls (4 with a retention), not one per key of the queue
 -- (see writes_error).
@@ -69,8 +70,11 @@ local function complete_job(ctx, c, output_ref, result, ttl)
   return nil
 end
 
-local function main(ctx)
+local function complete_main(ctx)
   return lease_outcome(ctx, complete_job, ctx.args[10], ctx.args[11], ctx.args[12])
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, complete_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

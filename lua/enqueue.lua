@@ -25,7 +25,9 @@
 --   client made the id at random for this call, else ""), deadline (ms since the epoch, "" = none),
 --   expires_in (ms from now, "" = none; at most one of the two), dedup ("" or
 --   "<mode> <window ms> <key>": see lua/include/unique.lua; checked just before DuplicateJob),
---   group ("" = none: the job's flow group, include/flow_control.lua; a job id's rule).
+--   group ("" = none: the job's flow group, include/flow_control.lua; a job id's rule),
+--   batch ("" = none: the open batch it joins, include/batches.lua; a member must be a new job:
+--   an id that exists is DuplicateJob, or skipped in "skip" mode; no dedup key).
 --
 -- Deduplicated jobs. A job whose dedup key another job holds is answered with that job instead
 -- of going in (a debounce rewrites it first); so is, in "skip" mode (an "all" that skips
@@ -45,14 +47,15 @@
 --                                              a refusal
 --   refusal: InvalidJob(reason) | DuplicateJob(id) | StaleRevision(id, stored revision) |
 --            MissingDependency(id) |
---            IncompleteDependency(id) | CorruptJob(id, reason) | CorruptKey(key, reason)
+--            IncompleteDependency(id) | CorruptJob(id, reason) | CorruptKey(key, reason) |
+--            MissingBatch(batch) | BatchClosed(batch)
 -- A re-sent call (same call id) gets the jobs it applied as applied again (as they are now), and,
 -- in "each" mode, every refused job its first refusal again (kept in a call record, written
 -- only when a job was refused, deduplicated or superseded). A job whose id the caller chose
 -- keeps the id of the call that created it (field ec); one whose id the client made at random
 -- for this call needs no such field: only this call can have created a job with that id.
 
--- uses: core, checks, events, job, call, flow_control, unique, revise
+-- uses: core, checks, events, job, call, flow_control, unique, revise, batches
 local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Core.ID_MAX, Core.int
 local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
 local key_queues, key_seq, PRIORITY_MAX = Core.key_queues, Core.key_seq, Core.PRIORITY_MAX
@@ -72,8 +75,9 @@ local unique_holder, unique_take = Unique.unique_holder, Unique.unique_take
 local revision_changes, rewrite = Revise.revision_changes, Revise.rewrite
 local supersede_error = Revise.supersede_error
 local flow_error = FlowControl.flow_error
+local batch_join, join_error = Batches.batch_join, Batches.join_error
 
-local GROUP = 17
+local GROUP = 18
 
 -- A batch repeats the same few values (attempts, priority, stage, queue): each is checked once a
 -- call, in the call's memo (m.ints: integer arguments parsed; m.stages: stages found valid; queue
@@ -233,6 +237,7 @@ local function read_group(args, i)
     priority = args[b + 8], max_attempts = args[b + 9], available_at = args[b + 10],
     delay = args[b + 11], odf = args[b + 12], made = args[b + 13] == "1",
     deadline = args[b + 14], expires_in = args[b + 15], dedup = args[b + 16], group = args[b + 17],
+    batch = args[b + 18],
   }
 end
 
@@ -240,7 +245,7 @@ end
 -- `fields`, and every argument not among them at its default.
 local ARG_DEFAULTS = {input_ref = "inline", input_revision = "0", dependencies = "",
   priority = "0", max_attempts = "3", available_at = "", delay = "", odf = "block", made = false,
-  deadline = "", expires_in = "", dedup = "", group = ""}
+  deadline = "", expires_in = "", dedup = "", group = "", batch = ""}
 local function job_args(fields)
   for name, value in pairs(ARG_DEFAULTS) do
     if fields[name] == nil then fields[name] = value end
@@ -294,7 +299,8 @@ end
 -- the job); else a refusal, or in "skip" mode, for a duplicate, the job of that id.
 local function check_stored(ctx, a, limits, batch)
   local h, err = load_job(ctx, a.id)
-  local bad = err or supersede_error(a.id, h, tonumber(a.input_revision))
+  local bad = err or (a.batch ~= "" and refuse("DuplicateJob", a.id))
+    or supersede_error(a.id, h, tonumber(a.input_revision))
   if bad then
     written_again(ctx)
     if limits.skip and bad[1] == "DuplicateJob" then return skipped(ctx, a, batch) end
@@ -311,6 +317,11 @@ local function check_one(ctx, a, now, limits, batch)
     or limit_checks(ctx, a, limits.payload, limits.deps, limits)
     or (a.dedup ~= "" and unique_arg(a)) or nil
   if bad then return bad end
+  if a.batch ~= "" then
+    if a.u then return invalid("a batch member cannot have a dedup key") end
+    bad = join_error(ctx, a.batch)
+    if bad then return bad end
+  end
   if a.u then
     bad = unique_holder(ctx, a, now, limits.taken, WRITES)
     if bad or a.held then return bad end
@@ -351,6 +362,7 @@ local function new_fields(a, h, now_text)
   if h.uq then args[#args + 1] = "uq"; args[#args + 1] = h.uq end
   if h.g then args[#args + 1] = "g"; args[#args + 1] = h.g end
   if h.rd then args[#args + 1] = "rd"; args[#args + 1] = h.rd end
+  if h.bt then args[#args + 1] = "bt"; args[#args + 1] = h.bt end
   return args
 end
 
@@ -378,6 +390,10 @@ local function write_one(ctx, a, now, seq, now_text)
   if a.dl then h.dl = fmt(ctx, a.dl) end
   if a.group ~= "" then h.g = a.group end
   h.rd = a.rd
+  if a.batch ~= "" then
+    h.bt = a.batch
+    batch_join(ctx, a.batch, a.id)
+  end
   if a.u then
     h.uq = a.dedup
     unique_take(ctx, a)

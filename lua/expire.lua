@@ -16,13 +16,14 @@
 --   {"TerminalJob"} | {"InvalidJob", reason} | {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
--- uses: core, checks, call, cascades, outcomes
+-- uses: core, checks, call, cascades, outcomes, callbacks
 local fmt, key_errors, refuse, TERMINAL = Core.fmt, Core.key_errors, Core.refuse, Core.TERMINAL
 local check_queue, check_types = Checks.check_queue, Checks.check_types
 local record, run_call = Call.record, Call.run_call
 local move_or_fail = Cascades.move_or_fail
 local job_applied, keep_error = Outcomes.job_applied, Outcomes.keep_error
 local open_fenced, retry_or_fail = Outcomes.open_fenced, Outcomes.retry_or_fail
+local fire_due = Callbacks.fire_due
 
 -- A leased job whose lease has run out (the fence as observed) -> RetryWaiting or Failed, as a
 -- failed attempt would go. Returns the refusal or nil; on success the job has moved.
@@ -36,7 +37,7 @@ local function expire_job(ctx, id, h, now)
   return nil
 end
 
-local function main(ctx)
+local function expire_main(ctx)
   local c, err = open_fenced(ctx, false)
   if c == nil then return err end
   if c.record then return job_applied(ctx, c, "") end
@@ -47,5 +48,8 @@ local function main(ctx)
   record(ctx, "A")
   return job_applied(ctx, c, fmt(ctx, c.now))
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, expire_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

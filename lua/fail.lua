@@ -19,7 +19,7 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
--- uses: core, checks, call, cascades, outcomes, lease
+-- uses: core, checks, call, cascades, outcomes, lease, callbacks
 local key_errors = Core.key_errors
 local check_queue, check_types = Checks.check_queue, Checks.check_types
 local duration_arg, error_text_error = Checks.duration_arg, Checks.error_text_error
@@ -28,6 +28,7 @@ local run_call = Call.run_call
 local move_or_fail = Cascades.move_or_fail
 local keep_error, retry_or_fail = Outcomes.keep_error, Outcomes.retry_or_fail
 local lease_error, lease_outcome = Lease.lease_error, Lease.lease_outcome
+local fire_due = Callbacks.fire_due
 
 -- c: the held job (open_lease). A refusal, or nil once the job has moved.
 local function fail_job(ctx, c, reason, delay_arg, kind, trace)
@@ -46,9 +47,12 @@ local function fail_job(ctx, c, reason, delay_arg, kind, trace)
   return nil
 end
 
-local function main(ctx)
+local function fail_main(ctx)
   local args = ctx.args
   return lease_outcome(ctx, fail_job, args[10], args[11], args[12], args[13])
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, fail_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

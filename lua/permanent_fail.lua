@@ -18,7 +18,7 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
--- uses: core, checks, call, cascades, outcomes, lease
+-- uses: core, checks, call, cascades, outcomes, lease, callbacks
 local fmt, invalid, key_errors = Core.fmt, Core.invalid, Core.key_errors
 local check_queue, check_types = Checks.check_queue, Checks.check_types
 local error_text_error, text_error = Checks.error_text_error, Checks.text_error
@@ -26,6 +26,7 @@ local run_call = Call.run_call
 local move_or_fail = Cascades.move_or_fail
 local keep_error = Outcomes.keep_error
 local lease_error, lease_outcome = Lease.lease_error, Lease.lease_outcome
+local fire_due = Callbacks.fire_due
 
 -- c: the held job (open_lease). A refusal, or nil once the job has moved.
 local function permanent_fail_job(ctx, c, reason, kind, trace)
@@ -43,9 +44,12 @@ local function permanent_fail_job(ctx, c, reason, kind, trace)
   return nil
 end
 
-local function main(ctx)
+local function permanent_fail_main(ctx)
   local args = ctx.args
   return lease_outcome(ctx, permanent_fail_job, args[10], args[11], args[12])
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, permanent_fail_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

@@ -21,15 +21,16 @@
 -- outcomes as report_many.lua keeps them). A re-sent call gets every outcome's first answer again and
 -- the claims first handed out; a claim that leased nothing the first time is made anew.
 
--- uses: core, call, claim, report_many
+-- uses: core, call, claim, report_many, callbacks
 local CALL_TTL_TEXT, clock, fmt, key_call = Core.CALL_TTL_TEXT, Core.clock, Core.fmt, Core.key_call
 local decode_items, record, recorded = Call.decode_items, Call.record, Call.recorded
 local run_call = Call.run_call
 local claim_args, claim_queue = Claim.claim_args, Claim.claim_queue
 local claims_replayed = Claim.claims_replayed
 local report_count, report_items = ReportMany.report_count, ReportMany.report_items
+local fire_due = Callbacks.fire_due
 
-local function main(ctx)
+local function report_and_claim_main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
   if now == nil then return e end
@@ -55,6 +56,7 @@ local function main(ctx)
   if claimed then
     return {"ReportClaimed", fmt(ctx, now), results, claims_replayed(ctx, claimed, worker)}
   end
+  fire_due(ctx, nil, now) -- (a callback the report fired may be claimed by this very call)
   local claim, rec = claim_queue(ctx, now, queue, worker, lease_ms, limit)
   local value = rec and (#rec .. ":" .. rec .. kept) or ("-" .. kept)
   if again == nil then
@@ -64,5 +66,8 @@ local function main(ctx)
   end
   return {"ReportClaimed", fmt(ctx, now), results, claim}
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, report_and_claim_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

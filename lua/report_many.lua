@@ -21,7 +21,7 @@
 -- which were applied. A re-sent call (same call id) gets every item's first answer again:
 -- OutcomeApplied for those applied, the same refusal for the others; it changes nothing more.
 
--- uses: core, job, call, complete, fail, permanent_fail, release
+-- uses: core, job, call, complete, fail, permanent_fail, release, callbacks
 local clock, fmt, int, invalid = Core.clock, Core.fmt, Core.int, Core.invalid
 local load_job = Job.load_job
 local decode_items, encode_items, record = Call.decode_items, Call.encode_items, Call.record
@@ -30,6 +30,7 @@ local complete_job = Complete.complete_job
 local fail_job = Fail.fail_job
 local permanent_fail_job = PermanentFail.permanent_fail_job
 local release_job = Release.release_job
+local fire_due = Callbacks.fire_due
 
 local REPORT_GROUP = 11
 
@@ -88,7 +89,7 @@ local function report_items(ctx, items, before, out)
   return encode_items(kept)
 end
 
-local function main(ctx)
+local function report_many_main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
   if now == nil then return e end
@@ -99,5 +100,8 @@ local function main(ctx)
   record(ctx, report_items(ctx, items, decode_items(recorded(ctx)), out))
   return out
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, report_many_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

@@ -18,7 +18,7 @@
 -- A re-sent call (same call id) gets the ids the first delivery gave (`more` as it is now), and
 -- changes nothing more.
 
--- uses: core, checks, index, job, call, cascades
+-- uses: core, checks, index, job, call, cascades, callbacks
 local applied, clock, fmt, key_cascade = Core.applied, Core.clock, Core.fmt, Core.key_cascade
 local key_cascades, key_dependents, key_job = Core.key_cascades, Core.key_dependents, Core.key_job
 local split = Core.split
@@ -28,6 +28,7 @@ local load_job = Job.load_job
 local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
 local apply_cascade, CASCADE = Cascades.apply_cascade, Cascades.CASCADE
 local cascade_state, plan_cascade = Cascades.cascade_state, Cascades.plan_cascade
+local fire_due = Callbacks.fire_due
 
 local CASCADE_KINDS = {c = true, f = true, e = true, s = true}
 
@@ -92,7 +93,7 @@ local function step_replayed(ctx, rec, given, now)
   return applied("Cascaded", "", more, cancelled, damaged)
 end
 
-local function main(ctx)
+local function resume_cascades_main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
   if now == nil then return e end
@@ -120,5 +121,8 @@ local function main(ctx)
   return applied("Cascaded", fmt(ctx, now), root_of(ctx, given, now) and "1" or "0",
     cs.cancelled, cs.damaged)
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, resume_cascades_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

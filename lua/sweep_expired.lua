@@ -13,7 +13,7 @@
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 -- A re-sent call sweeps again: leases already expired are not touched twice.
 
--- uses: core, checks, index, job, cascades, call, expire
+-- uses: core, checks, index, job, cascades, call, expire, callbacks
 local applied, fmt, key_q = Core.applied, Core.fmt, Core.key_q
 local check_queue = Checks.check_queue
 local zread_typed, zrem = Index.zread_typed, Index.zrem
@@ -21,6 +21,7 @@ local load_job, past_deadline = Job.load_job, Job.past_deadline
 local move_or_fail = Cascades.move_or_fail
 local each_queue, maintenance_args, run_call = Call.each_queue, Call.maintenance_args, Call.run_call
 local expire_job = Expire.expire_job
+local fire_due = Callbacks.fire_due
 
 -- Waiting -> Expired(now) for job `id` (h: as loaded), never started and past its deadline; its
 -- dependents by their policy, as for a failed job (cascades.lua). A refusal (a damaged dependent
@@ -73,7 +74,7 @@ local function expire_queue(ctx, queue, now, limit, out, damaged)
   return sweep_index(ctx, queue, now, limit, {what = "leased", out = out, damaged = damaged})
 end
 
-local function main(ctx)
+local function sweep_expired_main(ctx)
   local now, limit = maintenance_args(ctx)
   if now == nil then return limit end
   local out, damaged, past = {}, {}, {}
@@ -86,5 +87,8 @@ local function main(ctx)
   end)
   return applied("Swept", fmt(ctx, now), out, damaged, past)
 end
+
+-- A batch member that ended in this call fires its batch's callbacks (include/callbacks.lua).
+local function main(ctx) return fire_due(ctx, sweep_expired_main(ctx)) end
 
 return run_call(KEYS, ARGV, main)

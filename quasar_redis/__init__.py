@@ -4,7 +4,17 @@ Every job state transition is one atomic Lua script; this package is the thin, t
 around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free core.
 """
 
+from ._app_batches import BatchMemberResult
 from ._base import EvictionPolicyWarning
+from ._batch import (
+    BatchCallback,
+    BatchInfo,
+    BatchMember,
+    BatchOpened,
+    BatchOpenRefused,
+    BatchOpenResult,
+    BatchPage,
+)
 from ._calls import Call, Limits, NewJob
 from ._dedup import Debounce, Throttle, Unique
 from ._dependency_calls import Dependencies, Dependency, DependencyResult, Dependent
@@ -18,6 +28,8 @@ from ._types import (
     TERMINAL_STATUSES,
     AttemptLimitReached,
     BatchApplied,
+    BatchClosed,
+    BatchExists,
     BatchRefused,
     BatchResult,
     CancelApplied,
@@ -54,6 +66,7 @@ from ._types import (
     LeaseExpired,
     LeaseHeld,
     LeaseToken,
+    MissingBatch,
     MissingDependency,
     MissingJob,
     NotAvailable,
@@ -128,6 +141,16 @@ __all__ = [
     "AttemptLimitReached",
     "AuthenticationError",
     "BatchApplied",
+    "BatchCallback",
+    "BatchClosed",
+    "BatchExists",
+    "BatchInfo",
+    "BatchMember",
+    "BatchMemberResult",
+    "BatchOpenRefused",
+    "BatchOpenResult",
+    "BatchOpened",
+    "BatchPage",
     "BatchRefused",
     "BatchResult",
     "Call",
@@ -201,6 +224,7 @@ __all__ = [
     "LeaseToken",
     "Leased",
     "Limits",
+    "MissingBatch",
     "MissingDependency",
     "MissingJob",
     "MsgpackSerializer",

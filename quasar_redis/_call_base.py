@@ -128,6 +128,8 @@ class NewJob:
     #: and a group may have its own rate and concurrency limits (docs/flow-control.md). A job
     #: id's rule; on a partitioned namespace it is the flow key when ``flow`` is not given.
     group: str | None = None
+    #: The open batch it joins (docs/workflows.md, "Batches"): counted there when it ends.
+    batch: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ first delivery did, changing nothing more.
 
 from __future__ import annotations
 
+from ._batch_calls import BatchCalls
 from ._call_base import (
     POLICIES,
     BuilderBase,
@@ -41,9 +42,10 @@ __all__ = [
 
 
 class CallBuilder(
-    EnqueueCalls, LeaseCalls, OperatorCalls, ScheduleCalls, FlowCalls, DependencyCalls
+    EnqueueCalls, LeaseCalls, OperatorCalls, ScheduleCalls, FlowCalls, DependencyCalls, BatchCalls
 ):
     """Builds the ``Call`` of every operation for one namespace: the enqueue calls
     (``_enqueue_calls``), a lease holder's (``_lease_calls``), an operator's and the reads
     (``_operator_calls``), the periodic schedules' (``_schedule_calls``), flow control's
-    (``_flow_calls``), the read of a job's dependencies (``_dependency_calls``)."""
+    (``_flow_calls``), the read of a job's dependencies (``_dependency_calls``), the batches'
+    (``_batch_calls``)."""

@@ -48,6 +48,8 @@ def _job_group(
         return t.InvalidJob("on_dependency_failure must be 'block', 'cancel' or 'run'")
     if job.flow is not None and (bad := id_error(job.flow, "flow")) is not None:
         return t.InvalidJob(bad)
+    if job.batch is not None and (bad := id_error(job.batch, "batch")) is not None:
+        return t.InvalidJob(bad)
     dedup = "" if job.dedup is None else dedup_arg(job.dedup, job.stage, payload)
     if isinstance(dedup, t.InvalidJob):
         return dedup
@@ -69,6 +71,7 @@ def _job_group(
         "" if job.expires_in_ms is None else int_arg(job.expires_in_ms),
         dedup,
         "" if job.group is None else text_arg(job.group),
+        "" if job.batch is None else text_arg(job.batch),
     )
 
 

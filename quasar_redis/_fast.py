@@ -41,7 +41,7 @@ _NEW_ATTEMPT, _NEW_FENCE = int(DEFAULTS[KEY["attempt"]]), int(DEFAULTS[KEY["fenc
 # The arguments created_job reads, by name, in the order it unpacks them.
 _CREATED_READS = (
     "id queue stage payload input_ref input_revision dependencies priority max_attempts"
-    " available_at delay odf deadline expires_in dedup group"
+    " available_at delay odf deadline expires_in dedup group batch"
 )
 _CREATED = itemgetter(*map(ENQUEUE_ITEM.index, _CREATED_READS.split()))
 _TERMINAL_B = (b"S", b"F", b"C", b"E")
@@ -103,6 +103,8 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
     dl = f.get(b"dl")
     uq = f.get(b"uq")
     g = f.get(b"g")
+    bt = f.get(b"bt")
+    cbo = f.get(b"cbo")
     return _job(
         _text_of(job_id, "utf-8", "replace"),
         _text_of(f[b"q"], "utf-8", "replace"),
@@ -126,6 +128,8 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
         None if dl is None else int(dl),
         None if uq is None else _text_of(uq, "utf-8", "replace"),
         None if g is None else _text_of(g, "utf-8", "replace"),
+        None if bt is None else _text_of(bt, "utf-8", "replace"),
+        None if cbo is None else _text_of(cbo, "utf-8", "replace"),
     )
 
 
@@ -240,6 +244,7 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         expires_in,
         dedup,
         flow_group,
+        batch,
     ) = _CREATED(group)
     at = now + int(delay or 0) if available_at == "" else int(available_at)
     dl = int(deadline) if deadline else (now + int(expires_in) if expires_in else None)
@@ -266,4 +271,6 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         dl,
         str(dedup) or None,
         str(flow_group) or None,
+        str(batch) or None,
+        None,
     )

@@ -114,6 +114,8 @@ def general_job(reply: Sequence[Any]) -> t.Job:
             deadline=optional_int(f.get("dl")),
             dedup=text(f["uq"]) if "uq" in f else None,
             group=text(f["g"]) if "g" in f else None,
+            batch=text(f["bt"]) if "bt" in f else None,
+            callback_of=text(f["cbo"]) if "cbo" in f else None,
         )
     except (KeyError, ValueError) as exc:
         raise CorruptJobError(job_id, f"cannot decode field: {exc}") from None

@@ -218,6 +218,10 @@ class Job:
     dedup: str | None = None
     #: Its flow group (docs/flow-control.md), or None.
     group: str | None = None
+    #: The batch it is a member of (docs/workflows.md, "Batches"), or None.
+    batch: str | None = None
+    #: The batch it is a callback of (enqueued when that batch ended), or None.
+    callback_of: str | None = None
 
     @property
     def payload(self) -> Any:

@@ -29,11 +29,13 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}\Z")
 #: How every key suffix begins (here and in lua/): a word of ``FAMILIES`` and ``:`` then a name
 #: or id, or a word of ``SINGLES`` alone. tests/test_keys.py holds the Lua's key builders to them.
 FAMILIES = (
+    "batch",
     "call",
     "cascade",
     "dependents",
     "errors",
     "job",
+    "members",
     "q",
     "schedule",
     "stats",
@@ -180,3 +182,11 @@ class KeySpace:
     def schedules(self) -> str:
         """The namespace's periodic schedules by name, scored by their next tick."""
         return f"{self.root}schedules"
+
+    def batch(self, batch_id: str) -> str:
+        """A batch's hash: its counts, closed flag and callbacks (docs/workflows.md)."""
+        return f"{self.root}batch:{batch_id}"
+
+    def members(self, batch_id: str) -> str:
+        """A batch's member ids, in the order they were added."""
+        return f"{self.root}members:{batch_id}"

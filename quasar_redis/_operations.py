@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypedDict, TypeVar
 
 from . import _types as t
+from ._batch_calls import BatchOperations
 from ._calls import Call, CallBuilder, NewJob
 from ._change_operations import ChangeOperations
 from ._dedup import Dedup, OnDuplicate
@@ -45,6 +46,7 @@ class JobOptions(TypedDict, total=False):
     expires_in_ms: int | None  # the deadline, from the server's now
     dedup: Dedup | None  # None: no dedup key (docs/deduplication.md)
     group: str | None  # None: no flow group (docs/flow-control.md)
+    batch: str | None  # None: no batch (docs/workflows.md)
 
 
 def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
@@ -59,10 +61,13 @@ def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
     return method
 
 
-class Operations(ChangeOperations, ScheduleOperations, FlowOperations, DependencyOperations):
+class Operations(
+    ChangeOperations, ScheduleOperations, FlowOperations, DependencyOperations, BatchOperations
+):
     """The call each public method of the clients sends (``self`` is the client); those that
     change a waiting job are ``ChangeOperations``', those of schedules
-    ``ScheduleOperations``', those of flow control ``FlowOperations``'."""
+    ``ScheduleOperations``', those of flow control ``FlowOperations``', those of batches
+    ``BatchOperations``'."""
 
     calls: CallBuilder
 

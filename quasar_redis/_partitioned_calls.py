@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _types as t
+from ._batch import BatchOpenRefused, BatchOpenResult
 from ._call_base import Call, NewJob, new_call_id
 from ._calls import CallBuilder
 from ._dedup import OnDuplicate
 from ._partition_ops import Flow, PartitionOps, by_job, early, spread
-from ._partitions import in_order, merge_batches, partition_of, placement
+from ._partitions import in_order, made_in, merge_batches, partition_of, placement
 from ._replies import first_claim
 from .errors import QuasarError
 
@@ -178,6 +179,31 @@ class PartitionedCalls(PartitionOps):
         return spread(many, one)
 
     claim_job = by_job(CallBuilder.claim_job, lambda job_id: job_id)
+
+    # batches: in the partition their id names (docs/workflows.md, "Batches") ------------------
+
+    close_batch = by_job(CallBuilder.close_batch, lambda batch_id: batch_id)
+    batch = by_job(CallBuilder.batch, lambda batch_id: batch_id)
+    batch_results = by_job(CallBuilder.batch_results, lambda batch_id: batch_id)
+
+    def open_batch(
+        self,
+        batch_id: str,
+        on_success: NewJob | None = None,
+        on_failure: NewJob | None = None,
+        on_complete: NewJob | None = None,
+        now: int | None = None,
+    ) -> Call[BatchOpenResult]:
+        """In the partition the id starts with (``<k>~``): refused without one."""
+        where = partition_of(batch_id, self.count)
+        call = self.parts[where].open_batch(batch_id, on_success, on_failure, on_complete, now)
+        if not made_in(batch_id, self.count):
+            problem = (
+                f"on a namespace of {self.count} partitions a batch id starts with its "
+                f"partition: '<0-{self.count - 1}>~'"
+            )
+            return early(call, BatchOpenRefused(t.InvalidJob(problem)))
+        return call.on(self.part_keys[where])
 
     # a lease holder's calls, by its token -----------------------------------------------------
 

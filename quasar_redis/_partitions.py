@@ -133,6 +133,25 @@ def _flow_target(flow: Any, group: Any, count: int) -> int | t.JobError | None:
     return target
 
 
+def made_in(batch_id: object, count: int) -> bool:
+    """Whether ``batch_id`` starts with the partition it lives in (``<k>~``, k below
+    ``count``): on a partitioned namespace a batch's callbacks (``<batch id>@<kind>``) must be
+    found by their id in the batch's partition."""
+    made = _MADE.match(batch_id) if isinstance(batch_id, str) else None
+    return made is not None and int(made.group(1)) < count
+
+
+def _batch_target(batch: Any, target: int | None, count: int) -> int | t.JobError | None:
+    """The partition of a batch member: its batch's (docs/workflows.md, "Batches"), which its
+    flow key or group, if given, must name too."""
+    if batch is None or id_error(batch, "batch") is not None:
+        return target  # (no batch, or none the call will take: refused there)
+    where = partition_of(batch, count)
+    if target is not None and target != where:
+        return t.CrossPartition(batch if isinstance(batch, str) else batch.decode(), where, target)
+    return where
+
+
 def placement(job: NewJob, count: int) -> int | t.JobError | None:
     """The partition ``job`` goes to (None: any, its id made there), or why it cannot go
     anywhere: a flow key or a group that is no id (``InvalidJob``), a group of another
@@ -145,6 +164,9 @@ def placement(job: NewJob, count: int) -> int | t.JobError | None:
         named.insert(0, job.id)
     named = [n for n in named if id_error(n) is None]
     target = _flow_target(job.flow, group_of(job), count)
+    if not isinstance(target, int | None):
+        return target
+    target = _batch_target(job.batch, target, count)
     if not isinstance(target, int | None):
         return target
     if target is None and named:

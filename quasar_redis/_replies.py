@@ -35,12 +35,19 @@ REFUSALS: dict[str, Callable[[list[Any]], t.JobError]] = {
     "NothingClaimable": lambda a: t.NothingClaimable(int(a[0]) if a[0] else None),
     "QueuePaused": lambda a: t.QueuePaused(text(a[0])),
     "StaleRevision": lambda a: t.StaleRevision(text(a[0]), int(a[1])),
+    "MissingBatch": lambda a: t.MissingBatch(text(a[0])),
+    "BatchClosed": lambda a: t.BatchClosed(text(a[0])),
+    "BatchExists": lambda a: t.BatchExists(text(a[0])),
 }
 #: Tags that raise instead (data no script of ours wrote).
 FAULTS = ("CorruptJob", "CorruptKey")
 #: Tags of applied replies (and of the parts inside them).
 APPLIED = (
     "Announced",
+    "BatchClosing",
+    "BatchFound",
+    "BatchOpened",
+    "BatchPage",
     "Changed",
     "Declared",
     "Fired",

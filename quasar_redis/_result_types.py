@@ -133,6 +133,27 @@ class CrossPartition:
     expected: int
 
 
+@dataclass(frozen=True, slots=True)
+class MissingBatch:
+    """No batch of this id (``open_batch`` makes one): an enqueue into it, or a close of it."""
+
+    batch: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatchClosed:
+    """An enqueue into a batch that ``close_batch`` closed: it takes no more members."""
+
+    batch: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatchExists:
+    """``open_batch`` of an id that a batch with other callbacks has already."""
+
+    batch: str
+
+
 JobError: TypeAlias = (
     MissingJob
     | DuplicateJob
@@ -152,6 +173,9 @@ JobError: TypeAlias = (
     | QueuePaused
     | CrossPartition
     | StaleRevision
+    | MissingBatch
+    | BatchClosed
+    | BatchExists
 )
 
 

@@ -86,6 +86,9 @@ FIELDS = (
     Field("dedup", "uq"),
     # its flow group: jobs of different groups take turns (lua/include/flow_control.lua)
     Field("group", "g"),
+    # the batch it is a member of, and the batch it is a callback of (lua/include/batches.lua)
+    Field("batch", "bt"),
+    Field("callback_of", "cbo"),
 )
 #: A field's key by its name.
 KEY = {field.name: field.key for field in FIELDS}
@@ -142,6 +145,7 @@ ENQUEUE_ITEM = (
     "expires_in",  # "" = none
     "dedup",  # "" or "<mode> <window ms> <key>" (lua/include/unique.lua)
     "group",  # "" = none (lua/include/flow_control.lua)
+    "batch",  # "" = none: the open batch it joins (lua/include/batches.lua)
 )
 #: The fields of a periodic schedule's hash at ``<root>schedule:<name>`` that the scripts read
 #: (lua/include/schedule.lua ``SCHEDULE_FIELDS``, in order: the rows of ``schedules``), by what

@@ -81,6 +81,8 @@ FLAGS = {
     "schedules": "no-writes",
     "flow": "no-writes",
     "dependencies": "no-writes",
+    "batch": "no-writes",
+    "batch_results": "no-writes",
     "set_limits": "allow-oom",
     "change_schedule": "allow-oom",
 }

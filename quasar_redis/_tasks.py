@@ -75,6 +75,8 @@ class EnqueueOptions:
     input_revision: int = 0
     #: the job's flow group (docs/flow-control.md); None: the task's ``group_by``, if any
     group: str | None = None
+    #: the open batch the job joins (docs/workflows.md, "Batches")
+    batch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ class Task(Generic[P, R]):
             dedup=self._dedup(args, kwargs, payload, trace),
             input_revision=o.input_revision,
             group=o.group if o.group is not None else self._group(args, kwargs),
+            batch=o.batch,
         )
 
     def _group(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:

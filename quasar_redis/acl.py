@@ -83,8 +83,9 @@ ROLES: dict[str, Role] = {
         Role(
             "producer",
             "enqueues jobs (enqueue, enqueue_many, the task API, a schedule's trigger), changes "
-            "those waiting to run (change) and reads them back, awaiting their results",
-            _words("enqueue change get_job fire_schedule"),
+            "those waiting to run (change) and reads them back, awaiting their results; opens, "
+            "fills and closes batches and reads them",
+            _words("enqueue change get_job fire_schedule open_batch close_batch batch"),
             # durable mode: WAIT behind each write; ASKING before a call sent to a slot's
             # importing node during a migration
             _words("ASKING PING WAIT XREAD XREVRANGE"),
@@ -97,7 +98,7 @@ ROLES: dict[str, Role] = {
             _words(
                 "claim claim_job heartbeat complete fail permanent_fail release report_many "
                 "report_and_claim expire sweep_expired promote_due prune get_job announce retire "
-                "resume_cascades dependencies"
+                "resume_cascades dependencies batch batch_results"
             ),
             # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
             # and add what they counted to the dashboard's rolling store (HINCRBY, EXPIRE)
@@ -123,16 +124,18 @@ ROLES: dict[str, Role] = {
             _words(
                 "get_job counts list_jobs change cancel resume_cascades retry expire "
                 "sweep_expired promote_due prune purge pause resume queues workers schedules "
-                "change_schedule set_limits flow dependencies"
+                "change_schedule set_limits flow dependencies batch batch_results"
             ),
             _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XREAD XREVRANGE"),
         ),
         Role(
             "reader",
             "reads only (get_job, dependencies, counts, list_jobs, queues, schedules, flow, "
-            "events): dashboards and monitoring; not workers(), which drops lapsed entries of "
-            "the registry (a write)",
-            _words("get_job counts list_jobs queues schedules flow dependencies"),
+            "batches, events): dashboards and monitoring; not workers(), which drops lapsed "
+            "entries of the registry (a write)",
+            _words(
+                "get_job counts list_jobs queues schedules flow dependencies batch batch_results"
+            ),
             _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
         ),
     )

@@ -241,6 +241,10 @@ class AsyncQuasar(Coalescing, ClientBase):
     set_group_limits = coroutine(Operations.set_group_limits)
     flow = coroutine(Operations.flow)
     dependencies = coroutine(Operations.dependencies)
+    open_batch = coroutine(Operations.open_batch)
+    close_batch = coroutine(Operations.close_batch)
+    batch = coroutine(Operations.batch)
+    batch_results = coroutine(Operations.batch_results)
 
     # the worker's waits ------------------------------------------------------------------------
 

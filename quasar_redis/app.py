@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _tracing
 from . import _types as t
+from ._app_batches import AppBatches
 from ._app_flow import AppFlow
 from ._app_schedules import Periodic
 from ._base import ClientOptions
@@ -51,7 +52,7 @@ R = TypeVar("R")
 M = TypeVar("M")
 
 
-class App(Periodic, AppFlow):
+class App(AppBatches, Periodic, AppFlow):
     """Tasks and clients of one namespace of one Redis.
 
     ``url=None`` takes ``QUASAR_REDIS_URL``, then ``REDIS_URL``, from the environment, and

@@ -187,6 +187,10 @@ class Quasar(ClientBase):
     set_group_limits = blocking(Operations.set_group_limits)
     flow = blocking(Operations.flow)
     dependencies = blocking(Operations.dependencies)
+    open_batch = blocking(Operations.open_batch)
+    close_batch = blocking(Operations.close_batch)
+    batch = blocking(Operations.batch)
+    batch_results = blocking(Operations.batch_results)
 
 
 def _packed_sender(client: Any) -> Callable[[Command], Any] | None:

@@ -228,3 +228,49 @@ def flow_problems(
         if len(places) > 1 or (ready.get(g) and not places):
             problems.append(f"{queue}: group {g} with {len(ready.get(g, {}))} ready in {places}")
     return problems
+
+
+def _str(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else ""
+
+
+#: A batch's terminal counts by the state tag they count (lua/include/batches.lua).
+BATCH_COUNTS = {"S": "nS", "F": "nF", "C": "nC", "E": "nE"}
+#: A batch's callbacks: their field prefix and the name in their job's id.
+BATCH_CALLBACKS = {"s": "on_success", "f": "on_failure", "c": "on_complete"}
+
+
+def batch_problems(client: Any, space: KeySpace, batch_id: str) -> list[str]:
+    """What is out of step in a batch (docs/workflows.md, "Batches"), as sentences: its terminal
+    counts are its members' states (every member still there), its count of members its list;
+    once it is closed and every member has ended, each callback its state calls for was fired
+    (enqueued, or its refusal recorded), and a fired one's job names the batch."""
+    fields = {_str(k): _str(v) for k, v in client.hgetall(f"{space.root}batch:{batch_id}").items()}
+    if not fields:
+        return [f"batch {batch_id}: no hash"]
+    members = [_str(m) for m in client.lrange(f"{space.root}members:{batch_id}", 0, -1)]
+    problems: list[str] = []
+    if int(fields.get("n", "0")) != len(members):
+        problems.append(f"batch {batch_id}: n {fields.get('n')}, {len(members)} listed")
+    states = [_str(client.hget(f"{space.root}job:{m}", "st")) for m in members]
+    counts = {tag: states.count(tag) for tag in BATCH_COUNTS}
+    stored = {tag: int(fields.get(name, "0")) for tag, name in BATCH_COUNTS.items()}
+    if "" not in states and counts != stored:
+        problems.append(f"batch {batch_id}: counts {stored}, members' states {counts}")
+    ended = all(s in BATCH_COUNTS for s in states)
+    due = {"c": True, "s": counts["S"] == len(members), "f": counts["S"] < len(members)}
+    for k, name in BATCH_CALLBACKS.items():
+        if f"{k}.s" not in fields:
+            continue
+        job_id = fields.get(f"{k}.id")
+        fired = job_id is not None or f"{k}.x" in fields
+        if fields.get("cl") == "1" and ended and due[k] and not fired:
+            problems.append(f"batch {batch_id}: {name} due and not fired")
+        if fired and fields.get("cl") != "1":
+            problems.append(f"batch {batch_id}: {name} fired while open")
+        if job_id is not None and job_id != f"{batch_id}@{name}":
+            problems.append(f"batch {batch_id}: {name} fired as {job_id}")
+        cbo = client.hget(f"{space.root}job:{job_id}", "cbo") if job_id else None
+        if cbo is not None and _str(cbo) != batch_id:
+            problems.append(f"batch {batch_id}: {name}'s job names batch {_str(cbo)}")
+    return problems

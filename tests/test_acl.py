@@ -462,6 +462,20 @@ SCENARIOS: dict[str, Scenario] = {
         lambda a: (a.enqueue("s", id="j", group="g"), a.set_limits("default", group_rate="1/s")),
         lambda u, _: u.flow("default"),
     ),
+    "open_batch": _on(lambda a: None, lambda u, _: u.open_batch("b", on_complete=NewJob("cb"))),
+    "close_batch": _on(
+        lambda a: (
+            a.open_batch("b", on_complete=NewJob("cb")),
+            a.enqueue("s", id="j", batch="b"),
+            a.cancel("j"),
+        ),
+        lambda u, _: u.close_batch("b"),
+    ),
+    "batch": _on(lambda a: a.open_batch("b"), lambda u, _: u.batch("b")),
+    "batch_results": _on(
+        lambda a: (a.open_batch("b"), a.enqueue("s", id="j", batch="b")),
+        lambda u, _: u.batch_results("b"),
+    ),
     "workers": _on(  # one live, one lapsed long ago (dropped: a write)
         lambda a: a.execute_many(
             [a.calls.announce(ENTRY, 60_000), a.calls.announce(LAPSED, 1_000, now=1)]
@@ -471,7 +485,17 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 # (not workers, which drops the entry that lapsed)
-READING = ("get_job", "counts", "list_jobs", "queues", "schedules", "flow", "dependencies")
+READING = (
+    "get_job",
+    "counts",
+    "list_jobs",
+    "queues",
+    "schedules",
+    "flow",
+    "dependencies",
+    "batch",
+    "batch_results",
+)
 CASES = [(op, cmd) for op in names() for cmd in scripts()[op].uses]
 
 
@@ -780,15 +804,19 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
     }
     lease_calls = {"claim_job", "complete", "fail", "permanent_fail", "heartbeat"}
     assert beyond == {
-        "producer": {"claim_job", "heartbeat", "release", "retry", "pause", "declare_schedule"},
+        "producer": {
+            *("claim_job", "heartbeat", "release", "retry", "pause", "declare_schedule"),
+            "batch_results",
+        },
         "worker": {
             *("cancel", "change", "retry", "pause", "purge", "change_schedule"),
-            *("schedules", "workers"),
+            *("schedules", "workers", "open_batch"),
         },
         "scheduler": {
             *("change", "claim_job", "enqueue", "heartbeat", "release", "retry", "pause"),
-            *("change_schedule", "schedules"),
+            *("change_schedule", "schedules", "open_batch", "close_batch", "batch"),
         },
-        "operator": lease_calls | {"release", "report_many", "retire", "declare_schedule"},
+        "operator": lease_calls
+        | {"release", "report_many", "retire", "declare_schedule", "open_batch", "close_batch"},
         "reader": set(),
     }

@@ -51,7 +51,7 @@ def test_all_is_sorted_and_complete() -> None:
 
 def lua_tags() -> set[str]:
     tags = set()
-    for path in LUA.glob("*.lua"):
+    for path in LUA.rglob("*.lua"):
         text = path.read_text()
         tags |= set(re.findall(r'(?:refuse|applied)\("([A-Za-z]+)"', text))
         tags |= set(re.findall(r'\{"([A-Z][A-Za-z]+)"', text))

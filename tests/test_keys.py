@@ -75,6 +75,8 @@ def every_key(keys: KeySpace, queue: str, job_id: str) -> set[str]:
         keys.stats(1_700_000_000),
         keys.worker(job_id),
         keys.unique(job_id),
+        keys.batch(job_id),
+        keys.members(job_id),
         keys.queues,
         keys.seq,
         keys.events,

@@ -171,6 +171,7 @@ def test_the_call_builders_send_each_item_in_the_declared_order() -> None:
         "expires_in": "",
         "dedup": "throttle 5 key-1",
         "group": "group-1",
+        "batch": "",
     }
     token = t.LeaseToken("j", 1, "w", 2, 3, "n")
     sent = dict(zip(_schema.TOKEN, ("j", "1", "w", "2", "3", "n"), strict=True))

@@ -40,7 +40,8 @@
 --   not done (cascades.lua), dl deadline: the time by which the job must have started (a job
 --   never started expires then: st E; absent: none), uq its dedup key and mode (unique.lua),
 --   g its flow group (flow_control.lua; absent: none), rd under policy "run": the dependencies
---   counted as resolved though they did not succeed (cascades.lua; absent: none).
+--   counted as resolved though they did not succeed (cascades.lua; absent: none), bt the batch
+--   it is a member of, cbo the batch it is a callback of (batches.lua; absent: none).
 -- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
 -- equals available_at (a job enqueued without a delay), and the payload and the
 -- result are stored in chunks of at most 64 bytes (p, p2, p3, ... / res, res2, ...), up to
@@ -94,6 +95,10 @@ local function key_paused(ctx) return ctx.prefix .. "paused" end
 -- Periodic schedules (docs/schedules.md): a hash per schedule, and their names by next tick.
 local function key_schedule(ctx, name) return ctx.prefix .. "schedule:" .. name end
 local function key_schedules(ctx) return ctx.prefix .. "schedules" end
+-- Batches (docs/workflows.md, include/batches.lua): a hash per batch, and a list of its members'
+-- ids in the order they were added (a family of its own: a batch id may hold any character).
+local function key_batch(ctx, id) return ctx.prefix .. "batch:" .. id end
+local function key_members(ctx, id) return ctx.prefix .. "members:" .. id end
 -- Queue keys are built once per call (a claim or report names the same few per job), in
 -- ctx.queue_keys[queue][what].
 local function key_q(ctx, queue, what)

@@ -1,6 +1,6 @@
 -- job.lua: a job hash read, checked, replied and moved between states (its indexes kept).
 
--- uses: core, checks, index, events, flow_control
+-- uses: core, checks, index, events, flow_control, batches
 local key_job, key_q, NAME_MAX, NONE = Core.key_job, Core.key_q, Core.NAME_MAX, Core.NONE
 local num, pcall_typed, refuse, SMALL_NUM = Core.num, Core.pcall_typed, Core.refuse, Core.SMALL_NUM
 local split = Core.split
@@ -9,6 +9,7 @@ local zadd, zrem = Index.zadd, Index.zrem
 local emit, wake = Events.emit, Events.wake
 local leases_changed, ready_add, ready_rem = FlowControl.leases_changed, FlowControl.ready_add, FlowControl.ready_rem
 local grouped_waiting, ready_score = FlowControl.grouped_waiting, FlowControl.ready_score
+local batch_counted = Batches.batch_counted
 
 local DEFAULTS = {rv = "0", a = "0", f = "0", pd = "0", dp = "", ir = "inline", odf = "block",
   pr = "0", m = "3", q = "default"}
@@ -251,7 +252,7 @@ local function place(ctx, id, h, now)
 end
 
 -- Moves a job to a new state: index out, fields written, index in, and an event when the
--- state changed or the job's last pending dependency succeeded.
+-- state changed or the job's last pending dependency succeeded; a batch member's batch counts it.
 local function move(ctx, id, h, now, changes, member)
   local before, held_back = h.st, h.pd ~= "0"
   unplace(ctx, id, h, member)
@@ -284,6 +285,7 @@ local function move(ctx, id, h, now, changes, member)
   end
   redis.call("HSET", key_job(ctx, id), unpack(args))
   place(ctx, id, h, now)
+  if h.bt and h.st ~= before then batch_counted(ctx, h.bt, before, h.st) end
   if h.st ~= before or (held_back and not blocked(h)) then
     emit(ctx, id, h, status_name(h, now))
   end

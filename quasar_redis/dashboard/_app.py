@@ -173,6 +173,7 @@ class Dashboard(Actions):
             Route("/", page(self.overview), name="overview"),
             Route("/queues/{queue}", page(self.queue), name="queue"),
             Route("/jobs/{job_id:path}", page(self.job), name="job"),
+            Route("/batches/{batch_id:path}", page(self.batch), name="batch"),
             Route("/workers", page(self.workers), name="workers"),
             Route("/schedules", page(self.schedules), name="schedules"),
             Route("/confirm/{action}", page(self.confirm), name="confirm"),
@@ -277,6 +278,24 @@ class Dashboard(Actions):
             "job": page.info.job,
             "status": page.info.status.value,
             "fields": data.job_fields(page.info.job, page.info.now),
+        }
+
+    async def batch(self, request: Request) -> tuple[str, dict[str, Any]] | Response:
+        """A batch (docs/workflows.md, "Batches"): counts, progress, callbacks, its first
+        ``BATCH_MEMBERS_SHOWN`` members."""
+        batch_id = request.path_params["batch_id"]
+        info = await self.client.batch(batch_id) if plausible_id(batch_id) else None
+        if info is None:
+            return _missing("No batch with that id.")
+        page = await self.client.batch_results(batch_id, count=BATCH_MEMBERS_SHOWN)
+        members = [
+            (m.id, m.job.status(page.now).value if m.job else "deleted") for m in page.members
+        ]
+        return "batch.html", {
+            "title": f"Batch {batch_id}",
+            "batch": info,
+            "members": members,
+            "more": page.next_start is not None,
         }
 
     async def workers(self, request: Request) -> tuple[str, dict[str, Any]]:
@@ -387,6 +406,10 @@ class Dashboard(Actions):
 
     def _url(self, request: Request, path: str) -> str:
         return str(request.scope.get("root_path", "")) + path
+
+
+#: Members a batch's page lists (the first ones, in the order they joined).
+BATCH_MEMBERS_SHOWN = 100
 
 
 def _missing(text: str) -> Response:

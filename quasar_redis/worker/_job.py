@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import _types as t
+from .._app_batches import BatchMemberResult, amember_results, member_results, task_app
 from .._dependency_calls import DependenciesResult, DependencyResult, results_of
 from .._hooks import WorkerContext, serving
 from ..errors import QuasarError
@@ -84,6 +85,31 @@ class JobContext:
             return list(self.read or ())
         app = self._app()
         return _results(app, self.job.id, await app.aclient().dependencies(self.job.id))
+
+    @property
+    def batch_id(self) -> str | None:
+        """The batch this job is a callback of (docs/workflows.md, "Batches"), or None."""
+        return self.job.callback_of
+
+    def batch_results(self) -> list[BatchMemberResult]:
+        """For a batch's callback: every member's result, in the order they joined, decoded
+        with the app's serializer (one call per 1,000 members). LookupError for a job that is
+        no callback."""
+        app, batch_id = self._batch_app()
+        return member_results(app, app.client, batch_id)
+
+    async def abatch_results(self) -> list[BatchMemberResult]:
+        """``batch_results`` on the running event loop's client."""
+        app, batch_id = self._batch_app()
+        return await amember_results(app, app.aclient(), batch_id)
+
+    def _batch_app(self) -> tuple[App, str]:
+        if self.job.callback_of is None:
+            raise LookupError(f"job {self.job.id!r} is the callback of no batch")
+        app = self.worker.app if self.worker is not None else task_app.get(None)
+        if app is None:
+            raise LookupError("no app to read the batch with: run the task in a worker")
+        return app, self.job.callback_of
 
     def _app(self) -> App:
         if self.worker is None:

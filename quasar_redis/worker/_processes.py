@@ -30,7 +30,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from ..app import Task
+from .._app_batches import task_app
+from ..app import App, Task
 from ..errors import ConfigurationError, InvalidArgument
 from ..retry import PermanentFailure
 from ._job import CancelFlag, JobContext, current
@@ -113,6 +114,14 @@ def resolve(path: TaskPath) -> Callable[..., Any]:
     return found.fn if isinstance(found, Task) else found
 
 
+def app_at(path: TaskPath) -> App | None:
+    """The app of the Task at ``path`` (its module imported already), or None."""
+    found: Any = importlib.import_module(path.module)
+    for part in path.name.split("."):
+        found = getattr(found, part, None)
+    return found.app if isinstance(found, Task) else None
+
+
 # --- the child ---------------------------------------------------------------------------------
 
 
@@ -151,6 +160,7 @@ def _run(
 ) -> tuple[bool, Any, str]:
     """``(True, value, "")`` or ``(False, exception, its traceback)``, each one that pickles."""
     token = current.set(JobContext(ctx.job, ctx.worker_id, CancelFlag(), None, ctx.read))
+    app_token = task_app.set(app) if (app := app_at(path)) is not None else None
     try:
         fn = functions.get(path)
         if fn is None:
@@ -161,6 +171,8 @@ def _run(
         return False, _picklable(exc), text
     finally:
         current.reset(token)
+        if app_token is not None:
+            task_app.reset(app_token)
     try:
         pickle.dumps(value)
     except Exception as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from ._batches import batch
 from ._bulk import cancel, promote, purge, retry
 from ._fleet import info, pause, queues, resume, workers
 from ._jobs import job, jobs
@@ -28,6 +29,7 @@ COMMANDS = (
     workers,
     schedules,
     limits,
+    batch,
     migrate_keys_command,
 )
 

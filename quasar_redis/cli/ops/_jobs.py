@@ -143,6 +143,8 @@ def _print_job(op: Operator, d: dict[str, Any]) -> None:
         ("attempt", f"{d['attempt']} of {d['max_attempts']}"),
         ("priority", str(d["priority"])),
         *([("group", d["group"])] if d["group"] is not None else []),
+        *([("batch", d["batch"])] if d.get("batch") is not None else []),
+        *([("callback of batch", d["callback_of"])] if d.get("callback_of") is not None else []),
         ("fence", str(d["fencing_version"])),
         ("enqueued", d["inserted_at"]),
         ("last started", d["attempted_at"] or "-"),

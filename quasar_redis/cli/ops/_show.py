@@ -124,6 +124,8 @@ def details(info: t.JobInfo) -> dict[str, Any]:
         "max_attempts": job.max_attempts,
         "priority": job.priority,
         "group": job.group,
+        "batch": job.batch,
+        "callback_of": job.callback_of,
         "fencing_version": job.fencing_version,
         "inserted_at": when(job.inserted_at),
         "attempted_at": when(job.attempted_at),

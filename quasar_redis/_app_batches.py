@@ -1,0 +1,115 @@
+"""Batches at the application's level (docs/workflows.md, "Batches"): ``App.open_batch`` and the
+rest, and the members' results a callback reads (``current_job().batch_results()``), each
+decoded with the app's serializer."""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import _types as t
+from ._batch import PAGE_MAX, BatchInfo, BatchOpenResult, BatchPage
+from ._calls import NewJob
+
+if TYPE_CHECKING:
+    from ._call_codec import CallCodec
+    from .aio import AsyncQuasar
+    from .app import App
+    from .client import Quasar
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMemberResult:
+    """One member of a batch as its callback sees it: its id, its status (None when the job is
+    gone, pruned or purged), its result decoded with the app's serializer (None if none), and
+    its last error's kind and message (None if none)."""
+
+    id: str
+    status: t.Status | None
+    value: Any
+    error_kind: str | None
+    error_message: str | None
+
+
+#: The app of the task a worker's child process runs (``Worker(processes=N)``): there the job's
+#: context has no worker, and the task's own module made the app.
+task_app: contextvars.ContextVar[App] = contextvars.ContextVar("quasar_task_app")
+
+
+def member_result(codec: CallCodec, member: Any, now: int) -> BatchMemberResult:
+    job: t.Job | None = member.job
+    if job is None:
+        return BatchMemberResult(member.id, None, None, None, None)
+    error = job.error
+    return BatchMemberResult(
+        job.id,
+        job.status(now),
+        codec.result_of(job),
+        None if error is None else error.kind,
+        None if error is None else error.message,
+    )
+
+
+def page_results(codec: CallCodec, page: BatchPage) -> list[BatchMemberResult]:
+    return [member_result(codec, m, page.now) for m in page.members]
+
+
+def member_results(app: App, client: Quasar, batch_id: str) -> list[BatchMemberResult]:
+    """Every member's result, in the order they joined: one call per 1,000 members."""
+    out: list[BatchMemberResult] = []
+    start: int | None = 0
+    while start is not None:
+        page = client.batch_results(batch_id, start=start, count=PAGE_MAX)
+        out += page_results(app.codec, page)
+        start = page.next_start
+    return out
+
+
+async def amember_results(app: App, client: AsyncQuasar, batch_id: str) -> list[BatchMemberResult]:
+    """``member_results`` on the asyncio client."""
+    out: list[BatchMemberResult] = []
+    start: int | None = 0
+    while start is not None:
+        page = await client.batch_results(batch_id, start=start, count=PAGE_MAX)
+        out += page_results(app.codec, page)
+        start = page.next_start
+    return out
+
+
+class AppBatches:
+    """What ``App`` does with batches: its sync client's calls, results decoded."""
+
+    codec: CallCodec
+
+    @property
+    def client(self) -> Quasar:
+        raise NotImplementedError  # pragma: no cover (App's)
+
+    def open_batch(
+        self,
+        batch_id: str,
+        *,
+        on_success: NewJob | None = None,
+        on_failure: NewJob | None = None,
+        on_complete: NewJob | None = None,
+    ) -> BatchOpenResult:
+        """Open a batch (``Quasar.open_batch``); a callback is a ``NewJob``, such as a task
+        call's ``task.job(...)``. Members join with ``task.options(batch=batch_id)``."""
+        return self.client.open_batch(
+            batch_id, on_success=on_success, on_failure=on_failure, on_complete=on_complete
+        )
+
+    def close_batch(self, batch_id: str) -> bool:
+        """Take no more members (``Quasar.close_batch``)."""
+        return self.client.close_batch(batch_id)
+
+    def batch(self, batch_id: str) -> BatchInfo | None:
+        """The batch's counts and callbacks (``Quasar.batch``), or None."""
+        return self.client.batch(batch_id)
+
+    def batch_results(self, batch_id: str) -> list[BatchMemberResult]:
+        """Every member's result, decoded with the app's serializer, in the order they
+        joined."""
+        app: Any = self
+        return member_results(app, self.client, batch_id)
