@@ -84,6 +84,13 @@ FIELDS = (
     Field("dedup", "uq"),
     # its flow group: jobs of different groups take turns (lua/include/flow_control.lua)
     Field("group", "g"),
+    # what a running job last reported of how far it is (lua/include/progress.lua): its value
+    # (a finite number's text), message ("" for none), when it was written and by which attempt
+    # (integers, read by Python alone, which ignores a progress it cannot read)
+    Field("progress_value", "pv"),
+    Field("progress_message", "pm"),
+    Field("progress_at", "pt"),
+    Field("progress_attempt", "pa"),
 )
 #: A field's key by its name.
 KEY = {field.name: field.key for field in FIELDS}

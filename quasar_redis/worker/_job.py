@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 from .. import _types as t
 from .._hooks import WorkerContext, serving
+from .._progress import progress_args
 from ._lease import Lease, PhaseError
+from ._progress import ProgressBox, Report
 
 if TYPE_CHECKING:
     from ._outcomes import Outcome
@@ -57,14 +59,36 @@ class JobContext:
     worker_id: str
     cancelled: CancelFlag = field(default_factory=CancelFlag)
     worker: WorkerContext | None = None  # the worker that runs it (``current_worker()``)
+    progress_box: ProgressBox = field(default_factory=ProgressBox, repr=False, compare=False)
 
     @property
     def attempt(self) -> int:
         return self.job.attempt
 
+    def progress(self, value: float, message: str | None = None, *, flush: bool = False) -> None:
+        """Report how far the job is: ``value`` a finite int or float, ``message`` None or at
+        most 200 characters (InvalidArgument otherwise, nothing kept). No IO: the job's next
+        heartbeat takes it to Redis if it changed since the last one sent (docs/workflows.md,
+        "Progress"). ``flush=True`` sends it at once: from a plain function, waiting for Redis;
+        from a coroutine (on the worker's event loop), without waiting (``aflush_progress``
+        waits)."""
+        self.progress_box.put(progress_args(value, message))
+        if flush:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.progress_box.flush()
+            else:
+                loop.run_in_executor(None, self.progress_box.flush)
+
+    async def aflush_progress(self) -> None:
+        """Send the last report now, waiting for Redis without blocking the event loop."""
+        if self.progress_box.unsent():
+            await asyncio.get_running_loop().run_in_executor(None, self.progress_box.flush)
+
     def __reduce__(self) -> tuple[type[JobContext], tuple[t.Job, str]]:
         # Sent to a task's process (``Worker(processes=N)``) as the job and the worker id alone:
-        # the worker's context and the flag live in the worker's process.
+        # the worker's context, the flag and the progress live in the worker's process.
         return (JobContext, (self.job, self.worker_id))
 
 
@@ -150,6 +174,15 @@ class HeldJob(Lease):
         self.task: asyncio.Task[None] | None = None  # made as it leaves QUEUED for a slot
         self.outcome: Outcome | None = None  # handed to the reporter
         self.duration = 0.0  # from its start (its claim, unless prefetched) to the outcome
+
+    def progress_due(self) -> Report | None:
+        return self.ctx.progress_box.take()
+
+    def progress_unsent(self, report: Report) -> None:
+        self.ctx.progress_box.forget(report)
+
+    def progress_waits(self) -> bool:
+        return self.ctx.progress_box.unsent()
 
     def move_to(self, phase: JobPhase) -> None:
         """Change to ``phase``; PhaseError if ``PHASE_CHANGES`` does not allow it."""

@@ -121,6 +121,18 @@ class Lease:
     def job_id(self) -> str:
         return self.claim.job.id
 
+    def progress_due(self) -> tuple[str, str] | None:
+        """The progress report its next heartbeat carries, if one changed since the last sent
+        (a held job's: ``HeldJob``), then counted as sent."""
+        return None
+
+    def progress_unsent(self, report: tuple[str, str]) -> None:
+        """``report`` (from ``progress_due``) did not reach Redis: send it again later."""
+
+    def progress_waits(self) -> bool:
+        """Its job reported progress not sent yet."""
+        return False
+
     @property
     def lost(self) -> bool:
         return self.state is LOST

@@ -125,16 +125,17 @@ class LeaseKeeper:
     def tokens_to_carry(self, items: list[Outgoing]) -> list[t.LeaseToken | None]:
         """For each of ``items``, the newest token of its lease if the caller may send its
         outcome itself now (in its own call, such as a claim): no heartbeat of it is in flight,
-        and none starts after. None where one is in flight (its token may be stale): that
-        outcome is still the caller's, for ``send``.
+        and none starts after, and its job has no progress left to send. None where one is in
+        flight (its token may be stale) or progress waits: that outcome is still the caller's,
+        for ``send``.
 
         The caller sends those it took, then hands the results to ``forget``."""
         tokens: list[t.LeaseToken | None] = []
         with self._lock:
             for item in items:
                 lease = item.lease
-                if lease.state is BEATING or lease.beat is not None:
-                    tokens.append(None)
+                if lease.state is BEATING or lease.beat is not None or lease.progress_waits():
+                    tokens.append(None)  # (its last progress goes out first: _send_outcomes)
                 else:
                     lease.apply(CARRY)
                     tokens.append(lease.token)
@@ -159,6 +160,23 @@ class LeaseKeeper:
                 job_id = lease.claim.job.id
                 if leases.get(job_id) is lease:  # not a newer lease of the same job
                     del leases[job_id]
+
+    def flush_progress(self, lease: Lease) -> None:
+        """Send the progress of ``lease``'s job now if it changed since last sent (its task
+        asked, or its run ended), from the calling thread. Never raises: a refusal (the lease
+        is lost) drops it, an error leaves it for the next heartbeat."""
+        report = lease.progress_due()
+        if report is None:
+            return
+        value, message = float(report[0]), report[1] or None
+        try:
+            result = self.client.report_progress(lease.token, self.worker_id, value, message)
+        except Exception as exc:  # (Redis unreachable, say)
+            lease.progress_unsent(report)
+            log.debug("job %s: progress not sent now (%s)", lease.job_id, redact_text(str(exc)))
+            return
+        if isinstance(result, t.JobRefused):
+            log.debug("job %s: progress refused (%s)", lease.job_id, type(result.error).__name__)
 
     def held(self) -> list[Lease]:
         with self._lock:
@@ -206,7 +224,11 @@ class LeaseKeeper:
                 return batch
 
     def _send_outcomes(self, batch: list[Outgoing]) -> None:
-        """One report call per BATCH outcomes (all in one pipeline), sent until answered."""
+        """One report call per BATCH outcomes (all in one pipeline), sent until answered; the
+        last progress of each job that reported some since its last heartbeat goes first."""
+        for item in batch:
+            if item.lease.progress_waits():
+                self.flush_progress(item.lease)
         results = self._report(batch)
         self.forget(batch)
         self.dispatch([(item.handle, r) for item, r in zip(batch, results, strict=True)])
@@ -372,8 +394,11 @@ class Wire:
         return chunks, calls
 
     def beat(self, lease: Lease, now: float) -> tuple[Call[t.ClaimResult], float]:
-        """A new heartbeat of ``lease``, kept on it until answered."""
-        lease.beat = (self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms), now)
+        """A new heartbeat of ``lease``, kept on it until answered; it carries the job's
+        progress when that changed since last sent."""
+        calls, progress = self.client.calls, lease.progress_due()
+        call = calls.heartbeat(lease.token, self.worker_id, lease.lease_ms, progress=progress)
+        lease.beat = (call, now)
         return lease.beat
 
     def send(self, calls: list[Call[Any]]) -> list[Any]:

@@ -1,0 +1,95 @@
+"""A running job's progress on its way to Redis (``current_job().progress``).
+
+A report only replaces the job's pending progress (no IO): the lease keeper's next heartbeat of
+the job carries it when it differs from the last one sent, so a task reporting a thousand times
+a second writes at most once a heartbeat interval. A flush sends it at once (the lease keeper's
+``flush_progress``, a call fenced by the lease), and the runner flushes what is left before the
+job's outcome goes out, so that a finished job shows its last report. In a task's process
+(``Worker(processes=N)``) reports go to the worker's process through the task's pipe
+(``ChildProgress``), at most every FORWARD_S seconds, at once when flushed, and before the
+run's answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+#: In a task's process: the shortest time between two reports sent to the worker's process.
+FORWARD_S = 0.05
+
+#: A report as the scripts take it: the value's text and the message ("" for none).
+Report = tuple[str, str]
+
+
+class ProgressReport(NamedTuple):
+    """A report sent from a task's process to the worker's (``flush``: send it at once)."""
+
+    report: Report
+    flush: bool
+
+
+class ProgressBox:
+    """The last report of a job and the last one sent (lock-free: a report only replaces
+    ``pending``; a race sends the newer report at the next heartbeat instead)."""
+
+    __slots__ = ("flusher", "pending", "sent")
+
+    def __init__(self) -> None:
+        self.pending: Report | None = None
+        self.sent: Report | None = None
+        # sends the pending report now and waits for Redis (set by the worker running the job)
+        self.flusher: Callable[[], Any] | None = None
+
+    def put(self, report: Report) -> None:
+        self.pending = report
+
+    def take(self) -> Report | None:
+        """The pending report if it differs from the last sent (then counted as sent)."""
+        report = self.pending
+        if report is None or report == self.sent:
+            return None
+        self.sent = report
+        return report
+
+    def unsent(self) -> bool:
+        return self.pending is not None and self.pending != self.sent
+
+    def forget(self, report: Report) -> None:
+        """``report`` did not reach Redis: the next heartbeat sends it again."""
+        if self.sent is report:
+            self.sent = None
+
+    def flush(self) -> None:
+        """Send the pending report now (blocking), where a worker runs the job."""
+        if self.flusher is not None:
+            self.flusher()
+
+
+class ChildProgress(ProgressBox):
+    """In a task's process: reports go through ``send`` (the task's pipe) to the worker's
+    process, which keeps the job's ``ProgressBox``."""
+
+    __slots__ = ("last", "send")
+
+    def __init__(self, send: Callable[[ProgressReport], None]) -> None:
+        super().__init__()
+        self.send = send
+        self.last = 0.0
+
+    def put(self, report: Report) -> None:
+        self.pending = report
+        if time.monotonic() - self.last >= FORWARD_S:
+            self.forward(flush=False)
+
+    def flush(self) -> None:
+        self.forward(flush=True)
+
+    def forward(self, *, flush: bool) -> None:
+        report = self.take()
+        if report is None and flush:  # sent already, not yet flushed by the worker's process
+            report = self.pending
+        if report is not None:
+            self.last = time.monotonic()
+            self.send(ProgressReport(report, flush))
