@@ -8,12 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _types as t
+from ._schema import KEY
 from .errors import InvalidArgument
 
 #: The longest progress message, in characters (a longer one is refused, never cut).
 MESSAGE_MAX = 200
 
-_FIELDS = {b"pv": 0, b"pm": 1, b"pt": 2, b"pa": 3}
+_NAMES = ("progress_value", "progress_message", "progress_at", "progress_attempt")
+_FIELDS = {KEY[name].encode(): i for i, name in enumerate(_NAMES)}
 
 
 def progress_args(value: Any, message: Any = None) -> tuple[str, str]:
