@@ -19,7 +19,7 @@ from .. import _types as t
 from .._hooks import WorkerContext, serving
 from .._progress import progress_args
 from ._lease import Lease, PhaseError
-from ._progress import ProgressBox, Report
+from ._progress import ProgressBox
 
 if TYPE_CHECKING:
     from ._outcomes import Outcome
@@ -75,11 +75,11 @@ class JobContext:
         self.progress_box.put(progress_args(value, message))
         if flush:
             try:
-                loop = asyncio.get_running_loop()
+                asyncio.get_running_loop()
             except RuntimeError:
-                self.progress_box.flush()
+                self.progress_box.flush(wait=True)
             else:
-                loop.run_in_executor(None, self.progress_box.flush)
+                self.progress_box.flush(wait=False)
 
     async def aflush_progress(self) -> None:
         """Send the last report now, waiting for Redis without blocking the event loop."""
@@ -175,14 +175,8 @@ class HeldJob(Lease):
         self.outcome: Outcome | None = None  # handed to the reporter
         self.duration = 0.0  # from its start (its claim, unless prefetched) to the outcome
 
-    def progress_due(self) -> Report | None:
-        return self.ctx.progress_box.take()
-
-    def progress_unsent(self, report: Report) -> None:
-        self.ctx.progress_box.forget(report)
-
-    def progress_waits(self) -> bool:
-        return self.ctx.progress_box.unsent()
+    def progress(self) -> ProgressBox:
+        return self.ctx.progress_box
 
     def move_to(self, phase: JobPhase) -> None:
         """Change to ``phase``; PhaseError if ``PHASE_CHANGES`` does not allow it."""

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from .. import _types as t
 from .._calls import Call
 from ..errors import QuasarError
+from ._progress import ProgressBox
 
 #: Builds an outcome from the newest token of its lease.
 Build = Callable[[t.LeaseToken], t.Outcome]
@@ -121,17 +122,9 @@ class Lease:
     def job_id(self) -> str:
         return self.claim.job.id
 
-    def progress_due(self) -> tuple[str, str] | None:
-        """The progress report its next heartbeat carries, if one changed since the last sent
-        (a held job's: ``HeldJob``), then counted as sent."""
+    def progress(self) -> ProgressBox | None:
+        """Its job's progress on its way to Redis (a held job's: ``HeldJob``), if any."""
         return None
-
-    def progress_unsent(self, report: tuple[str, str]) -> None:
-        """``report`` (from ``progress_due``) did not reach Redis: send it again later."""
-
-    def progress_waits(self) -> bool:
-        """Its job reported progress not sent yet."""
-        return False
 
     @property
     def lost(self) -> bool:

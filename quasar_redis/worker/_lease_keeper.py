@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import _types as t
 from .._calls import Call
@@ -39,6 +39,7 @@ from ._lease import (
     end_of,
     retry_wait,
 )
+from ._progress import ProgressBox
 from ._transient import passes
 
 log = logging.getLogger("quasar_redis.worker")
@@ -49,6 +50,9 @@ Done = Callable[[Any], None]
 #: hands them to its event loop in one go); the default calls each ``handle(result)``.
 Dispatch = Callable[[list[tuple[Any, Any]]], None]
 BATCH = 1000
+#: The longest a task's flush of its progress waits for the keeper (which may be retrying
+#: outcomes while Redis is away); the report stays pending past it.
+FLUSH_WAIT_S = 10.0
 
 
 _WAKE = object()  # put on the queue to make the keeper look at its leases again
@@ -134,7 +138,8 @@ class LeaseKeeper:
         with self._lock:
             for item in items:
                 lease = item.lease
-                if lease.state is BEATING or lease.beat is not None or lease.progress_waits():
+                box = lease.progress()
+                if lease.state is BEATING or lease.beat is not None or (box and box.unsent()):
                     tokens.append(None)  # (its last progress goes out first: _send_outcomes)
                 else:
                     lease.apply(CARRY)
@@ -161,18 +166,37 @@ class LeaseKeeper:
                 if leases.get(job_id) is lease:  # not a newer lease of the same job
                     del leases[job_id]
 
+    def flush_soon(self, lease: Lease, wait: bool = True) -> None:
+        """Have the keeper's thread send the progress of ``lease``'s job now (after what it is
+        sending: so reports reach Redis in the order they were made); with ``wait``, wait for
+        that, up to FLUSH_WAIT_S."""
+        done = threading.Event()
+        self._outcomes.put(FlushRequest(lease, done))
+        if wait:
+            done.wait(FLUSH_WAIT_S)
+
     def flush_progress(self, lease: Lease) -> None:
         """Send the progress of ``lease``'s job now if it changed since last sent (its task
-        asked, or its run ended), from the calling thread. Never raises: a refusal (the lease
+        asked, or its run ended), from the keeper's thread. Never raises: a refusal (the lease
         is lost) drops it, an error leaves it for the next heartbeat."""
-        report = lease.progress_due()
+        box = lease.progress()
+        if box is None:
+            return
+        box.sending = True  # (before taking it, until answered: its outcome goes after it)
+        try:
+            self._send_progress(lease, box)
+        finally:
+            box.sending = False
+
+    def _send_progress(self, lease: Lease, box: ProgressBox) -> None:
+        report = box.take()
         if report is None:
             return
         value, message = float(report[0]), report[1] or None
         try:
             result = self.client.report_progress(lease.token, self.worker_id, value, message)
         except Exception as exc:  # (Redis unreachable, say)
-            lease.progress_unsent(report)
+            box.forget(report)
             log.debug("job %s: progress not sent now (%s)", lease.job_id, redact_text(str(exc)))
             return
         if isinstance(result, t.JobRefused):
@@ -218,6 +242,9 @@ class LeaseKeeper:
                 return None if self._stop.is_set() else batch
             if isinstance(item, list):
                 batch.extend(item)
+            elif isinstance(item, FlushRequest):
+                self.flush_progress(item.lease)
+                item.done.set()
             try:
                 item = self._outcomes.get_nowait()
             except queue.Empty:
@@ -227,7 +254,8 @@ class LeaseKeeper:
         """One report call per BATCH outcomes (all in one pipeline), sent until answered; the
         last progress of each job that reported some since its last heartbeat goes first."""
         for item in batch:
-            if item.lease.progress_waits():
+            box = item.lease.progress()
+            if box is not None and box.unsent():
                 self.flush_progress(item.lease)
         results = self._report(batch)
         self.forget(batch)
@@ -375,6 +403,13 @@ class LeaseKeeper:
             lease.retry_at = now + retry_wait(lease, now)
 
 
+class FlushRequest(NamedTuple):
+    """A task's ask to send its job's progress now (``flush_soon``); ``done`` once sent."""
+
+    lease: Lease
+    done: threading.Event
+
+
 class Wire:
     """The lease keeper's calls, on its own connection: heartbeats and reports, built from the
     leases' newest tokens."""
@@ -396,8 +431,11 @@ class Wire:
     def beat(self, lease: Lease, now: float) -> tuple[Call[t.ClaimResult], float]:
         """A new heartbeat of ``lease``, kept on it until answered; it carries the job's
         progress when that changed since last sent."""
-        calls, progress = self.client.calls, lease.progress_due()
-        call = calls.heartbeat(lease.token, self.worker_id, lease.lease_ms, progress=progress)
+        box = lease.progress()
+        report = None if box is None else box.take()
+        call = self.client.calls.heartbeat(
+            lease.token, self.worker_id, lease.lease_ms, progress=report
+        )
         lease.beat = (call, now)
         return lease.beat
 

@@ -232,7 +232,7 @@ class Child:
 
     async def call(self, message: tuple[Any, ...], progress: ProgressBox) -> tuple[bool, Any, str]:
         """Send a job and wait for its answer; the job's progress reports that come first
-        go to ``progress`` (flushed from a thread when the task asked)."""
+        go to ``progress`` (flushed, without waiting, when the task asked)."""
         loop = asyncio.get_running_loop()
         readable: list[asyncio.Future[None]] = [loop.create_future()]
         fd = self.conn.fileno()
@@ -252,7 +252,7 @@ class Child:
                 readable[0] = loop.create_future()
                 progress.put(answer.report)
                 if answer.flush:
-                    loop.run_in_executor(None, progress.flush)
+                    progress.flush(wait=False)
         except (EOFError, OSError):
             code = await asyncio.to_thread(self._exit_code)
             raise ProcessDied(f"its process ended with exit code {code}") from None

@@ -2,9 +2,10 @@
 
 A report only replaces the job's pending progress (no IO): the lease keeper's next heartbeat of
 the job carries it when it differs from the last one sent, so a task reporting a thousand times
-a second writes at most once a heartbeat interval. A flush sends it at once (the lease keeper's
-``flush_progress``, a call fenced by the lease), and the runner flushes what is left before the
-job's outcome goes out, so that a finished job shows its last report. In a task's process
+a second writes at most once a heartbeat interval. A flush has it sent at once (the lease
+keeper's ``flush_soon``: a call fenced by the lease, from the keeper's thread, so that reports
+reach Redis in the order they were made), and the keeper sends what is left before the job's
+outcome, so that a finished job shows its last report. In a task's process
 (``Worker(processes=N)``) reports go to the worker's process through the task's pipe
 (``ChildProgress``), at most every FORWARD_S seconds, at once when flushed, and before the
 run's answer.
@@ -34,13 +35,15 @@ class ProgressBox:
     """The last report of a job and the last one sent (lock-free: a report only replaces
     ``pending``; a race sends the newer report at the next heartbeat instead)."""
 
-    __slots__ = ("flusher", "pending", "sent")
+    __slots__ = ("flusher", "pending", "sending", "sent")
 
     def __init__(self) -> None:
         self.pending: Report | None = None
         self.sent: Report | None = None
-        # sends the pending report now and waits for Redis (set by the worker running the job)
-        self.flusher: Callable[[], Any] | None = None
+        self.sending = False  # a flush of it is on its way (its outcome must wait)
+        # has the pending report sent now, waiting for Redis or not (``wait``): set by the
+        # worker running the job (its lease keeper's ``flush_soon``)
+        self.flusher: Callable[[bool], Any] | None = None
 
     def put(self, report: Report) -> None:
         self.pending = report
@@ -54,17 +57,19 @@ class ProgressBox:
         return report
 
     def unsent(self) -> bool:
-        return self.pending is not None and self.pending != self.sent
+        """A report not sent yet, or being flushed."""
+        return self.sending or (self.pending is not None and self.pending != self.sent)
 
     def forget(self, report: Report) -> None:
         """``report`` did not reach Redis: the next heartbeat sends it again."""
         if self.sent is report:
             self.sent = None
 
-    def flush(self) -> None:
-        """Send the pending report now (blocking), where a worker runs the job."""
+    def flush(self, wait: bool = True) -> None:
+        """Have the pending report sent now, where a worker runs the job; with ``wait``, block
+        until it is."""
         if self.flusher is not None:
-            self.flusher()
+            self.flusher(wait)
 
 
 class ChildProgress(ProgressBox):
@@ -83,8 +88,8 @@ class ChildProgress(ProgressBox):
         if time.monotonic() - self.last >= FORWARD_S:
             self.forward(flush=False)
 
-    def flush(self) -> None:
-        self.forward(flush=True)
+    def flush(self, wait: bool = True) -> None:
+        self.forward(flush=True)  # (the worker's process sends it: never waited for here)
 
     def forward(self, *, flush: bool) -> None:
         report = self.take()

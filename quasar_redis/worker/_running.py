@@ -102,7 +102,7 @@ class Runner:
         order; at a stop, none starts: they are handed back)."""
         tasks, worker_id, worker, now = self.tasks, self.worker_id, self.worker, time.monotonic()
         on_lost, held, queued = self.on_lost, self.held, self.queued
-        flush_progress = self.keeper.flush_progress
+        flush_soon = self.keeper.flush_soon
         started: list[Lease] = []
         for claim in claims:
             job = claim.job
@@ -112,7 +112,7 @@ class Runner:
             running = HeldJob(
                 claim, lease_ms, on_lost, _context(job, worker_id, CancelFlag(), worker, box), now
             )
-            box.flusher = functools.partial(flush_progress, running)
+            box.flusher = functools.partial(flush_soon, running)
             held[job.id] = running
             started.append(running)
             queued.append(running)
