@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _types as t
 from .._calls import Call
 from ..errors import QuasarError
-from ._progress import ProgressBox
+
+if TYPE_CHECKING:
+    from ._progress import ProgressBox
 
 #: Builds an outcome from the newest token of its lease.
 Build = Callable[[t.LeaseToken], t.Outcome]

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from .. import _types as t
 from .._calls import Call
@@ -39,7 +39,7 @@ from ._lease import (
     end_of,
     retry_wait,
 )
-from ._progress import ProgressBox
+from ._progress import FlushesProgress, FlushRequest, flush_progress, progress_waits
 from ._transient import passes
 
 log = logging.getLogger("quasar_redis.worker")
@@ -50,15 +50,12 @@ Done = Callable[[Any], None]
 #: hands them to its event loop in one go); the default calls each ``handle(result)``.
 Dispatch = Callable[[list[tuple[Any, Any]]], None]
 BATCH = 1000
-#: The longest a task's flush of its progress waits for the keeper (which may be retrying
-#: outcomes while Redis is away); the report stays pending past it.
-FLUSH_WAIT_S = 10.0
 
 
 _WAKE = object()  # put on the queue to make the keeper look at its leases again
 
 
-class LeaseKeeper:
+class LeaseKeeper(FlushesProgress):
     """Heartbeats every held lease at about a third of its duration and sends outcomes."""
 
     def __init__(
@@ -129,18 +126,16 @@ class LeaseKeeper:
     def tokens_to_carry(self, items: list[Outgoing]) -> list[t.LeaseToken | None]:
         """For each of ``items``, the newest token of its lease if the caller may send its
         outcome itself now (in its own call, such as a claim): no heartbeat of it is in flight,
-        and none starts after, and its job has no progress left to send. None where one is in
-        flight (its token may be stale) or progress waits: that outcome is still the caller's,
-        for ``send``.
+        and none starts after. None where one is in flight (its token may be stale), or its
+        job's progress waits: that outcome is still the caller's, for ``send``.
 
         The caller sends those it took, then hands the results to ``forget``."""
         tokens: list[t.LeaseToken | None] = []
         with self._lock:
             for item in items:
                 lease = item.lease
-                box = lease.progress()
-                if lease.state is BEATING or lease.beat is not None or (box and box.unsent()):
-                    tokens.append(None)  # (its last progress goes out first: _send_outcomes)
+                if lease.state is BEATING or lease.beat is not None or progress_waits(lease):
+                    tokens.append(None)
                 else:
                     lease.apply(CARRY)
                     tokens.append(lease.token)
@@ -165,42 +160,6 @@ class LeaseKeeper:
                 job_id = lease.claim.job.id
                 if leases.get(job_id) is lease:  # not a newer lease of the same job
                     del leases[job_id]
-
-    def flush_soon(self, lease: Lease, wait: bool = True) -> None:
-        """Have the keeper's thread send the progress of ``lease``'s job now (after what it is
-        sending: so reports reach Redis in the order they were made); with ``wait``, wait for
-        that, up to FLUSH_WAIT_S."""
-        done = threading.Event()
-        self._outcomes.put(FlushRequest(lease, done))
-        if wait:
-            done.wait(FLUSH_WAIT_S)
-
-    def flush_progress(self, lease: Lease) -> None:
-        """Send the progress of ``lease``'s job now if it changed since last sent (its task
-        asked, or its run ended), from the keeper's thread. Never raises: a refusal (the lease
-        is lost) drops it, an error leaves it for the next heartbeat."""
-        box = lease.progress()
-        if box is None:
-            return
-        box.sending = True  # (before taking it, until answered: its outcome goes after it)
-        try:
-            self._send_progress(lease, box)
-        finally:
-            box.sending = False
-
-    def _send_progress(self, lease: Lease, box: ProgressBox) -> None:
-        report = box.take()
-        if report is None:
-            return
-        value, message = float(report[0]), report[1] or None
-        try:
-            result = self.client.report_progress(lease.token, self.worker_id, value, message)
-        except Exception as exc:  # (Redis unreachable, say)
-            box.forget(report)
-            log.debug("job %s: progress not sent now (%s)", lease.job_id, redact_text(str(exc)))
-            return
-        if isinstance(result, t.JobRefused):
-            log.debug("job %s: progress refused (%s)", lease.job_id, type(result.error).__name__)
 
     def held(self) -> list[Lease]:
         with self._lock:
@@ -243,20 +202,14 @@ class LeaseKeeper:
             if isinstance(item, list):
                 batch.extend(item)
             elif isinstance(item, FlushRequest):
-                self.flush_progress(item.lease)
-                item.done.set()
+                item.run(self.client, self.worker_id)
             try:
                 item = self._outcomes.get_nowait()
             except queue.Empty:
                 return batch
 
     def _send_outcomes(self, batch: list[Outgoing]) -> None:
-        """One report call per BATCH outcomes (all in one pipeline), sent until answered; the
-        last progress of each job that reported some since its last heartbeat goes first."""
-        for item in batch:
-            box = item.lease.progress()
-            if box is not None and box.unsent():
-                self.flush_progress(item.lease)
+        """One report call per BATCH outcomes (all in one pipeline), sent until answered."""
         results = self._report(batch)
         self.forget(batch)
         self.dispatch([(item.handle, r) for item, r in zip(batch, results, strict=True)])
@@ -403,13 +356,6 @@ class LeaseKeeper:
             lease.retry_at = now + retry_wait(lease, now)
 
 
-class FlushRequest(NamedTuple):
-    """A task's ask to send its job's progress now (``flush_soon``); ``done`` once sent."""
-
-    lease: Lease
-    done: threading.Event
-
-
 class Wire:
     """The lease keeper's calls, on its own connection: heartbeats and reports, built from the
     leases' newest tokens."""
@@ -421,7 +367,9 @@ class Wire:
         self.worker_id = worker_id
 
     def reports(self, batch: list[Outgoing]) -> tuple[list[list[Outgoing]], list[Call[Any]]]:
-        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
+        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens;
+        first, the progress of its jobs not sent yet is (so a finished job shows its last)."""
+        self.flush_waiting(batch)
         chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
         report = self.client.calls.report_many
         worker_id = self.worker_id
@@ -444,6 +392,12 @@ class Wire:
         if len(calls) == 1:
             return [self.client.execute(calls[0])]
         return self.client.execute_many(calls)
+
+    def flush_waiting(self, batch: list[Outgoing]) -> None:
+        """Send the progress not sent yet of the jobs of ``batch`` (ahead of their outcomes)."""
+        for item in batch:
+            if progress_waits(item.lease):
+                flush_progress(self.client, self.worker_id, item.lease)
 
     def beats(self, beats: list[tuple[Call[t.ClaimResult], float]]) -> list[Any]:
         """The results of heartbeats, sent once in one pipeline (an exception for each if the

@@ -13,12 +13,27 @@ run's answer.
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .. import _types as t
+from .._urls import redact_text
+
+if TYPE_CHECKING:
+    from ..client import Quasar
+    from ._lease import Lease
+
+log = logging.getLogger("quasar_redis.worker")
 
 #: In a task's process: the shortest time between two reports sent to the worker's process.
 FORWARD_S = 0.05
+#: The longest a task's flush of its progress waits for the lease keeper (which may be retrying
+#: outcomes while Redis is away); the report stays pending past it.
+FLUSH_WAIT_S = 10.0
 
 #: A report as the scripts take it: the value's text and the message ("" for none).
 Report = tuple[str, str]
@@ -98,3 +113,71 @@ class ChildProgress(ProgressBox):
         if report is not None:
             self.last = time.monotonic()
             self.send(ProgressReport(report, flush))
+
+
+# --- in the worker's process: the lease keeper's side -------------------------------------------
+
+
+def progress_waits(lease: Lease) -> bool:
+    """Whether ``lease``'s job reported progress not sent yet (or being sent)."""
+    box = lease.progress()
+    return box is not None and box.unsent()
+
+
+class FlushRequest(NamedTuple):
+    """A task's ask to send its job's progress now (``LeaseKeeper.flush_soon``), put on the
+    keeper's queue so that reports reach Redis in the order they were made, with heartbeats and
+    outcomes; ``done`` once sent."""
+
+    lease: Lease
+    done: threading.Event
+
+    def ask(self, requests: queue.SimpleQueue[Any], wait: bool) -> None:
+        """Queue it; with ``wait``, wait until it is sent, up to FLUSH_WAIT_S."""
+        requests.put(self)
+        if wait:
+            self.done.wait(FLUSH_WAIT_S)
+
+    def run(self, client: Quasar, worker_id: str) -> None:
+        flush_progress(client, worker_id, self.lease)
+        self.done.set()
+
+
+class FlushesProgress:
+    """The lease keeper's side of a task's flush (a base of ``LeaseKeeper``, whose thread takes
+    the requests off its queue)."""
+
+    _outcomes: queue.SimpleQueue[Any]
+
+    def flush_soon(self, lease: Lease, wait: bool = True) -> None:
+        """Have the keeper's thread send ``lease``'s job's progress now (``FlushRequest``)."""
+        FlushRequest(lease, threading.Event()).ask(self._outcomes, wait)
+
+
+def flush_progress(client: Quasar, worker_id: str, lease: Lease) -> None:
+    """Send the progress of ``lease``'s job now if it changed since last sent (its task asked,
+    or its run ended), from the lease keeper's thread. Never raises: a refusal (the lease is
+    lost) drops it, an error leaves it for the next heartbeat."""
+    box = lease.progress()
+    if box is None:
+        return
+    box.sending = True  # (before taking it, until answered: its outcome goes after it)
+    try:
+        _send(client, worker_id, lease, box)
+    finally:
+        box.sending = False
+
+
+def _send(client: Quasar, worker_id: str, lease: Lease, box: ProgressBox) -> None:
+    report = box.take()
+    if report is None:
+        return
+    value, message = float(report[0]), report[1] or None
+    try:
+        result = client.report_progress(lease.token, worker_id, value, message)
+    except Exception as exc:  # (Redis unreachable, say)
+        box.forget(report)
+        log.debug("job %s: progress not sent now (%s)", lease.job_id, redact_text(str(exc)))
+        return
+    if isinstance(result, t.JobRefused):
+        log.debug("job %s: progress refused (%s)", lease.job_id, type(result.error).__name__)
