@@ -82,6 +82,7 @@ SAMPLES: dict[str, Any] = {
     "action": "pause",
     "payload": None,
     "priority": 0,
+    "value": 50.0,
 }
 
 
