@@ -70,8 +70,8 @@ class JobContext:
         most 200 characters (InvalidArgument otherwise, nothing kept). No IO: the job's next
         heartbeat takes it to Redis if it changed since the last one sent (docs/workflows.md,
         "Progress"). ``flush=True`` sends it at once: from a plain function, waiting for Redis;
-        from a coroutine (on the worker's event loop), without waiting (``aflush_progress``
-        waits)."""
+        from a coroutine (on the worker's event loop) or in a task process, without waiting
+        (``aflush_progress`` waits)."""
         self.progress_box.put(progress_args(value, message))
         if flush:
             try:
@@ -82,9 +82,9 @@ class JobContext:
                 self.progress_box.flush(wait=False)
 
     async def aflush_progress(self) -> None:
-        """Send the last report now, waiting for Redis without blocking the event loop."""
-        if self.progress_box.unsent():
-            await asyncio.get_running_loop().run_in_executor(None, self.progress_box.flush)
+        """Send the last report now, waiting for Redis without blocking the event loop (and
+        for a heartbeat on its way with it: the lease keeper sends one after the other)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.progress_box.flush)
 
     def __reduce__(self) -> tuple[type[JobContext], tuple[t.Job, str]]:
         # Sent to a task's process (``Worker(processes=N)``) as the job and the worker id alone:
