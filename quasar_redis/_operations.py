@@ -165,6 +165,21 @@ class Operations(
         """Extend the lease to now + ``lease_ms``; the reply carries the new token."""
         return self.calls.heartbeat(token, worker_id, lease_ms, now)
 
+    def report_progress(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        value: float,
+        message: str | None = None,
+        *,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """Write the leased job's progress now (docs/workflows.md, "Progress"): ``value`` a
+        finite number, ``message`` at most 200 characters (InvalidArgument otherwise). Written,
+        with the event ``progress``, only when it differs from the job's; the lease is not
+        renewed. Refused as a heartbeat is (``StaleLease``, ``LeaseExpired``)."""
+        return self.calls.report_progress(token, worker_id, value, message, now)
+
     def release(
         self,
         token: t.LeaseToken,

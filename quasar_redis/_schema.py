@@ -89,6 +89,13 @@ FIELDS = (
     # the batch it is a member of, and the batch it is a callback of (lua/include/batches.lua)
     Field("batch", "bt"),
     Field("callback_of", "cbo"),
+    # what a running job last reported of how far it is (lua/include/progress.lua): its value
+    # (a finite number's text), message ("" for none), when it was written and by which attempt
+    # (integers, read by Python alone, which ignores a progress it cannot read)
+    Field("progress_value", "pv"),
+    Field("progress_message", "pm"),
+    Field("progress_at", "pt"),
+    Field("progress_attempt", "pa"),
 )
 #: A field's key by its name.
 KEY = {field.name: field.key for field in FIELDS}

@@ -96,9 +96,9 @@ ROLES: dict[str, Role] = {
             "jobs, recovers expired leases, prunes finished jobs, announces itself in the "
             "worker registry",
             _words(
-                "claim claim_job heartbeat complete fail permanent_fail release report_many "
-                "report_and_claim expire sweep_expired promote_due prune get_job announce retire "
-                "resume_cascades dependencies batch batch_results"
+                "claim claim_job heartbeat report_progress complete fail permanent_fail release "
+                "report_many report_and_claim expire sweep_expired promote_due prune get_job "
+                "announce retire resume_cascades dependencies batch batch_results"
             ),
             # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
             # and add what they counted to the dashboard's rolling store (HINCRBY, EXPIRE)

@@ -205,6 +205,7 @@ class AsyncQuasar(Coalescing, ClientBase):
     fail = coroutine(Operations.fail)
     permanent_fail = coroutine(Operations.permanent_fail)
     heartbeat = coroutine(Operations.heartbeat)
+    report_progress = coroutine(Operations.report_progress)
     release = coroutine(Operations.release)
     report_many = coroutine(Operations.report_many)
     report_and_claim = coroutine(Operations.report_and_claim)

@@ -151,6 +151,7 @@ class Quasar(ClientBase):
     fail = blocking(Operations.fail)
     permanent_fail = blocking(Operations.permanent_fail)
     heartbeat = blocking(Operations.heartbeat)
+    report_progress = blocking(Operations.report_progress)
     release = blocking(Operations.release)
     report_many = blocking(Operations.report_many)
     report_and_claim = blocking(Operations.report_and_claim)

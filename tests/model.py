@@ -1267,6 +1267,21 @@ class Model:
         return t.ClaimApplied(t.Claim(job.to_job(), job.token()))
 
     @one_call
+    def report_progress(self, token: t.LeaseToken, worker_id: str, now: int) -> t.JobResult:
+        """A running job's progress (lua/report_progress.lua): the lease check, where a token
+        whose expiry a heartbeat has moved on since still holds; the job never changes (its
+        progress fields are none of the model's)."""
+        job = self.jobs.get(token.job_id)
+        if job is None:
+            return t.JobRefused(t.MissingJob(token.job_id))
+        if isinstance(job.state, t.Leased):
+            token = replace(token, expires_at=job.state.expires_at)
+        error = self.lease_error(job, token, worker_id, now)
+        if error is not None:
+            return t.JobRefused(error)
+        return t.JobApplied(job.to_job())
+
+    @one_call
     def release(
         self, token: t.LeaseToken, worker_id: str, delay: int, now: int, hold: int | None = None
     ) -> t.JobResult:

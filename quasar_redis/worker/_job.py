@@ -12,15 +12,17 @@ import contextvars
 import enum
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import _types as t
 from .._app_batches import BatchMemberResult, amember_results, member_results, task_app
 from .._dependency_calls import DependenciesResult, DependencyResult, results_of
 from .._hooks import WorkerContext, serving
+from .._progress import progress_args
 from ..errors import QuasarError
 from ._lease import Lease, PhaseError
+from ._progress import ProgressBox
 
 if TYPE_CHECKING:
     from ..app import App
@@ -63,6 +65,7 @@ class JobContext:
     worker: WorkerContext | None = None  # the worker that runs it (``current_worker()``)
     #: Its dependencies' results read before its run (a task in a process of its own), or None.
     read: tuple[DependencyResult, ...] | None = None
+    progress_box: ProgressBox = field(default_factory=ProgressBox, repr=False, compare=False)
 
     @property
     def attempt(self) -> int:
@@ -85,6 +88,27 @@ class JobContext:
             return list(self.read or ())
         app = self._app()
         return _results(app, self.job.id, await app.aclient().dependencies(self.job.id))
+
+    def progress(self, value: float, message: str | None = None, *, flush: bool = False) -> None:
+        """Report how far the job is: ``value`` a finite int or float, ``message`` None or at
+        most 200 characters (InvalidArgument otherwise, nothing kept). No IO: the job's next
+        heartbeat takes it to Redis if it changed since the last one sent (docs/workflows.md,
+        "Progress"). ``flush=True`` sends it at once: from a plain function, waiting for Redis;
+        from a coroutine (on the worker's event loop) or in a task process, without waiting
+        (``aflush_progress`` waits)."""
+        self.progress_box.put(progress_args(value, message))
+        if flush:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                self.progress_box.flush(wait=True)
+            else:
+                self.progress_box.flush(wait=False)
+
+    async def aflush_progress(self) -> None:
+        """Send the last report now, waiting for Redis without blocking the event loop (and
+        for a heartbeat on its way with it: the lease keeper sends one after the other)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.progress_box.flush)
 
     @property
     def batch_id(self) -> str | None:
@@ -125,7 +149,7 @@ class JobContext:
 def _in_process(
     job: t.Job, worker_id: str, read: tuple[DependencyResult, ...] | None
 ) -> JobContext:
-    return JobContext(job, worker_id, CancelFlag(), None, read)
+    return JobContext(job, worker_id, CancelFlag(), None, read)  # (its progress: ``_run``'s)
 
 
 def _results(app: App, job_id: str, read: DependenciesResult) -> list[DependencyResult]:
@@ -141,7 +165,7 @@ async def read_before_run(app: App, ctx: JobContext) -> JobContext:
         return ctx
     read = await app.aclient().dependencies(ctx.job.id)
     found = tuple(_results(app, ctx.job.id, read))
-    return JobContext(ctx.job, ctx.worker_id, ctx.cancelled, ctx.worker, found)
+    return replace(ctx, read=found)
 
 
 current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("quasar_job")
@@ -226,6 +250,9 @@ class HeldJob(Lease):
         self.task: asyncio.Task[None] | None = None  # made as it leaves QUEUED for a slot
         self.outcome: Outcome | None = None  # handed to the reporter
         self.duration = 0.0  # from its start (its claim, unless prefetched) to the outcome
+
+    def progress(self) -> ProgressBox:
+        return self.ctx.progress_box
 
     def move_to(self, phase: JobPhase) -> None:
         """Change to ``phase``; PhaseError if ``PHASE_CHANGES`` does not allow it."""

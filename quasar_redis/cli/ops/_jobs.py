@@ -22,7 +22,7 @@ from ._look import (
     status_named,
     status_words,
 )
-from ._show import details, shown, summary
+from ._show import details, progress_text, shown, summary
 
 
 def _statuses(
@@ -154,6 +154,7 @@ def _print_job(op: Operator, d: dict[str, Any]) -> None:
         ("on dependency failure", d["on_dependency_failure"]),
         ("dedup", d["dedup"] or "-"),
         ("waits on", d["waiting_on"] or "-"),
+        ("progress", progress_text(d["progress"])),
     ]
     for name, value in fields:
         table.add_row(name, Text(str(value)))
