@@ -4,7 +4,6 @@ Every job state transition is one atomic Lua script; this package is the thin, t
 around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free core.
 """
 
-from ._app_batches import BatchMemberResult
 from ._base import EvictionPolicyWarning
 from ._batch import (
     BatchCallback,
@@ -93,6 +92,7 @@ from ._types import (
     WorkerInfo,
     status_of,
 )
+from ._workflows import Chain, Chord, Group, Signature, WorkflowHandle, chain, chord, group
 from .aio import AsyncQuasar
 from .app import App, Connector, EnqueueOptions, Task
 from .client import Quasar
@@ -147,7 +147,6 @@ __all__ = [
     "BatchExists",
     "BatchInfo",
     "BatchMember",
-    "BatchMemberResult",
     "BatchOpenRefused",
     "BatchOpenResult",
     "BatchOpened",
@@ -160,6 +159,8 @@ __all__ = [
     "CancelResult",
     "Cancelled",
     "CascadeReport",
+    "Chain",
+    "Chord",
     "Claim",
     "ClaimApplied",
     "ClaimRefused",
@@ -196,6 +197,7 @@ __all__ = [
     "Fired",
     "Fixed",
     "FlowInfo",
+    "Group",
     "GroupFlow",
     "HookError",
     "IncompleteDependency",
@@ -261,6 +263,7 @@ __all__ = [
     "Schedule",
     "ScheduleInfo",
     "Serializer",
+    "Signature",
     "Skipped",
     "Snooze",
     "StaleLease",
@@ -279,8 +282,12 @@ __all__ = [
     "WorkerContext",
     "WorkerInfo",
     "WorkerStats",
+    "WorkflowHandle",
     "__version__",
+    "chain",
+    "chord",
     "current_job",
     "current_worker",
+    "group",
     "status_of",
 ]

@@ -60,8 +60,9 @@ DependenciesResult = Dependencies | t.JobRefused
 
 @dataclass(frozen=True, slots=True)
 class DependencyResult:
-    """How one dependency of the running job ended, as its task sees it
-    (``current_job().dependency_results()``): its ``status`` (a ``Status`` value such as
+    """How a job the running job waits on ended, as its task sees it: one of its dependencies
+    (``current_job().dependency_results()``) or, in a batch's callback, one of the batch's
+    members (``current_job().batch_results()``). Its ``status`` (a ``Status`` value such as
     "completed", or "missing" for one pruned), its result decoded as ``JobHandle.result()``
     decodes it (None unless it succeeded), and, when it failed, was cancelled or expired, why:
     ``error_kind`` and ``error_message`` (its last error; "Cancelled" and the cancel reason;
@@ -91,17 +92,20 @@ def _why(job: t.Job) -> tuple[str | None, str | None]:
     return None, None
 
 
+def result_of(
+    job_id: str, job: t.Job | None, status: t.Status | None, decode: Callable[[t.Job], Any]
+) -> DependencyResult:
+    """How the job ``job_id`` (``job`` as read, None when gone, in ``status``) ended as a task
+    sees it, ``decode`` reading a result."""
+    if job is None or status is None:
+        return DependencyResult(job_id, "missing")
+    value = decode(job) if isinstance(job.state, t.Succeeded) else None
+    return DependencyResult(job_id, status.value, value, *_why(job))
+
+
 def results_of(read: Dependencies, decode: Callable[[t.Job], Any]) -> list[DependencyResult]:
     """The read's dependencies as a task sees them, ``decode`` reading a result."""
-    out = []
-    for dep in read.dependencies:
-        if dep.job is None or dep.status is None:
-            out.append(DependencyResult(dep.id, "missing"))
-            continue
-        succeeded = isinstance(dep.job.state, t.Succeeded)
-        value = decode(dep.job) if succeeded else None
-        out.append(DependencyResult(dep.id, dep.status.value, value, *_why(dep.job)))
-    return out
+    return [result_of(dep.id, dep.job, dep.status, decode) for dep in read.dependencies]
 
 
 def parse_dependencies(job_id: str, reply: Any) -> DependenciesResult:

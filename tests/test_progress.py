@@ -11,7 +11,6 @@ import itertools
 import json
 import math
 import os
-import re
 import threading
 import time
 from pathlib import Path
@@ -356,29 +355,3 @@ def _async_twin(q: Quasar) -> Any:
     if isinstance(q.redis, fakeredis.FakeRedis):
         return fakeredis.FakeAsyncRedis(server=q.redis.connection_pool.connection_kwargs["server"])
     return redis.asyncio.Redis.from_url(REDIS_URL)
-
-
-# --- the documentation ---------------------------------------------------------------------------
-
-
-def test_the_examples_of_the_progress_section_run_as_written(backend: str, namespace: str) -> None:
-    text = (ROOT / "docs" / "workflows.md").read_text()
-    section = text.split("\n## Progress\n")[1].split("\n## ")[0]
-    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
-    assert len(blocks) == 2
-    for written in blocks:
-        assert 'app = App("memory://")' in written
-        block = written
-        if backend == "redis":
-            real_redis().close()
-            real = f"App({REDIS_URL!r}, namespace={namespace!r})"
-            block = written.replace('App("memory://")', real)
-        space: dict[str, Any] = {"__name__": "docs_workflows_progress"}
-        try:
-            exec(compile(block, "docs/workflows.md", "exec"), space)
-        finally:
-            app = space.get("app")
-            if app is not None:
-                if backend == "redis":
-                    delete_namespace(app.client.redis, namespace)
-                app.client.redis.close()

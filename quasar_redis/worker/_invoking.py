@@ -12,6 +12,7 @@ from typing import Any
 
 from .._hooks import Around, chain
 from .._tracing import Consuming
+from .._workflows import MissingResults, received
 from ..app import Task
 from ..errors import CorruptDataError
 from ..retry import PermanentFailure, Snooze
@@ -52,12 +53,16 @@ class Invoker:
         app = task.app
         tracer = app.tracer() if app.tracing else None
         try:
-            if tracer is None:
-                args, kwargs = app.call_of(job)
-            else:
-                args, kwargs, trace = app.traced_call_of(job)
+            args, kwargs, trace, receives = app.codec.run_of(job)
         except (TypeError, CorruptDataError) as exc:
             return o.permanent("BadPayload", str(exc), exc)
+        if receives is not None:  # a workflow's step: the results it is given first
+            try:
+                args.insert(0, await received(app, job, receives))
+            except MissingResults as exc:
+                return o.permanent("MissingResults", str(exc), exc)
+            except Exception as exc:  # Redis away: tried again as the task's failure would be
+                return o.failure(task, job, exc, o.error_kind(exc), str(exc) or repr(exc))
         if tracer is None:
             return await self._outcome(running, task, (args, kwargs), None)
         span = Consuming(tracer, job, task.name, trace, self.worker_id, app.namespace)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import _types as t
-from .._app_batches import BatchMemberResult, amember_results, member_results, task_app
+from .._app_batches import amember_results, member_results, task_app
 from .._dependency_calls import DependenciesResult, DependencyResult, results_of
 from .._hooks import WorkerContext, serving
 from .._progress import progress_args
@@ -115,14 +115,14 @@ class JobContext:
         """The batch this job is a callback of (docs/workflows.md, "Batches"), or None."""
         return self.job.callback_of
 
-    def batch_results(self) -> list[BatchMemberResult]:
+    def batch_results(self) -> list[DependencyResult]:
         """For a batch's callback: every member's result, in the order they joined, decoded
         with the app's serializer (one call per 1,000 members). LookupError for a job that is
         no callback."""
         app, batch_id = self._batch_app()
         return member_results(app, app.client, batch_id)
 
-    async def abatch_results(self) -> list[BatchMemberResult]:
+    async def abatch_results(self) -> list[DependencyResult]:
         """``batch_results`` on the running event loop's client."""
         app, batch_id = self._batch_app()
         return await amember_results(app, app.aclient(), batch_id)
