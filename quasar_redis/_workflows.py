@@ -17,6 +17,7 @@ enqueuing it again with the same ``id`` finishes what an interrupted enqueue beg
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -25,13 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import _types as t
 from ._app_batches import amember_results
-from ._batch import BatchOpenRefused, BatchOpenResult
+from ._batch import BatchInfo, BatchOpenRefused, BatchOpenResult
 from ._calls import NewJob
 from ._dependency_calls import DependencyResult, results_of
 from ._handles import JobHandle
 from ._ids import id_error
 from ._partitions import hashed
-from .errors import InvalidTaskCall, JobRefusedError
+from .errors import InvalidTaskCall, JobRefusedError, QuasarError
 
 if TYPE_CHECKING:
     from ._tasks import Task
@@ -132,18 +133,82 @@ class WorkflowHandle:
 
     def result(self, timeout: float | None = None) -> Any:
         """Block until the workflow ends; its result: a group's list of its members' results in
-        order, else the last job's (JobFailedError and the like as ``JobHandle.result``)."""
-        if self.kind != "group":
-            return self.last.result(timeout)
+        order, else the last job's (JobFailedError and the like as ``JobHandle.result``). A
+        chord whose members have all ended without every one succeeding raises the first
+        failed member's error (an operator may still retry it: wait again after)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        return [h.result(_left(deadline)) for h in self.handles]
+        if self.kind == "group":
+            return [h.result(_left(deadline)) for h in self.handles]
+        if self.kind == "chord":
+            pause = _FIRST_PAUSE
+            while (failed := _callback_state(self, self.app.client.batch(self.id))) is None:
+                time.sleep(_pause(pause, deadline, self.id))
+                pause = min(2 * pause, _LAST_PAUSE)
+            if failed:
+                return JobHandle(self.app, _first_failed(self, self.app.client)).result(0)
+        return self.last.result(_left(deadline))
 
     async def aresult(self, timeout: float | None = None) -> Any:
         """``result`` for asyncio code."""
-        if self.kind != "group":
-            return await self.last.aresult(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
-        return [await h.aresult(_left(deadline)) for h in self.handles]
+        if self.kind == "group":
+            return [await h.aresult(_left(deadline)) for h in self.handles]
+        if self.kind == "chord":
+            client, pause = self.app.aclient(), _FIRST_PAUSE
+            while (failed := _callback_state(self, await client.batch(self.id))) is None:
+                await asyncio.sleep(_pause(pause, deadline, self.id))
+                pause = min(2 * pause, _LAST_PAUSE)
+            if failed:
+                first = await _afirst_failed(self, client)
+                return await JobHandle(self.app, first).aresult(0)
+        return await self.last.aresult(_left(deadline))
+
+
+#: How long a chord's waiter pauses between reads of its batch, at first and at most (s).
+_FIRST_PAUSE, _LAST_PAUSE = 0.02, 0.5
+
+
+def _callback_state(handle: WorkflowHandle, info: BatchInfo | None) -> bool | None:
+    """Whether a chord's callback will not come (True: a member did not succeed), False once
+    it is enqueued, None while the batch waits for its members."""
+    if info is None:
+        raise QuasarError(f"batch {handle.id!r} does not exist (or was deleted)")
+    fired = info.callback("on_success")
+    if fired is not None and fired.refused:
+        raise QuasarError(f"the callback of batch {handle.id!r} was refused: {fired.refused}")
+    if fired is not None and fired.job_id:
+        return False
+    return True if info.closed and info.pending == 0 else None
+
+
+def _pause(pause: float, deadline: float | None, batch_id: str) -> float:
+    left = _left(deadline)
+    if left is not None and left <= 0:
+        raise TimeoutError(f"the chord {batch_id!r} did not finish in time")
+    return pause if left is None else min(pause, left)
+
+
+def _first_failed(handle: WorkflowHandle, client: Any) -> str:
+    """The id of the chord's first member that did not succeed."""
+    start: int | None = 0
+    while start is not None:
+        page = client.batch_results(handle.id, start=start)
+        for member in page.members:
+            if member.job is None or not isinstance(member.job.state, t.Succeeded):
+                return str(member.id)
+        start = page.next_start
+    return handle.last.id  # (every member succeeded meanwhile: the callback's own result)
+
+
+async def _afirst_failed(handle: WorkflowHandle, client: Any) -> str:
+    start: int | None = 0
+    while start is not None:
+        page = await client.batch_results(handle.id, start=start)
+        for member in page.members:
+            if member.job is None or not isinstance(member.job.state, t.Succeeded):
+                return str(member.id)
+        start = page.next_start
+    return handle.last.id
 
 
 def _left(deadline: float | None) -> float | None:

@@ -103,3 +103,8 @@ def read_dependencies() -> list[list[Any]]:
         [r.id, r.status, r.value, r.error_kind, r.error_message, r.succeeded]
         for r in current_job().dependency_results()
     ]
+
+
+def double(n: int) -> int:
+    """Twice ``n``: a chain's step (it receives the previous step's result)."""
+    return 2 * n

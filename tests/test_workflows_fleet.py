@@ -1,0 +1,81 @@
+"""A chord of 1,000 members over four ``quasar worker`` processes (real Redis): its callback runs
+exactly once, given the 1,000 results in order, also when 10 members fail for good and an
+operator retries them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from quasar_redis import App, chord, group
+
+from . import workflow_tasks as wt
+from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
+from .test_flow_fleet import ROOT, Fleet
+
+pytestmark = pytest.mark.heavy
+
+MEMBERS = 1000
+WORKERS = 4
+FAILING = frozenset(range(0, MEMBERS, MEMBERS // 10))  # 10 members
+
+
+class WorkflowFleet(Fleet):
+    """Workers of ``tests.workflow_tasks:app``."""
+
+    def start(self, name: str, *, concurrency: int = 8, lease_ms: int = 30_000) -> None:
+        env = {**os.environ, "QUASAR_TEST_URL": REDIS_URL, "QUASAR_TEST_NS": self.namespace}
+        args = [sys.executable, "-m", "quasar_redis", "worker", "tests.workflow_tasks:app"]
+        args += ["--concurrency", str(concurrency), "--lease-ms", str(lease_ms)]
+        args += ["--grace", "0", "--worker-id", self.worker_id(name)]
+        with (self.folder / f"{name}.stderr").open("wb") as err:
+            self.procs[name] = subprocess.Popen(
+                args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err
+            )
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, namespace: str) -> Iterator[WorkflowFleet]:
+    client = real_redis()  # (fails under QUASAR_REQUIRE_REDIS=1 without a server)
+    made = WorkflowFleet(tmp_path, namespace)
+    try:
+        yield made
+    finally:
+        made.close()
+        delete_namespace(client, namespace)
+        client.close()
+
+
+def test_a_chord_of_1000_calls_back_once_with_every_result_in_order(fleet: WorkflowFleet) -> None:
+    app = App(REDIS_URL, namespace=fleet.namespace)
+    tasks = wt.declare(app)
+    members = group(tasks["square"].s(i, i in FAILING) for i in range(MEMBERS))
+    handle = chord(members, tasks["collect"].s()).enqueue(id="squares")
+    for n in range(WORKERS):
+        fleet.start(f"w{n}")
+    q = app.client
+
+    def members_ended() -> bool:
+        fleet.check()
+        info = q.batch("squares")
+        return info is not None and info.finished == MEMBERS
+
+    wait_for(members_ended, 120, "every member of the chord to end")
+    info = q.batch("squares")
+    assert info is not None and (info.succeeded, info.failed) == (MEMBERS - 10, 10)
+    assert q.get_job(handle.last.id) is None  # 10 members failed: no callback yet
+    for i in sorted(FAILING):
+        assert q.retry(f"squares.{i + 1}") is not None  # the operator's retry
+
+    assert handle.result(timeout=120) == [i * i for i in range(MEMBERS)]
+    info = q.batch("squares")
+    assert info is not None and info.succeeded == MEMBERS
+    fired = info.callback("on_success")
+    assert fired is not None and fired.job_id == handle.last.id
+    assert q.redis.lrange(wt.runs_key(q.keys.root), 0, -1) == [handle.last.id.encode()]
+    app.close()
