@@ -110,6 +110,8 @@ class Fleet:
 
     folder: Path
     namespace: str
+    app_path: str = APP_PATH  # what its workers serve, and their queue (None: the app's)
+    queue: str | None = QUEUE
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     killed: set[str] = field(default_factory=set)
 
@@ -121,7 +123,8 @@ class Fleet:
 
     def start(self, name: str, *, concurrency: int, lease_ms: int) -> None:
         env = {**os.environ, "QUASAR_TEST_URL": REDIS_URL, "QUASAR_TEST_NS": self.namespace}
-        args = [sys.executable, "-m", "quasar_redis", "worker", APP_PATH, "--queue", QUEUE]
+        args = [sys.executable, "-m", "quasar_redis", "worker", self.app_path]
+        args += [] if self.queue is None else ["--queue", self.queue]
         args += ["--concurrency", str(concurrency), "--lease-ms", str(lease_ms)]
         args += ["--grace", "0", "--worker-id", self.worker_id(name)]
         with (self.folder / f"{name}.stderr").open("wb") as err:

@@ -4,9 +4,6 @@ operator retries them."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +13,7 @@ from quasar_redis import App, chord, group
 
 from . import workflow_tasks as wt
 from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
-from .test_flow_fleet import ROOT, Fleet
+from .test_flow_fleet import Fleet
 
 pytestmark = pytest.mark.heavy
 
@@ -25,24 +22,10 @@ WORKERS = 4
 FAILING = frozenset(range(0, MEMBERS, MEMBERS // 10))  # 10 members
 
 
-class WorkflowFleet(Fleet):
-    """Workers of ``tests.workflow_tasks:app``."""
-
-    def start(self, name: str, *, concurrency: int = 8, lease_ms: int = 30_000) -> None:
-        env = {**os.environ, "QUASAR_TEST_URL": REDIS_URL, "QUASAR_TEST_NS": self.namespace}
-        args = [sys.executable, "-m", "quasar_redis", "worker", "tests.workflow_tasks:app"]
-        args += ["--concurrency", str(concurrency), "--lease-ms", str(lease_ms)]
-        args += ["--grace", "0", "--worker-id", self.worker_id(name)]
-        with (self.folder / f"{name}.stderr").open("wb") as err:
-            self.procs[name] = subprocess.Popen(
-                args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err
-            )
-
-
 @pytest.fixture
-def fleet(tmp_path: Path, namespace: str) -> Iterator[WorkflowFleet]:
+def fleet(tmp_path: Path, namespace: str) -> Iterator[Fleet]:
     client = real_redis()  # (fails under QUASAR_REQUIRE_REDIS=1 without a server)
-    made = WorkflowFleet(tmp_path, namespace)
+    made = Fleet(tmp_path, namespace, app_path="tests.workflow_tasks:app", queue=None)
     try:
         yield made
     finally:
@@ -51,13 +34,13 @@ def fleet(tmp_path: Path, namespace: str) -> Iterator[WorkflowFleet]:
         client.close()
 
 
-def test_a_chord_of_1000_calls_back_once_with_every_result_in_order(fleet: WorkflowFleet) -> None:
+def test_a_chord_of_1000_calls_back_once_with_every_result_in_order(fleet: Fleet) -> None:
     app = App(REDIS_URL, namespace=fleet.namespace)
     tasks = wt.declare(app)
     members = group(tasks["square"].s(i, i in FAILING) for i in range(MEMBERS))
     handle = chord(members, tasks["collect"].s()).enqueue(id="squares")
     for n in range(WORKERS):
-        fleet.start(f"w{n}")
+        fleet.start(f"w{n}", concurrency=8, lease_ms=30_000)
     q = app.client
 
     def members_ended() -> bool:
