@@ -112,6 +112,7 @@ class Fleet:
     namespace: str
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     killed: set[str] = field(default_factory=set)
+    app: str = APP_PATH  # the workers' app
 
     def worker_id(self, name: str) -> str:
         return f"{name}-{self.namespace}"
@@ -121,7 +122,7 @@ class Fleet:
 
     def start(self, name: str, *, concurrency: int, lease_ms: int) -> None:
         env = {**os.environ, "QUASAR_TEST_URL": REDIS_URL, "QUASAR_TEST_NS": self.namespace}
-        args = [sys.executable, "-m", "quasar_redis", "worker", APP_PATH, "--queue", QUEUE]
+        args = [sys.executable, "-m", "quasar_redis", "worker", self.app, "--queue", QUEUE]
         args += ["--concurrency", str(concurrency), "--lease-ms", str(lease_ms)]
         args += ["--grace", "0", "--worker-id", self.worker_id(name)]
         with (self.folder / f"{name}.stderr").open("wb") as err:
