@@ -2,8 +2,8 @@
 -- Checks, in order (docs/lifecycle.md, enqueue), job by job: the new job's own (new_job_checks
 -- below), then our limits, then DuplicateJob, then each dependency: MissingDependency when it
 -- does not exist (nor earlier in this batch), IncompleteDependency when it can never succeed
--- (Cancelled or Expired, or Failed for a job that asked to be cancelled on dependency failure);
--- then the
+-- (Cancelled or Expired, or Failed for a job that asked to be cancelled on dependency failure;
+-- never for a job under "run", for which a dependency that ended counts as resolved); then the
 -- keys its write touches (CorruptKey). A job may depend on an earlier job of the same batch.
 -- An id that exists with a lower input revision than the one given is superseded instead
 -- (include/revise.lua): a live job takes the new input; a lower revision is StaleRevision.
@@ -21,8 +21,8 @@
 --   the client sent the rest; a job a re-sent call finds as every field)
 -- then N groups of 17: id, queue, stage, payload, input_ref, input_revision,
 --   dependencies (space-separated ids), priority, max_attempts, available_at ("" = now + delay),
---   delay ("" = 0), on_dependency_failure ("block" | "cancel"), made ("1" when the client made
---   the id at random for this call, else ""), deadline (ms since the epoch, "" = none),
+--   delay ("" = 0), on_dependency_failure ("block" | "cancel" | "run"), made ("1" when the
+--   client made the id at random for this call, else ""), deadline (ms since the epoch, "" = none),
 --   expires_in (ms from now, "" = none; at most one of the two), dedup ("" or
 --   "<mode> <window ms> <key>": see lua/include/unique.lua; checked just before DuplicateJob),
 --   group ("" = none: the job's flow group, include/flow_control.lua; a job id's rule),
@@ -60,6 +60,7 @@ local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Cor
 local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
 local key_queues, key_seq, PRIORITY_MAX = Core.key_queues, Core.key_seq, Core.PRIORITY_MAX
 local PRIORITY_MIN, refuse, split = Core.PRIORITY_MIN, Core.refuse, Core.split
+local TERMINAL = Core.TERMINAL
 local id_error, int_arg, name_error = Checks.id_error, Checks.int_arg, Checks.name_error
 local check_queue = Checks.check_queue
 local stage_error, text_error, time_error = Checks.stage_error, Checks.text_error, Checks.time_error
@@ -178,8 +179,8 @@ local function limit_checks(ctx, a, max_payload, max_deps, m)
   if pr < PRIORITY_MIN or pr > PRIORITY_MAX then
     return invalid("priority must be between " .. PRIORITY_MIN .. " and " .. PRIORITY_MAX)
   end
-  if a.odf ~= "block" and a.odf ~= "cancel" then
-    return invalid("on_dependency_failure must be 'block' or 'cancel'")
+  if a.odf ~= "block" and a.odf ~= "cancel" and a.odf ~= "run" then
+    return invalid("on_dependency_failure must be 'block', 'cancel' or 'run'")
   end
   if a.dependencies == "" then
     a.deps = NO_DEPS
@@ -199,9 +200,12 @@ local function limit_checks(ctx, a, max_payload, max_deps, m)
   return nil
 end
 
--- Counts the dependencies not yet succeeded; refuses those that cannot ever succeed.
+-- Counts the dependencies not yet succeeded; refuses those that cannot ever succeed. Under
+-- "run" a dependency that ended in any way counts as resolved (a.rd lists those that did not
+-- succeed: include/cascades.lua's counted).
 local function dependency_checks(ctx, a, batch)
   local pending = 0
+  a.rd = nil
   for _, d in ipairs(a.deps) do
     if batch[d] then
       pending = pending + 1
@@ -211,10 +215,13 @@ local function dependency_checks(ctx, a, batch)
         if err[1] == "MissingJob" then return nil, refuse("MissingDependency", d) end
         return nil, err
       end
-      if h.st == "C" or h.st == "E" or (h.st == "F" and a.odf == "cancel") then
+      if a.odf == "run" and TERMINAL[h.st] then
+        if h.st ~= "S" then a.rd = a.rd and a.rd .. " " .. d or d end
+      elseif h.st == "C" or h.st == "E" or (h.st == "F" and a.odf == "cancel") then
         return nil, refuse("IncompleteDependency", d)
+      elseif h.st ~= "S" then
+        pending = pending + 1
       end
-      if h.st ~= "S" then pending = pending + 1 end
     end
   end
   return pending
@@ -354,6 +361,7 @@ local function new_fields(a, h, now_text)
   if h.dl then args[#args + 1] = "dl"; args[#args + 1] = h.dl end
   if h.uq then args[#args + 1] = "uq"; args[#args + 1] = h.uq end
   if h.g then args[#args + 1] = "g"; args[#args + 1] = h.g end
+  if h.rd then args[#args + 1] = "rd"; args[#args + 1] = h.rd end
   if h.bt then args[#args + 1] = "bt"; args[#args + 1] = h.bt end
   return args
 end
@@ -381,6 +389,7 @@ local function write_one(ctx, a, now, seq, now_text)
   if not a.made then h.ec = ctx.args[1] end -- the call id
   if a.dl then h.dl = fmt(ctx, a.dl) end
   if a.group ~= "" then h.g = a.group end
+  h.rd = a.rd
   if a.batch ~= "" then
     h.bt = a.batch
     batch_join(ctx, a.batch, a.id)

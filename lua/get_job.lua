@@ -6,7 +6,8 @@
 --
 -- Replies
 --   {"Found", now, job, waiting_on, errors}   waiting_on: the first dependency not yet
---                                     succeeded (for a blocked job), else one that succeeded
+--                                     succeeded (for a blocked job; under "run": not yet
+--                                     ended), else one that succeeded or ended
 --                                     whose cascade has not reached the job yet, or ""; errors:
 --                                     the last failed attempts, newest first, as the history
 --                                     keeps them (none when its key holds another type)
@@ -14,19 +15,19 @@
 
 -- uses: core, checks, job, call
 local applied, clock, fmt, key_errors = Core.applied, Core.clock, Core.fmt, Core.key_errors
-local NONE, pcall_typed, split = Core.NONE, Core.pcall_typed, Core.split
+local NONE, pcall_typed, split, TERMINAL = Core.NONE, Core.pcall_typed, Core.split, Core.TERMINAL
 local id_error = Checks.id_error
 local blocked, job_reply, load_job = Job.blocked, Job.job_reply, Job.load_job
 local run_call = Call.run_call
 
--- The first dependency not succeeded; else the first succeeded one whose cascade has not
--- reached this job yet (its `cw`: the job is released when it does).
+-- The first dependency not succeeded (under "run": not ended); else the first one whose cascade
+-- has not reached this job yet (its `cw`: the job is released when it does).
 local function waiting_on(ctx, h)
   if h.st ~= "W" or not blocked(h) then return "" end
-  local releasing = ""
+  local releasing, run = "", h.odf == "run"
   for _, dep in ipairs(split(h.dp or "")) do
     local d = load_job(ctx, dep)
-    if d == nil or d.st ~= "S" then return dep end
+    if d == nil or (d.st ~= "S" and not (run and TERMINAL[d.st])) then return dep end
     if releasing == "" and d.cw then releasing = dep end
   end
   return releasing

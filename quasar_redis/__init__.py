@@ -4,7 +4,6 @@ Every job state transition is one atomic Lua script; this package is the thin, t
 around them: ``Quasar`` (sync) and ``AsyncQuasar`` (asyncio) share one IO-free core.
 """
 
-from ._app_batches import BatchMemberResult
 from ._base import EvictionPolicyWarning
 from ._batch import (
     BatchCallback,
@@ -17,6 +16,7 @@ from ._batch import (
 )
 from ._calls import Call, Limits, NewJob
 from ._dedup import Debounce, Throttle, Unique
+from ._dependency_calls import Dependencies, Dependency, DependencyResult, Dependent
 from ._durable import Durable
 from ._flow import KEEP, UNLIMITED, FlowInfo, GroupFlow, Rate
 from ._handles import JobHandle
@@ -75,6 +75,7 @@ from ._types import (
     OutcomeApplied,
     OutcomeResult,
     PermanentFail,
+    Progress,
     QueueCounts,
     QueueInfo,
     QueuePaused,
@@ -91,6 +92,7 @@ from ._types import (
     WorkerInfo,
     status_of,
 )
+from ._workflows import Chain, Chord, Group, Signature, WorkflowHandle, chain, chord, group
 from .aio import AsyncQuasar
 from .app import App, Connector, EnqueueOptions, Task
 from .client import Quasar
@@ -145,7 +147,6 @@ __all__ = [
     "BatchExists",
     "BatchInfo",
     "BatchMember",
-    "BatchMemberResult",
     "BatchOpenRefused",
     "BatchOpenResult",
     "BatchOpened",
@@ -158,6 +159,8 @@ __all__ = [
     "CancelResult",
     "Cancelled",
     "CascadeReport",
+    "Chain",
+    "Chord",
     "Claim",
     "ClaimApplied",
     "ClaimRefused",
@@ -174,7 +177,11 @@ __all__ = [
     "DeadlinePassed",
     "Debounce",
     "Declared",
+    "Dependencies",
+    "Dependency",
     "DependencyPolicy",
+    "DependencyResult",
+    "Dependent",
     "DuplicateJob",
     "Durable",
     "EnqueueOptions",
@@ -190,6 +197,7 @@ __all__ = [
     "Fired",
     "Fixed",
     "FlowInfo",
+    "Group",
     "GroupFlow",
     "HookError",
     "IncompleteDependency",
@@ -237,6 +245,7 @@ __all__ = [
     "PermanentFail",
     "PermanentFailure",
     "PermissionDenied",
+    "Progress",
     "ProtocolError",
     "Quasar",
     "QuasarError",
@@ -254,6 +263,7 @@ __all__ = [
     "Schedule",
     "ScheduleInfo",
     "Serializer",
+    "Signature",
     "Skipped",
     "Snooze",
     "StaleLease",
@@ -272,8 +282,12 @@ __all__ = [
     "WorkerContext",
     "WorkerInfo",
     "WorkerStats",
+    "WorkflowHandle",
     "__version__",
+    "chain",
+    "chord",
     "current_job",
     "current_worker",
+    "group",
     "status_of",
 ]

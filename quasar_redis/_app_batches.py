@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import _types as t
 from ._batch import PAGE_MAX, BatchInfo, BatchOpenResult, BatchPage
 from ._calls import NewJob
+from ._dependency_calls import DependencyResult, result_of
 
 if TYPE_CHECKING:
     from ._call_codec import CallCodec
@@ -20,45 +19,22 @@ if TYPE_CHECKING:
     from .client import Quasar
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMemberResult:
-    """One member of a batch as its callback sees it: its id, its status (None when the job is
-    gone, pruned or purged), its result decoded with the app's serializer (None if none), and
-    its last error's kind and message (None if none)."""
-
-    id: str
-    status: t.Status | None
-    value: Any
-    error_kind: str | None
-    error_message: str | None
-
-
 #: The app of the task a worker's child process runs (``Worker(processes=N)``): there the job's
 #: context has no worker, and the task's own module made the app.
 task_app: contextvars.ContextVar[App] = contextvars.ContextVar("quasar_task_app")
 
 
-def member_result(codec: CallCodec, member: Any, now: int) -> BatchMemberResult:
-    job: t.Job | None = member.job
-    if job is None:
-        return BatchMemberResult(member.id, None, None, None, None)
-    error = job.error
-    return BatchMemberResult(
-        job.id,
-        job.status(now),
-        codec.result_of(job),
-        None if error is None else error.kind,
-        None if error is None else error.message,
-    )
+def page_results(codec: CallCodec, page: BatchPage) -> list[DependencyResult]:
+    """The page's members as a callback's task sees them."""
+    return [
+        result_of(m.id, m.job, None if m.job is None else m.job.status(page.now), codec.result_of)
+        for m in page.members
+    ]
 
 
-def page_results(codec: CallCodec, page: BatchPage) -> list[BatchMemberResult]:
-    return [member_result(codec, m, page.now) for m in page.members]
-
-
-def member_results(app: App, client: Quasar, batch_id: str) -> list[BatchMemberResult]:
+def member_results(app: App, client: Quasar, batch_id: str) -> list[DependencyResult]:
     """Every member's result, in the order they joined: one call per 1,000 members."""
-    out: list[BatchMemberResult] = []
+    out: list[DependencyResult] = []
     start: int | None = 0
     while start is not None:
         page = client.batch_results(batch_id, start=start, count=PAGE_MAX)
@@ -67,9 +43,9 @@ def member_results(app: App, client: Quasar, batch_id: str) -> list[BatchMemberR
     return out
 
 
-async def amember_results(app: App, client: AsyncQuasar, batch_id: str) -> list[BatchMemberResult]:
+async def amember_results(app: App, client: AsyncQuasar, batch_id: str) -> list[DependencyResult]:
     """``member_results`` on the asyncio client."""
-    out: list[BatchMemberResult] = []
+    out: list[DependencyResult] = []
     start: int | None = 0
     while start is not None:
         page = await client.batch_results(batch_id, start=start, count=PAGE_MAX)
@@ -118,7 +94,7 @@ class AppBatches:
         """The batch's counts and callbacks (``Quasar.batch``), or None."""
         return self.client.batch(batch_id)
 
-    def batch_results(self, batch_id: str) -> list[BatchMemberResult]:
+    def batch_results(self, batch_id: str) -> list[DependencyResult]:
         """Every member's result, decoded with the app's serializer, in the order they
         joined."""
         app: Any = self

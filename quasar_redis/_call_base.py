@@ -20,7 +20,7 @@ from ._scripts import Script, scripts
 T = TypeVar("T")
 
 
-POLICIES = ("block", "cancel")
+POLICIES = ("block", "cancel", "run")
 
 
 class Keep(enum.Enum):

@@ -14,13 +14,20 @@ from .serializers import Serializer, name_of
 
 
 def payload_of(
-    args: Sequence[Any], kwargs: dict[str, Any], trace: dict[str, str] | None = None
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    trace: dict[str, str] | None = None,
+    receives: str | None = None,
 ) -> dict[str, Any]:
     """The payload envelope of a call: ``a`` its positional arguments, ``k`` its keyword
-    arguments, and ``t`` the trace context of its enqueue when tracing is on."""
-    if trace is None:
-        return {"a": list(args), "k": kwargs}
-    return {"a": list(args), "k": kwargs, "t": trace}
+    arguments, ``t`` the trace context of its enqueue when tracing is on, and ``r`` what the
+    call receives first, before ``a``, when it is a workflow's (``_workflows``)."""
+    payload: dict[str, Any] = {"a": list(args), "k": kwargs}
+    if trace is not None:
+        payload["t"] = trace
+    if receives is not None:
+        payload["r"] = receives
+    return payload
 
 
 def args_of(payload: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -31,6 +38,11 @@ def args_of(payload: Any) -> tuple[list[Any], dict[str, Any]]:
     if not isinstance(kwargs, dict):
         raise TypeError("the payload's keyword arguments are not a map")
     return list(payload.get("a", [])), kwargs
+
+
+#: What a call's check is given in place of the argument the call receives first (its value is
+#: known only when the job runs).
+RECEIVED = object()
 
 
 class CallCodec:
@@ -47,14 +59,15 @@ class CallCodec:
         args: Sequence[Any],
         kwargs: dict[str, Any],
         trace: dict[str, str] | None = None,
+        receives: str | None = None,
     ) -> Encoded:
         """The payload of a call of the task named ``task`` (whose signature ``check`` holds),
-        encoded; ``InvalidTaskCall`` if the function cannot take these arguments or the
-        serializer cannot encode them."""
-        problem = check.problem(args, kwargs)
+        encoded; ``InvalidTaskCall`` if the function cannot take these arguments (after the one
+        it ``receives`` first, if any) or the serializer cannot encode them."""
+        problem = check.problem([RECEIVED, *args] if receives else args, kwargs)
         if problem is None:
             try:
-                return Encoded(self.serializer.dumps(payload_of(args, kwargs, trace)))
+                return Encoded(self.serializer.dumps(payload_of(args, kwargs, trace, receives)))
             except (TypeError, ValueError, OverflowError) as exc:
                 problem = unencodable(self.serializer, check.named(args, kwargs), exc)
         raise InvalidTaskCall(task, t.InvalidJob(problem))
@@ -62,9 +75,18 @@ class CallCodec:
     def traced_call_of(self, job: t.Job) -> tuple[list[Any], dict[str, Any], Any]:
         """The arguments of the call ``job`` runs, and the trace context its enqueue stored
         (None if none); TypeError / CorruptDataError if it holds no call."""
+        args, kwargs, trace, _ = self.run_of(job)
+        return args, kwargs, trace
+
+    def run_of(self, job: t.Job) -> tuple[list[Any], dict[str, Any], Any, str | None]:
+        """``traced_call_of``, and what the call receives before its arguments (None: nothing;
+        see ``payload_of``)."""
         payload = self.load(job.raw_payload, "payload", job.id)
         args, kwargs = args_of(payload)
-        return args, kwargs, payload.get("t")
+        receives = payload.get("r")
+        if receives is not None and not isinstance(receives, str):
+            raise TypeError("the payload's 'r' (what the call receives first) is not a text")
+        return args, kwargs, payload.get("t"), receives
 
     def result_of(self, job: t.Job) -> Any:
         """The result ``job`` stored (None if it stored none)."""

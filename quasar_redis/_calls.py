@@ -21,6 +21,7 @@ from ._call_base import (
     dependency_id,
     new_call_id,
 )
+from ._dependency_calls import DependencyCalls
 from ._enqueue_calls import EnqueueCalls
 from ._flow_calls import FlowCalls
 from ._lease_calls import LeaseCalls
@@ -40,8 +41,11 @@ __all__ = [
 ]
 
 
-class CallBuilder(EnqueueCalls, LeaseCalls, OperatorCalls, ScheduleCalls, FlowCalls, BatchCalls):
+class CallBuilder(
+    EnqueueCalls, LeaseCalls, OperatorCalls, ScheduleCalls, FlowCalls, DependencyCalls, BatchCalls
+):
     """Builds the ``Call`` of every operation for one namespace: the enqueue calls
     (``_enqueue_calls``), a lease holder's (``_lease_calls``), an operator's and the reads
     (``_operator_calls``), the periodic schedules' (``_schedule_calls``), flow control's
-    (``_flow_calls``), the batches' (``_batch_calls``)."""
+    (``_flow_calls``), the read of a job's dependencies (``_dependency_calls``), the batches'
+    (``_batch_calls``)."""

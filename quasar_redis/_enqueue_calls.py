@@ -45,7 +45,7 @@ def _job_group(
             return t.InvalidJob(bad)
         deps.append(dep_id if isinstance(dep_id, str) else dep_id.decode())
     if job.on_dependency_failure not in POLICIES:
-        return t.InvalidJob("on_dependency_failure must be 'block' or 'cancel'")
+        return t.InvalidJob("on_dependency_failure must be 'block', 'cancel' or 'run'")
     if job.flow is not None and (bad := id_error(job.flow, "flow")) is not None:
         return t.InvalidJob(bad)
     if job.batch is not None and (bad := id_error(job.batch, "batch")) is not None:

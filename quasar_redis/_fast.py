@@ -22,7 +22,7 @@ from operator import itemgetter
 from typing import Any, TypeAlias
 
 from . import _types as t
-from ._general import general_job, general_token, optional_int, text
+from ._general import POLICY_OF, general_job, general_token, optional_int, text
 from ._schema import BLOB_CHUNKS, BLOBS, DEFAULTS, ENQUEUE_ITEM, KEY, LEASE_WRITES, STATE
 from .errors import ProtocolError
 
@@ -123,7 +123,7 @@ def _job_from_fields(job_id: bytes, f: dict[bytes, Any]) -> t.Job:
         optional_int(f.get(b"fin")) if st in _TERMINAL_B else None,
         None if ek is None else t.ErrorInfo(text(ek), text(f.get(b"em", b""))),
         f.get(b"res") or None,
-        "cancel" if f[b"odf"] == b"cancel" else "block",
+        POLICY_OF.get(f[b"odf"], "block"),
         int(f[b"pd"]),
         None if dl is None else int(dl),
         None if uq is None else _text_of(uq, "utf-8", "replace"),
@@ -266,7 +266,7 @@ def created_job(group: Group, now: int, pending: bytes) -> t.Job:
         None,
         None,
         None,
-        "cancel" if policy == "cancel" else "block",
+        POLICY_OF.get(policy.encode() if isinstance(policy, str) else policy, "block"),
         int(pending),
         dl,
         str(dedup) or None,

@@ -18,8 +18,19 @@ from typing import Any
 from . import _types as t
 from ._schema import BLOB_CHUNKS, BLOBS, DEFAULTS
 
-__all__ = ["BLOB_CHUNKS", "DEFAULTS", "general_job", "general_token", "optional_int", "text"]
+__all__ = [
+    "BLOB_CHUNKS",
+    "DEFAULTS",
+    "POLICY_OF",
+    "general_job",
+    "general_token",
+    "optional_int",
+    "text",
+]
 from .errors import CorruptJobError
+
+#: A stored ``odf`` as the policy it names (an unknown one reads as the default).
+POLICY_OF: dict[bytes, t.DependencyPolicy] = {b"block": "block", b"cancel": "cancel", b"run": "run"}
 
 
 def text(value: Any) -> str:
@@ -77,7 +88,7 @@ def general_job(reply: Sequence[Any]) -> t.Job:
     f = _fields(reply)
     try:
         error = t.ErrorInfo(text(f["ek"]), text(f.get("em", b""))) if "ek" in f else None
-        policy: t.DependencyPolicy = "cancel" if f.get("odf") == b"cancel" else "block"
+        policy = POLICY_OF.get(f.get("odf", b"block"), "block")
         return t.Job(
             id=job_id,
             queue=text(f["q"]),

@@ -44,6 +44,17 @@ class JobHandle:
     def info(self) -> t.JobInfo | None:
         return self.app.client.get_job(self.id)
 
+    def progress(self) -> t.Progress | None:
+        """The job's last progress (``current_job().progress``); None while it reported none,
+        or once the job is gone."""
+        info = self.app.client.get_job(self.id)
+        return None if info is None else info.progress
+
+    async def aprogress(self) -> t.Progress | None:
+        """``progress`` on the asyncio client."""
+        info = await self.app.aclient().get_job(self.id)
+        return None if info is None else info.progress
+
     def cancel(self, reason: str = "cancelled") -> t.CancelResult:
         return self.app.client.cancel(self.id, reason=reason)
 

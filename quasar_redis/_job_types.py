@@ -171,7 +171,7 @@ def status_of(state: JobState, now: int, pending_dependencies: int = 0) -> Statu
 
 # --- jobs and tokens -------------------------------------------------------------------------
 
-DependencyPolicy: TypeAlias = Literal["block", "cancel"]
+DependencyPolicy: TypeAlias = Literal["block", "cancel", "run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,14 +259,27 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """What a running job last reported of how far it is (``current_job().progress``): its
+    ``value``, its ``message`` (None: none), when it reached Redis (``at_ms``, server time) and
+    the attempt that reported it (a retried job keeps its last attempt's until it reports)."""
+
+    value: float
+    message: str | None
+    at_ms: int
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class JobInfo:
-    """Inspection of one job: the job, the server time, the dependency it waits on, and its
-    last failed attempts (at most 5, oldest first)."""
+    """Inspection of one job: the job, the server time, the dependency it waits on, its last
+    failed attempts (at most 5, oldest first) and its last progress (None: none reported)."""
 
     job: Job
     now: int
     waiting_on: str | None
     errors: tuple[ErrorInfo, ...] = ()
+    progress: Progress | None = None
 
     @property
     def status(self) -> Status:

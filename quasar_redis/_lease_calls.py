@@ -9,6 +9,7 @@ from typing import Any
 from . import _types as t
 from ._args import Arg, int_arg, lease_args, now_arg, outcome_group, result_arg, text_arg
 from ._call_base import BuilderBase, Call, new_call_id
+from ._progress import progress_args
 from ._replies import (
     first_claim,
     parse_claim_result,
@@ -126,10 +127,29 @@ class LeaseCalls(BuilderBase):
         return self._call("permanent_fail", args, parse_job_result)
 
     def heartbeat(
-        self, token: t.LeaseToken, worker_id: str, lease_ms: int, now: int | None = None
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        lease_ms: int,
+        now: int | None = None,
+        *,
+        progress: tuple[str, str] | None = None,
     ) -> Call[t.ClaimResult]:
-        args = (now_arg(now), *lease_args(token, worker_id), int_arg(lease_ms))
+        """``progress``: a report's text (``progress_args``) the heartbeat carries, if any."""
+        args = (now_arg(now), *lease_args(token, worker_id), int_arg(lease_ms), *(progress or ()))
         return self._call("heartbeat", args, parse_claim_result)
+
+    def report_progress(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        value: float,
+        message: str | None = None,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """The job's progress, sent at once (InvalidArgument for a bad value or message)."""
+        args = (now_arg(now), *lease_args(token, worker_id), *progress_args(value, message))
+        return self._call("report_progress", args, parse_job_result)
 
     def _report_items(
         self, outcomes: Sequence[t.Outcome]

@@ -19,6 +19,7 @@ from ._batch_calls import BatchOperations
 from ._calls import Call, CallBuilder, NewJob
 from ._change_operations import ChangeOperations
 from ._dedup import Dedup, OnDuplicate
+from ._dependency_calls import DependencyOperations
 from ._flow_calls import FlowOperations
 from ._schedule_calls import ScheduleOperations
 from .errors import QuasarError
@@ -60,7 +61,9 @@ def public(method: F, build: Callable[..., Call[Any]], owner: str) -> F:
     return method
 
 
-class Operations(ChangeOperations, ScheduleOperations, FlowOperations, BatchOperations):
+class Operations(
+    ChangeOperations, ScheduleOperations, FlowOperations, DependencyOperations, BatchOperations
+):
     """The call each public method of the clients sends (``self`` is the client); those that
     change a waiting job are ``ChangeOperations``', those of schedules
     ``ScheduleOperations``', those of flow control ``FlowOperations``', those of batches
@@ -161,6 +164,21 @@ class Operations(ChangeOperations, ScheduleOperations, FlowOperations, BatchOper
     ) -> Call[t.ClaimResult]:
         """Extend the lease to now + ``lease_ms``; the reply carries the new token."""
         return self.calls.heartbeat(token, worker_id, lease_ms, now)
+
+    def report_progress(
+        self,
+        token: t.LeaseToken,
+        worker_id: str,
+        value: float,
+        message: str | None = None,
+        *,
+        now: int | None = None,
+    ) -> Call[t.JobResult]:
+        """Write the leased job's progress now (docs/workflows.md, "Progress"): ``value`` a
+        finite number, ``message`` at most 200 characters (InvalidArgument otherwise). Written,
+        with the event ``progress``, only when it differs from the job's; the lease is not
+        renewed. Refused as a heartbeat is (``StaleLease``, ``LeaseExpired``)."""
+        return self.calls.report_progress(token, worker_id, value, message, now)
 
     def release(
         self,

@@ -182,6 +182,7 @@ class PartitionOps(CallBuilder):
     cancel = by_job(CallBuilder.cancel, _same)
     retry = by_job(CallBuilder.retry, _same)
     get_job = by_job(CallBuilder.get_job, _same)
+    dependencies = by_job(CallBuilder.dependencies, _same)
 
     def purge(
         self,

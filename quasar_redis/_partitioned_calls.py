@@ -225,6 +225,7 @@ class PartitionedCalls(PartitionOps):
     fail = by_job(CallBuilder.fail, _job_of)
     permanent_fail = by_job(CallBuilder.permanent_fail, _job_of)
     heartbeat = by_job(CallBuilder.heartbeat, _job_of)
+    report_progress = by_job(CallBuilder.report_progress, _job_of)
     release = by_job(CallBuilder.release, _job_of)
 
     def report_many(

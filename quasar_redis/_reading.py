@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import _types as t
 from . import _views as views
 from ._calls import Call, CallBuilder
+from ._dependency_calls import Dependencies
 from ._partition_ops import keys_of
 
 if TYPE_CHECKING:
@@ -154,13 +155,16 @@ def queue_events(calls: CallBuilder, queue: str, limit: int) -> Read[list[views.
 def job_view(
     calls: CallBuilder, job_id: str, linked_max: int, events_max: int
 ) -> Read[views.JobView | None]:
-    """The job whole (``JobView``), at most ``linked_max`` dependencies and dependents with
-    their statuses; None if there is no such job."""
-    info = yield calls.get_job(job_id)
-    if info is None:
+    """The job whole (``JobView``), at most ``linked_max`` dependencies and dependents (100 at
+    most: the first by id) with their statuses; None if there is no such job. The job and
+    its dependencies and dependents are read in one round trip (lua/dependencies.lua)."""
+    info, read = yield [calls.get_job(job_id), calls.dependencies(job_id, min(linked_max, 100))]
+    if info is None or not isinstance(read, Dependencies):
         return None
-    found = yield from dependents(calls, job_id, linked_max)
-    dependencies = yield from statuses(calls, list(info.job.dependencies[:linked_max]))
-    dependent_statuses = yield from statuses(calls, list(found.ids))
+    dependencies = tuple(views.Linked(d.id, d.status) for d in read.dependencies[:linked_max])
+    found = views.Dependents(read.dependents_total, tuple(d.id for d in read.dependents))
+    dependent_statuses = tuple(
+        views.Linked(d.id, views.status_named(d.status)) for d in read.dependents
+    )
     recent = yield from job_events(calls, job_id, events_max)
     return views.JobView(info, dependencies, found, dependent_statuses, tuple(recent))

@@ -14,6 +14,7 @@ from typing import Any
 from . import _types as t
 from ._fast import Group, created_job, parse_claim, parse_claimed, parse_job
 from ._general import text
+from ._progress import progress_of
 from .errors import CorruptJobError, CorruptKeyError, InvalidArgument, ProtocolError, QuasarError
 
 #: Refusal tags and how to build the error value from the reply's arguments.
@@ -64,6 +65,7 @@ APPLIED = (
     "ClaimApplied",
     "ClaimsApplied",
     "Counts",
+    "Dependencies",
     "EachResult",
     "Found",
     "JobApplied",
@@ -311,7 +313,8 @@ def parse_job_info(reply: Any) -> t.JobInfo | None:
     tag = _tag(reply)
     if tag == "Found":
         errors = tuple(parse_error_entry(e) for e in reversed(reply[4]))
-        return t.JobInfo(parse_job(reply[2]), int(reply[1]), text(reply[3]) or None, errors)
+        job, now, waiting_on = parse_job(reply[2]), int(reply[1]), text(reply[3]) or None
+        return t.JobInfo(job, now, waiting_on, errors, progress_of(reply[2]))
     if tag == "MissingJob":
         return None
     raise _refused(reply)

@@ -78,6 +78,8 @@ FIELDS = (
     Field("enqueue_call", "ec"),
     # (an integer, but counted by HINCRBY alone, so no load checks it)
     Field("cascade_waits", "cw"),
+    #: Under policy "run": the dependencies counted as resolved though they did not succeed.
+    Field("resolved_unsucceeded", "rd"),
     # the time by which the job must have started, or it expires (absent: no deadline)
     Field("deadline", "dl", numeric=True),
     # how it was enqueued with a dedup key: "<mode> <window ms> <key>" (lua/include/unique.lua)
@@ -87,6 +89,13 @@ FIELDS = (
     # the batch it is a member of, and the batch it is a callback of (lua/include/batches.lua)
     Field("batch", "bt"),
     Field("callback_of", "cbo"),
+    # what a running job last reported of how far it is (lua/include/progress.lua): its value
+    # (a finite number's text), message ("" for none), when it was written and by which attempt
+    # (integers, read by Python alone, which ignores a progress it cannot read)
+    Field("progress_value", "pv"),
+    Field("progress_message", "pm"),
+    Field("progress_at", "pt"),
+    Field("progress_attempt", "pa"),
 )
 #: A field's key by its name.
 KEY = {field.name: field.key for field in FIELDS}
@@ -137,7 +146,7 @@ ENQUEUE_ITEM = (
     "max_attempts",
     "available_at",  # "" = now + delay
     "delay",  # "" = 0
-    "odf",  # on_dependency_failure: "block" | "cancel"
+    "odf",  # on_dependency_failure: "block" | "cancel" | "run"
     "made",  # "1" when the client made the id at random for this call, else ""
     "deadline",  # "" = none
     "expires_in",  # "" = none

@@ -80,6 +80,7 @@ FLAGS = {
     "workers": "allow-oom",
     "schedules": "no-writes",
     "flow": "no-writes",
+    "dependencies": "no-writes",
     "batch": "no-writes",
     "batch_results": "no-writes",
     "set_limits": "allow-oom",

@@ -20,6 +20,7 @@ from ._dedup import Dedup, derived_key
 from ._handles import JobHandle
 from ._ids import id_error
 from ._keys import check_name
+from ._workflows import Signature
 from .errors import ConfigurationError, InvalidTaskCall, QuasarError
 from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
 
@@ -123,25 +124,41 @@ class Task(Generic[P, R]):
         call the function cannot take, whose arguments cannot be encoded, or whose ``id`` or
         ``depends_on`` names no job id (``docs/lifecycle.md``, job ids). With tracing on, a
         ``create`` span: the job's run continues its trace."""
+        return self.job_of(args, kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This call with the task's options, not enqueued: a step of a workflow (``chain``,
+        ``group``, ``chord``; docs/workflows.md). Checked when the workflow is enqueued."""
+        return Signature(self, args, kwargs)
+
+    def job_of(
+        self, args: Sequence[Any], kwargs: dict[str, Any], *, receives: str | None = None
+    ) -> NewJob:
+        """``job(*args, **kwargs)``; a workflow's job ``receives`` a result before ``args``
+        (``_workflows``)."""
         tracer = self.app.tracer()
         if tracer is None:
-            return self._new_job(args, kwargs, None)
+            return self._new_job(args, kwargs, None, receives)
         with _tracing.producing(tracer, "create", self._queue, self.app.namespace, task=self.name):
-            return self._new_job(args, kwargs, _tracing.carrier())
+            return self._new_job(args, kwargs, _tracing.carrier(), receives)
 
     @property
     def _queue(self) -> str:
         return self.queue if self.options_.queue is None else self.options_.queue
 
     def _new_job(
-        self, args: Sequence[Any], kwargs: dict[str, Any], trace: dict[str, str] | None
+        self,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        trace: dict[str, str] | None,
+        receives: str | None = None,
     ) -> NewJob:
         o = self.options_
         deps = [_dep_id(d) for d in o.depends_on]
         for value, what in [(o.id, "id"), *((d, "dependency") for d in deps)]:
             if value is not None and (problem := id_error(value, what)) is not None:
                 raise InvalidTaskCall(self.name, t.InvalidJob(problem))
-        payload = self.app.encode_call(self, args, kwargs, trace)
+        payload = self.app.encode_call(self, args, kwargs, trace, receives)
         return NewJob(
             stage=self.name,
             payload=payload,

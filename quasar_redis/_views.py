@@ -34,6 +34,8 @@ class Event:
     queue: str
     job: str | None = None
     attempt: str | None = None
+    value: float | None = None  # a ``progress`` event's (docs/observability.md)
+    message: str | None = None  # ... and its message, if any
 
     @property
     def at(self) -> str:
@@ -54,10 +56,20 @@ def decode_event(entry_id: Any, fields: dict[Any, Any]) -> list[Event]:
     if jobs is None:
         return [Event(entry, at_ms, event, queue)]
     attempts = (get("a") or "").split(" ")
+    if event == "progress":  # (one job an entry, with its value and message)
+        value, message = get("pv"), get("pm") or None
+        return [Event(entry, at_ms, event, queue, jobs, attempts[0], _number(value), message)]
     return [
         Event(entry, at_ms, event, queue, job, attempts[i] if i < len(attempts) else None)
         for i, job in enumerate(jobs.split(" "))
     ]
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
 
 
 def events_of_job(events: Iterable[Event], job_id: str) -> list[Event]:
@@ -79,6 +91,14 @@ class Linked:
     def named(self, gone: str) -> str:
         """The status's name, ``gone`` for a job that no longer exists."""
         return gone if self.status is None else self.status.value
+
+
+_STATUSES = {s.value: s for s in t.Status}
+
+
+def status_named(name: str) -> t.Status | None:
+    """The status of that name; None for another word (a job gone: "missing")."""
+    return _STATUSES.get(name)
 
 
 def linked(ids: Sequence[str], infos: Sequence[t.JobInfo | None]) -> tuple[Linked, ...]:

@@ -96,9 +96,9 @@ ROLES: dict[str, Role] = {
             "jobs, recovers expired leases, prunes finished jobs, announces itself in the "
             "worker registry",
             _words(
-                "claim claim_job heartbeat complete fail permanent_fail release report_many "
-                "report_and_claim expire sweep_expired promote_due prune get_job announce retire "
-                "resume_cascades batch batch_results"
+                "claim claim_job heartbeat report_progress complete fail permanent_fail release "
+                "report_many report_and_claim expire sweep_expired promote_due prune get_job "
+                "announce retire resume_cascades dependencies batch batch_results"
             ),
             # idle workers wait on their queues' wake lists (BLPOP), wake each other (RPUSH),
             # and add what they counted to the dashboard's rolling store (HINCRBY, EXPIRE)
@@ -116,23 +116,26 @@ ROLES: dict[str, Role] = {
         ),
         Role(
             "operator",
-            "inspects (get_job, counts, list_jobs, queues, workers, schedules, flow, events), "
+            "inspects (get_job, dependencies, counts, list_jobs, queues, workers, schedules, flow, "
+            "events), "
             "changes waiting jobs, cancels, retries, expires, sweeps, promotes, prunes, pauses and "
             "resumes queues, sets their limits; pauses, resumes and removes schedules; does not "
             "enqueue (so not trigger a schedule)",
             _words(
                 "get_job counts list_jobs change cancel resume_cascades retry expire "
                 "sweep_expired promote_due prune purge pause resume queues workers schedules "
-                "change_schedule set_limits flow batch batch_results"
+                "change_schedule set_limits flow dependencies batch batch_results"
             ),
             _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XREAD XREVRANGE"),
         ),
         Role(
             "reader",
-            "reads only (get_job, counts, list_jobs, queues, schedules, flow, batches, events): "
-            "dashboards and monitoring; not workers(), which drops lapsed entries of the registry "
-            "(a write)",
-            _words("get_job counts list_jobs queues schedules flow batch batch_results"),
+            "reads only (get_job, dependencies, counts, list_jobs, queues, schedules, flow, "
+            "batches, events): dashboards and monitoring; not workers(), which drops lapsed "
+            "entries of the registry (a write)",
+            _words(
+                "get_job counts list_jobs queues schedules flow dependencies batch batch_results"
+            ),
             _words("EXISTS HGETALL PING SCARD SMEMBERS SSCAN XREAD XREVRANGE"),
         ),
     )

@@ -283,11 +283,12 @@ class App(AppBatches, Periodic, AppFlow):
         args: Sequence[Any],
         kwargs: dict[str, Any],
         trace: dict[str, str] | None = None,
+        receives: str | None = None,
     ) -> Any:
-        """The payload of a call of ``task`` (with the trace context ``trace``), encoded;
-        ``InvalidTaskCall`` if the function cannot take these arguments or the serializer cannot
-        encode them."""
-        return self.codec.encode(task.name, task.call_check, args, kwargs, trace)
+        """The payload of a call of ``task`` (with the trace context ``trace``; receiving a
+        workflow's result first: ``receives``), encoded; ``InvalidTaskCall`` if the function
+        cannot take these arguments or the serializer cannot encode them."""
+        return self.codec.encode(task.name, task.call_check, args, kwargs, trace, receives)
 
     def call_of(self, job: t.Job) -> tuple[list[Any], dict[str, Any]]:
         """The arguments of the call ``job`` runs (TypeError / CorruptDataError if none)."""

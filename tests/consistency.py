@@ -56,17 +56,28 @@ class Report:
     misplaced: list[str] = field(default_factory=list)  # in indexes, but not the right ones
     dangling: list[str] = field(default_factory=list)  # an index entry naming no job hash
     damaged: list[str] = field(default_factory=list)  # a job hash without a known state or sq
+    #: a job whose ``rd`` (dependencies counted without success) is not of policy "run", or
+    #: names a job it does not depend on
+    miscounted: list[str] = field(default_factory=list)
     seq_behind: bool = False  # ``seq`` below some job's ``sq``
     flow: list[str] = field(default_factory=list)  # a queue's flow keys out of step (see above)
 
     @property
     def ok(self) -> bool:
-        problems = (self.orphans, self.duplicates, self.misplaced, self.dangling, self.damaged)
+        problems = (
+            self.orphans,
+            self.duplicates,
+            self.misplaced,
+            self.dangling,
+            self.damaged,
+            self.miscounted,
+        )
         return not any(problems) and not self.seq_behind and not self.flow
 
     def __str__(self) -> str:
         parts = [f"{self.jobs} jobs {self.states}"]
-        for name in ("orphans", "duplicates", "misplaced", "dangling", "damaged", "flow"):
+        names = ("orphans", "duplicates", "misplaced", "dangling", "damaged", "miscounted", "flow")
+        for name in names:
             found = getattr(self, name)
             if found:
                 parts.append(f"{len(found)} {name} (e.g. {sorted(found)[:5]})")
@@ -84,7 +95,7 @@ def _job_fields(client: Any, keys: list[bytes]) -> list[tuple[bytes | None, ...]
     for i in range(0, len(keys), 1000):
         pipe = client.pipeline(transaction=False)
         for key in keys[i : i + 1000]:
-            pipe.hmget(key, "st", "q", "sq")
+            pipe.hmget(key, "st", "q", "sq", "odf", "dp", "rd")
         out += [tuple(reply) for reply in pipe.execute()]
     return out
 
@@ -133,7 +144,7 @@ def check(client: Any, namespace: str) -> Report:
     states: dict[str, int] = defaultdict(int)
     top_sq = 0
     ids = {k.decode()[len(root) + 4 :] for k in job_keys}
-    for key, (st, q, sq) in zip(job_keys, _job_fields(client, job_keys), strict=True):
+    for key, (st, q, sq, odf, dp, rd) in zip(job_keys, _job_fields(client, job_keys), strict=True):
         job = key.decode()[len(root) + 4 :]
         report.jobs += 1
         state = (st or b"?").decode()
@@ -143,6 +154,8 @@ def check(client: Any, namespace: str) -> Report:
         states[state] += 1
         top_sq = max(top_sq, int(sq))
         _judge(state, (q or b"default").decode(), where.get(job, set()), report, job)
+        if rd is not None and (odf != b"run" or not set(rd.split()) <= set((dp or b"").split())):
+            report.miscounted.append(job)
     report.dangling = sorted(set(where) - ids)
     report.states = dict(sorted(states.items()))
     report.seq_behind = int(client.get(space.seq) or 0) < top_sq

@@ -103,6 +103,8 @@ class ModelJob:
     dedup: str | None = None
     #: Its flow group (None: the queue's jobs without a group).
     group: str | None = None
+    #: Under policy "run": the dependencies it counted as resolved though they did not succeed.
+    resolved: tuple[str, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -189,6 +191,8 @@ class _Cascade:
 
     jobs: list[ModelJob] = field(default_factory=list)
     reasons: dict[str, list[str]] = field(default_factory=dict)
+    #: Dependents under policy "run" reached, each with the parent that releases it.
+    released: list[tuple[ModelJob, ModelJob]] = field(default_factory=list)
 
 
 @dataclass
@@ -525,7 +529,9 @@ class Model:
             other = self.jobs.get(dep)
             if other is None:
                 return t.MissingDependency(dep)
-            if not isinstance(other.state, t.Succeeded):
+            if not isinstance(other.state, t.Succeeded) and not (
+                job.on_dependency_failure == "run" and other.terminal
+            ):
                 return t.IncompleteDependency(dep)
         return None
 
@@ -569,6 +575,9 @@ class Model:
             failed = policy_only if level == 0 else None
             for parent in frontier:
                 for child in self.dependents(parent):
+                    if child.on_dependency_failure == "run":
+                        out.released.append((child, parent))
+                        continue
                     if failed and child.on_dependency_failure != "cancel":
                         continue
                     reason = _cascade_reason(parent.id, failed)
@@ -584,7 +593,19 @@ class Model:
             level += 1
         return out
 
+    def _release(self, job: ModelJob, parent: ModelJob, now: int) -> None:
+        """One pending dependency less for a blocked dependent of ``parent`` (which ended); a
+        "run" dependent notes a parent that did not succeed, and counts each parent once."""
+        if not job.waiting or job.pending == 0 or parent.id in job.resolved:
+            return
+        job.pending -= 1
+        if not isinstance(parent.state, t.Succeeded):
+            job.resolved = (*job.resolved, parent.id)
+        self._place(job, now)
+
     def _apply_cascade(self, cascade: _Cascade, now: int) -> None:
+        for job, parent in cascade.released:
+            self._release(job, parent, now)
         for job in cascade.jobs:
             reasons = cascade.reasons[job.id]
             job.state = t.Cancelled(reasons[0], now)
@@ -664,9 +685,10 @@ class Model:
     # --- enqueue --------------------------------------------------------------------------------
 
     def _pending(
-        self, deps: Sequence[str], policy: str, batch: dict[str, ModelJob]
+        self, deps: Sequence[str], policy: str, batch: dict[str, ModelJob], resolved: list[str]
     ) -> int | t.JobError:
-        """Dependencies not yet succeeded; refuses those missing or that can never succeed."""
+        """Dependencies not yet succeeded; refuses those missing or that can never succeed.
+        Under "run" one that ended counts as resolved (``resolved`` gets those that failed)."""
         pending = 0
         for dep in deps:
             if dep in batch:
@@ -676,6 +698,10 @@ class Model:
             if other is None:
                 return t.MissingDependency(dep)
             state = other.state
+            if policy == "run" and other.terminal:
+                if not isinstance(state, t.Succeeded):
+                    resolved.append(dep)
+                continue
             if isinstance(state, t.Cancelled | t.Expired) or (
                 isinstance(state, t.Failed) and policy == "cancel"
             ):
@@ -768,7 +794,8 @@ class Model:
         if stored is not None:
             checked = self._supersede_check(stored, spec)
             return spec.id if skip and isinstance(checked, t.DuplicateJob) else checked
-        pending = self._pending(deps, spec.on_dependency_failure, batch)
+        resolved: list[str] = []
+        pending = self._pending(deps, spec.on_dependency_failure, batch, resolved)
         if not isinstance(pending, int):
             return pending
         return ModelJob(
@@ -789,6 +816,7 @@ class Model:
             deadline=deadline,
             dedup=_dedup_text(spec),
             group=spec.group or None,
+            resolved=tuple(resolved),
         )
 
     @one_call
@@ -1191,9 +1219,7 @@ class Model:
         job.state = t.Succeeded(output_ref, now)
         job.raw_result = None if result is None else encode(result)
         for dependent in self.dependents(job):
-            if dependent.waiting and dependent.pending > 0:
-                dependent.pending -= 1
-                self._place(dependent, now)
+            self._release(dependent, job, now)
         return t.JobApplied(job.to_job())
 
     @one_call
@@ -1239,6 +1265,21 @@ class Model:
         assert isinstance(job.state, t.Leased)
         job.state = replace(job.state, expires_at=now + lease_ms)
         return t.ClaimApplied(t.Claim(job.to_job(), job.token()))
+
+    @one_call
+    def report_progress(self, token: t.LeaseToken, worker_id: str, now: int) -> t.JobResult:
+        """A running job's progress (lua/report_progress.lua): the lease check, where a token
+        whose expiry a heartbeat has moved on since still holds; the job never changes (its
+        progress fields are none of the model's)."""
+        job = self.jobs.get(token.job_id)
+        if job is None:
+            return t.JobRefused(t.MissingJob(token.job_id))
+        if isinstance(job.state, t.Leased):
+            token = replace(token, expires_at=job.state.expires_at)
+        error = self.lease_error(job, token, worker_id, now)
+        if error is not None:
+            return t.JobRefused(error)
+        return t.JobApplied(job.to_job())
 
     @one_call
     def release(
@@ -1485,9 +1526,12 @@ class Model:
         """The first dependency of a blocked waiting job that has not succeeded."""
         if not isinstance(job.state, t.Waiting) or job.pending == 0:
             return None
+        run = job.on_dependency_failure == "run"
         for dep in job.dependencies:
             other = self.jobs.get(dep)
-            if other is None or not isinstance(other.state, t.Succeeded):
+            if other is None or not (
+                isinstance(other.state, t.Succeeded) or (run and other.terminal)
+            ):
                 return dep
         return None
 

@@ -95,3 +95,11 @@ def unencodable() -> Any:
 @app.task(name="square")
 def square(x: int) -> list[int]:
     return [x * x, os.getpid()]
+
+
+def read_dependencies() -> list[list[Any]]:
+    """How each dependency of the job ended, as the task in its process reads it."""
+    return [
+        [r.id, r.status, r.value, r.error_kind, r.error_message, r.succeeded]
+        for r in current_job().dependency_results()
+    ]

@@ -407,6 +407,7 @@ SCENARIOS: dict[str, Scenario] = {
     "fail": _on(_leased, lambda u, tok: u.fail(tok, "w", "boom")),
     "permanent_fail": _on(_leased, lambda u, tok: u.permanent_fail(tok, "w", "boom")),
     "heartbeat": _on(_leased, lambda u, tok: u.heartbeat(tok, "w", 60_000)),
+    "report_progress": _on(_leased, lambda u, tok: u.report_progress(tok, "w", 50.0, "half")),
     "release": _on(_leased, lambda u, tok: u.release(tok, "w")),
     "report_many": _on(_leased, lambda u, tok: u.report_many("w", [Complete(tok)])),
     "report_and_claim": _on(
@@ -427,6 +428,10 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "prune": _on(_failed, lambda u, _: u.prune(max_count=0, now=FAR)),
     "get_job": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.get_job("j")),
+    "dependencies": _on(
+        lambda a: (a.enqueue("s", id="d"), a.enqueue("s", id="j", dependencies=["d"])),
+        lambda u, _: u.dependencies("d"),
+    ),
     "counts": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.counts("default")),
     "list_jobs": _on(
         lambda a: a.enqueue("s", id="j"), lambda u, _: u.list_jobs("default", "available")
@@ -488,6 +493,7 @@ READING = (
     "queues",
     "schedules",
     "flow",
+    "dependencies",
     "batch",
     "batch_results",
 )
@@ -798,10 +804,11 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
         for role in ROLES.values()
     }
     lease_calls = {"claim_job", "complete", "fail", "permanent_fail", "heartbeat"}
+    lease_calls.add("report_progress")
     assert beyond == {
         "producer": {
-            *("claim_job", "heartbeat", "release", "retry", "pause", "declare_schedule"),
-            "batch_results",
+            *("claim_job", "heartbeat", "report_progress", "release", "retry", "pause"),
+            *("declare_schedule", "batch_results"),
         },
         "worker": {
             *("cancel", "change", "retry", "pause", "purge", "change_schedule"),
@@ -810,6 +817,7 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
         "scheduler": {
             *("change", "claim_job", "enqueue", "heartbeat", "release", "retry", "pause"),
             *("change_schedule", "schedules", "open_batch", "close_batch", "batch"),
+            "report_progress",
         },
         "operator": lease_calls
         | {"release", "report_many", "retire", "declare_schedule", "close_batch"},

@@ -5,8 +5,6 @@ and bad input (a typed refusal, nothing written). On both backends, through both
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +30,7 @@ from quasar_redis import (
 from quasar_redis._partitions import hashed, partition_of
 
 from .clients import clients
-from .helpers import T0, app_url, applied, claimed, snapshot
+from .helpers import T0, applied, claimed, snapshot
 
 LEASE = 60_000
 DONE = NewJob("done", {"n": 1}, queue="cb", priority=-5, max_attempts=2)
@@ -367,28 +365,6 @@ def test_on_partitions_a_batch_its_members_and_callbacks_share_its_ids_partition
         crossed_open = p.open_batch("2~d", jobs=[NewJob("work", id=elsewhere)])
         assert isinstance(crossed_open, BatchOpenRefused)
         assert isinstance(crossed_open.error, CrossPartition) and p.batch("2~d") is None
-
-
-# --- the documentation ---------------------------------------------------------------------------
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "workflows.md"
-
-
-def test_the_batch_examples_of_the_workflows_page_run_as_written(
-    backend: str, namespace: str
-) -> None:
-    section = DOC.read_text().split("\n## Batches\n")[1].split("\n## ")[0]
-    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
-    assert len(blocks) == 2
-    for i, block in enumerate(blocks):
-        assert 'app = App("memory://")' in block
-        with app_url(backend, f"{namespace}-{i}") as url:
-            source = block.replace(
-                'App("memory://")', f"App({url!r}, namespace={namespace + f'-{i}'!r})"
-            )
-            space: dict[str, Any] = {"__name__": f"docs_batches_{i}"}
-            exec(compile(source, str(DOC), "exec"), space)
-            space["app"].close()
 
 
 # --- a batch made whole in one call ---------------------------------------------------------------

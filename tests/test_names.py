@@ -83,6 +83,7 @@ SAMPLES: dict[str, Any] = {
     "payload": None,
     "priority": 0,
     "batch_id": "b",
+    "value": 50.0,
 }
 
 

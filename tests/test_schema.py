@@ -233,7 +233,7 @@ def test_only_the_schema_and_the_named_readers_spell_a_job_field() -> None:
     assert found == {}
     # The readers look up declared keys only (and read as the general reading does:
     # tests/test_parse_fast.py).
-    values = {*_schema.STATE.values(), "", "cancel"}
+    values = {*_schema.STATE.values(), "", "cancel", "block"}
     for name in READERS:
         for reader in readers_of(ast.parse((PACKAGE / name).read_text()), name):
             assert {text for _, text in spelled(reader)} - values <= keys, reader.name

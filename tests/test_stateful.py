@@ -208,7 +208,7 @@ def new_jobs(draw: st.DrawFn, valid: bool = False) -> JobDraw:
         priority=draw(st.integers(-1, 1)),
         max_attempts=draw(st.integers(1, 3)),
         delay_ms=draw(st.sampled_from([0, 100, 300])) if timing == "delay" else None,
-        on_dependency_failure=draw(st.sampled_from(["block", "cancel"])),
+        on_dependency_failure=draw(st.sampled_from(["block", "cancel", "run"])),
         dedup=None if valid else draw(dedups),
         group=draw(st.sampled_from([None, None, *GROUPS])),
     )
@@ -525,8 +525,12 @@ class QuasarMachine(RuleBasedStateMachine):
         expected = self.model.permanent_fail(token, caller, reason, "Fatal", self.now)
         self.expect(actual, expected, f"permanent_fail({token}, {caller!r}, {reason!r})")
 
-    def do_heartbeat(self, token: LeaseToken, caller: str, lease: int) -> None:
-        actual = self.send(self.q.calls.heartbeat(token, caller, lease, self.now))
+    def do_heartbeat(
+        self, token: LeaseToken, caller: str, lease: int, progress: tuple[str, str] | None = None
+    ) -> None:
+        """(A heartbeat may carry progress: the model's job is the same either way.)"""
+        call = self.q.calls.heartbeat(token, caller, lease, self.now, progress=progress)
+        actual = self.send(call)
         expected = self.model.heartbeat(token, caller, lease, self.now)
         self.expect(actual, expected, f"heartbeat({token}, {caller!r}, {lease})")
         self.tokens.extend(c.token for c in claims_of(actual))
@@ -554,9 +558,18 @@ class QuasarMachine(RuleBasedStateMachine):
         self.do_permanent_fail(*self.pick_token(data), reason)
 
     @precondition(lambda self: self.tokens)
-    @rule(data=st.data(), lease=leases)
-    def heartbeat(self, data: st.DataObject, lease: int) -> None:
-        self.do_heartbeat(*self.pick_token(data), lease)
+    @rule(data=st.data(), lease=leases, progress=st.sampled_from([None, ("50.0", "half")]))
+    def heartbeat(self, data: st.DataObject, lease: int, progress: tuple[str, str] | None) -> None:
+        self.do_heartbeat(*self.pick_token(data), lease, progress)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), value=st.sampled_from([0, 42.5, 100]))
+    def report_progress(self, data: st.DataObject, value: float) -> None:
+        """Progress never changes a job: the reply's job and every job stay the model's."""
+        token, caller = self.pick_token(data)
+        actual = self.send(self.q.calls.report_progress(token, caller, value, None, self.now))
+        expected = self.model.report_progress(token, caller, self.now)
+        self.expect(actual, expected, f"report_progress({token}, {caller!r}, {value})")
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), delay=retry_delays, hold=holds)
@@ -871,7 +884,15 @@ class QuasarMachine(RuleBasedStateMachine):
         for job_id, info in zip(held, infos, strict=True):
             if info is not None:
                 self.model.reconcile(info.job)
-            self.expect(info, self.model.get(job_id, self.now), f"job {job_id}")
+            shown = info and replace(info, progress=None)  # (progress is none of the model's)
+            self.expect(shown, self.model.get(job_id, self.now), f"job {job_id}")
+        if held:  # under "run": the dependencies each job counted without their success
+            pipe = self.q.redis.pipeline(transaction=False)
+            for job_id in held:
+                pipe.hget(self.q.keys.job(job_id), "rd")
+            for job_id, rd in zip(held, pipe.execute(), strict=True):
+                want = " ".join(self.model.jobs[job_id].resolved) or None
+                assert (rd and rd.decode()) == want, f"rd of {job_id}: {rd!r}, model: {want!r}"
         counts: list[QueueCounts] = results[len(held) :]
         for queue, got in zip(QUEUES, counts, strict=True):
             self.expect(got, self.model.counts(queue, self.now), f"counts of {queue}")

@@ -12,9 +12,11 @@ local blocked, load_job, move = Job.blocked, Job.load_job, Job.move
 -- When a job is cancelled, fails or succeeds, its dependents are visited: a cancelled job's live
 -- dependents are cancelled (and theirs, transitively), so are a failed job's dependents that
 -- asked for it, and a succeeded job's waiting dependents count one pending dependency less
--- (released at none). A call visits at most CASCADE.step dependents in all, so that no call holds
--- Redis long whatever the tree: a parent whose dependents do not fit in the room left is left as
--- cascade work under the call's root (its call id):
+-- (released at none); a dependent under "run" counts one less whatever way its dependency ended,
+-- and is never cancelled (a cascade does not go on through it). A call visits at most
+-- CASCADE.step dependents in all, so that no call holds Redis long whatever the tree: a parent
+-- whose dependents do not fit in the room left is left as cascade work under the call's root
+-- (its call id):
 --   cascades                 zset: roots with work left, by when their caller last carried it on
 --   cascade:<root>           list: the root's items, "<kind> <parent id>" (kind: c cancelled,
 --                            f failed, e expired, s succeeded)
@@ -46,11 +48,25 @@ local function cascade_state(ctx)
   return cs
 end
 
+-- Whether dependent dh already counted dependency pid as resolved though it did not succeed
+-- (policy "run": field rd lists those, so that a retried dependency ending again, in success or
+-- not, does not release the dependent a second time).
+local function counted(dh, pid)
+  local rd = dh.rd
+  return rd ~= nil and string.find(" " .. rd .. " ", " " .. pid .. " ", 1, true) ~= nil
+end
+
 -- What visiting dependent dh of parent pid (ph: its hash, nil when gone) does for an item of
 -- `kind`: "C" and the reason, "R" (one pending dependency less), or nil. A failed parent retried
 -- and succeeded while its item waited releases the dependents that did not ask to be cancelled.
+-- A dependent under "run" counts a parent that ended in any way as resolved: it is released,
+-- never cancelled, so a cancellation's cascade stops there.
 local function visit_action(kind, pid, ph, dh)
   if TERMINAL[dh.st] then return nil end
+  if dh.odf == "run" then
+    if (dh.st == "W" or dh.st == "R") and blocked(dh) and not counted(dh, pid) then return "R" end
+    return nil
+  end
   if kind == "c" or ((kind == "f" or kind == "e") and dh.odf == "cancel") then
     return "C", "dependency " .. pid .. CASCADE.reason[kind]
   end
@@ -87,6 +103,9 @@ local function plan_cascade(ctx, kind, id, h, members)
   local cs = cascade_state(ctx)
   local room = cs.room
   local plan, seen = {visits = {}, inline = {}, deferred = {}}, {[id] = true}
+  -- (a "run" dependent of several parents of the cascade is released once by each: its visits
+  -- share one table, so that the writes compose)
+  local held = {}
   local items, next_item = {{kind, id, h, members}}, 1 -- (read by index: see load_visited)
   while next_item <= #items do
     local item = items[next_item]
@@ -113,10 +132,14 @@ local function plan_cascade(ctx, kind, id, h, members)
     end
     cs.room = cs.room - #(ids or NONE)
     for _, d in ipairs(deps) do
-      local did, dh = d[1], d[2]
+      local did = d[1]
+      local dh = held[did] or d[2]
       local action, reason = visit_action(item[1], item[2], item[3], dh)
       if action == "R" then
-        plan.visits[#plan.visits + 1] = {did, dh, "R"}
+        -- (a "run" dependent released by a parent that did not succeed notes it: see counted)
+        local early = dh.odf == "run" and item[1] ~= "s" and not (item[3] and item[3].st == "S")
+        held[did] = dh
+        plan.visits[#plan.visits + 1] = {did, dh, "R", early and item[2] or nil, item[1] == "c"}
       elseif action == "C" and not seen[did] then
         seen[did] = true
         plan.visits[#plan.visits + 1] = {did, dh, "C", reason}
@@ -135,8 +158,10 @@ local function plan_cascade(ctx, kind, id, h, members)
   return plan
 end
 
--- Writes a plan, once the parent has moved: each visit; the dependents sets of the cancelled
--- parents whose dependents were all visited go (they can never run); the deferred parents are
+-- Writes a plan, once the parent has moved: each visit ({id, h, "C", reason} or {id, h, "R",
+-- the parent a "run" dependent notes in rd, whether that parent was cancelled}); the dependents
+-- sets of the cancelled parents whose dependents were all visited go (they can never run; those
+-- under "run" are put back); the deferred parents are
 -- left as work (their dependents sets renamed less those visited, which a failed or succeeded
 -- parent keeps in a new one; their items listed; the root registered).
 local function apply_cascade(ctx, plan, now)
@@ -146,6 +171,9 @@ local function apply_cascade(ctx, plan, now)
     if v[3] == "C" then
       move(ctx, did, dh, now, {st = "C", cr = v[4], fin = fmt(ctx, now)})
       cs.cancelled[#cs.cancelled + 1] = did
+    elseif v[4] then
+      move(ctx, did, dh, now, {pd = fmt(ctx, num(dh.pd) - 1), rd = dh.rd and dh.rd .. " " .. v[4]
+        or v[4]})
     else
       move(ctx, did, dh, now, {pd = fmt(ctx, num(dh.pd) - 1)})
     end
@@ -166,6 +194,10 @@ local function apply_cascade(ctx, plan, now)
   if plan.deferred[1] then
     redis.call("ZADD", key_cascades(ctx), "NX", fmt(ctx, now), cs.root)
     cs.deferred = true
+  end
+  -- A cancelled parent keeps, in its dependents set, those that run anyway (for inspection).
+  for _, v in ipairs(plan.visits) do
+    if v[5] then redis.call("SADD", key_dependents(ctx, v[4]), v[1]) end
   end
 end
 

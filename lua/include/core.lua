@@ -30,7 +30,7 @@
 -- defaults in quasar_redis/_schema.py (tests/test_schema.py holds the scripts to it):
 --   q queue, s stage, p payload (msgpack bytes), ir input_ref, rv input_revision,
 --   dp dependencies (space-separated ids), pd dependencies not yet succeeded, odf on-dependency-
---   failure policy ("block" | "cancel"), pr priority, sq enqueue sequence, a attempt,
+--   failure policy ("block" | "cancel" | "run"), pr priority, sq enqueue sequence, a attempt,
 --   m max_attempts, f fencing_version, st state tag (W R L S F C E), at available_at (W, R),
 --   w worker, x lease expires_at, n lease nonce (L), ek / em last error kind / message,
 --   cr cancel reason, o output_ref, res result (msgpack bytes), ins inserted_at,
@@ -39,8 +39,11 @@
 --   enqueued it (a re-sent enqueue finds its jobs by it), cw how many of its cascade items are
 --   not done (cascades.lua), dl deadline: the time by which the job must have started (a job
 --   never started expires then: st E; absent: none), uq its dedup key and mode (unique.lua),
---   g its flow group (flow_control.lua; absent: none), bt the batch it is a member of, cbo the
---   batch it is a callback of (batches.lua; absent: none).
+--   g its flow group (flow_control.lua; absent: none), rd under policy "run": the dependencies
+--   counted as resolved though they did not succeed (cascades.lua; absent: none), bt its batch
+--   (the one it is a member of), cbo the batch it is a callback of (batches.lua; absent: none),
+--   pv / pm / pt / pa its last progress: value, message, time written and attempt
+--   (progress.lua; absent: none reported).
 -- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
 -- equals available_at (a job enqueued without a delay), and the payload and the
 -- result are stored in chunks of at most 64 bytes (p, p2, p3, ... / res, res2, ...), up to

@@ -293,15 +293,18 @@ end
 
 
 -- docs/lifecycle.md's dependency_error over a job's dependency list: the first dependency not
--- succeeded.
+-- succeeded (under "run": not ended).
 local function dependency_error(ctx, h)
+  local run = h.odf == "run"
   for _, dep in ipairs(split(h.dp or "")) do
     local d, err = load_job(ctx, dep)
     if d == nil then
       if err[1] == "MissingJob" then return refuse("MissingDependency", dep) end
       return err
     end
-    if d.st ~= "S" then return refuse("IncompleteDependency", dep) end
+    if d.st ~= "S" and not (run and FINISHED[d.st]) then
+      return refuse("IncompleteDependency", dep)
+    end
   end
   return nil
 end

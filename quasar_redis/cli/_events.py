@@ -35,17 +35,24 @@ def event_line(event: Event) -> str:
     if event.job is None:
         return f"{stamp} event={event.event} queue={event.queue}"
     attempt = "?" if event.attempt is None else event.attempt
-    return f"{stamp} job={event.job} event={event.event} queue={event.queue} attempt={attempt}"
+    line = f"{stamp} job={event.job} event={event.event} queue={event.queue} attempt={attempt}"
+    if event.value is not None:  # a progress event
+        line += f" value={event.value:g}"
+        if event.message is not None:
+            line += f" message={json.dumps(event.message, ensure_ascii=False)}"
+    return line
 
 
 def event_json(event: Event) -> str:
     """An event as one line of JSON: its entry id, time, event, queue, job and attempt."""
-    document = {"id": event.id, "at": event.at} | {
+    document: dict[str, Any] = {"id": event.id, "at": event.at} | {
         "event": event.event,
         "queue": event.queue,
         "job": event.job,
         "attempt": event.attempt,
     }
+    if event.value is not None:  # a progress event
+        document |= {"value": event.value, "message": event.message}
     return json.dumps(document, ensure_ascii=False)
 
 

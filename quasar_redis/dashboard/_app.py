@@ -140,6 +140,7 @@ class Dashboard(Actions):
         self.templates.filters["readable"] = t.readable_time
         self.templates.filters["limit"] = data.limit_text
         self.templates.filters["own"] = data.own_text
+        self.templates.filters["progress_bar"] = data.progress_bar
 
     @property
     def client(self) -> AsyncQuasar:

@@ -7,7 +7,7 @@ import asyncio
 import json
 import pprint
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _paged as paged
@@ -153,6 +153,7 @@ class QueuePage:
     events: tuple[views.Event, ...]  # the queue's pauses and resumes
     flow: FlowInfo  # its limits and groups
     held: tuple[str, ...]  # what holds it back now, in words
+    progress: Mapping[str, t.Progress] = field(default_factory=dict)  # of executing jobs, by id
 
     @property
     def grouped(self) -> bool:
@@ -173,7 +174,21 @@ async def queue_page(
         client.flow(queue, groups=GROUPS_SHOWN),
     )
     held = tuple(held_back(flow))
-    return QueuePage(info, status, page.jobs, page.next_cursor, tuple(events), flow, held)
+    progress = await jobs_progress(client, page.jobs) if status is t.Status.EXECUTING else {}
+    return QueuePage(info, status, page.jobs, page.next_cursor, tuple(events), flow, held, progress)
+
+
+async def jobs_progress(client: AsyncQuasar, jobs: Sequence[t.Job]) -> dict[str, t.Progress]:
+    """The last progress of each of ``jobs`` that reported some (one read each, a page at
+    most: the list of a queue's running jobs shows it)."""
+    infos = await asyncio.gather(*(client.get_job(job.id) for job in jobs))
+    return {i.job.id: i.progress for i in infos if i is not None and i.progress is not None}
+
+
+def progress_bar(progress: t.Progress) -> float | None:
+    """The width of ``progress``'s bar, in percent: its value when it looks like a percentage
+    (0 to 100), else None (shown as a number)."""
+    return progress.value if 0 <= progress.value <= 100 else None
 
 
 # --- flow control -------------------------------------------------------------------------------

@@ -12,11 +12,12 @@ from typing import Any
 
 from .._hooks import Around, chain
 from .._tracing import Consuming
+from .._workflows import MissingResults, received
 from ..app import Task
 from ..errors import CorruptDataError
 from ..retry import PermanentFailure, Snooze
 from . import _outcomes as o
-from ._job import HANDING_BACK, LOST, HeldJob, JobContext
+from ._job import HANDING_BACK, LOST, HeldJob, JobContext, read_before_run
 from ._processes import ProcessPool
 
 #: A call's positional and keyword arguments.
@@ -52,12 +53,16 @@ class Invoker:
         app = task.app
         tracer = app.tracer() if app.tracing else None
         try:
-            if tracer is None:
-                args, kwargs = app.call_of(job)
-            else:
-                args, kwargs, trace = app.traced_call_of(job)
+            args, kwargs, trace, receives = app.codec.run_of(job)
         except (TypeError, CorruptDataError) as exc:
             return o.permanent("BadPayload", str(exc), exc)
+        if receives is not None:  # a workflow's step: the results it is given first
+            try:
+                args.insert(0, await received(app, job, receives))
+            except MissingResults as exc:
+                return o.permanent("MissingResults", str(exc), exc)
+            except Exception as exc:  # Redis away: tried again as the task's failure would be
+                return o.failure(task, job, exc, o.error_kind(exc), str(exc) or repr(exc))
         if tracer is None:
             return await self._outcome(running, task, (args, kwargs), None)
         span = Consuming(tracer, job, task.name, trace, self.worker_id, app.namespace)
@@ -123,6 +128,8 @@ class Invoker:
         if task.is_async:
             return await task.fn(*args, **kwargs)
         if self.processes is not None:  # its timeout counts from when its process takes it
+            app = job.worker.app if job.worker is not None else task.app
+            job = await read_before_run(app, job)
             return await self.processes.run(task, args, kwargs, job, task.timeout)
         ctx = contextvars.copy_context()
         call = functools.partial(ctx.run, task.fn, *args, **kwargs)

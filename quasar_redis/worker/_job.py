@@ -12,13 +12,17 @@ import contextvars
 import enum
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from .. import _types as t
-from .._app_batches import BatchMemberResult, amember_results, member_results, task_app
+from .._app_batches import amember_results, member_results, task_app
+from .._dependency_calls import DependenciesResult, DependencyResult, results_of
 from .._hooks import WorkerContext, serving
+from .._progress import progress_args
+from ..errors import QuasarError
 from ._lease import Lease, PhaseError
+from ._progress import ProgressBox
 
 if TYPE_CHECKING:
     from ..app import App
@@ -59,24 +63,66 @@ class JobContext:
     worker_id: str
     cancelled: CancelFlag = field(default_factory=CancelFlag)
     worker: WorkerContext | None = None  # the worker that runs it (``current_worker()``)
+    #: Its dependencies' results read before its run (a task in a process of its own), or None.
+    read: tuple[DependencyResult, ...] | None = None
+    progress_box: ProgressBox = field(default_factory=ProgressBox, repr=False, compare=False)
 
     @property
     def attempt(self) -> int:
         return self.job.attempt
+
+    def dependency_results(self) -> list[DependencyResult]:
+        """How each of the job's dependencies ended, in the order it lists them: status,
+        result (decoded with the app's serializer), error kind and message. One read of
+        Redis for them all (none for a job without dependencies); from a task in a process of
+        its own (``Worker(processes=N)``), read before it started. From async code:
+        ``adependency_results``."""
+        if self.read is not None or not self.job.dependencies:
+            return list(self.read or ())
+        app = self._app()
+        return _results(app, self.job.id, app.client.dependencies(self.job.id))
+
+    async def adependency_results(self) -> list[DependencyResult]:
+        """``dependency_results`` for async tasks."""
+        if self.read is not None or not self.job.dependencies:
+            return list(self.read or ())
+        app = self._app()
+        return _results(app, self.job.id, await app.aclient().dependencies(self.job.id))
+
+    def progress(self, value: float, message: str | None = None, *, flush: bool = False) -> None:
+        """Report how far the job is: ``value`` a finite int or float, ``message`` None or at
+        most 200 characters (InvalidArgument otherwise, nothing kept). No IO: the job's next
+        heartbeat takes it to Redis if it changed since the last one sent (docs/workflows.md,
+        "Progress"). ``flush=True`` sends it at once: from a plain function, waiting for Redis;
+        from a coroutine (on the worker's event loop) or in a task process, without waiting
+        (``aflush_progress`` waits)."""
+        self.progress_box.put(progress_args(value, message))
+        if flush:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                self.progress_box.flush(wait=True)
+            else:
+                self.progress_box.flush(wait=False)
+
+    async def aflush_progress(self) -> None:
+        """Send the last report now, waiting for Redis without blocking the event loop (and
+        for a heartbeat on its way with it: the lease keeper sends one after the other)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.progress_box.flush)
 
     @property
     def batch_id(self) -> str | None:
         """The batch this job is a callback of (docs/workflows.md, "Batches"), or None."""
         return self.job.callback_of
 
-    def batch_results(self) -> list[BatchMemberResult]:
+    def batch_results(self) -> list[DependencyResult]:
         """For a batch's callback: every member's result, in the order they joined, decoded
         with the app's serializer (one call per 1,000 members). LookupError for a job that is
         no callback."""
         app, batch_id = self._batch_app()
         return member_results(app, app.client, batch_id)
 
-    async def abatch_results(self) -> list[BatchMemberResult]:
+    async def abatch_results(self) -> list[DependencyResult]:
         """``batch_results`` on the running event loop's client."""
         app, batch_id = self._batch_app()
         return await amember_results(app, app.aclient(), batch_id)
@@ -89,10 +135,37 @@ class JobContext:
             raise LookupError("no app to read the batch with: run the task in a worker")
         return app, self.job.callback_of
 
-    def __reduce__(self) -> tuple[type[JobContext], tuple[t.Job, str]]:
-        # Sent to a task's process (``Worker(processes=N)``) as the job and the worker id alone:
-        # the worker's context and the flag live in the worker's process.
-        return (JobContext, (self.job, self.worker_id))
+    def _app(self) -> App:
+        if self.worker is None:
+            raise LookupError("the job's dependencies are read by the worker that runs it")
+        return self.worker.app
+
+    def __reduce__(self) -> tuple[Callable[..., JobContext], tuple[Any, ...]]:
+        # Sent to a task's process (``Worker(processes=N)``) as the job, the worker id and the
+        # dependencies read: the worker's context and the flag live in the worker's process.
+        return (_in_process, (self.job, self.worker_id, self.read))
+
+
+def _in_process(
+    job: t.Job, worker_id: str, read: tuple[DependencyResult, ...] | None
+) -> JobContext:
+    return JobContext(job, worker_id, CancelFlag(), None, read)  # (its progress: ``_run``'s)
+
+
+def _results(app: App, job_id: str, read: DependenciesResult) -> list[DependencyResult]:
+    if isinstance(read, t.JobRefused):
+        raise QuasarError(f"the dependencies of job {job_id!r} cannot be read: {read.error}")
+    return results_of(read, app.result_of)
+
+
+async def read_before_run(app: App, ctx: JobContext) -> JobContext:
+    """``ctx`` with its dependencies' results read (for a task in a process of its own, which
+    has no connection to Redis): itself when it has none."""
+    if not ctx.job.dependencies or ctx.read is not None:
+        return ctx
+    read = await app.aclient().dependencies(ctx.job.id)
+    found = tuple(_results(app, ctx.job.id, read))
+    return replace(ctx, read=found)
 
 
 current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("quasar_job")
@@ -177,6 +250,9 @@ class HeldJob(Lease):
         self.task: asyncio.Task[None] | None = None  # made as it leaves QUEUED for a slot
         self.outcome: Outcome | None = None  # handed to the reporter
         self.duration = 0.0  # from its start (its claim, unless prefetched) to the outcome
+
+    def progress(self) -> ProgressBox:
+        return self.ctx.progress_box
 
     def move_to(self, phase: JobPhase) -> None:
         """Change to ``phase``; PhaseError if ``PHASE_CHANGES`` does not allow it."""

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _types as t
 from .._calls import Call
 from ..errors import QuasarError
+
+if TYPE_CHECKING:
+    from ._progress import ProgressBox
 
 #: Builds an outcome from the newest token of its lease.
 Build = Callable[[t.LeaseToken], t.Outcome]
@@ -120,6 +123,10 @@ class Lease:
     @property
     def job_id(self) -> str:
         return self.claim.job.id
+
+    def progress(self) -> ProgressBox | None:
+        """Its job's progress on its way to Redis (a held job's: ``HeldJob``), if any."""
+        return None
 
     @property
     def lost(self) -> bool:

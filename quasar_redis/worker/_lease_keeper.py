@@ -39,6 +39,7 @@ from ._lease import (
     end_of,
     retry_wait,
 )
+from ._progress import FlushesProgress, FlushRequest, flush_progress, progress_waits
 from ._transient import passes
 
 log = logging.getLogger("quasar_redis.worker")
@@ -54,7 +55,7 @@ BATCH = 1000
 _WAKE = object()  # put on the queue to make the keeper look at its leases again
 
 
-class LeaseKeeper:
+class LeaseKeeper(FlushesProgress):
     """Heartbeats every held lease at about a third of its duration and sends outcomes."""
 
     def __init__(
@@ -125,15 +126,15 @@ class LeaseKeeper:
     def tokens_to_carry(self, items: list[Outgoing]) -> list[t.LeaseToken | None]:
         """For each of ``items``, the newest token of its lease if the caller may send its
         outcome itself now (in its own call, such as a claim): no heartbeat of it is in flight,
-        and none starts after. None where one is in flight (its token may be stale): that
-        outcome is still the caller's, for ``send``.
+        and none starts after. None where one is in flight (its token may be stale), or its
+        job's progress waits: that outcome is still the caller's, for ``send``.
 
         The caller sends those it took, then hands the results to ``forget``."""
         tokens: list[t.LeaseToken | None] = []
         with self._lock:
             for item in items:
                 lease = item.lease
-                if lease.state is BEATING or lease.beat is not None:
+                if lease.state is BEATING or lease.beat is not None or progress_waits(lease):
                     tokens.append(None)
                 else:
                     lease.apply(CARRY)
@@ -200,6 +201,8 @@ class LeaseKeeper:
                 return None if self._stop.is_set() else batch
             if isinstance(item, list):
                 batch.extend(item)
+            elif isinstance(item, FlushRequest):
+                item.run(self.client, self.worker_id)
             try:
                 item = self._outcomes.get_nowait()
             except queue.Empty:
@@ -364,7 +367,9 @@ class Wire:
         self.worker_id = worker_id
 
     def reports(self, batch: list[Outgoing]) -> tuple[list[list[Outgoing]], list[Call[Any]]]:
-        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens."""
+        """The report calls of ``batch`` (BATCH outcomes each), from the leases' newest tokens;
+        first, the progress of its jobs not sent yet is (so a finished job shows its last)."""
+        self.flush_waiting(batch)
         chunks = [batch[i : i + BATCH] for i in range(0, len(batch), BATCH)]
         report = self.client.calls.report_many
         worker_id = self.worker_id
@@ -372,8 +377,14 @@ class Wire:
         return chunks, calls
 
     def beat(self, lease: Lease, now: float) -> tuple[Call[t.ClaimResult], float]:
-        """A new heartbeat of ``lease``, kept on it until answered."""
-        lease.beat = (self.client.calls.heartbeat(lease.token, self.worker_id, lease.lease_ms), now)
+        """A new heartbeat of ``lease``, kept on it until answered; it carries the job's
+        progress when that changed since last sent."""
+        box = lease.progress()
+        report = None if box is None else box.take()
+        call = self.client.calls.heartbeat(
+            lease.token, self.worker_id, lease.lease_ms, progress=report
+        )
+        lease.beat = (call, now)
         return lease.beat
 
     def send(self, calls: list[Call[Any]]) -> list[Any]:
@@ -381,6 +392,12 @@ class Wire:
         if len(calls) == 1:
             return [self.client.execute(calls[0])]
         return self.client.execute_many(calls)
+
+    def flush_waiting(self, batch: list[Outgoing]) -> None:
+        """Send the progress not sent yet of the jobs of ``batch`` (ahead of their outcomes)."""
+        for item in batch:
+            if progress_waits(item.lease):
+                flush_progress(self.client, self.worker_id, item.lease)
 
     def beats(self, beats: list[tuple[Call[t.ClaimResult], float]]) -> list[Any]:
         """The results of heartbeats, sent once in one pipeline (an exception for each if the

@@ -35,6 +35,7 @@ from ..app import App, Task
 from ..errors import ConfigurationError, InvalidArgument
 from ..retry import PermanentFailure
 from ._job import CancelFlag, JobContext, current
+from ._progress import ChildProgress, ProgressBox, ProgressReport
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -148,7 +149,7 @@ def child_main(conn: Connection, parent_pid: int, paths: tuple[TaskPath, ...]) -
         if message is None:
             return
         path, args, kwargs, ctx = message
-        conn.send(_run(functions, path, args, kwargs, ctx))
+        conn.send(_run(functions, path, args, kwargs, ctx, ChildProgress(conn.send)))
 
 
 def _run(
@@ -157,9 +158,11 @@ def _run(
     args: list[Any],
     kwargs: dict[str, Any],
     ctx: JobContext,
+    progress: ChildProgress,
 ) -> tuple[bool, Any, str]:
-    """``(True, value, "")`` or ``(False, exception, its traceback)``, each one that pickles."""
-    token = current.set(JobContext(ctx.job, ctx.worker_id, CancelFlag()))
+    """``(True, value, "")`` or ``(False, exception, its traceback)``, each one that pickles;
+    the job's progress goes to the worker's process before (``progress``)."""
+    token = current.set(JobContext(ctx.job, ctx.worker_id, CancelFlag(), None, ctx.read, progress))
     app_token = task_app.set(app) if (app := app_at(path)) is not None else None
     try:
         fn = functions.get(path)
@@ -173,6 +176,7 @@ def _run(
         current.reset(token)
         if app_token is not None:
             task_app.reset(app_token)
+        progress.forward(flush=False)  # its last report, ahead of the answer
     try:
         pickle.dumps(value)
     except Exception as exc:
@@ -238,26 +242,36 @@ class Child:
             self.kill()
             raise ProcessDied(answer or f"its process did not start in {START_TIMEOUT:g} s")
 
-    async def call(self, message: tuple[Any, ...]) -> tuple[bool, Any, str]:
+    async def call(self, message: tuple[Any, ...], progress: ProgressBox) -> tuple[bool, Any, str]:
+        """Send a job and wait for its answer; the job's progress reports that come first
+        go to ``progress`` (flushed, without waiting, when the task asked)."""
         loop = asyncio.get_running_loop()
-        readable: asyncio.Future[None] = loop.create_future()
+        readable: list[asyncio.Future[None]] = [loop.create_future()]
         fd = self.conn.fileno()
 
         def ready() -> None:
-            if not readable.done():
-                readable.set_result(None)
+            if not readable[0].done():
+                readable[0].set_result(None)
 
         loop.add_reader(fd, ready)
         try:
             self.conn.send(message)
-            await readable
-            answer: tuple[bool, Any, str] = self.conn.recv()
+            while True:
+                await readable[0]
+                answer: Any = self.conn.recv()
+                if not isinstance(answer, ProgressReport):
+                    break
+                readable[0] = loop.create_future()
+                progress.put(answer.report)
+                if answer.flush:
+                    progress.flush(wait=False)
         except (EOFError, OSError):
             code = await asyncio.to_thread(self._exit_code)
             raise ProcessDied(f"its process ended with exit code {code}") from None
         finally:
             loop.remove_reader(fd)
-        return answer
+        done: tuple[bool, Any, str] = answer
+        return done
 
     def _exit_code(self) -> int | None:
         self.process.join(STOP_TIMEOUT)
@@ -332,7 +346,8 @@ class ProcessPool:
         child = await self._idle.get()
         healthy = False
         try:
-            ok, value, text = await asyncio.wait_for(child.call((path, args, kwargs, ctx)), timeout)
+            call = child.call((path, args, kwargs, ctx), ctx.progress_box)
+            ok, value, text = await asyncio.wait_for(call, timeout)
             healthy = True
         finally:
             self._done_with(child, healthy)

@@ -4,6 +4,7 @@ outcome, hand-backs, lost leases, and the outcomes' results."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -34,6 +35,7 @@ from ._lease import Lease, Outgoing
 from ._lease_keeper import LeaseKeeper, log_loss
 from ._metrics import WorkerMetrics
 from ._prefetch import Prefetch
+from ._progress import ProgressBox
 from ._reporting import Reporter
 
 log = logging.getLogger("quasar_redis.worker")
@@ -100,14 +102,21 @@ class Runner:
         order; at a stop, none starts: they are handed back)."""
         tasks, worker_id, worker, now = self.tasks, self.worker_id, self.worker, time.monotonic()
         on_lost, held, queued = self.on_lost, self.held, self.queued
+        flush_soon = self.keeper.flush_soon
         started: list[Lease] = []
         for claim in claims:
             job = claim.job
             task = tasks.get(job.stage)
             lease_ms = task.lease_ms if task is not None and task.lease_ms else self.lease_ms
+            box = ProgressBox()
             running = HeldJob(
-                claim, lease_ms, on_lost, _context(job, worker_id, CancelFlag(), worker), now
+                claim,
+                lease_ms,
+                on_lost,
+                _context(job, worker_id, CancelFlag(), worker, None, box),
+                now,
             )
+            box.flusher = functools.partial(flush_soon, running)
             held[job.id] = running
             started.append(running)
             queued.append(running)

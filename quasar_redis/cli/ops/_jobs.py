@@ -10,19 +10,19 @@ from rich.text import Text
 
 from ... import _reading as reading
 from ... import _types as t
+from ..._dependency_calls import DEPENDENTS_LISTED
 from ..._reading import run
 from ..._views import JobView
 from ._context import Operator, operating, operator_options
 from ._look import (
     EVENTS_SHOWN,
     ORDER,
-    RELATED_SHOWN,
     event_document,
     list_page,
     status_named,
     status_words,
 )
-from ._show import details, shown, summary
+from ._show import details, progress_text, shown, summary
 
 
 def _statuses(
@@ -118,7 +118,7 @@ def job(job_id: str, redis_url: str, namespace: str, as_json: bool) -> None:
     tracebacks, what it waits on, its dependents and its recent events."""
     with operating(redis_url, namespace, as_json) as op:
         op.require_ids([job_id])
-        view = run(op.q, reading.job_view(op.q.calls, job_id, RELATED_SHOWN, EVENTS_SHOWN))
+        view = run(op.q, reading.job_view(op.q.calls, job_id, DEPENDENTS_LISTED, EVENTS_SHOWN))
         if view is None:
             op.require_namespace()
             raise click.ClickException(f"no job {job_id!r} in namespace {namespace!r}")
@@ -154,6 +154,7 @@ def _print_job(op: Operator, d: dict[str, Any]) -> None:
         ("on dependency failure", d["on_dependency_failure"]),
         ("dedup", d["dedup"] or "-"),
         ("waits on", d["waiting_on"] or "-"),
+        ("progress", progress_text(d["progress"])),
     ]
     for name, value in fields:
         table.add_row(name, Text(str(value)))

@@ -65,12 +65,15 @@ def dependents(q: Quasar, job_id: str) -> tuple[int, list[str]]:
 
 
 def event_document(event: Event) -> dict[str, Any]:
-    return {
+    document: dict[str, Any] = {
         "at": when(event.at_ms),
         "event": event.event,
         "queue": event.queue,
         "attempt": event.attempt,
     }
+    if event.value is not None:  # a progress event
+        document |= {"value": event.value, "message": event.message}
+    return document
 
 
 def recent_events(q: Quasar, job_id: str) -> list[dict[str, Any]]:

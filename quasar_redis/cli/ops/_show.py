@@ -142,7 +142,28 @@ def details(info: t.JobInfo) -> dict[str, Any]:
         "result": jsonable(decoded(job.raw_result)),
         "error": None if job.error is None else error_fields(job.error),
         "errors": [error_fields(e) for e in info.errors],
+        "progress": progress_fields(info.progress),
     }
+
+
+def progress_fields(progress: t.Progress | None) -> dict[str, Any] | None:
+    if progress is None:
+        return None
+    return {
+        "value": progress.value,
+        "message": progress.message,
+        "at": when(progress.at_ms),
+        "attempt": progress.attempt,
+    }
+
+
+def progress_text(progress: dict[str, Any] | None) -> str:
+    """``42 "resizing" (attempt 1, 2026-...)``, or "-" for none."""
+    if progress is None:
+        return "-"
+    message = progress["message"]
+    said = "" if message is None else " " + json.dumps(message, ensure_ascii=False)
+    return f"{progress['value']:g}{said} (attempt {progress['attempt']}, {progress['at']})"
 
 
 def shown(value: Any) -> str:
