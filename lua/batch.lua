@@ -10,18 +10,13 @@
 --   {"MissingBatch", id} | {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
 -- uses: core, call, batches
-local applied, clock, fmt, refuse = Core.applied, Core.clock, Core.fmt, Core.refuse
+local applied, fmt, refuse = Core.applied, Core.fmt, Core.refuse
 local run_call = Call.run_call
-local batch_id_error, batch_reply = Batches.batch_id_error, Batches.batch_reply
-local batch_types_error, load_batch = Batches.batch_types_error, Batches.load_batch
+local batch_args, batch_reply, load_batch = Batches.batch_args, Batches.batch_reply, Batches.load_batch
 
 local function main(ctx)
-  local args = ctx.args
-  local now, e = clock(args[2])
-  if now == nil then return e end
-  local id = args[3] or ""
-  local bad = batch_id_error(id) or batch_types_error(ctx, id)
-  if bad then return bad end
+  local now, id = batch_args(ctx)
+  if now == nil then return id end
   local b = load_batch(ctx, id)
   if b == nil then return refuse("MissingBatch", id) end
   return applied("BatchFound", fmt(ctx, now), batch_reply(id, b))

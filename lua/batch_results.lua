@@ -12,22 +12,18 @@
 --   {"MissingBatch", id} | {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
 -- uses: core, job, call, batches
-local clock, fmt, int, invalid = Core.clock, Core.fmt, Core.int, Core.invalid
+local fmt, int, invalid = Core.fmt, Core.int, Core.invalid
 local key_batch, key_members, refuse = Core.key_batch, Core.key_members, Core.refuse
 local job_reply, load_job = Job.job_reply, Job.load_job
 local run_call = Call.run_call
-local batch_id_error, batch_types_error = Batches.batch_id_error, Batches.batch_types_error
+local batch_args = Batches.batch_args
 
 local PAGE_MAX = 1000
 
 local function main(ctx)
-  local args = ctx.args
-  local now, e = clock(args[2])
-  if now == nil then return e end
-  local id = args[3] or ""
-  local bad = batch_id_error(id) or batch_types_error(ctx, id)
-  if bad then return bad end
-  local start, count = int(args[4]), int(args[5])
+  local now, id = batch_args(ctx)
+  if now == nil then return id end
+  local start, count = int(ctx.args[4]), int(ctx.args[5])
   if start == nil or start < 0 then return invalid("start must be a nonnegative integer") end
   if count == nil or count < 1 or count > PAGE_MAX then
     return invalid("count must be between 1 and " .. PAGE_MAX)

@@ -13,18 +13,14 @@
 -- A re-sent call (same call id) gets the first delivery's answer again, now "".
 
 -- uses: core, call, batches, callbacks
-local applied, clock, fmt, key_batch, refuse = Core.applied, Core.clock, Core.fmt, Core.key_batch, Core.refuse
+local applied, fmt, key_batch, refuse = Core.applied, Core.fmt, Core.key_batch, Core.refuse
 local record, recorded, run_call = Call.record, Call.recorded, Call.run_call
-local batch_id_error, batch_types_error = Batches.batch_id_error, Batches.batch_types_error
+local batch_args = Batches.batch_args
 local fire_due = Callbacks.fire_due
 
 local function main(ctx)
-  local args = ctx.args
-  local now, e = clock(args[2])
-  if now == nil then return e end
-  local id = args[3] or ""
-  local bad = batch_id_error(id) or batch_types_error(ctx, id)
-  if bad then return bad end
+  local now, id = batch_args(ctx)
+  if now == nil then return id end
   local again = recorded(ctx)
   if again then return applied("BatchClosing", "", again) end
   local k = key_batch(ctx, id)

@@ -5,6 +5,7 @@ decoded with the app's serializer."""
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._batch import PAGE_MAX, BatchInfo, BatchOpenResult, BatchPage
@@ -69,11 +70,20 @@ class AppBatches:
         on_success: NewJob | None = None,
         on_failure: NewJob | None = None,
         on_complete: NewJob | None = None,
+        jobs: Sequence[NewJob] = (),
+        close: bool = False,
     ) -> BatchOpenResult:
         """Open a batch (``Quasar.open_batch``); a callback is a ``NewJob``, such as a task
-        call's ``task.job(...)``. Members join with ``task.options(batch=batch_id)``."""
+        call's ``task.job(...)``. Members join with ``task.options(batch=batch_id)``, or are
+        given as ``jobs`` (task calls' ``task.job(...)``) to join in the same call, all or
+        nothing, ``close`` closing it then."""
         return self.client.open_batch(
-            batch_id, on_success=on_success, on_failure=on_failure, on_complete=on_complete
+            batch_id,
+            on_success=on_success,
+            on_failure=on_failure,
+            on_complete=on_complete,
+            jobs=jobs,
+            close=close,
         )
 
     def close_batch(self, batch_id: str) -> bool:

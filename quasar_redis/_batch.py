@@ -22,18 +22,22 @@ PAGE_MAX = 1000
 @dataclass(frozen=True, slots=True)
 class BatchOpened:
     """``open_batch`` applied: ``created`` is False when the batch existed already with the same
-    callbacks (a re-sent or repeated open)."""
+    callbacks (a repeated open: then none of the members given was enqueued). ``job_ids``: the
+    members this call enqueued, in order."""
 
     batch_id: str
     created: bool
+    job_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class BatchOpenRefused:
     """``open_batch`` refused, nothing written: ``BatchExists`` (other callbacks),
-    ``InvalidJob`` (the id or a callback's job), ``DuplicateJob`` (a job holds a callback's id)."""
+    ``InvalidJob`` (the id or a callback's job), ``DuplicateJob`` (a job holds a callback's id),
+    or a member's refusal, ``index`` its place in ``jobs`` (0-based; None: no member's)."""
 
     error: t.JobError
+    index: int | None = None
 
 
 BatchOpenResult = BatchOpened | BatchOpenRefused
@@ -132,9 +136,13 @@ def _raise_refusal(reply: Any) -> None:
     raise ProtocolError(f"unexpected refusal: {error}")
 
 
-def parse_opened(batch_id: str, reply: Any) -> BatchOpenResult:
-    if _tag(reply) == "BatchOpened":
-        return BatchOpened(batch_id, text(reply[2]) == "1")
+def parse_opened(batch_id: str, job_ids: tuple[str, ...], reply: Any) -> BatchOpenResult:
+    tag = _tag(reply)
+    if tag == "BatchOpened":
+        created = text(reply[2]) == "1"
+        return BatchOpened(batch_id, created, job_ids if created else ())
+    if tag == "BatchRefused":
+        return BatchOpenRefused(refusal(reply[2]), int(reply[1]) - 1)
     return BatchOpenRefused(refusal(reply))
 
 

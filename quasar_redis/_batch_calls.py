@@ -4,7 +4,9 @@ batch_results.lua). Members join by ``NewJob(batch=...)`` through the enqueue ca
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from . import _types as t
@@ -23,6 +25,8 @@ from ._batch import (
 )
 from ._call_base import BuilderBase, Call, NewJob
 from ._codec import EncodeError, encode
+from ._enqueue_calls import _job_group
+from ._general import text
 from .errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -80,17 +84,47 @@ class BatchCalls(BuilderBase):
         on_failure: NewJob | None = None,
         on_complete: NewJob | None = None,
         now: int | None = None,
+        *,
+        jobs: Sequence[NewJob] = (),
+        close: bool = False,
     ) -> Call[BatchOpenResult]:
         args: list[Arg] = [now_arg(now), text_arg(batch_id), str(self.limits.max_payload_bytes)]
         given = {"on_success": on_success, "on_failure": on_failure, "on_complete": on_complete}
+        refused: BatchOpenRefused | None = None
         for kind in CALLBACK_KINDS:
             callback = _callback_args(kind, given[kind])
             if isinstance(callback, t.InvalidJob):
-                early = BatchOpenRefused(callback)
-                parse = functools.partial(parse_opened, str(batch_id))
-                return Call(self._scripts["open_batch"], (), parse, early)
+                refused = BatchOpenRefused(callback)
+                break
             args += callback
-        return self._call("open_batch", args, lambda reply: parse_opened(str(batch_id), reply))
+        members = self._members(batch_id, jobs) if refused is None else []
+        if isinstance(members, BatchOpenRefused):
+            refused, members = members, []
+        ids = tuple(text(group[0]) for group in members)
+        parse = functools.partial(parse_opened, str(batch_id), ids)
+        if refused is not None:
+            return Call(self._scripts["open_batch"], (), parse, refused)
+        limits = self.limits
+        args += ["1" if close else "", str(limits.max_dependencies), str(len(members))]
+        return self._call("open_batch", [*args, *(a for g in members for a in g)], parse)
+
+    def _members(
+        self, batch_id: str, jobs: Sequence[NewJob]
+    ) -> list[tuple[Arg, ...]] | BatchOpenRefused:
+        """The argument groups of the members given to ``open_batch``, each joining the batch
+        (one given another batch is left for the script to refuse), or the first that Python
+        cannot send."""
+        if len(jobs) > self.limits.max_batch:
+            problem = f"a batch may hold at most {self.limits.max_batch} jobs"
+            return BatchOpenRefused(t.InvalidJob(problem), 0)
+        groups = []
+        for index, job in enumerate(jobs):
+            member = job if job.batch is not None else dataclasses.replace(job, batch=batch_id)
+            group = _job_group(member, self._new_id)
+            if isinstance(group, t.InvalidJob):
+                return BatchOpenRefused(group, index)
+            groups.append(group)
+        return groups
 
     def close_batch(self, batch_id: str, now: int | None = None) -> Call[bool]:
         return self._call("close_batch", (now_arg(now), text_arg(batch_id)), parse_closed)
@@ -119,6 +153,8 @@ class BatchOperations:
         on_success: NewJob | None = None,
         on_failure: NewJob | None = None,
         on_complete: NewJob | None = None,
+        jobs: Sequence[NewJob] = (),
+        close: bool = False,
         now: int | None = None,
     ) -> Call[BatchOpenResult]:
         """Open the batch ``batch_id`` (at most 240 bytes) with its callbacks, each a ``NewJob``
@@ -126,8 +162,14 @@ class BatchOperations:
         every member ended, ``on_complete`` is enqueued, ``on_failure`` too when a member did
         not succeed, ``on_success`` when all did; each at most once, ever, with the id
         ``"<batch_id>@<kind>"``. Opening it again with the same callbacks is answered
-        ``BatchOpened(created=False)``; with others ``BatchOpenRefused(BatchExists)``."""
-        return self.calls.open_batch(batch_id, on_success, on_failure, on_complete, now)
+        ``BatchOpened(created=False)``; with others ``BatchOpenRefused(BatchExists)``.
+
+        ``jobs`` (up to ``Limits.max_batch``) join it in the same call, and ``close`` closes
+        it: all or nothing, as ``enqueue_many`` (a refused member is
+        ``BatchOpenRefused(error, index)``, and nothing is written)."""
+        return self.calls.open_batch(
+            batch_id, on_success, on_failure, on_complete, now, jobs=jobs, close=close
+        )
 
     def close_batch(self, batch_id: str, *, now: int | None = None) -> Call[bool]:
         """Take no more members into ``batch_id`` (an enqueue into it is then refused

@@ -8,6 +8,7 @@ go to their job's partition.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from . import _types as t
@@ -193,10 +194,23 @@ class PartitionedCalls(PartitionOps):
         on_failure: NewJob | None = None,
         on_complete: NewJob | None = None,
         now: int | None = None,
+        *,
+        jobs: Sequence[NewJob] = (),
+        close: bool = False,
     ) -> Call[BatchOpenResult]:
-        """In the partition the id starts with (``<k>~``): refused without one."""
+        """In the partition the id starts with (``<k>~``): refused without one; its members
+        there too (a member with an id or a dependency of another partition is refused
+        ``CrossPartition``, before anything is sent)."""
         where = partition_of(batch_id, self.count)
-        call = self.parts[where].open_batch(batch_id, on_success, on_failure, on_complete, now)
+        part = self.parts[where]
+        call = part.open_batch(
+            batch_id, on_success, on_failure, on_complete, now, jobs=jobs, close=close
+        )
+        for index, job in enumerate(jobs):
+            member = job if job.batch is not None else replace(job, batch=batch_id)
+            placed = placement(member, self.count)
+            if not isinstance(placed, int | None):
+                return early(call, BatchOpenRefused(placed, index))
         if not made_in(batch_id, self.count):
             problem = (
                 f"on a namespace of {self.count} partitions a batch id starts with its "

@@ -812,7 +812,7 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
         },
         "worker": {
             *("cancel", "change", "retry", "pause", "purge", "change_schedule"),
-            *("schedules", "workers", "open_batch"),
+            *("schedules", "workers"),
         },
         "scheduler": {
             *("change", "claim_job", "enqueue", "heartbeat", "release", "retry", "pause"),
@@ -820,6 +820,6 @@ def test_what_each_role_can_run_beyond_its_own_is_what_the_docs_say() -> None:
             "report_progress",
         },
         "operator": lease_calls
-        | {"release", "report_many", "retire", "declare_schedule", "open_batch", "close_batch"},
+        | {"release", "report_many", "retire", "declare_schedule", "close_batch"},
         "reader": set(),
     }

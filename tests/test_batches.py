@@ -358,3 +358,55 @@ def test_on_partitions_a_batch_its_members_and_callbacks_share_its_ids_partition
         got = p.get_job("1~b@on_success")
         assert got is not None and got.job.callback_of == "1~b"
         assert [m.id for m in p.batch_results("1~b").members] == list(result.ids)
+        whole = p.open_batch("2~c", jobs=[NewJob("work"), NewJob("work")], close=True)
+        assert isinstance(whole, BatchOpened) and len(whole.job_ids) == 2
+        assert all(partition_of(i, 3) == 2 for i in whole.job_ids)
+        elsewhere = next(f"x{n}" for n in range(50) if partition_of(f"x{n}", 3) != 2)
+        crossed_open = p.open_batch("2~d", jobs=[NewJob("work", id=elsewhere)])
+        assert isinstance(crossed_open, BatchOpenRefused)
+        assert isinstance(crossed_open.error, CrossPartition) and p.batch("2~d") is None
+
+
+# --- a batch made whole in one call ---------------------------------------------------------------
+
+
+def test_open_batch_with_its_members_and_its_close_in_one_call(q: Quasar) -> None:
+    jobs = [NewJob("work", i, id=f"m{i}") for i in range(3)]
+    call = q.calls.open_batch("b", on_success=DONE, now=T0, jobs=jobs, close=True)
+    result = q.execute(call)
+    assert result == BatchOpened("b", True, ("m0", "m1", "m2"))
+    assert q.execute(call) == result  # re-sent: the same answer, nothing more
+    b = info(q)
+    assert (b.total, b.closed, b.pending) == (3, True, 3)
+    assert [m.id for m in q.batch_results("b").members] == ["m0", "m1", "m2"]
+    got = q.get_job("m1")
+    assert got is not None and got.job.batch == "b"
+    for job_id in ("m0", "m1", "m2"):
+        run(q, job_id)
+    assert fired(q)["on_success"] == "b@on_success"
+    again = q.open_batch("b", on_success=DONE, jobs=[NewJob("work", id="m9")], close=True)
+    assert again == BatchOpened("b", False)  # there already: nothing enqueued
+    assert q.get_job("m9") is None
+
+
+def test_open_batch_with_members_made_ids_and_an_empty_close(q: Quasar) -> None:
+    made = q.open_batch("b", jobs=[NewJob("work"), NewJob("work")], now=T0)
+    assert isinstance(made, BatchOpened) and len(made.job_ids) == 2
+    assert [m.id for m in q.batch_results("b").members] == list(made.job_ids)
+    assert not info(q).closed
+    empty = q.open_batch("e", on_complete=COMPLETE, jobs=[], close=True, now=T0)
+    assert empty == BatchOpened("e", True)
+    assert fired(q, "e")["on_complete"] == "e@on_complete"
+
+
+def test_open_batch_with_a_refused_member_writes_nothing(q: Quasar) -> None:
+    applied(q.enqueue("s", id="taken"))
+    before = state(q)
+    jobs = [NewJob("work", id="new"), NewJob("work", id="taken")]
+    refused = q.open_batch("b", on_success=DONE, jobs=jobs, close=True)
+    assert refused == BatchOpenRefused(DuplicateJob("taken"), 1)
+    other = q.open_batch("b", jobs=[NewJob("work", batch="c")])
+    assert other == BatchOpenRefused(InvalidJob("a member of open_batch joins its batch"), 0)
+    unsendable = q.open_batch("b", jobs=[NewJob("work"), NewJob("work", id="")])
+    assert isinstance(unsendable, BatchOpenRefused) and unsendable.index == 1
+    assert state(q) == before and q.batch("b") is None

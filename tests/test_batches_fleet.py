@@ -5,22 +5,16 @@ and starts another in its place."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from quasar_redis import BatchApplied, BatchOpened, NewJob, Quasar, Succeeded
 from quasar_redis._call_codec import payload_of
 
 from . import batch_tasks as bt
-from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
-from .test_flow_fleet import ROOT, Fleet, q
+from .helpers import wait_for
+from .test_flow_fleet import Fleet, fleet, q
 
-__all__ = ["q"]
+__all__ = ["fleet", "q"]
 
 pytestmark = pytest.mark.heavy
 
@@ -29,33 +23,8 @@ ROUNDS = 20
 MEMBERS = 200
 
 
-class BatchFleet(Fleet):
-    """Workers of ``tests.batch_tasks:app``."""
-
-    def start(self, name: str, *, concurrency: int = 4, lease_ms: int = bt.LEASE_MS) -> None:
-        env = {**os.environ, "QUASAR_TEST_URL": REDIS_URL, "QUASAR_TEST_NS": self.namespace}
-        args = [sys.executable, "-m", "quasar_redis", "worker", "tests.batch_tasks:app"]
-        args += ["--concurrency", str(concurrency), "--lease-ms", str(lease_ms)]
-        args += ["--grace", "0", "--worker-id", self.worker_id(name)]
-        with (self.folder / f"{name}.stderr").open("wb") as err:
-            self.procs[name] = subprocess.Popen(
-                args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err
-            )
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, namespace: str) -> Iterator[Fleet]:
-    client = real_redis()
-    made = BatchFleet(tmp_path, namespace)
-    try:
-        yield made
-    finally:
-        made.close()
-        delete_namespace(client, namespace)
-        client.close()
-
-
 def test_a_callback_fires_once_when_a_worker_dies_mid_batch(fleet: Fleet, q: Quasar) -> None:
+    fleet.app_path = "tests.batch_tasks:app"
     names = [f"w{i}" for i in range(WORKERS)]
     for name in names:
         fleet.start(name, concurrency=4, lease_ms=bt.LEASE_MS)

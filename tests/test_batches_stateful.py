@@ -108,7 +108,13 @@ class BatchMachine(RuleBasedStateMachine):
     @rule(batch_id=st.sampled_from(BATCHES), kinds=st.sets(st.sampled_from(KINDS)))
     def open(self, batch_id: str, kinds: set[str]) -> None:
         callbacks = {k: NewJob(f"{batch_id}.{k}", queue="cb") for k in kinds}
-        result = self.q.open_batch(batch_id, now=self.now, **callbacks)
+        result = self.q.open_batch(
+            batch_id,
+            on_success=callbacks.get("on_success"),
+            on_failure=callbacks.get("on_failure"),
+            on_complete=callbacks.get("on_complete"),
+            now=self.now,
+        )
         known = self.batches.get(batch_id)
         if known is None:
             assert result == BatchOpened(batch_id, True)

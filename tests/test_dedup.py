@@ -25,6 +25,7 @@ from quasar_redis import (
     Unique,
     Waiting,
 )
+from quasar_redis._schema import ENQUEUE_ITEM
 from quasar_redis.cli.ops._show import details
 from quasar_redis.dashboard._data import job_fields
 
@@ -293,7 +294,7 @@ def test_the_script_refuses_a_bad_dedup_argument(q: Quasar, arg: str, reason: st
     before = snapshot(q)
     call = q.calls.enqueue(NewJob("s"), T0)
     args = list(call.args)
-    args[-2] = arg  # the last job's dedup (its group comes after it)
+    args[len(args) - len(ENQUEUE_ITEM) + ENQUEUE_ITEM.index("dedup")] = arg  # the last job's
     assert q.execute(type(call)(call.script, tuple(args), call.parse)) == JobRefused(
         InvalidJob(reason)
     )

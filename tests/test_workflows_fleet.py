@@ -4,16 +4,15 @@ operator retries them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from quasar_redis import App, chord, group
 
 from . import workflow_tasks as wt
-from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
-from .test_flow_fleet import Fleet
+from .helpers import REDIS_URL, wait_for
+from .test_flow_fleet import Fleet, fleet
+
+__all__ = ["fleet"]
 
 pytestmark = pytest.mark.heavy
 
@@ -22,19 +21,8 @@ WORKERS = 4
 FAILING = frozenset(range(0, MEMBERS, MEMBERS // 10))  # 10 members
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, namespace: str) -> Iterator[Fleet]:
-    client = real_redis()  # (fails under QUASAR_REQUIRE_REDIS=1 without a server)
-    made = Fleet(tmp_path, namespace, app_path="tests.workflow_tasks:app", queue=None)
-    try:
-        yield made
-    finally:
-        made.close()
-        delete_namespace(client, namespace)
-        client.close()
-
-
 def test_a_chord_of_1000_calls_back_once_with_every_result_in_order(fleet: Fleet) -> None:
+    fleet.app_path = "tests.workflow_tasks:app"
     app = App(REDIS_URL, namespace=fleet.namespace)
     tasks = wt.declare(app)
     members = group(tasks["square"].s(i, i in FAILING) for i in range(MEMBERS))

@@ -2,7 +2,7 @@
 -- it, and its members counted as they enter or leave a terminal state.
 
 -- uses: core, checks
-local invalid, key_batch, key_members = Core.invalid, Core.key_batch, Core.key_members
+local clock, invalid, key_batch, key_members = Core.clock, Core.invalid, Core.key_batch, Core.key_members
 local refuse, TERMINAL = Core.refuse, Core.TERMINAL
 local check_types, id_error = Checks.check_types, Checks.id_error
 
@@ -33,6 +33,17 @@ end
 local function batch_types_error(ctx, id)
   return check_types(ctx, {key_batch(ctx, id)}, "hash")
     or check_types(ctx, {key_members(ctx, id)}, "list")
+end
+
+-- The opening of the batch scripts: now (ARGV[2]) and the batch id (ARGV[3]), checked with the
+-- types of its keys; or nil and a refusal.
+local function batch_args(ctx)
+  local now, e = clock(ctx.args[2])
+  if now == nil then return nil, e end
+  local id = ctx.args[3] or ""
+  local bad = batch_id_error(id) or batch_types_error(ctx, id)
+  if bad then return nil, bad end
+  return now, id
 end
 
 -- Whether a job may join batch `id` now: nil, or MissingBatch, BatchClosed, InvalidJob, CorruptKey.

@@ -40,10 +40,10 @@
 --   not done (cascades.lua), dl deadline: the time by which the job must have started (a job
 --   never started expires then: st E; absent: none), uq its dedup key and mode (unique.lua),
 --   g its flow group (flow_control.lua; absent: none), rd under policy "run": the dependencies
---   counted as resolved though they did not succeed (cascades.lua; absent: none), bt the batch
---   it is a member of, cbo the batch it is a callback of (batches.lua; absent: none), pv / pm /
---   pt / pa its last progress: value, message, time written and attempt (progress.lua; absent:
---   none reported).
+--   counted as resolved though they did not succeed (cascades.lua; absent: none), bt its batch
+--   (the one it is a member of), cbo the batch it is a callback of (batches.lua; absent: none),
+--   pv / pm / pt / pa its last progress: value, message, time written and attempt
+--   (progress.lua; absent: none reported).
 -- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
 -- equals available_at (a job enqueued without a delay), and the payload and the
 -- result are stored in chunks of at most 64 bytes (p, p2, p3, ... / res, res2, ...), up to
