@@ -307,22 +307,30 @@ class Chord:
         return app, wid, jobs, self.callback.job_of_callback(receives)
 
     def enqueue(self, id: str | None = None) -> WorkflowHandle:
-        """Open the batch (with the callback, if any), enqueue the members, close it; enqueuing
-        the same ``id`` again finishes an interrupted enqueue and adds nothing twice."""
+        """Open the batch (with the callback, if any), enqueue the members, close it: in one
+        call, all or nothing, when the members fit one (``Limits.max_batch``); else in several,
+        and enqueuing the same ``id`` again finishes an interrupted enqueue and adds nothing
+        twice."""
         app, wid, jobs, callback = self._plan(id)
         client = app.client
-        _opened(client.open_batch(wid, on_success=callback))
-        _enqueue_all(app, jobs)
-        client.close_batch(wid)
+        if len(jobs) <= client.calls.limits.max_batch:  # one call: all or nothing
+            _opened(client.open_batch(wid, on_success=callback, jobs=jobs, close=True))
+        else:
+            _opened(client.open_batch(wid, on_success=callback))
+            _enqueue_all(app, jobs)
+            client.close_batch(wid)
         return self._handle(app, wid, jobs, callback)
 
     async def aenqueue(self, id: str | None = None) -> WorkflowHandle:
         """``enqueue`` for asyncio code."""
         app, wid, jobs, callback = self._plan(id)
         client = app.aclient()
-        _opened(await client.open_batch(wid, on_success=callback))
-        await _aenqueue_all(app, jobs)
-        await client.close_batch(wid)
+        if len(jobs) <= client.calls.limits.max_batch:
+            _opened(await client.open_batch(wid, on_success=callback, jobs=jobs, close=True))
+        else:
+            _opened(await client.open_batch(wid, on_success=callback))
+            await _aenqueue_all(app, jobs)
+            await client.close_batch(wid)
         return self._handle(app, wid, jobs, callback)
 
     def _handle(
@@ -345,7 +353,10 @@ def chord(header: Group | Iterable[Signature], callback: Signature) -> Chord:
 def _opened(result: BatchOpenResult) -> None:
     """``open_batch``'s refusal raised (``JobRefusedError``)."""
     if isinstance(result, BatchOpenRefused):
-        raise JobRefusedError(t.JobRefused(result.error))
+        refused = result.error
+        raise JobRefusedError(
+            refused if result.index is None else t.BatchRefused(result.index, refused)
+        )
 
 
 class MissingResults(Exception):

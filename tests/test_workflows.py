@@ -19,6 +19,7 @@ from quasar_redis import (
     Connector,
     InvalidTaskCall,
     JobFailedError,
+    JobRefusedError,
     Limits,
     Signature,
     Worker,
@@ -259,3 +260,19 @@ def test_a_signature_is_a_value() -> None:
     assert sig == Signature(t["add"], (1,), {"b": 2})
     assert isinstance(wf.chain(sig), wf.Chain)
     app.close()
+
+
+def test_a_chord_that_fits_one_call_goes_in_whole_or_not_at_all(app: App) -> None:
+    t = declare(app)
+    app.client.enqueue("someone-else", id="atom.2")  # a job holds a member's id already
+    made = chord([t["add"].s(i, 0) for i in range(3)], t["total"].s())
+    with pytest.raises(JobRefusedError):
+        made.enqueue(id="atom")
+    assert app.client.batch("atom") is None and app.client.get_job("atom.1") is None
+    again = chord([t["add"].s(i, 0) for i in range(3)], t["total"].s())
+    handle = again.enqueue(id="whole")
+    assert again.enqueue(id="whole").id == handle.id  # the same again: nothing more
+    info = app.client.batch("whole")
+    assert info is not None and info.total == 3 and info.closed
+    app.drain()
+    assert handle.result(timeout=5) == "total: [0, 1, 2]"
