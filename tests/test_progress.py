@@ -11,10 +11,8 @@ import itertools
 import json
 import math
 import os
-import re
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +38,6 @@ from . import progress_tasks as prt
 from .helpers import REDIS_URL, applied, claimed, delete_namespace, real_redis, wait_for
 from .test_process_pool import quasar
 
-ROOT = Path(__file__).resolve().parent.parent
 LEASE_MS = 600  # heartbeats every 200 ms
 LONG_LEASE_MS = 600_000  # no heartbeat while a test looks
 
@@ -385,29 +382,3 @@ def _async_twin(q: Quasar) -> Any:
     if isinstance(q.redis, fakeredis.FakeRedis):
         return fakeredis.FakeAsyncRedis(server=q.redis.connection_pool.connection_kwargs["server"])
     return redis.asyncio.Redis.from_url(REDIS_URL)
-
-
-# --- the documentation ---------------------------------------------------------------------------
-
-
-def test_the_examples_of_the_progress_section_run_as_written(backend: str, namespace: str) -> None:
-    text = (ROOT / "docs" / "workflows.md").read_text()
-    section = text.split("\n## Progress\n")[1].split("\n## ")[0]
-    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
-    assert len(blocks) == 2
-    for written in blocks:
-        assert 'app = App("memory://")' in written
-        block = written
-        if backend == "redis":
-            real_redis().close()
-            real = f"App({REDIS_URL!r}, namespace={namespace!r})"
-            block = written.replace('App("memory://")', real)
-        space: dict[str, Any] = {"__name__": "docs_workflows_progress"}
-        try:
-            exec(compile(block, "docs/workflows.md", "exec"), space)
-        finally:
-            app = space.get("app")
-            if app is not None:
-                if backend == "redis":
-                    delete_namespace(app.client.redis, namespace)
-                app.client.redis.close()
