@@ -13,7 +13,6 @@ import math
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,7 +38,6 @@ from . import progress_tasks as prt
 from .helpers import REDIS_URL, applied, claimed, delete_namespace, real_redis, wait_for
 from .test_process_pool import quasar
 
-ROOT = Path(__file__).resolve().parent.parent
 LEASE_MS = 600  # heartbeats every 200 ms
 LONG_LEASE_MS = 600_000  # no heartbeat while a test looks
 
@@ -266,6 +264,35 @@ def test_a_retry_keeps_the_last_progress_with_its_attempt(sync_q: Quasar) -> Non
     q.report_progress(token, "w", 30, "first try")  # the same report, a new attempt: written
     assert q.get_job("j").progress.attempt == 2  # type: ignore[union-attr]
     assert len(progress_events(q, "j")) == 2
+
+
+def test_a_resent_report_writes_nothing_more(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j"))
+    token = claimed(q.claim("default", "w", 60_000)).token
+    call = q.calls.report_progress(token, "w", 5, "five")
+    assert isinstance(q.execute(call), JobApplied)
+    assert isinstance(q.report_progress(token, "w", 6, "six"), JobApplied)
+    before = job_and_events(q, "j")
+    again = q.execute(call)  # (redis-py re-sending it after a lost reply): answered, not applied
+    assert isinstance(again, JobApplied)
+    assert job_and_events(q, "j") == before
+    assert q.get_job("j").progress.value == 6.0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("partitions", [2])
+def test_progress_on_a_partitioned_namespace(
+    sync_q: Quasar, namespace: str, backend: str, partitions: int
+) -> None:
+    q = Quasar(sync_q.redis, namespace, functions=backend == "redis", partitions=partitions)
+    for job_id in ("a", "b", "c", "d"):
+        applied(q.enqueue("s", id=job_id))
+    tokens = []
+    for _ in range(4):
+        tokens.append(claimed(q.claim("default", "w", 60_000)).token)
+    for token in tokens:
+        assert isinstance(q.report_progress(token, "w", 10, token.job_id), JobApplied)
+    for job_id in ("a", "b", "c", "d"):
+        assert q.get_job(job_id).progress.message == job_id  # type: ignore[union-attr]
 
 
 def test_a_context_refuses_bad_reports_outside_a_worker(sync_q: Quasar) -> None:

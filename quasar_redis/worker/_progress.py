@@ -159,7 +159,9 @@ def flush_progress(client: Quasar, worker_id: str, lease: Lease) -> None:
     or its run ended), from the lease keeper's thread. Never raises: a refusal (the lease is
     lost) drops it, an error leaves it for the next heartbeat."""
     box = lease.progress()
-    if box is None:
+    # (a heartbeat whose answer was lost goes again as it was, maybe with an older report:
+    # this one waits for the heartbeat after it rather than be overwritten)
+    if box is None or lease.beat is not None:
         return
     box.sending = True  # (before taking it, until answered: its outcome goes after it)
     try:
