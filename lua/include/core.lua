@@ -41,7 +41,7 @@
 --   never started expires then: st E; absent: none), uq its dedup key and mode (unique.lua),
 --   g its flow group (flow_control.lua; absent: none), rd under policy "run": the dependencies
 --   counted as resolved though they did not succeed (cascades.lua; absent: none), bt the batch
---   it is a member of, cbo the batch it is a callback of (batches.lua; absent: none), pv / pm /
+--   that holds the job, cbo the batch it is a callback of (batches.lua; absent: none), pv / pm /
 --   pt / pa its last progress: value, message, time written and attempt (progress.lua; absent:
 --   none reported).
 -- Memory: a field holding its default (DEFAULTS below) is not stored, nor inserted_at while it
