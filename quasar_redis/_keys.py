@@ -190,3 +190,9 @@ class KeySpace:
     def members(self, batch_id: str) -> str:
         """A batch's member ids, in the order they were added."""
         return f"{self.root}members:{batch_id}"
+
+    @property
+    def batches_done(self) -> str:
+        """The ids of the batches done (closed, every member ended), scored by when each became
+        done: what prune deletes past its max age."""
+        return f"{self.root}batches:done"
