@@ -7,7 +7,7 @@
 -- run): a retained one is looked at again CALL_TTL_MS later. A job is deleted with its failure
 -- history, its dependents set and its dedup key's entry, while that still names it (unique.lua).
 -- Then, with what is left of `limit`, the batches done (closed, every member ended: their
--- callbacks fired) before max_age and CALL_TTL_MS ago, oldest first (KEYS[1].."batches:done",
+-- callbacks fired) before max_age and CALL_TTL_MS ago, oldest first (KEYS[1].."batches_done",
 -- include/callbacks.lua): each one's hash and member list go with UNLINK (Redis frees a long
 -- list in the background) and its entry leaves the index. With no max age, batches are kept.
 --
@@ -23,7 +23,8 @@
 local applied, CALL_TTL_MS, clock, fmt = Core.applied, Core.CALL_TTL_MS, Core.clock, Core.fmt
 local int, invalid, key_dependents = Core.int, Core.invalid, Core.key_dependents
 local key_errors, key_job, key_q = Core.key_errors, Core.key_job, Core.key_q
-local key_batch, key_batches_done, key_members = Core.key_batch, Core.key_batches_done, Core.key_members
+local key_batch, key_members = Core.key_batch, Core.key_members
+local key_batches_done = Core.key_batches_done
 local key_queues, NAME_MAX, split = Core.key_queues, Core.NAME_MAX, Core.split
 local TERMINAL = Core.TERMINAL
 local check_queue, check_types = Checks.check_queue, Checks.check_types
@@ -135,8 +136,8 @@ end
 -- index (the batch scripts keep it right; this keeps a stray entry from holding up the rest).
 local function prune_batches(ctx, cutoff, budget)
   local index, pruned = key_batches_done(ctx), 0
-  for _, id in ipairs(redis.call("ZRANGEBYSCORE", index, "-inf", "(" .. fmt(ctx, cutoff), "LIMIT", 0,
-      budget)) do
+  local ids = redis.call("ZRANGEBYSCORE", index, "-inf", "(" .. fmt(ctx, cutoff), "LIMIT", 0, budget)
+  for _, id in ipairs(ids) do
     local k = key_batch(ctx, id)
     local b = redis.call("TYPE", k).ok == "hash"
       and redis.call("HMGET", k, "cl", "n", "nS", "nF", "nC", "nE") or {}

@@ -42,7 +42,17 @@ FAMILIES = (
     "unique",
     "worker",
 )
-SINGLES = ("cascades", "events", "partitions", "paused", "queues", "schedules", "seq", "workers")
+SINGLES = (
+    "batches_done",
+    "cascades",
+    "events",
+    "partitions",
+    "paused",
+    "queues",
+    "schedules",
+    "seq",
+    "workers",
+)
 QUEUE_SETS = (
     "ready",
     "delayed",
@@ -195,4 +205,4 @@ class KeySpace:
     def batches_done(self) -> str:
         """The ids of the batches done (closed, every member ended), scored by when each became
         done: what prune deletes past its max age."""
-        return f"{self.root}batches:done"
+        return f"{self.root}batches_done"

@@ -1,5 +1,5 @@
 """Done batches pruned (docs/workflows.md, "Batches"; lua/prune.lua): a batch closed with every
-member ended enters ``batches:done`` by the time it became done; prune deletes those older than
+member ended enters ``batches_done`` by the time it became done; prune deletes those older than
 its max age (hash, member list, index entry), never one done within the re-send window, at most
 ``limit`` a call; an operator retry takes a done batch out of the index and it comes back when
 done again; a member retried after its batch was pruned moves alone (no partial batch hash).
@@ -144,7 +144,7 @@ def test_a_damaged_index_is_refused_and_nothing_changes(q: Quasar) -> None:
     run(q, ids[0])
     q.redis.delete(q.keys.batches_done)
     q.redis.set(q.keys.batches_done, "x")
-    with pytest.raises(CorruptDataError, match="batches:done"):
+    with pytest.raises(CorruptDataError, match="batches_done"):
         q.prune(max_age_ms=0, now=T0 + HOUR)
     assert q.batch("b") is not None and q.get_job(ids[0]) is not None
 

@@ -6,7 +6,7 @@ goes whole, the ended members of the others one by one). After every step, Redis
 must hold what the model says: each batch's counts are its members' statuses, its open or closed
 state, and its callbacks: each enqueued (with the id ``<batch>@<kind>``, naming its batch) if and
 only if its condition held at some point after the close, and never twice; the done ones, and
-they alone, are in ``batches:done`` (``tests/consistency.py``'s ``batch_problems`` checks the
+they alone, are in ``batches_done`` (``tests/consistency.py``'s ``batch_problems`` checks the
 stored counts against the members)."""
 
 from __future__ import annotations

@@ -69,10 +69,11 @@ end
 -- A member of batch `id` moved from state `before` to `after` (move, job.lua): its terminal
 -- counts follow (state X's count is the field "n" .. X), and the batch is noted in ctx.batches
 -- for its callbacks (Callbacks.fire_due, before the script returns). A batch key someone
--- damaged does not fail the member's move: its count is left as it is. A member leaving a terminal state (an operator's retry) takes
--- its batch out of the done ones (Callbacks.fire_due puts it back, with the new time, once it
--- is done again). A batch that is gone (pruned, prune.lua) counts nothing: the member moves
--- alone, rather than HINCRBY making a partial batch hash of one count.
+-- damaged does not fail the member's move: its count is left as it is. A member leaving a
+-- terminal state (an operator's retry) takes its batch out of the done ones (Callbacks.fire_due
+-- puts it back, with the new time, once it is done again). A batch that is gone (pruned,
+-- prune.lua) counts nothing: the member moves alone, rather than HINCRBY making a partial
+-- batch hash of one count.
 local function batch_counted(ctx, id, before, after)
   local k = key_batch(ctx, id)
   if redis.call("EXISTS", k) == 0 then return end

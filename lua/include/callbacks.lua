@@ -22,7 +22,8 @@ local CALLBACKS, count, load_batch = Batches.CALLBACKS, Batches.count, Batches.l
 -- count for nothing against the 200 locals of the scripts that end jobs.)
 
 -- Fires every batch whose counts this call changed (ctx.batches, Batches.batch_counted), in id
--- order, and enters each one done in KEYS[1].."batches:done"; returns `reply`. Every script that may move a member into a terminal state ends with it.
+-- order, and enters each one done in KEYS[1].."batches_done"; returns `reply`. Every script
+-- that may move a member into a terminal state ends with it.
 -- now: the call's (nil: read again, as the call read it; a callback is available from then).
 local function fire_due(ctx, reply, now)
   local due = ctx.batches

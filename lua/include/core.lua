@@ -103,7 +103,7 @@ local function key_schedules(ctx) return ctx.prefix .. "schedules" end
 -- prune.lua.
 local function key_batch(ctx, id) return ctx.prefix .. "batch:" .. id end
 local function key_members(ctx, id) return ctx.prefix .. "members:" .. id end
-local function key_batches_done(ctx) return ctx.prefix .. "batches:done" end
+local function key_batches_done(ctx) return ctx.prefix .. "batches_done" end
 -- Queue keys are built once per call (a claim or report names the same few per job), in
 -- ctx.queue_keys[queue][what].
 local function key_q(ctx, queue, what)
