@@ -6,19 +6,25 @@
 -- when it says what it waits on; a Failed one may still be retried by an operator and let it
 -- run): a retained one is looked at again CALL_TTL_MS later. A job is deleted with its failure
 -- history, its dependents set and its dedup key's entry, while that still names it (unique.lua).
+-- Then, with what is left of `limit`, the batches done (closed, every member ended: their
+-- callbacks fired) before max_age and CALL_TTL_MS ago, oldest first (KEYS[1].."batches_done",
+-- include/callbacks.lua): each one's hash and member list go with UNLINK (Redis frees a long
+-- list in the background) and its entry leaves the index. With no max age, batches are kept.
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] max age ms ("" = no age limit)
 -- ARGV[4]  max count per queue and state ("" = no count limit)   ARGV[5] limit (1..10000)
 --
 -- Replies
---   {"Pruned", now, count}
+--   {"Pruned", now, count}   count: the jobs and batches deleted
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
 -- uses: core, checks, job, call, unique
 local applied, CALL_TTL_MS, clock, fmt = Core.applied, Core.CALL_TTL_MS, Core.clock, Core.fmt
 local int, invalid, key_dependents = Core.int, Core.invalid, Core.key_dependents
 local key_errors, key_job, key_q = Core.key_errors, Core.key_job, Core.key_q
+local key_batch, key_members = Core.key_batch, Core.key_members
+local key_batches_done = Core.key_batches_done
 local key_queues, NAME_MAX, split = Core.key_queues, Core.NAME_MAX, Core.split
 local TERMINAL = Core.TERMINAL
 local check_queue, check_types = Checks.check_queue, Checks.check_types
@@ -125,6 +131,27 @@ local function prune_set(ctx, key, limits, budget)
   return pruned
 end
 
+-- The done batches of the index older than cutoff (at most budget), oldest first: deleted,
+-- unless the batch is no longer done (not closed, or a member pending), which only leaves the
+-- index (the batch scripts keep it right; this keeps a stray entry from holding up the rest).
+local function prune_batches(ctx, cutoff, budget)
+  local index, pruned = key_batches_done(ctx), 0
+  local ids = redis.call("ZRANGEBYSCORE", index, "-inf", "(" .. fmt(ctx, cutoff), "LIMIT", 0, budget)
+  for _, id in ipairs(ids) do
+    local k = key_batch(ctx, id)
+    local b = redis.call("TYPE", k).ok == "hash"
+      and redis.call("HMGET", k, "cl", "n", "nS", "nF", "nC", "nE") or {}
+    local ended = 0
+    for i = 3, 6 do ended = ended + (tonumber(b[i] or "0") or 0) end
+    if b[1] == "1" and ended >= (tonumber(b[2]) or 0) then
+      redis.call("UNLINK", k, key_members(ctx, id))
+      pruned = pruned + 1
+    end
+    redis.call("ZREM", index, id)
+  end
+  return pruned
+end
+
 local function optional_int(s, what)
   if s == "" then return false end
   local n = int(s)
@@ -145,6 +172,7 @@ local function main(ctx)
     return invalid("limit must be between 1 and 10000")
   end
   local bad = check_types(ctx, {key_queues(ctx)}, "set")
+    or check_types(ctx, {key_batches_done(ctx)}, "zset")
   if bad then return bad end
   -- Never a job finished within the re-send window: a re-sent call must still find it.
   local limits = {
@@ -162,6 +190,9 @@ local function main(ctx)
         pruned = pruned + prune_set(ctx, key_q(ctx, queue, what), limits, limit - pruned)
       end
     end
+  end
+  if limits.cutoff and pruned < limit then
+    pruned = pruned + prune_batches(ctx, limits.cutoff, limit - pruned)
   end
   return applied("Pruned", fmt(ctx, now), fmt(ctx, pruned))
 end

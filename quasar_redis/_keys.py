@@ -42,7 +42,17 @@ FAMILIES = (
     "unique",
     "worker",
 )
-SINGLES = ("cascades", "events", "partitions", "paused", "queues", "schedules", "seq", "workers")
+SINGLES = (
+    "batches_done",
+    "cascades",
+    "events",
+    "partitions",
+    "paused",
+    "queues",
+    "schedules",
+    "seq",
+    "workers",
+)
 QUEUE_SETS = (
     "ready",
     "delayed",
@@ -190,3 +200,9 @@ class KeySpace:
     def members(self, batch_id: str) -> str:
         """A batch's member ids, in the order they were added."""
         return f"{self.root}members:{batch_id}"
+
+    @property
+    def batches_done(self) -> str:
+        """The ids of the batches done (closed, every member ended), scored by when each became
+        done: what prune deletes past its max age."""
+        return f"{self.root}batches_done"

@@ -273,7 +273,8 @@ class Operations(
         limit: int = 1000,
         now: int | None = None,
     ) -> Call[int]:
-        """Delete finished jobs older than ``max_age_ms`` or beyond ``max_count`` per queue."""
+        """Delete finished jobs older than ``max_age_ms`` or beyond ``max_count`` per queue, then
+        done batches older than ``max_age_ms``; at most ``limit`` deletions, the number returned."""
         return self.calls.prune(max_age_ms, max_count, limit, now)
 
     def purge(

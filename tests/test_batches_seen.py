@@ -89,3 +89,35 @@ def test_the_dashboards_batch_page_links_members_and_callbacks(
             assert missing.status_code == 404
 
     asyncio.run(run())
+
+
+def pruned(q: Quasar) -> None:
+    """The batch gone as prune leaves it, its members still there (tests/test_batches_prune.py)."""
+    q.redis.unlink(q.keys.batch("nightly"), q.keys.members("nightly"))
+    q.redis.zrem(q.keys.batches_done, "nightly")
+
+
+def test_a_member_of_a_pruned_batch_still_names_it_and_the_batch_is_gone(
+    rq: Quasar, namespace: str
+) -> None:
+    finished_batch(rq)
+    pruned(rq)
+    member = inproc("job", "check-0", "--json", namespace=namespace).json()
+    assert member["batch"] == "nightly"
+    assert "no batch 'nightly'" in inproc("batch", "nightly", namespace=namespace).one_error()
+
+
+def test_the_dashboard_shows_a_member_of_a_pruned_batch_and_no_batch(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    finished_batch(sync_q)
+    pruned(sync_q)
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            member = await client.get("/jobs/check-0")
+            assert member.status_code == 200, member.text
+            assert 'href="/batches/nightly">member of batch nightly</a>' in member.text
+            assert (await client.get("/batches/nightly")).status_code == 404
+
+    asyncio.run(run())

@@ -1,11 +1,13 @@
 """Batches against a model of their rules (docs/workflows.md, "Batches"), step by random step:
 batches opened, members added one by one or many at a time, closed, and members ending every
 way a job ends (completed, failed, cancelled with their dependents, expired at their deadline,
-retried by an operator and ended again), with completions sent twice. After every step, Redis
+retried by an operator and ended again), with completions sent twice, and pruned (a done batch
+goes whole, the ended members of the others one by one). After every step, Redis
 must hold what the model says: each batch's counts are its members' statuses, its open or closed
 state, and its callbacks: each enqueued (with the id ``<batch>@<kind>``, naming its batch) if and
-only if its condition held at some point after the close, and never twice
-(``tests/consistency.py``'s ``batch_problems`` checks the stored counts against the members)."""
+only if its condition held at some point after the close, and never twice; the done ones, and
+they alone, are in ``batches_done`` (``tests/consistency.py``'s ``batch_problems`` checks the
+stored counts against the members)."""
 
 from __future__ import annotations
 
@@ -66,6 +68,8 @@ class ModelBatch:
     closed: bool = False
     #: Each callback whose condition has held after the close: it must have been enqueued.
     due: set[str] = field(default_factory=set)
+    #: The statuses of its members pruned (they ended; the batch counts them still).
+    gone: list[str] = field(default_factory=list)
 
 
 class BatchMachine(RuleBasedStateMachine):
@@ -76,6 +80,7 @@ class BatchMachine(RuleBasedStateMachine):
         self.now = T0
         self.made = 0
         self.fired: dict[str, str] = {}  # callback job id -> the batch, as first seen
+        self.pruned: set[str] = set()  # batches pruned (their ids are not opened again)
 
     def teardown(self) -> None:
         self.cleanup()
@@ -93,6 +98,12 @@ class BatchMachine(RuleBasedStateMachine):
             ids = [m for m in ids if self.status(m) in wanted]
         return data.draw(st.sampled_from(ids)) if ids else None
 
+    def statuses(self, known: ModelBatch) -> list[str]:
+        return [self.status(m) for m in known.members] + known.gone
+
+    def done(self, known: ModelBatch) -> bool:
+        return known.closed and all(s in TERMINAL for s in self.statuses(known))
+
     def new_id(self) -> str:
         self.made += 1
         return f"m{self.made}"
@@ -107,6 +118,8 @@ class BatchMachine(RuleBasedStateMachine):
 
     @rule(batch_id=st.sampled_from(BATCHES), kinds=st.sets(st.sampled_from(KINDS)))
     def open(self, batch_id: str, kinds: set[str]) -> None:
+        if batch_id in self.pruned:
+            return
         callbacks = {k: NewJob(f"{batch_id}.{k}", queue="cb") for k in kinds}
         result = self.q.open_batch(
             batch_id,
@@ -215,6 +228,25 @@ class BatchMachine(RuleBasedStateMachine):
         self.q.sweep_expired(now=self.now)
         self.q.promote_due(now=self.now)
 
+    @rule()
+    def prune(self) -> None:
+        """Past the re-send window: every ended member goes, and every done batch."""
+        self.sweep(150)  # (members past their deadline expire first, as a worker sweeps)
+        self.now += 60_001  # (then the re-send window passes)
+        ended = done = 0
+        for batch_id, known in list(self.batches.items()):
+            if self.done(known):
+                done += 1
+                self.pruned.add(batch_id)
+                del self.batches[batch_id]
+                ended += len(known.members)
+                continue
+            statuses = [self.status(m) for m in known.members]
+            ended += sum(s in TERMINAL for s in statuses)
+            known.gone += [s for s in statuses if s in TERMINAL]
+            known.members = [m for m in known.members if self.status(m) not in TERMINAL]
+        assert self.q.prune(max_age_ms=0, now=self.now) == ended + done
+
     # --- what Redis must hold -------------------------------------------------------------------
 
     @invariant()
@@ -223,8 +255,8 @@ class BatchMachine(RuleBasedStateMachine):
             assert batch_problems(self.q.redis, self.q.keys, batch_id) == []
             info = self.q.batch(batch_id)
             assert info is not None
-            statuses = [self.status(m) for m in known.members]
-            assert info.total == len(known.members) and info.closed == known.closed
+            statuses = self.statuses(known)
+            assert info.total == len(statuses) and info.closed == known.closed
             counts = (info.succeeded, info.failed, info.cancelled, info.expired)
             assert counts == tuple(
                 statuses.count(s) for s in ("completed", "discarded", "cancelled", "expired")
@@ -239,6 +271,9 @@ class BatchMachine(RuleBasedStateMachine):
                 got = self.q.get_job(job_id, now=self.now)
                 assert got is not None and got.job.callback_of == batch_id
                 assert self.fired.setdefault(job_id, batch_id) == batch_id
+        index = {m.decode() for m in self.q.redis.zrange(self.q.keys.batches_done, 0, -1)}
+        assert index == {b for b, known in self.batches.items() if self.done(known)}
+        assert all(self.q.batch(b, now=self.now) is None for b in self.pruned)
         callbacks = self.q.list_jobs("cb", "available", limit=1000, now=self.now)
         assert sorted(j.id for j in callbacks) == sorted(self.fired)  # each once, no other
 

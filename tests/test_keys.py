@@ -77,6 +77,7 @@ def every_key(keys: KeySpace, queue: str, job_id: str) -> set[str]:
         keys.unique(job_id),
         keys.batch(job_id),
         keys.members(job_id),
+        keys.batches_done,
         keys.queues,
         keys.seq,
         keys.events,

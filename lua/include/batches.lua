@@ -3,6 +3,7 @@
 
 -- uses: core, checks
 local clock, invalid, key_batch, key_members = Core.clock, Core.invalid, Core.key_batch, Core.key_members
+local key_batches_done = Core.key_batches_done
 local refuse, TERMINAL = Core.refuse, Core.TERMINAL
 local check_types, id_error = Checks.check_types, Checks.id_error
 
@@ -20,7 +21,6 @@ local check_types, id_error = Checks.check_types, Checks.id_error
 local BATCH_ID_MAX = 240
 local CALLBACKS = {{"s", "on_success"}, {"f", "on_failure"}, {"c", "on_complete"}}
 local SPEC = {"q", "s", "p", "pr", "m"}
-local COUNTED = {S = "nS", F = "nF", C = "nC", E = "nE"}
 
 local function batch_id_error(id)
   local bad = id_error(id, "batch")
@@ -67,14 +67,22 @@ local function batch_join(ctx, id, job_id)
 end
 
 -- A member of batch `id` moved from state `before` to `after` (move, job.lua): its terminal
--- counts follow, and the batch is noted in ctx.batches for its callbacks (Callbacks.fire_due,
--- before the script returns). A batch key someone damaged does not fail the member's move:
--- its count is left as it is.
+-- counts follow (state X's count is the field "n" .. X), and the batch is noted in ctx.batches
+-- for its callbacks (Callbacks.fire_due, before the script returns). A batch key someone
+-- damaged does not fail the member's move: its count is left as it is. A member leaving a
+-- terminal state (an operator's retry) takes its batch out of the done ones (Callbacks.fire_due
+-- puts it back, with the new time, once it is done again). A batch that is gone (pruned,
+-- prune.lua) counts nothing: the member moves alone, rather than HINCRBY making a partial
+-- batch hash of one count.
 local function batch_counted(ctx, id, before, after)
   local k = key_batch(ctx, id)
-  if TERMINAL[before] then redis.pcall("HINCRBY", k, COUNTED[before], "-1") end
+  if redis.call("EXISTS", k) == 0 then return end
+  if TERMINAL[before] then
+    redis.pcall("HINCRBY", k, "n" .. before, "-1")
+    if not TERMINAL[after] then redis.pcall("ZREM", key_batches_done(ctx), id) end
+  end
   if TERMINAL[after] then
-    redis.pcall("HINCRBY", k, COUNTED[after], "1")
+    redis.pcall("HINCRBY", k, "n" .. after, "1")
     local due = ctx.batches or {}
     ctx.batches = due
     due[id] = true

@@ -2,6 +2,7 @@
 
 -- uses: core, checks, job, events, batches
 local clock, fmt, key_batch, key_job = Core.clock, Core.fmt, Core.key_batch, Core.key_job
+local key_batches_done = Core.key_batches_done
 local key_queues, key_seq, refuse = Core.key_queues, Core.key_seq, Core.refuse
 local check_queue = Checks.check_queue
 local field_args, place = Job.field_args, Job.place
@@ -21,7 +22,8 @@ local CALLBACKS, count, load_batch = Batches.CALLBACKS, Batches.count, Batches.l
 -- count for nothing against the 200 locals of the scripts that end jobs.)
 
 -- Fires every batch whose counts this call changed (ctx.batches, Batches.batch_counted), in id
--- order; returns `reply`. Every script that may move a member into a terminal state ends with it.
+-- order, and enters each one done in KEYS[1].."batches_done"; returns `reply`. Every script
+-- that may move a member into a terminal state ends with it.
 -- now: the call's (nil: read again, as the call read it; a callback is available from then).
 local function fire_due(ctx, reply, now)
   local due = ctx.batches
@@ -64,6 +66,8 @@ local function fire_due(ctx, reply, now)
     local b = load_batch(ctx, id)
     local n = b and count(b, "n")
     if b and b.cl == "1" and count(b, "nS") + count(b, "nF") + count(b, "nC") + count(b, "nE") >= n then
+      -- done: indexed by the time it became done, for prune.lua (kept while it stays done)
+      redis.pcall("ZADD", key_batches_done(ctx), "NX", now_text, id)
       local wanted = {s = count(b, "nS") == n, f = count(b, "nS") < n, c = true}
       for _, kind in ipairs(CALLBACKS) do
         local k = kind[1]

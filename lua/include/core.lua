@@ -98,9 +98,12 @@ local function key_paused(ctx) return ctx.prefix .. "paused" end
 local function key_schedule(ctx, name) return ctx.prefix .. "schedule:" .. name end
 local function key_schedules(ctx) return ctx.prefix .. "schedules" end
 -- Batches (docs/workflows.md, include/batches.lua): a hash per batch, and a list of its members'
--- ids in the order they were added (a family of its own: a batch id may hold any character).
+-- ids in the order they were added (a family of its own: a batch id may hold any character);
+-- the ids of the batches done (closed, every member ended) by the time they became done, for
+-- prune.lua.
 local function key_batch(ctx, id) return ctx.prefix .. "batch:" .. id end
 local function key_members(ctx, id) return ctx.prefix .. "members:" .. id end
+local function key_batches_done(ctx) return ctx.prefix .. "batches_done" end
 -- Queue keys are built once per call (a claim or report names the same few per job), in
 -- ctx.queue_keys[queue][what].
 local function key_q(ctx, queue, what)

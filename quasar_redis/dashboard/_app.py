@@ -288,7 +288,10 @@ class Dashboard(Actions):
         info = await self.client.batch(batch_id) if plausible_id(batch_id) else None
         if info is None:
             return _missing("No batch with that id.")
-        page = await self.client.batch_results(batch_id, count=BATCH_MEMBERS_SHOWN)
+        try:
+            page = await self.client.batch_results(batch_id, count=BATCH_MEMBERS_SHOWN)
+        except InvalidArgument:  # (pruned since it was read: as missing as one never there)
+            return _missing("No batch with that id.")
         members = [
             (m.id, m.job.status(page.now).value if m.job else "deleted") for m in page.members
         ]
