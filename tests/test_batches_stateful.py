@@ -232,6 +232,7 @@ class BatchMachine(RuleBasedStateMachine):
     def prune(self) -> None:
         """Past the re-send window: every ended member goes, and every done batch."""
         self.sweep(150)  # (members past their deadline expire first, as a worker sweeps)
+        self.batches_match_the_model()  # (the callbacks that sweep fired, noted before the prune)
         self.now += 60_001  # (then the re-send window passes)
         ended = done = 0
         for batch_id, known in list(self.batches.items()):
