@@ -28,7 +28,7 @@ from . import _types as t
 from ._app_batches import amember_results
 from ._batch import BatchInfo, BatchOpenRefused, BatchOpenResult
 from ._calls import NewJob
-from ._dependency_calls import DependencyResult, results_of
+from ._dependency_calls import DependencyResult
 from ._handles import JobHandle
 from ._ids import id_error
 from ._partitions import hashed
@@ -364,23 +364,20 @@ class MissingResults(Exception):
     its batch was pruned, or had not succeeded): the job fails for good."""
 
 
-async def received(app: App, job: t.Job, receives: str) -> Any:
+async def received(
+    app: App, job: t.Job, receives: str, dependencies: Sequence[DependencyResult]
+) -> Any:
     """What the workflow's job ``job`` receives first (``receives`` as its payload says): its
-    dependency's result, or the list of its batch's members' results, in order, read in one
-    call (a call per 1,000 members)."""
-    client = app.aclient()
+    dependency's result (of ``dependencies``, as the worker read them for the job), or the list
+    of its batch's members' results, in order (a call per 1,000 members)."""
     if receives == RECEIVES_RESULT:
-        read = await client.dependencies(job.id)
-        if isinstance(read, t.JobRefused):
-            raise MissingResults(f"job {job.id!r}: its dependencies cannot be read: {read.error}")
-        found = results_of(read, app.result_of)
-        if len(found) != 1:
-            raise MissingResults(f"job {job.id!r} receives a result but has {len(found)} deps")
-        return _value(job.id, found[0])
+        if len(dependencies) != 1:
+            raise MissingResults(f"job {job.id!r} receives a result but has {len(dependencies)}")
+        return _value(job.id, dependencies[0])
     kind, _, batch = receives.partition(":")
     if kind != RECEIVES_RESULTS or not batch:
         raise MissingResults(f"job {job.id!r}: its payload receives {receives!r}, unknown here")
-    return [_value(job.id, r) for r in await amember_results(app, client, batch)]
+    return [_value(job.id, r) for r in await amember_results(app, app.aclient(), batch)]
 
 
 def _value(job_id: str, result: DependencyResult) -> Any:

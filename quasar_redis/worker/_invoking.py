@@ -57,8 +57,9 @@ class Invoker:
         except (TypeError, CorruptDataError) as exc:
             return o.permanent("BadPayload", str(exc), exc)
         if receives is not None:  # a workflow's step: the results it is given first
-            try:
-                args.insert(0, await received(app, job, receives))
+            try:  # (its dependencies read once: a task in a process of its own gets them too)
+                running.ctx = await read_before_run(app, running.ctx)
+                args.insert(0, await received(app, job, receives, running.ctx.read or ()))
             except MissingResults as exc:
                 return o.permanent("MissingResults", str(exc), exc)
             except Exception as exc:  # Redis away: tried again as the task's failure would be
