@@ -23,6 +23,7 @@ from quasar_redis import (
     TerminalJob,
 )
 from quasar_redis._views import decode_event
+from quasar_redis.cli._events import format_event
 
 from .helpers import T0, applied, claimed, snapshot, where
 
@@ -125,6 +126,8 @@ def test_an_operator_retry_keeps_the_last_error_and_tells_its_reason(q: Quasar) 
     assert [e.message for e in info.errors] == ["boom"]
     events = [e for entry in q.redis.xrange(q.keys.events) for e in decode_event(*entry)]
     assert [(e.event, e.message) for e in events][-1] == ("retryable", "fixed upstream")
+    lines = [line for entry in q.redis.xrange(q.keys.events) for line in format_event(*entry)]
+    assert lines[-1].endswith(' event=retryable queue=default attempt=1 message="fixed upstream"')
 
 
 def finish(q: Quasar, job_id: str, now: int, *, fail: bool = False) -> None:
