@@ -147,15 +147,15 @@ def _switch(queue: str, op: Operator, pause: bool) -> None:
         check_name(queue, "queue")
     except ConfigurationError as exc:
         raise click.BadParameter(str(exc), param_hint="QUEUE") from None
-    new = queue not in op.known_queues()
+    new = pause and queue not in op.known_queues()
     changed = op.q.pause(queue) if pause else op.q.resume(queue)
     if op.as_json:
         op.emit_json({"queue": queue, "paused": pause, "changed": changed})
         return
     word = "paused" if pause else "resumed"
-    if changed and new:
+    if changed and new:  # (named here with its namespace: a mistyped one shows)
         click.echo(
-            f"queue {queue!r} of namespace {op.namespace!r} {word}: it has no job yet; "
+            f"queue {queue!r} of namespace {op.namespace!r} paused: it has no job yet; "
             "its workers lease none until it is resumed"
         )
     elif changed:
