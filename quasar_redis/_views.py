@@ -4,7 +4,8 @@ dashboard and the Prometheus metrics show, as plain values made from client repl
 ``_reading.py`` reads them (its flows run on either client); each place only presents them.
 The event stream is decoded here, once: an entry lists the jobs of one run of the same event,
 space-separated, with their attempts; an event of a queue (``QUEUE_EVENTS``: a pause, a
-resume) names no job.
+resume) names no job; a ``progress`` event carries its value and message, an operator retry's
+``retryable`` event its reason (as the message).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Event:
     job: str | None = None
     attempt: str | None = None
     value: float | None = None  # a ``progress`` event's (docs/observability.md)
-    message: str | None = None  # ... and its message, if any
+    message: str | None = None  # ... and its message, if any; an operator retry's reason
 
     @property
     def at(self) -> str:
@@ -56,11 +57,12 @@ def decode_event(entry_id: Any, fields: dict[Any, Any]) -> list[Event]:
     if jobs is None:
         return [Event(entry, at_ms, event, queue)]
     attempts = (get("a") or "").split(" ")
+    message = get("pm") or None  # (a progress event's; an operator retry's reason)
     if event == "progress":  # (one job an entry, with its value and message)
-        value, message = get("pv"), get("pm") or None
-        return [Event(entry, at_ms, event, queue, jobs, attempts[0], _number(value), message)]
+        return [Event(entry, at_ms, event, queue, jobs, attempts[0], _number(get("pv")), message)]
+    attempt = dict(enumerate(attempts))
     return [
-        Event(entry, at_ms, event, queue, job, attempts[i] if i < len(attempts) else None)
+        Event(entry, at_ms, event, queue, job, attempt.get(i), None, message)
         for i, job in enumerate(jobs.split(" "))
     ]
 

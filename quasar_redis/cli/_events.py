@@ -38,8 +38,8 @@ def event_line(event: Event) -> str:
     line = f"{stamp} job={event.job} event={event.event} queue={event.queue} attempt={attempt}"
     if event.value is not None:  # a progress event
         line += f" value={event.value:g}"
-        if event.message is not None:
-            line += f" message={json.dumps(event.message, ensure_ascii=False)}"
+    if event.message is not None:
+        line += f" message={json.dumps(event.message, ensure_ascii=False)}"
     return line
 
 
@@ -53,6 +53,8 @@ def event_json(event: Event) -> str:
     }
     if event.value is not None:  # a progress event
         document |= {"value": event.value, "message": event.message}
+    elif event.message is not None:  # an operator retry's reason
+        document["message"] = event.message
     return json.dumps(document, ensure_ascii=False)
 
 
