@@ -21,7 +21,7 @@ from ._handles import JobHandle
 from ._ids import id_error
 from ._keys import check_name
 from ._workflows import Signature
-from .errors import ConfigurationError, InvalidTaskCall, QuasarError
+from .errors import ConfigurationError, InvalidArgument, InvalidTaskCall, QuasarError
 from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
 
 if TYPE_CHECKING:
@@ -256,17 +256,29 @@ class TaskSettings:
     result_ttl: float | None = None
     group_by: GroupBy | None = None
 
-    def check(self) -> None:
-        """ValueError (or QuasarError for the queue name) for a setting out of range."""
-        if (self.lease_ms is not None and self.lease_ms < 1) or self.max_attempts < 1:
-            raise ValueError("lease_ms and max_attempts must be positive")
-        if self.result_ttl is not None and not 0 <= self.result_ttl < 10**9:
-            raise ValueError("result_ttl must be None or seconds, at least 0")
+    def check(self, task: str) -> None:
+        """InvalidArgument (a ValueError) naming ``task``, the setting and its value, for a
+        setting out of range (ConfigurationError for the queue name)."""
+        group_by = self.group_by
+        bounds = [
+            (
+                self.lease_ms is None or self.lease_ms >= 1,
+                f"lease_ms must be None or milliseconds >= 1: got {self.lease_ms!r}",
+            ),
+            (self.max_attempts >= 1, f"max_attempts must be >= 1: got {self.max_attempts!r}"),
+            (
+                self.result_ttl is None or 0 <= self.result_ttl < 10**9,
+                f"result_ttl must be None or seconds >= 0: got {self.result_ttl!r}",
+            ),
+            (
+                group_by is None or (isinstance(group_by, str) and group_by) or callable(group_by),
+                f"group_by must be a parameter's name or a function of the call: got {group_by!r}",
+            ),
+        ]
+        for ok, problem in bounds:
+            if not ok:
+                raise InvalidArgument(f"task {task!r}: {problem}")
         check_name(self.queue, "queue")
-        if self.group_by is not None and not (
-            (isinstance(self.group_by, str) and self.group_by) or callable(self.group_by)
-        ):
-            raise ValueError("group_by must be a parameter's name or a function of the call")
 
 
 class TaskRegistry(dict[str, "Task[Any, Any]"]):
@@ -285,7 +297,7 @@ class TaskRegistry(dict[str, "Task[Any, Any]"]):
             raise ConfigurationError(problem)
         if stage in self:
             raise QuasarError(f"a task named {stage!r} is declared twice")
-        s.check()
+        s.check(stage)
         task = Task(
             app,
             fn,
