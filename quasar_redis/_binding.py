@@ -81,6 +81,12 @@ class CallCheck:
         return found
 
 
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'email'?)`` for the name of ``known`` closest to ``name``, if one is."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _unexpected(signature: inspect.Signature, kwargs: Mapping[str, Any]) -> str | None:
     """The first keyword the function does not take, with the parameter it may have meant."""
     params = signature.parameters
@@ -91,9 +97,7 @@ def _unexpected(signature: inspect.Signature, kwargs: Mapping[str, Any]) -> str 
         param = params.get(name)
         if param is not None and param.kind is not inspect.Parameter.POSITIONAL_ONLY:
             continue
-        close = difflib.get_close_matches(name, takes, n=1)
-        meant = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"unexpected keyword argument {name!r}{meant}"
+        return f"unexpected keyword argument {name!r}{did_you_mean(name, takes)}"
     return None
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from . import _tracing
 from . import _types as t
-from ._binding import CallCheck, script_name_problem
+from ._binding import CallCheck, did_you_mean, script_name_problem
 from ._calls import NewJob
 from ._codec import encode
 from ._dedup import Dedup, derived_key
@@ -116,7 +116,16 @@ class Task(Generic[P, R]):
         return self.fn(*args, **kwargs)
 
     def options(self, **opts: Any) -> Task[P, R]:
-        """The same task with per-call options (see ``EnqueueOptions``)."""
+        """The same task with per-call options (see ``EnqueueOptions``); TypeError, naming the
+        task and the options there are, for one there is not."""
+        known = [f.name for f in fields(EnqueueOptions)]
+        for name in opts:
+            if name not in known:
+                raise TypeError(
+                    f"task {self.name!r}: options() has no option {name!r}"
+                    f"{did_you_mean(name, known)}; "
+                    f"the options: {', '.join(known)}"
+                )
         return replace(self, options_=replace(self.options_, **opts))
 
     def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
@@ -296,7 +305,10 @@ class TaskRegistry(dict[str, "Task[Any, Any]"]):
         if problem is not None:
             raise ConfigurationError(problem)
         if stage in self:
-            raise QuasarError(f"a task named {stage!r} is declared twice")
+            raise QuasarError(
+                f"a task named {stage!r} is declared twice: give one of them a name of its own "
+                "(@app.task(name=...))"
+            )
         s.check(stage)
         task = Task(
             app,

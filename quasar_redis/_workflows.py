@@ -29,6 +29,7 @@ from ._app_batches import amember_results
 from ._batch import BatchInfo, BatchOpenRefused, BatchOpenResult
 from ._calls import NewJob
 from ._dependency_calls import DependencyResult
+from ._enqueue_refusals import enqueue_refused
 from ._handles import JobHandle
 from ._ids import id_error
 from ._partitions import hashed
@@ -95,22 +96,20 @@ def _enqueue_all(app: App, jobs: Sequence[NewJob]) -> None:
     ``Limits.max_batch``, each skipping the jobs an earlier enqueue of the workflow made."""
     size = app.client.calls.limits.max_batch
     for start in range(0, len(jobs), size):
-        result = app.client.enqueue_many(
-            jobs[start : start + size], ids_only=True, on_duplicate="skip"
-        )
+        chunk = jobs[start : start + size]
+        result = app.client.enqueue_many(chunk, ids_only=True, on_duplicate="skip")
         if isinstance(result, t.BatchRefused):
-            raise JobRefusedError(result)
+            raise enqueue_refused(result, chunk)
 
 
 async def _aenqueue_all(app: App, jobs: Sequence[NewJob]) -> None:
     client = app.aclient()
     size = client.calls.limits.max_batch
     for start in range(0, len(jobs), size):
-        result = await client.enqueue_many(
-            jobs[start : start + size], ids_only=True, on_duplicate="skip"
-        )
+        chunk = jobs[start : start + size]
+        result = await client.enqueue_many(chunk, ids_only=True, on_duplicate="skip")
         if isinstance(result, t.BatchRefused):
-            raise JobRefusedError(result)
+            raise enqueue_refused(result, chunk)
 
 
 class WorkflowHandle:

@@ -167,10 +167,12 @@ class ProtocolError(QuasarError):
 
 
 class JobRefusedError(QuasarError):
-    """The task API raises this when a transition (an enqueue, say) was refused; see ``error``."""
+    """The task API raises this when a transition (an enqueue, say) was refused; see ``error``.
+    ``message``: what the user is told (the task API names the task, the queue and the reason);
+    by default ``refused: <error>``."""
 
-    def __init__(self, error: Any) -> None:
-        super().__init__(f"refused: {error}")
+    def __init__(self, error: Any, message: str | None = None) -> None:
+        super().__init__(message or f"refused: {error}")
         self.error = error
 
 

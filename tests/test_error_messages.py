@@ -29,8 +29,11 @@ from quasar_redis import (
     InvalidArgument,
     InvalidTaskCall,
     JobHandle,
+    JobRefusedError,
     JobTimeoutError,
+    MissingDependency,
     NoSuchDatabase,
+    QuasarError,
     Task,
     chain,
     chord,
@@ -339,3 +342,41 @@ def test_a_task_setting_out_of_range_names_the_task_and_the_value(
         app.task(send_receipt, name="send_receipt", **setting)
     assert isinstance(caught.value, ValueError)
     assert str(caught.value) == f"task 'send_receipt': {said}"
+
+
+# --- an enqueue Redis refused, and an option or a name mistaken -----------------------------
+
+
+def test_a_refused_enqueue_names_the_task_the_queue_and_why(app: App) -> None:
+    task: Task[..., Any] = app.task(send_receipt, queue="emails", name="send_receipt")
+    with pytest.raises(JobRefusedError) as caught:
+        task.options(depends_on=["no-such-job"]).enqueue(1, "a@b")
+    assert str(caught.value) == (
+        "task 'send_receipt': enqueue to queue 'emails' refused: its dependency 'no-such-job' "
+        "does not exist (never enqueued, or pruned) (MissingDependency)"
+    )
+    assert caught.value.error == MissingDependency("no-such-job")
+    twice = [task.options(id="same").job(1, "a@b"), task.options(id="same").job(2, "b@c")]
+    with pytest.raises(JobRefusedError) as caught:
+        app.enqueue_many(twice)
+    assert str(caught.value) == (
+        "task 'send_receipt' (id 'same'): enqueue to queue 'emails' refused: job 'same' exists "
+        "already, or is twice in the batch (DuplicateJob); job 1 of a batch of 2: nothing of it "
+        "enqueued"
+    )
+
+
+def test_an_unknown_option_and_a_name_declared_twice_are_named(app: App) -> None:
+    task: Task[..., Any] = app.task(send_receipt, queue="emails", name="send_receipt")
+    with pytest.raises(TypeError) as caught:
+        task.options(max_atempts=5)
+    assert str(caught.value).startswith(
+        "task 'send_receipt': options() has no option 'max_atempts' (did you mean "
+        "'max_attempts'?); the options: id, queue, priority, max_attempts,"
+    )
+    with pytest.raises(QuasarError) as declared:
+        app.task(send_receipt, name="send_receipt")
+    assert str(declared.value) == (
+        "a task named 'send_receipt' is declared twice: give one of them a name of its own "
+        "(@app.task(name=...))"
+    )
