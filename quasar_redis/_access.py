@@ -66,6 +66,33 @@ def _no_password_set() -> str:
     )
 
 
+class DatabaseOutOfRange(rex.ResponseError):
+    """Redis refused SELECT of a database it does not have; ``databases``: how many it has,
+    asked on the same connection as it was refused (``_reconnects``), None where Redis did not
+    say (CONFIG refused)."""
+
+    def __init__(self, message: str, databases: int | None) -> None:
+        super().__init__(message)
+        self.databases = databases
+
+
+def out_of_range(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing a database number it does not have."""
+    return isinstance(exc, rex.ResponseError) and any(m in str(exc).lower() for m in NO_DATABASE)
+
+
+def databases_in(reply: Any) -> int | None:
+    """How many databases ``CONFIG GET databases`` says the server has (RESP2 or RESP3)."""
+    if isinstance(reply, dict):
+        reply = [item for pair in reply.items() for item in pair]
+    if isinstance(reply, list) and len(reply) == 2:
+        try:
+            return int(reply[1])
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
 def database_of(client: Any) -> int | None:
     """The database number a redis-py client's connections select (None where unknown: a
     cluster client, or a client with no pool)."""
@@ -87,12 +114,16 @@ def database_in(url: str) -> int | None:
         return None
 
 
-def no_such_database(database: int | None) -> NoSuchDatabase:
-    """The error of a database number the server does not have."""
+def no_such_database(database: int | None, databases: int | None = None) -> NoSuchDatabase:
+    """The error of a database number the server does not have (``databases``: how many it
+    has, where known)."""
     which = "of the number the URL names" if database is None else str(database)
+    if databases is not None and databases > 0:
+        has = f"it has {databases}: 0 to {databases - 1}; see `databases` in redis.conf"
+    else:
+        has = "a server has 16 by default, 0 to 15, or as many as `databases` in redis.conf says"
     return NoSuchDatabase(
-        f"Redis has no database {which}: a server has 16 by default (0 to 15), or as many as "
-        "`databases` in its redis.conf says; pick one that exists in the URL's path "
+        f"Redis has no database {which} ({has}): pick one that exists in the URL's path "
         "(redis://host:port/0)",
         database,
     )
@@ -118,6 +149,6 @@ def refusal(exc: BaseException, database: int | None = None) -> QuasarError | No
         return AuthenticationError(_password_needed())
     if isinstance(exc, rex.AuthenticationError):
         return AuthenticationError(f"Redis refused the credentials ({text})")
-    if any(marker in lower for marker in NO_DATABASE):
-        return no_such_database(database)
+    if out_of_range(exc):
+        return no_such_database(database, getattr(exc, "databases", None))
     return None

@@ -133,10 +133,13 @@ def test_a_wrong_password_or_an_unknown_user_is_said_so(
 
 @pytest.fixture(scope="module")
 def two_databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A server of 2 databases (0 and 1)."""
+    """A server of 2 databases (0 and 1), with a user that may not run CONFIG."""
     folder = tmp_path_factory.mktemp("two-databases")
     with server_in(folder, durable=False, config=("--databases", "2")) as server:
         server.start()
+        admin: Any = redis.Redis.from_url(server.url)
+        admin.execute_command("ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "+@all", "-config")
+        admin.close()
         yield server
 
 
@@ -148,8 +151,23 @@ def test_a_database_the_server_lacks_is_a_configuration_error(
     for error in refusals(url, kind):
         assert isinstance(error, NoSuchDatabase) and isinstance(error, ConfigurationError)
         assert error.database == 5
-        assert str(error).startswith("Redis has no database 5: "), error
-        assert "`databases` in its redis.conf" in str(error)
+        assert str(error) == (
+            "Redis has no database 5 (it has 2: 0 to 1; see `databases` in redis.conf): pick "
+            "one that exists in the URL's path (redis://host:port/0)"
+        )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_database_the_server_lacks_is_told_where_config_is_refused(
+    two_databases: RedisServer, kind: str
+) -> None:
+    url = f"redis://noconfig:pw@127.0.0.1:{two_databases.port}/5"
+    error = enqueue_refusal(url, kind)
+    assert isinstance(error, NoSuchDatabase), repr(error)
+    assert str(error).startswith(
+        "Redis has no database 5 (a server has 16 by default, 0 to 15, or as many as "
+        "`databases` in redis.conf says): "
+    ), error
 
 
 # --- the command line: one line, exit 1, no retry -------------------------------------------
@@ -217,7 +235,10 @@ def test_the_cli_says_a_database_is_missing_once(
     admin = redis.Redis.from_url(two_databases.url)
     before = connections(admin)
     line = one_error_line(run_cli(command, f"redis://127.0.0.1:{two_databases.port}/5"))
-    assert f"Redis at redis://127.0.0.1:{two_databases.port}/5: Redis has no database 5" in line
+    assert (
+        f"Redis at redis://127.0.0.1:{two_databases.port}/5: Redis has no database 5 (it has 2"
+        in line
+    )
     assert connections(admin) - before <= 3  # (a retry at start would make dozens)
 
 
