@@ -49,20 +49,17 @@ class CallCheck:
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            received = bool(args) and args[0] is RECEIVED
             what = _unexpected(self.signature, kwargs) or _too_many(self.signature, args)
-            return f"{what or exc}; {self._shown(received)}"
+            text = f"{what or exc}; the function is {self.name}{shown(self.signature)}"
+            if args and args[0] is RECEIVED:
+                text += " (its first argument is the previous step's result)"
+            return text
         return None
 
-    def _shown(self, received: bool) -> str:
-        """The signature as the message shows it (what the first parameter receives, where it
-        receives the previous step's result)."""
-        name = self.qualname.rpartition(".")[2]
-        assert self.signature is not None
-        text = f"the function is {name}{shown(self.signature)}"
-        if received:
-            text += " (its first argument is the previous step's result)"
-        return text
+    @property
+    def name(self) -> str:
+        """The function's own name (``send_receipt``, of ``Mailer.send_receipt`` too)."""
+        return self.qualname.rpartition(".")[2]
 
     def named(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Each argument under the name of its parameter (``args[1]`` for one of ``*args``)."""

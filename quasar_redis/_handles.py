@@ -186,8 +186,8 @@ def standing(info: t.JobInfo | None) -> str | None:
     state = job.state
     if status is t.Status.AVAILABLE:
         return (
-            f"it is still waiting in {queue} (no worker has claimed it: is a worker of this "
-            "app serving that queue? `quasar workers` lists them)"
+            f"it is still waiting in {queue} (no worker has claimed it: `quasar workers` lists "
+            "the queues each worker serves, `quasar queues` those paused)"
         )
     if status is t.Status.BLOCKED:
         on = f" on job {info.waiting_on!r}" if info.waiting_on else ""

@@ -38,6 +38,7 @@ from quasar_redis import (
     chain,
     chord,
 )
+from quasar_redis._urls import redact_text
 from quasar_redis.cli import main
 
 from .helpers import NO_URL
@@ -275,8 +276,8 @@ def test_a_result_wait_that_times_out_names_the_job_and_where_it_stands(
     assert (error.job_id, error.timeout) == ("waiting-one", 0.2)
     assert str(error) == (
         "job 'waiting-one' did not finish within 0.2 s: it is still waiting in queue 'emails' "
-        "(no worker has claimed it: is a worker of this app serving that queue? `quasar "
-        "workers` lists them)"
+        "(no worker has claimed it: `quasar workers` lists the queues each worker serves, "
+        "`quasar queues` those paused)"
     )
     assert "it is scheduled to run at 20" in str(timed_out(kind, later, 0.05))
     assert "it is blocked on job 'waiting-one'" in str(timed_out(kind, blocked, 0.05))
@@ -284,6 +285,11 @@ def test_a_result_wait_that_times_out_names_the_job_and_where_it_stands(
     assert isinstance(claimed, ClaimApplied) and claimed.claim.job.id == "waiting-one"
     running = str(timed_out(kind, waiting, 0.05))
     assert "it is running (attempt 1 of 3) on worker 'worker-7'" in running, running
+    token = claimed.claim.token
+    app.client.fail(token, "worker-7", "SMTP busy", retry_delay_ms=3_600_000, kind="SmtpBusy")
+    retrying = str(timed_out(kind, waiting, 0.05))
+    assert "attempt 1 of 3 failed (SMTP busy); it is retried at 20" in retrying, retrying
+    assert retrying.endswith(" in queue 'emails'"), retrying
 
 
 def test_a_chord_wait_that_times_out_names_its_callback(app: App) -> None:
@@ -401,3 +407,10 @@ def test_an_unknown_option_and_a_name_declared_twice_are_named(app: App) -> None
         "a task named 'send_receipt' is declared twice: give one of them a name of its own "
         "(@app.task(name=...))"
     )
+
+
+def test_the_url_forms_messages_show_are_not_taken_for_credentials() -> None:
+    said = "give it in the URL (redis://:PASSWORD@host:port/db, or redis://USER:PASSWORD@host)"
+    assert redact_text(said) == said
+    assert redact_text("redis://:PASSWORDS@host") == "redis://:***@host"
+    assert redact_text("redis://USER:hunter2@host") == "redis://USER:***@host"
