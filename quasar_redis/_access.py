@@ -21,6 +21,8 @@ import redis.exceptions as rex
 from ._urls import target
 from .errors import AuthenticationError, NoSuchDatabase, QuasarError
 
+#: How Redis's words of a refusal may start, before the words themselves.
+PREFIXES = ("err ", "protocol error: ")
 #: How a server that wants a password refuses a connection that gave none.
 NEEDS_PASSWORD = (
     "hello must be called with the client already authenticated",
@@ -32,7 +34,7 @@ NEEDS_PASSWORD = (
 #: How it refuses a wrong password, or a user it does not know (or has disabled).
 WRONG_PASSWORD = ("wrongpass", "invalid username-password pair", "invalid password")
 #: How it refuses a password where it has none set.
-NO_PASSWORD_SET = "called without any password configured"
+NO_PASSWORD_SET = ("auth <password> called without any password configured",)
 #: How it refuses a database number it does not have (Redis; Valkey and older servers).
 NO_DATABASE = ("db index is out of range", "invalid db index")
 
@@ -76,9 +78,17 @@ class DatabaseOutOfRange(rex.ResponseError):
         self.databases = databases
 
 
+def _says(text: str, words: tuple[str, ...]) -> bool:
+    """Whether an error's ``text`` (lower case) opens with one of ``words``, after an error
+    code Redis may put first."""
+    for prefix in PREFIXES:
+        text = text.removeprefix(prefix)
+    return text.startswith(words)
+
+
 def out_of_range(exc: BaseException) -> bool:
     """Whether ``exc`` is Redis refusing a database number it does not have."""
-    return isinstance(exc, rex.ResponseError) and any(m in str(exc).lower() for m in NO_DATABASE)
+    return isinstance(exc, rex.ResponseError) and _says(str(exc).lower(), NO_DATABASE)
 
 
 def databases_in(reply: Any) -> int | None:
@@ -141,11 +151,11 @@ def refusal(exc: BaseException, database: int | None = None) -> QuasarError | No
     lower = text.lower()
     if isinstance(exc, rex.AuthenticationWrongNumberOfArgsError):
         return AuthenticationError(_no_users())
-    if NO_PASSWORD_SET in lower:
+    if _says(lower, NO_PASSWORD_SET):
         return AuthenticationError(_no_password_set())
-    if any(marker in lower for marker in WRONG_PASSWORD):
+    if _says(lower, WRONG_PASSWORD):
         return AuthenticationError(_wrong_password(text.removeprefix("WRONGPASS ")))
-    if any(marker in lower for marker in NEEDS_PASSWORD):
+    if _says(lower, NEEDS_PASSWORD):
         return AuthenticationError(_password_needed())
     if isinstance(exc, rex.AuthenticationError):
         return AuthenticationError(f"Redis refused the credentials ({text})")

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner, Result
+from redis.exceptions import AuthenticationWrongNumberOfArgsError
 
 from quasar_redis import (
     App,
@@ -38,6 +39,7 @@ from quasar_redis import (
     chain,
     chord,
 )
+from quasar_redis._access import refusal
 from quasar_redis._urls import redact_text
 from quasar_redis.cli import main
 
@@ -414,3 +416,49 @@ def test_the_url_forms_messages_show_are_not_taken_for_credentials() -> None:
     assert redact_text(said) == said
     assert redact_text("redis://:PASSWORDS@host") == "redis://:***@host"
     assert redact_text("redis://USER:hunter2@host") == "redis://USER:***@host"
+
+
+def test_a_password_where_the_server_has_none_is_said_so(two_databases: RedisServer) -> None:
+    url = f"redis://:some-pw@127.0.0.1:{two_databases.port}/0?protocol=2"  # (AUTH: RESP2)
+    error = enqueue_refusal(url, "sync")
+    assert isinstance(error, AuthenticationError), repr(error)
+    assert str(error).startswith("the URL gives a password, but this Redis has none set"), error
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "said"),
+    [
+        (
+            redis.ResponseError("NOAUTH Authentication required."),
+            AuthenticationError,
+            "needs a password",
+        ),
+        (
+            redis.AuthenticationError("Authentication required."),
+            AuthenticationError,
+            "needs a password",
+        ),
+        (
+            redis.ResponseError("Protocol error: unauthenticated multibulk length"),
+            AuthenticationError,
+            "needs a password",
+        ),
+        (
+            redis.ResponseError("WRONGPASS invalid username-password pair"),
+            AuthenticationError,
+            "refused the user or password",
+        ),
+        (
+            AuthenticationWrongNumberOfArgsError("wrong number"),
+            AuthenticationError,
+            "before Redis 6",
+        ),
+        (redis.ResponseError("ERR invalid DB index"), NoSuchDatabase, "no database 3"),
+        (redis.ResponseError("job 'noauth-1' is not DB index is out of range"), None, ""),
+        (redis.ConnectionError("Connection refused"), None, ""),
+    ],
+)
+def test_what_each_refusal_is_read_as(error: Exception, kind: type | None, said: str) -> None:
+    found = refusal(error, 3)
+    assert (found is None) if kind is None else isinstance(found, kind), repr(found)
+    assert said in str(found)
