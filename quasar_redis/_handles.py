@@ -96,7 +96,7 @@ class JobHandle:
                 outage.ok()
             except WAIT_ERRORS as exc:
                 if (pause := _pause(outage, exc, deadline)) is None:
-                    break
+                    raise self._timed_out(timeout, None) from exc  # (Redis away: not asked)
                 time.sleep(pause)
         info = None
         with contextlib.suppress(Exception):  # (where it stands, if Redis says)
@@ -127,7 +127,7 @@ class JobHandle:
                 outage.ok()
             except WAIT_ERRORS as exc:
                 if (pause := _pause(outage, exc, deadline)) is None:
-                    break
+                    raise self._timed_out(timeout, None) from exc  # (Redis away: not asked)
                 await asyncio.sleep(pause)
         info = None
         with contextlib.suppress(Exception):  # (where it stands, if Redis says)
