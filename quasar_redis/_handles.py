@@ -95,7 +95,7 @@ class JobHandle:
                 last = _scan_events(reply, self.id, last)
                 outage.ok()
             except WAIT_ERRORS as exc:
-                if (pause := _pause(outage, exc, deadline)) is None:
+                if (pause := _pause(outage, exc, deadline, self.id)) is None:
                     raise self._timed_out(timeout, None) from exc  # (Redis away: not asked)
                 time.sleep(pause)
         info = None
@@ -126,7 +126,7 @@ class JobHandle:
                 last = _scan_events(reply, self.id, last)
                 outage.ok()
             except WAIT_ERRORS as exc:
-                if (pause := _pause(outage, exc, deadline)) is None:
+                if (pause := _pause(outage, exc, deadline, self.id)) is None:
                     raise self._timed_out(timeout, None) from exc  # (Redis away: not asked)
                 await asyncio.sleep(pause)
         info = None
@@ -154,10 +154,13 @@ class JobHandle:
         raise JobFailedError(job)
 
 
-def _pause(outage: Outage, exc: BaseException, deadline: float | None) -> float | None:
-    """How long to pause after ``exc`` broke a wait (see ``Outage``), never past ``deadline``;
-    None once it has passed."""
-    pause = outage.failed(exc)
+def _pause(outage: Outage, exc: BaseException, deadline: float | None, job_id: str) -> float | None:
+    """How long to pause after ``exc`` broke a wait for job ``job_id`` (see ``Outage``), never
+    past ``deadline``; None once it has passed."""
+    try:
+        pause = outage.failed(exc)
+    except RedisUnavailable as away:
+        raise RedisUnavailable(f"waiting for job {job_id!r}: {away}") from exc
     if deadline is None:
         return pause
     left = deadline - time.monotonic()

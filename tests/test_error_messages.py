@@ -35,7 +35,9 @@ from quasar_redis import (
     MissingDependency,
     NoSuchDatabase,
     QuasarError,
+    RedisUnavailable,
     Task,
+    _waits,
     chain,
     chord,
 )
@@ -44,7 +46,7 @@ from quasar_redis._urls import redact_text
 from quasar_redis.cli import main
 
 from .helpers import NO_URL
-from .locked_redis import PASSWORD, WRONG, LockedRedis, locked
+from .locked_redis import PASSWORD, WRONG, LockedRedis, closed_port, locked
 from .servers import RedisServer, server_in
 
 __all__ = ["locked"]  # (the fixture)
@@ -462,3 +464,14 @@ def test_what_each_refusal_is_read_as(error: Exception, kind: type | None, said:
     found = refusal(error, 3)
     assert (found is None) if kind is None else isinstance(found, kind), repr(found)
     assert said in str(found)
+
+
+def test_a_wait_given_up_on_an_unreachable_redis_names_the_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_waits, "OUTAGE_S", 0.0)  # (given up at the first failure)
+    app = App(f"redis://127.0.0.1:{closed_port()}/0", namespace="error-messages")
+    with pytest.raises(RedisUnavailable) as caught:
+        JobHandle(app, "some-job").result()
+    app.close()
+    assert str(caught.value).startswith("waiting for job 'some-job': Redis was away for 0s: ")
