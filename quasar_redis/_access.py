@@ -8,7 +8,9 @@ RESP2: "NOAUTH Authentication required", or "Protocol error: unauthenticated mul
 for a long first command) and as several classes (``AuthenticationError``, itself a
 ``ConnectionError``; ``ResponseError``). ``refusal`` reads them all, once, for every place that
 decides what an error means (``_sending.map_error``, the worker's start and claim loop, the
-operator commands): none of them is an outage, so none is tried again.
+operator commands): none of them is an outage, so none is tried again. A refused SELECT comes
+as ``DatabaseOutOfRange`` from a pool ``_reconnects`` watches, with how many databases the
+server has, asked on the connection it refused.
 """
 
 from __future__ import annotations
