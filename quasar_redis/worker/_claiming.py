@@ -22,12 +22,12 @@ import redis.exceptions as rex
 from redis.exceptions import RedisError
 
 from .. import _types as t
+from .._access import refusal
 from .._calls import Call
 from .._urls import redact_text
 from ..aio import AsyncQuasar
 from ..errors import (
     AccessDenied,
-    AuthenticationError,
     PermissionDenied,
     QuasarError,
     RedisUnavailable,
@@ -370,12 +370,15 @@ async def pause(stopping: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stopping.wait(), timeout=seconds)
 
 
-def access_denied(exc: BaseException) -> AccessDenied | None:
-    """The ``AccessDenied`` an error means (refused credentials or permissions), else None."""
+def access_denied(exc: BaseException, database: int | None = None) -> QuasarError | None:
+    """The error of Redis refusing us, which no retry helps (``AccessDenied``: refused
+    credentials or permissions; ``NoSuchDatabase``: ``database``, which the server lacks; see
+    ``_access.refusal``), else None."""
     if isinstance(exc, AccessDenied):
         return exc
-    if isinstance(exc, rex.AuthenticationError):
-        return AuthenticationError(redact_text(str(exc)) or "Redis refused the credentials")
+    refused = refusal(exc, database)
+    if refused is not None:
+        return refused
     if isinstance(exc, rex.NoPermissionError):
         return PermissionDenied(redact_text(str(exc)))
     return None

@@ -21,6 +21,7 @@ import click
 import redis
 from rich.console import Console
 
+from ..._access import database_in, refusal
 from ..._connect import sync_client
 from ..._environment import NAMESPACE_VARIABLE
 from ..._keys import KeySpace, check_name
@@ -183,6 +184,9 @@ def _unreachable(text: str, at: str) -> str:
 
 def _failure(exc: BaseException, url: str) -> click.ClickException | None:
     at = redact(url)
+    refused = refusal(exc, database_in(url))  # (a password, a database: said once, not retried)
+    if refused is not None:
+        return click.ClickException(redact_text(f"Redis at {at}: {refused}"))
     if isinstance(exc, (AuthenticationError, redis.AuthenticationError)):
         return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
     if isinstance(exc, redis.ResponseError) and "WRONGPASS" in str(exc):
