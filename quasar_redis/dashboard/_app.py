@@ -175,7 +175,7 @@ class Dashboard(Actions):
         self.templates.filters["limit"] = data.limit_text
         self.templates.filters["own"] = data.own_text
         self.templates.filters["progress_bar"] = data.progress_bar
-        self.templates.filters["duration"] = data.duration_text
+        self.templates.filters["span"] = lambda ms: span(ms / 1000)
         self.templates.filters["iso"] = lambda ms: t.readable_time(int(ms))
         self.templates.tests["time"] = lambda value: isinstance(value, data.At)
 
@@ -388,7 +388,8 @@ class Dashboard(Actions):
 
     async def workers(self, request: Request) -> tuple[str, dict[str, Any]]:
         workers = await arun(self.client, reading.workers(self.client.calls))
-        return "workers.html", {"title": "Workers", "workers": workers}
+        now = await self.client.server_time_ms()
+        return "workers.html", {"title": "Workers", "workers": workers, "now_ms": now}
 
     async def schedules(self, request: Request) -> tuple[str, dict[str, Any]]:
         found = await self.client.schedules()
@@ -534,14 +535,17 @@ def when(ms: int | float | None, now_ms: float | None = None) -> Markup:
 def relative(ms: float, now_ms: float) -> str:
     """``3 min ago``, ``in 20 s``, ``just now``: ``ms`` against ``now_ms``."""
     delta = (now_ms - ms) / 1000
-    size = abs(delta)
-    if size < 1:
+    if abs(delta) < 1:
         return "just now"
-    for unit, seconds in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if size >= seconds:
-            text = f"{size // seconds:.0f} {unit}"
-            break
-    return f"{text} ago" if delta > 0 else f"in {text}"
+    return f"{span(abs(delta))} ago" if delta > 0 else f"in {span(abs(delta))}"
+
+
+def span(seconds: float) -> str:
+    """A length of time in its largest whole unit: ``20 s``, ``3 min``, ``5 h``, ``2 d``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f} {unit}"
+    return f"{max(0.0, seconds) // 1:.0f} s"
 
 
 def _limits_form(
