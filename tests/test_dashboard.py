@@ -870,7 +870,7 @@ def test_a_job_shows_its_named_arguments_and_folds_its_internals(
     sync_q.enqueue_many([NewJob("images.resize", call, id="known", queue="images")])
     sync_q.enqueue_many([NewJob("other.task", app.encode_call(resize, [7, 8], {}), id="unknown")])
 
-    async def run() -> None:
+    async def run() -> tuple[str, str]:
         client = AsyncQuasar(backing[1](), namespace, functions=backend == "redis")
         OPENED.append(client)
         async with http(create_app(client=client, app=app)) as http_client:
