@@ -175,7 +175,7 @@ class Dashboard(Actions):
         self.templates.filters["limit"] = data.limit_text
         self.templates.filters["own"] = data.own_text
         self.templates.filters["progress_bar"] = data.progress_bar
-        self.templates.filters["span"] = lambda ms: span(ms / 1000)
+        self.templates.filters["span"] = lambda ms: data.span(ms / 1000)
         self.templates.filters["iso"] = lambda ms: t.readable_time(int(ms))
         self.templates.tests["time"] = lambda value: isinstance(value, data.At)
 
@@ -528,24 +528,8 @@ def when(ms: int | float | None, now_ms: float | None = None) -> Markup:
     if ms is None:
         return Markup("-")
     iso = t.readable_time(int(ms))
-    text = relative(int(ms), time.time() * 1000 if now_ms is None else now_ms)
+    text = data.relative(int(ms), time.time() * 1000 if now_ms is None else now_ms)
     return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(iso, text)
-
-
-def relative(ms: float, now_ms: float) -> str:
-    """``3 min ago``, ``in 20 s``, ``just now``: ``ms`` against ``now_ms``."""
-    delta = (now_ms - ms) / 1000
-    if abs(delta) < 1:
-        return "just now"
-    return f"{span(abs(delta))} ago" if delta > 0 else f"in {span(abs(delta))}"
-
-
-def span(seconds: float) -> str:
-    """A length of time in its largest whole unit: ``20 s``, ``3 min``, ``5 h``, ``2 d``."""
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds // size:.0f} {unit}"
-    return f"{max(0.0, seconds) // 1:.0f} s"
 
 
 def _limits_form(
@@ -578,7 +562,9 @@ def _targets(given: list[str]) -> list[str]:
 def _bad_targets(what: str, targets: list[str]) -> str | None:
     """Why an action's targets are refused (400), or None."""
     if what == "job":
-        if not targets or not all(plausible_id(job) for job in targets):
+        if not targets:
+            return "Select one job or more."
+        if not all(plausible_id(job) for job in targets):
             return "No such job."
         return f"At most {BULK_MAX} jobs at once." if len(targets) > BULK_MAX else None
     if len(targets) != 1 or not NAME_RE.match(targets[0]):

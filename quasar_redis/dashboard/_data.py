@@ -270,12 +270,13 @@ async def queue_page(
     status, in ``ORDER``); ValueError for a cursor of another listing."""
     queue = info.name
     statuses = ORDER if status is None else (status,)
+    views.listing_start(statuses, after)  # (a bad cursor: refused before any read starts)
     listing, events, flow = await asyncio.gather(
         arun(client, reading.listing(client.calls, queue, statuses, after, PAGE_SIZE)),
         arun(client, reading.queue_events(client.calls, queue, EVENTS_SHOWN)),
         client.flow(queue, groups=GROUPS_SHOWN),
     )
-    held = tuple(held_back(flow))
+    held = tuple(held_back(flow, info.counts.now))
     running = [job for s, job in listing.jobs if s is t.Status.EXECUTING]
     progress = await jobs_progress(client, running) if running else {}
     jobs = tuple(listing.jobs)
@@ -320,9 +321,26 @@ QUEUE_LIMITS = ("rate", "concurrency", "group_rate", "group_concurrency")
 GROUP_LIMITS = ("rate", "concurrency")
 
 
-def held_back(info: FlowInfo) -> list[str]:
-    """What holds the queue back now, in words (none: nothing does)."""
-    return info.held_back(lambda at: f", until {t.readable_time(at)}")
+def held_back(info: FlowInfo, now_ms: float) -> list[str]:
+    """What holds the queue back now, in words (none: nothing does), its rate's time relative
+    to ``now_ms`` (the page shows the exact time on hover)."""
+    return info.held_back(lambda at: f", until {relative(at, now_ms)}")
+
+
+def relative(ms: float, now_ms: float) -> str:
+    """``3 min ago``, ``in 20 s``, ``just now``: ``ms`` against ``now_ms``."""
+    delta = (now_ms - ms) / 1000
+    if abs(delta) < 1:
+        return "just now"
+    return f"{span(abs(delta))} ago" if delta > 0 else f"in {span(abs(delta))}"
+
+
+def span(seconds: float) -> str:
+    """A length of time in its largest whole unit: ``20 s``, ``3 min``, ``5 h``, ``2 d``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f} {unit}"
+    return f"{max(0.0, seconds) // 1:.0f} s"
 
 
 async def flows(client: AsyncQuasar, queues: Sequence[str]) -> list[FlowInfo]:
