@@ -4,8 +4,9 @@
 -- entry lapses by itself; this call and workers.lua also drop every member whose deadline has
 -- passed, so the registry holds the live workers and no more.
 -- Checks, in order: InvalidJob (the ttl: 1 s to 1 h; the pid and concurrency: nonnegative
--- integers; the queue names; the other fields' lengths; the worker id: 1-256 bytes, no
--- whitespace); the registry's key types (CorruptKey).
+-- integers; the queue names; processed, then failed, when given: nonnegative integers; the other
+-- fields' lengths; the worker id: 1-256 bytes, no whitespace); the registry's key types
+-- (CorruptKey).
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused: announcing again is harmless)   ARGV[2] now ("" = server clock)
@@ -62,8 +63,9 @@ local function announce_error(ctx)
     local bad = name_error(queue, "queue")
     if bad then return bad end
   end
-  for i, name in pairs({[11] = "processed", [12] = "failed"}) do
-    if (args[i] or "") ~= "" and (int(args[i]) == nil or int(args[i]) < 0) then
+  for i, name in ipairs({"processed", "failed"}) do
+    local given = args[10 + i] or ""
+    if given ~= "" and (int(given) == nil or int(given) < 0) then
       return invalid(name .. " must be a nonnegative integer")
     end
   end
