@@ -15,6 +15,7 @@ import fakeredis
 import httpx
 import pytest
 import redis.asyncio
+import uvicorn
 from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -958,6 +959,20 @@ def test_a_public_address_without_authentication_is_warned_of(
     starting(host, auth is not None)
     said = [r.getMessage() for r in caplog.records if r.name == "quasar_redis.dashboard"]
     assert any("a public address, without authentication" in m for m in said) is warned
+
+
+def test_quasar_dashboard_on_a_public_address_warns_as_it_starts(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, namespace: str
+) -> None:
+    real_redis().close()  # (the command checks that Redis answers)
+    served: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **settings: served.update(settings))
+    args = ["dashboard", "--redis-url", REDIS_URL, "--namespace", namespace, "--host", "0.0.0.0"]
+    result = CliRunner().invoke(main, args, env=NO_URL)
+    assert result.exit_code == 0, result.output
+    assert served["host"] == "0.0.0.0"
+    said = [r.getMessage() for r in caplog.records if r.name == "quasar_redis.dashboard"]
+    assert any("0.0.0.0, a public address, without authentication" in m for m in said)
 
 
 def test_chart_numbers_are_read_as_people_write_them() -> None:
