@@ -22,6 +22,7 @@ from starlette.routing import Mount
 
 from quasar_redis import App, AsyncQuasar, JobApplied, NewJob, Quasar, Schedule, Status
 from quasar_redis._calls import WorkerEntry
+from quasar_redis._partitions import partition_of
 from quasar_redis.cli import main
 from quasar_redis.cli._events import format_event
 from quasar_redis.cli.ops._fleet import COLUMNS
@@ -789,6 +790,30 @@ def test_an_action_by_a_basic_auth_user_is_audited_with_their_name_in_quasar_eve
     assert line.endswith(" job=bad<1> event=audit queue=- attempt=? retry by ops: retried")
     page = asyncio.run(page_of(backing, backend, namespace, "/jobs/bad%3C1%3E"))
     assert "<strong>audit</strong> retry by ops: retried</li>" in page  # in the job's events
+
+
+def test_an_audit_entry_goes_to_the_partition_of_each_job(
+    backing: tuple[Any, Any], backend: str, namespace: str
+) -> None:
+    sync = Quasar(backing[0], namespace, functions=backend == "redis", partitions=2)
+    ids = {partition_of(f"job-{i}", 2): f"job-{i}" for i in range(20)}
+    jobs = [ids[0], ids[1]]  # one in each partition
+    sync.enqueue_many([NewJob("t", {}, id=job, queue="mail") for job in jobs])
+
+    async def run() -> None:
+        client = AsyncQuasar(backing[1](), namespace, functions=backend == "redis", partitions=2)
+        OPENED.append(client)
+        async with http(create_app(client=client)) as http_client:
+            ask = f"/confirm/cancel?job={jobs[0]}&job={jobs[1]}"
+            assert (await confirmed_post_all(http_client, ask)).status_code == 303
+            page = (await http_client.get(f"/jobs/{jobs[1]}")).text
+            assert "<strong>audit</strong> cancel by anonymous: 2 done, 0 refused" in page
+
+    asyncio.run(run())
+    for partition, job in enumerate(jobs):
+        stream = sync.keys.part(partition).events
+        audits = [f for _, f in sync.redis.xrange(stream) if f[b"ev"] == b"audit"]
+        assert [f[b"job"] for f in audits] == [job.encode()]
 
 
 async def page_of(backing: tuple[Any, Any], backend: str, namespace: str, path: str) -> str:

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .. import _types as t
+from .._partition_ops import keys_of
 from .._schedules import Fired, NotFired
 from .._views import AUDIT
 from ..aio import AsyncQuasar
@@ -191,16 +192,27 @@ class Actions:
         )  # fmt: skip
         fields = {"ev": AUDIT, "act": action, "who": who, "out": outcome}
         fields["q"] = targets[0] if what == "queue" else made.get("queue", "-")
-        if what == "job":
-            fields["job"] = " ".join(targets)
-        elif what == "schedule":
+        if what == "schedule":
             fields["schedule"] = targets[0]
+        streams = audit_streams(self.client, targets if what == "job" else [])
         try:
-            await self.client.redis.xadd(
-                self.client.keys.events, fields, maxlen=EVENTS_MAX, approximate=True
-            )
+            for stream, jobs in streams.items():
+                entry = {**fields, "job": " ".join(jobs)} if jobs else fields
+                await self.client.redis.xadd(stream, entry, maxlen=EVENTS_MAX, approximate=True)
         except (RedisError, QuasarError, OSError) as exc:
             log.warning("dashboard action %s: its audit event was not written: %s", action, exc)
+
+
+def audit_streams(client: AsyncQuasar, jobs: list[str]) -> dict[str, list[str]]:
+    """The event streams an audit entry goes to, each with the jobs it names there: that of each
+    job's partition (its page's timeline reads it), or for no job the first partition's (as a
+    queue's pauses); a namespace of one partition has one stream."""
+    if not jobs:
+        return {keys_of(client.calls).events: []}
+    streams: dict[str, list[str]] = {}
+    for job in jobs:
+        streams.setdefault(keys_of(client.calls, job).events, []).append(job)
+    return streams
 
 
 def user_of(request: Request) -> str:
