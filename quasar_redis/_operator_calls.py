@@ -228,6 +228,8 @@ class OperatorCalls(BuilderBase):
             int_arg(worker.concurrency),
             " ".join(worker.running),
             text_arg(worker.version),
+            int_arg(worker.processed),
+            int_arg(worker.failed),
         )
         return self._call("announce", args, parse_now("Announced"))
 

@@ -18,6 +18,9 @@ from . import _types as t
 
 EVENTS_SCANNED = 10_000  # stream entries looked through, newest first, for one job's events
 EVENT_PAGE = 1000  # stream entries read per call
+#: The event of an operator's action taken from the dashboard (docs/observability.md): its
+#: ``act``, ``who`` did it and its outcome (``out``), of jobs (``job``) or of a queue (``q``).
+AUDIT = "audit"
 
 
 def _text(value: Any) -> str:
@@ -54,6 +57,12 @@ def decode_event(entry_id: Any, fields: dict[Any, Any]) -> list[Event]:
         return None if value is None else _text(value)
 
     event, queue, jobs = get("ev") or "?", get("q") or "?", get("job")
+    if event == AUDIT:  # an operator's action (the dashboard's): what, by whom, its outcome
+        said = f"{get('act') or '?'} by {get('who') or '?'}: {get('out') or '?'}"
+        named = get("schedule")
+        said += f" (schedule {named})" if named else ""
+        targets: list[str | None] = list(jobs.split(" ")) if jobs else [None]
+        return [Event(entry, at_ms, event, queue, job, message=said) for job in targets]
     if jobs is None:
         return [Event(entry, at_ms, event, queue)]
     attempts = (get("a") or "").split(" ")
