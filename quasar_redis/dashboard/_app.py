@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import re
 import time
@@ -22,12 +23,21 @@ from .. import _reading as reading
 from .. import _types as t
 from .._keys import NAME_RE, check_name
 from .._reading import arun
+from .._urls import redact_text
 from .._views import slots_of
 from ..aio import AsyncQuasar
 from ..errors import InvalidArgument, QuasarError
 from . import _data as data
 from ._actions import ACTIONS, LIMIT_ACTIONS, Actions, limits_asked, plausible_id, refusal
-from ._security import COOKIE, FIELD, BasicAuth, cross_site_reason, parse_credentials, token_of
+from ._security import (
+    COOKIE,
+    FIELD,
+    HEALTH_PATH,
+    BasicAuth,
+    cross_site_reason,
+    parse_credentials,
+    token_of,
+)
 
 HERE = Path(__file__).parent
 FORM_MAX = 16_384
@@ -182,6 +192,7 @@ class Dashboard(Actions):
             Route("/api/counts", self.counts, name="counts"),
             Route("/partials/charts", self.charts, name="charts"),
             Route("/metrics", self.metrics, name="metrics"),
+            Route(HEALTH_PATH, functools.partial(healthz, self), name="healthz"),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         ]
 
@@ -371,8 +382,8 @@ class Dashboard(Actions):
         flows = await data.flows(self.client, [info.name for info in infos])
         families = prometheus.depth_families(infos) + prometheus.flow_families(flows)
         families += prometheus.slot_families(slots_of(workers))
-        body = prometheus.generate_latest(prometheus.registry_of(lambda: families))
-        return Response(body, headers={"content-type": prometheus.CONTENT_TYPE_LATEST})
+        body, kind = prometheus.exposition(prometheus.registry_of(lambda: families, self.namespace))
+        return Response(body, headers={"content-type": kind})
 
     # actions ------------------------------------------------------------------------------------
 
@@ -414,6 +425,17 @@ class Dashboard(Actions):
 
 #: Members a batch's page lists (the first ones, in the order they joined).
 BATCH_MEMBERS_SHOWN = 100
+
+
+async def healthz(dashboard: Dashboard, request: Request) -> Response:
+    """200 while Redis answers, else 503: the dashboard's probe (docs/deploy.md)."""
+    try:
+        await dashboard.client.redis.ping()
+    except Exception as exc:  # any failure to answer means not ready, whatever its kind
+        problem = redact_text(f"Redis does not answer: {type(exc).__name__}: {exc}")
+        body = {"ready": False, "problems": [problem]}
+        return JSONResponse(body, status_code=503, headers={"cache-control": "no-store"})
+    return JSONResponse({"ready": True, "problems": []}, headers={"cache-control": "no-store"})
 
 
 def _missing(text: str) -> Response:

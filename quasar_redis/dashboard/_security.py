@@ -22,6 +22,8 @@ from ..errors import ConfigurationError
 
 COOKIE = "quasar_csrf"
 FIELD = "csrf"
+#: The dashboard's probe, open without credentials (it tells only whether Redis answers).
+HEALTH_PATH = "/healthz"
 
 
 def parse_credentials(text: str) -> tuple[str, str]:
@@ -33,7 +35,8 @@ def parse_credentials(text: str) -> tuple[str, str]:
 
 
 class BasicAuth:
-    """ASGI middleware: every HTTP request must carry these basic-auth credentials (else 401)."""
+    """ASGI middleware: every HTTP request must carry these basic-auth credentials (else 401),
+    but the probe's (``HEALTH_PATH``)."""
 
     def __init__(self, app: ASGIApp, user: str, password: str, realm: str = "quasar") -> None:
         self.app = app
@@ -41,7 +44,8 @@ class BasicAuth:
         self.realm = realm
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._allowed(scope):
+        open_path = scope.get("path") == HEALTH_PATH
+        if scope["type"] != "http" or open_path or self._allowed(scope):
             await self.app(scope, receive, send)
             return
         headers = [

@@ -32,6 +32,7 @@ from ..errors import (
     QuasarError,
     RedisUnavailable,
 )
+from ._health import WorkerHealth
 from ._lease import Outgoing
 from ._reporting import Reporter
 from ._resend import Resends
@@ -56,6 +57,7 @@ class Claimer:
         idle_wait: float,
         burst: bool = False,
         max_jobs: int | None = None,
+        health: WorkerHealth | None = None,
     ) -> None:
         self.client = client
         self.runner = runner
@@ -66,6 +68,7 @@ class Claimer:
         self.idle_wait = idle_wait
         self.burst = burst  # stop once nothing is claimable and nothing held
         self.max_jobs = max_jobs  # claim that many jobs in all, then stop once they are done
+        self.health = health or WorkerHealth(self.runner.lease_ms)  # claims answered or failed
         self.worker_id, self.lease_ms = runner.worker_id, runner.lease_ms
         self.stopping, self.slot, self.poke = runner.stopping, runner.slot, runner.poke
         self.resends = Resends()
@@ -111,6 +114,7 @@ class Claimer:
             try:
                 got, next_at = await self._claim(lane, free)
             except (QuasarError, RedisError, OSError) as exc:  # never die on Redis: back off
+                self.health.claim_failed(exc)
                 denied = access_denied(exc)
                 if denied is not None:  # refused credentials or permissions: no retry helps
                     raise denied from exc
@@ -128,6 +132,7 @@ class Claimer:
                 backoff = min(backoff * 2, 5.0) * random.uniform(0.8, 1.2)
                 continue
             backoff = 0.05
+            self.health.claimed()
             if got == 0:
                 await self._none_claimed(lane, next_at)
             elif got < free:
