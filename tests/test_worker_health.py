@@ -96,11 +96,13 @@ def test_a_worker_whose_redis_is_down_is_live_but_not_ready(tmp_path: Path, name
     port = free_port()
     with server_in(tmp_path / "redis", durable=False) as server:
         server.start()
-        # (--metrics-port serves the probes too)
-        worker = start_worker(tmp_path, server.url, namespace, "--metrics-port", str(port))
+        # (--metrics-port serves the probes too: one server when both name one port)
+        ports = ("--metrics-port", str(port), "--health-port", str(port))
+        worker = start_worker(tmp_path, server.url, namespace, *ports)
         base = f"http://127.0.0.1:{port}"
         try:
             worker.wait_status(f"{base}/readyz", 200)
+            assert worker.answer(f"{base}/metrics") is not None
             server.kill()
             down = worker.wait_status(f"{base}/readyz", 503)
             assert down["phase"] == "serving" and down["live"] and not down["ready"]

@@ -29,7 +29,8 @@ JSON = "application/json"
 class EndpointServer:
     """``worker``'s ``/livez``, ``/readyz`` and ``pages`` at ``http://addr:port``, until
     ``close()``. ``/readyz`` also PINGs Redis on ``client`` (default: a client of the worker's
-    app of its own), which ``close()`` closes. ConfigurationError when the port is taken."""
+    app of its own, made at the first PING), which ``close()`` closes. ConfigurationError when
+    the port is taken."""
 
     def __init__(
         self,
@@ -41,7 +42,8 @@ class EndpointServer:
         pages: Mapping[str, Page] | None = None,
     ) -> None:
         self.worker = worker
-        self.client = client if client is not None else worker.app.new_client()
+        self.client = client
+        self._made = threading.Lock()
         self.pages: dict[str, Page] = {
             "/livez": lambda: self._probe(live=True),
             "/readyz": lambda: self._probe(live=False),
@@ -50,7 +52,7 @@ class EndpointServer:
         try:
             self.server = ThreadingHTTPServer((addr, port), _handler(self.pages))
         except OSError as exc:
-            self.client.close()
+            self.close_client()
             raise ConfigurationError(f"cannot serve on {addr}:{port}: {exc}") from None
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
@@ -65,6 +67,9 @@ class EndpointServer:
 
     def _ping(self) -> str | None:
         try:
+            with self._made:  # (a cluster client reaches its nodes as it is made: not before)
+                if self.client is None:
+                    self.client = self.worker.app.new_client()
             self.client.redis.ping()
         except Exception as exc:  # any failure to answer means not ready, whatever its kind
             return redact_text(f"{type(exc).__name__}: {exc}")
@@ -80,7 +85,11 @@ class EndpointServer:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(10)
-        self.client.close()
+        self.close_client()
+
+    def close_client(self) -> None:
+        if self.client is not None:
+            self.client.close()
 
 
 def _handler(pages: Mapping[str, Page]) -> type[BaseHTTPRequestHandler]:
