@@ -126,6 +126,6 @@ def run_one_job(namespace: str) -> None:
             info = q.get_job(job_id)
             return info is not None and info.status is Status.COMPLETED
 
-        wait_for(completed, 30, "the job run")
+        wait_for(completed, 60, "the job run")
     finally:
         q.redis.close()
