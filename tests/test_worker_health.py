@@ -74,7 +74,8 @@ def test_a_worker_is_ready_until_it_drains_and_live_all_along(
         gate = tmp_path / "gate"
         q = Quasar(redis.Redis.from_url(REDIS_URL), namespace)
         (job_id,) = enqueue(q, [new_job("wt.gated", str(gate))])
-        wait_for(lambda: status_of(q, job_id) is Status.EXECUTING, 30, "the job to start")
+        log = tmp_path / "tasks.log"  # (a line as its run begins: claimed is not enough)
+        wait_for(lambda: log.exists() and f"start {job_id}" in log.read_text(), 30, "the run")
         worker.proc.send_signal(signal.SIGTERM)  # the job gets its grace (30 s) to finish
         draining = worker.wait_status(f"{base}/readyz", 503)
         assert draining["phase"] == "draining" and not draining["ready"]
