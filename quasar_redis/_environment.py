@@ -2,7 +2,9 @@
 
 ``QUASAR_REDIS_URL``, then ``REDIS_URL``: the Redis of an ``App(url=None)`` and the default of
 every ``--redis-url``; ``QUASAR_NAMESPACE``: the default of the operator commands'
-``--namespace``; ``QUASAR_DASHBOARD_AUTH``: the dashboard's ``user:password``.
+``--namespace``; ``QUASAR_DASHBOARD_AUTH``: the dashboard's ``user:password``;
+``QUASAR_HEALTH_PORT``: the port of a worker's probes (``quasar worker --health-port``, and the
+port ``quasar probe`` asks).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from .errors import ConfigurationError
 URL_VARIABLES = ("QUASAR_REDIS_URL", "REDIS_URL")
 NAMESPACE_VARIABLE = "QUASAR_NAMESPACE"
 DASHBOARD_AUTH_VARIABLE = "QUASAR_DASHBOARD_AUTH"
+HEALTH_PORT_VARIABLE = "QUASAR_HEALTH_PORT"
 
 
 def redis_url(url: str | None = None) -> str:

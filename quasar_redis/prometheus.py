@@ -24,6 +24,11 @@ dashboard's ``/metrics``. Names and labels:
   ``quasar_leases_lost_total{queue, reason}`` (a heartbeat or outcome refused: ``StaleLease``
   when another worker took the job over or it was cancelled, ``LeaseExpired``...) and
   ``quasar_leases_expired_total`` (run-out leases its maintenance recovered, any worker's).
+
+Every series of both endpoints also carries ``namespace`` (the namespace served), so that the
+workers and dashboards of several namespaces scraped into one Prometheus never mix; both serve
+the Prometheus text format 0.0.4 (``CONTENT_TYPE``), whatever the scraper accepts
+(docs/observability.md).
 """
 
 from __future__ import annotations
@@ -35,17 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 from . import _reading as reading
 from ._views import counts_of
-from .errors import ConfigurationError
+from .worker._endpoints import EndpointServer
 
 INSTALL_HINT = "pip install 'quasar_redis[prometheus]'"
 try:
-    from prometheus_client import (
-        CONTENT_TYPE_LATEST,
-        CollectorRegistry,
-        generate_latest,
-        start_http_server,
-    )
+    from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client import core as _core
+    from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
     from prometheus_client.metrics_core import Metric
 except ImportError as exc:  # pragma: no cover (the extra is in the test dependencies)
     raise ImportError(f"Prometheus metrics need prometheus-client: {INSTALL_HINT}") from exc
@@ -57,13 +58,18 @@ if TYPE_CHECKING:
     from .worker._metrics import MetricsSnapshot
 
 DEPTH_MAX_AGE_S = 1.0
+#: The format both endpoints serve: the Prometheus text format 0.0.4, which every scraper reads.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+#: The label every series carries: the namespace served.
+NAMESPACE_LABEL = "namespace"
 __all__ = [
-    "CONTENT_TYPE_LATEST",
+    "CONTENT_TYPE",
+    "NAMESPACE_LABEL",
     "DepthCache",
     "MetricsServer",
     "depth_families",
+    "exposition",
     "flow_families",
-    "generate_latest",
     "registry_of",
     "serve_worker_metrics",
     "slot_families",
@@ -202,20 +208,35 @@ class DepthCache:
 
 
 class _Families:
-    """A prometheus-client collector of whatever ``make`` returns at each scrape."""
+    """A prometheus-client collector of whatever ``make`` returns at each scrape, each sample
+    labelled with ``namespace``."""
 
-    def __init__(self, make: Callable[[], list[Metric]]) -> None:
+    def __init__(self, make: Callable[[], list[Metric]], namespace: str) -> None:
         self._make = make
+        self._namespace = namespace
 
     def collect(self) -> Iterable[Metric]:
-        return self._make()
+        families = self._make()
+        for family in families:
+            family.samples = [
+                sample._replace(labels={NAMESPACE_LABEL: self._namespace, **sample.labels})
+                for sample in family.samples
+            ]
+        return families
 
 
-def registry_of(make: Callable[[], list[Metric]]) -> CollectorRegistry:
-    """A registry of its own holding one collector that yields ``make()`` at each scrape."""
+def registry_of(make: Callable[[], list[Metric]], namespace: str) -> CollectorRegistry:
+    """A registry of its own holding one collector that yields ``make()`` at each scrape, every
+    series labelled ``namespace``."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(make))
+    registry.register(_Families(make, namespace))
     return registry
+
+
+def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """A scrape's body and content type: the text format 0.0.4 (``CONTENT_TYPE``), from both
+    endpoints alike."""
+    return generate_latest(registry), CONTENT_TYPE
 
 
 def worker_registry(worker: Worker, client: Quasar) -> CollectorRegistry:
@@ -228,27 +249,23 @@ def worker_registry(worker: Worker, client: Quasar) -> CollectorRegistry:
         queues = [info for info in cache.get() if info.name in mine]
         return worker_families(worker.metrics.snapshot()) + depth_families(queues)
 
-    return registry_of(make)
+    return registry_of(make, worker.app.namespace)
 
 
-class MetricsServer:
-    """``worker``'s metrics served at ``http://addr:port/metrics`` from a thread of their own,
-    until ``close()``."""
+class MetricsServer(EndpointServer):
+    """``worker``'s metrics served at ``http://addr:port/metrics``, beside its ``/livez`` and
+    ``/readyz`` (``EndpointServer``), from a thread of their own until ``close()``."""
 
     def __init__(self, worker: Worker, port: int, addr: str = "0.0.0.0") -> None:
-        self.client = worker.app.new_client()
-        try:
-            registry = worker_registry(worker, self.client)
-            self.server, self.thread = start_http_server(port, addr, registry=registry)
-        except OSError as exc:
-            self.client.close()
-            raise ConfigurationError(f"cannot serve metrics on {addr}:{port}: {exc}") from None
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(10)
-        self.client.close()
+        client = worker.app.new_client()
+        registry = worker_registry(worker, client)
+        super().__init__(
+            worker,
+            port,
+            addr,
+            client=client,
+            pages={"/metrics": lambda: (200, *exposition(registry))},
+        )
 
 
 def serve_worker_metrics(worker: Worker, port: int, addr: str = "0.0.0.0") -> MetricsServer:

@@ -226,12 +226,11 @@ def test_limits_are_not_set_read_only_or_cross_site(
     assert sync_q.flow("mail", group="a").groups[0].rate is None
 
 
-def metrics_of(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+def metrics_of(text: str, namespace: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Each sample by name and labels, but ``namespace`` (every sample's, checked)."""
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert all(s.labels.pop("namespace") == namespace for s in samples)
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples}
 
 
 def test_the_dashboard_metrics_show_each_queues_limits_and_groups(
@@ -247,7 +246,7 @@ def test_the_dashboard_metrics_show_each_queues_limits_and_groups(
             assert response.status_code == 200
             return response.text
 
-    found = metrics_of(asyncio.run(run()))
+    found = metrics_of(asyncio.run(run()), namespace)
     mail, plain = (("queue", "mail"),), (("queue", "plain"),)
     assert found["quasar_queue_rate_limit_per_second", mail] == 50
     assert found["quasar_queue_concurrency_limit", mail] == 10

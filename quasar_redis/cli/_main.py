@@ -6,6 +6,7 @@
 - ``quasar worker MODULE:APP``: run a worker for an application's tasks (``--burst``: until its
   queues are empty; ``--reload``: restarted on a code change).
 - ``quasar events``: print (and follow) a namespace's event stream.
+- ``quasar probe``: exit 0 when a worker's (or the dashboard's) health endpoint answers 200.
 - ``quasar queues``, ``info``, ``jobs``, ``job``, ``retry``, ``cancel``, ``promote``, ``purge``,
   ``pause``, ``resume``, ``workers``, ``schedules``, ``limits``: the operator commands (``ops``;
   docs/operations.md).
@@ -28,6 +29,7 @@ from . import ops
 from ._acl import acl
 from ._dashboard import dashboard
 from ._events import events
+from ._probe import probe
 from ._showcase import demo, example
 from ._worker import worker
 
@@ -67,6 +69,6 @@ def main() -> None:
     """quasar_redis: a distributed job queue on Redis."""
 
 
-for command in (acl, demo, example, worker, events, dashboard):
+for command in (acl, demo, example, worker, events, dashboard, probe):
     main.add_command(command)
 ops.register(main)  # queues, info, jobs, job, retry, cancel, promote, purge, pause, limits, ...

@@ -16,9 +16,10 @@ import click
 from click.core import ParameterSource
 
 from .._durable import Durable
-from .._environment import URL_VARIABLES
+from .._environment import HEALTH_PORT_VARIABLE, URL_VARIABLES
 from ..errors import ConfigurationError, QuasarError
 from ..worker import Worker
+from ..worker._endpoints import serve_health
 from ._loading import load_app
 from ._options import log_level_option, quasar_error, redis_url_option, url_checked
 
@@ -162,6 +163,14 @@ def durable_option(ctx: click.Context, param: click.Parameter, value: str | None
     help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics (needs "
     "quasar_redis[prometheus]).",
 )
+@click.option(
+    "--health-port",
+    default=None,
+    envvar=HEALTH_PORT_VARIABLE,
+    type=click.IntRange(0, 65535),
+    help="Serve /livez and /readyz for probes at http://0.0.0.0:PORT (also QUASAR_HEALTH_PORT; "
+    "--metrics-port serves them too): see docs/deploy.md.",
+)
 @log_level_option("INFO", "INFO logs one line per job outcome.")
 @click.pass_context
 def worker(
@@ -183,6 +192,7 @@ def worker(
     reload: bool,
     worker_id: str | None,
     metrics_port: int | None,
+    health_port: int | None,
     log_level: str,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP until SIGTERM / SIGINT (twice: at once).
@@ -222,8 +232,7 @@ def worker(
             processes=processes,
             max_jobs_per_process=max_jobs_per_process,
         )
-        if metrics_port is not None:
-            serve_metrics(runner, metrics_port)
+        serve_endpoints(runner, metrics_port, health_port)
         runner.run(install_signals=True)
     except QuasarError as exc:
         raise quasar_error(exc) from None
@@ -232,13 +241,17 @@ def worker(
         os._exit(0)
 
 
-def serve_metrics(runner: Worker, port: int) -> None:
-    """``--metrics-port``: the worker's metrics, served from a thread of their own."""
-    try:  # optional (quasar_redis[prometheus]): imported only when asked for
-        prometheus: Any = importlib.import_module("quasar_redis.prometheus")
-    except ImportError as exc:
-        raise click.ClickException(str(exc)) from None
-    prometheus.serve_worker_metrics(runner, port)
+def serve_endpoints(runner: Worker, metrics_port: int | None, health_port: int | None) -> None:
+    """``--metrics-port``: the worker's metrics (and probes), ``--health-port``: its probes,
+    each served from a thread of its own (one server when both name one port)."""
+    if metrics_port is not None:
+        try:  # optional (quasar_redis[prometheus]): imported only when asked for
+            prometheus: Any = importlib.import_module("quasar_redis.prometheus")
+        except ImportError as exc:
+            raise click.ClickException(str(exc)) from None
+        prometheus.serve_worker_metrics(runner, metrics_port)
+    if health_port is not None and health_port != metrics_port:
+        serve_health(runner, health_port)
 
 
 def job_threads_outlive(seconds: float) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import re
 import time
@@ -25,6 +26,7 @@ from .. import _reading as reading
 from .. import _types as t
 from .._keys import NAME_RE, check_name
 from .._reading import arun
+from .._urls import redact_text
 from .._views import counts_of, slots_of
 from ..aio import AsyncQuasar
 from ..errors import InvalidArgument, QuasarError
@@ -43,6 +45,7 @@ from ._actions import (
 from ._security import (
     COOKIE,
     FIELD,
+    HEALTH_PATH,
     BasicAuth,
     cross_site_reason,
     exposure_warning,
@@ -221,6 +224,7 @@ class Dashboard(Actions):
             Route("/metrics", self.metrics, name="metrics"),
             Route("/favicon.svg", favicon, name="favicon"),
             Route("/favicon.ico", favicon, name="favicon.ico"),
+            Route(HEALTH_PATH, functools.partial(healthz, self), name="healthz"),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         ]
 
@@ -463,8 +467,8 @@ class Dashboard(Actions):
         flows = await data.flows(self.client, [info.name for info in infos])
         families = prometheus.depth_families(infos) + prometheus.flow_families(flows)
         families += prometheus.slot_families(slots_of(workers))
-        body = prometheus.generate_latest(prometheus.registry_of(lambda: families))
-        return Response(body, headers={"content-type": prometheus.CONTENT_TYPE_LATEST})
+        body, kind = prometheus.exposition(prometheus.registry_of(lambda: families, self.namespace))
+        return Response(body, headers={"content-type": kind})
 
     # actions ------------------------------------------------------------------------------------
 
@@ -576,6 +580,17 @@ def _from_queue(params: Any) -> tuple[str, str] | None:
     """The queue page (queue, view) a job action was asked from, to go back to; None if none."""
     queue, view = params.get("from_queue", ""), params.get("from_view", "")
     return (queue, view) if NAME_RE.match(queue) and view in VIEWS else None
+
+
+async def healthz(dashboard: Dashboard, request: Request) -> Response:
+    """200 while Redis answers, else 503: the dashboard's probe (docs/deploy.md)."""
+    try:
+        await dashboard.client.redis.ping()
+    except Exception as exc:  # any failure to answer means not ready, whatever its kind
+        problem = redact_text(f"Redis does not answer: {type(exc).__name__}: {exc}")
+        body = {"ready": False, "problems": [problem]}
+        return JSONResponse(body, status_code=503, headers={"cache-control": "no-store"})
+    return JSONResponse({"ready": True, "problems": []}, headers={"cache-control": "no-store"})
 
 
 def _notice(params: Any) -> str:

@@ -17,7 +17,8 @@ from .. import _reading as reading
 from .. import _rolling as rolling
 from .. import _types as t
 from .. import _views as views
-from .._call_codec import RECEIVED, args_of
+from .._binding import RECEIVED
+from .._call_codec import args_of
 from .._codec import unpack
 from .._flow import NO_LIMIT, UNLIMITED, FlowInfo, Rate, cap_value, marker_of
 from .._reading import arun

@@ -25,6 +25,8 @@ from ..errors import ConfigurationError
 
 COOKIE = "quasar_csrf"
 FIELD = "csrf"
+#: The dashboard's probe, open without credentials (it tells only whether Redis answers).
+HEALTH_PATH = "/healthz"
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
 log = logging.getLogger("quasar_redis.dashboard")
 
@@ -78,7 +80,8 @@ def parse_credentials(text: str) -> tuple[str, str]:
 
 
 class BasicAuth:
-    """ASGI middleware: every HTTP request must carry these basic-auth credentials (else 401)."""
+    """ASGI middleware: every HTTP request must carry these basic-auth credentials (else 401),
+    but the probe's (``HEALTH_PATH``)."""
 
     def __init__(self, app: ASGIApp, user: str, password: str, realm: str = "quasar") -> None:
         self.app = app
@@ -87,7 +90,7 @@ class BasicAuth:
         self.realm = realm
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("path") == HEALTH_PATH:
             await self.app(scope, receive, send)
             return
         if self._allowed(scope):  # (who acts: the audit line of each action names them)

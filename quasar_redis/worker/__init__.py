@@ -21,11 +21,14 @@ Redis and back); ``_running`` (slots, phases, hand-backs, results; ``_invoking``
 ``_prefetch``); ``_job`` (a held job and its ``JobPhase``); ``_lease`` (a lease, its
 ``LeaseState``, an ``Outgoing`` outcome) and ``_lease_keeper``; ``_outcomes``; ``_maintenance``
 (and the Redis clock's offset) and ``_registry``; ``_startup`` (settings checked, Redis reached,
-the start line) and ``_drain`` (burst mode on this loop, for tests).
+the start line) and ``_drain`` (burst mode on this loop, for tests); ``_health`` (what its probes
+read) and ``_endpoints`` (``/livez``, ``/readyz`` over HTTP).
 """
 
 from .._hooks import WorkerContext
 from ._drain import adrain, drain
+from ._endpoints import EndpointServer, serve_health
+from ._health import HealthReport, WorkerHealth, WorkerPhase
 from ._job import (
     PHASE_CHANGES,
     CancelFlag,
@@ -54,6 +57,8 @@ __all__ = [
     "RUN_AVG_WEIGHT",
     "Build",
     "CancelFlag",
+    "EndpointServer",
+    "HealthReport",
     "HeldJob",
     "JobContext",
     "JobPhase",
@@ -66,10 +71,13 @@ __all__ = [
     "PhaseError",
     "Worker",
     "WorkerContext",
+    "WorkerHealth",
+    "WorkerPhase",
     "WorkerStats",
     "adrain",
     "current_job",
     "current_worker",
     "default_worker_id",
     "drain",
+    "serve_health",
 ]

@@ -32,12 +32,17 @@ from ..errors import (
     QuasarError,
     RedisUnavailable,
 )
+from ._health import WorkerHealth
 from ._lease import Outgoing
 from ._reporting import Reporter
 from ._resend import Resends
 from ._running import Runner
 
 log = logging.getLogger("quasar_redis.worker")
+
+#: How long a wait cut short may take to say its connection's id (a round trip) so that it can
+#: be ended (``Blocked.end``).
+BLOCKED_WAIT_S = 2.0
 
 
 class Claimer:
@@ -56,6 +61,7 @@ class Claimer:
         idle_wait: float,
         burst: bool = False,
         max_jobs: int | None = None,
+        health: WorkerHealth | None = None,
     ) -> None:
         self.client = client
         self.runner = runner
@@ -66,6 +72,7 @@ class Claimer:
         self.idle_wait = idle_wait
         self.burst = burst  # stop once nothing is claimable and nothing held
         self.max_jobs = max_jobs  # claim that many jobs in all, then stop once they are done
+        self.health = health or WorkerHealth(self.runner.lease_ms)  # claims answered or failed
         self.worker_id, self.lease_ms = runner.worker_id, runner.lease_ms
         self.stopping, self.slot, self.poke = runner.stopping, runner.slot, runner.poke
         self.resends = Resends()
@@ -112,6 +119,7 @@ class Claimer:
             try:
                 got, next_at = await self._claim(lane, free)
             except (QuasarError, RedisError, OSError) as exc:  # never die on Redis: back off
+                self.health.claim_failed(exc)
                 denied = access_denied(exc)
                 if denied is not None:  # refused credentials or permissions: no retry helps
                     raise denied from exc
@@ -129,6 +137,7 @@ class Claimer:
                 backoff = min(backoff * 2, 5.0) * random.uniform(0.8, 1.2)
                 continue
             backoff = 0.05
+            self.health.claimed()
             if got == 0:
                 await self._none_claimed(lane, next_at, let_go)
             elif got < free:
@@ -261,13 +270,13 @@ class Claimer:
             timeout = min(timeout, max(0.001, (next_at - local_ms) / 1000))
         free, queue = self.free(), self.queues[0]
         claim: Call[t.ClaimsResult] | None = None
-        waiting: list[int] = []  # the waiting connection's client id, once it waits
+        waiting = Blocked()  # the waiting connection's client id, once it waits
         asked = 0
         if free > 0 and self.client.can_wait_and_claim:
             asked = min(free, 1000)
             claim = self.client.calls.claim_many(queue, self.worker_id, self.lease_ms, asked)
             wait: Any = self.client.wait_and_claim(
-                self.queues, max(timeout, 0.001), claim, waiting.append
+                self.queues, max(timeout, 0.001), claim, waiting.said
             )
         else:
             wait = self.client.wait_for_work(self.queues, max(timeout, 0.001))
@@ -277,10 +286,8 @@ class Claimer:
         poke = asyncio.ensure_future(self.poke.wait())
         try:
             await asyncio.wait({pop, stop, poke}, return_when=asyncio.FIRST_COMPLETED)
-            if not pop.done() and waiting:  # end the wait: the claim runs, its reply comes back
-                with contextlib.suppress(RedisError, OSError, QuasarError):
-                    await self.client.unblock(waiting[0])
-                    await asyncio.wait({pop}, timeout=5.0)
+            if not pop.done() and claim is not None:
+                await waiting.end(pop, self.client)
         finally:
             self.asked -= asked
             self.poke.clear()
@@ -338,6 +345,40 @@ class Claimer:
             if len(claims) == want:
                 self.background.wake(queue)
         return len(claims)
+
+
+class Blocked:
+    """The client id of an idle wait's connection, once the wait has said it
+    (``AsyncQuasar.wait_and_claim``'s ``on_blocked``)."""
+
+    __slots__ = ("client_id", "known")
+
+    def __init__(self) -> None:
+        self.client_id: int | None = None
+        self.known = asyncio.Event()
+
+    def said(self, client_id: int) -> None:
+        self.client_id = client_id
+        self.known.set()
+
+    async def end(self, pop: asyncio.Future[Any], client: AsyncQuasar) -> None:
+        """End the wait ``pop`` (cut short by a stop or a poke): its claim runs, and its reply
+        comes back.
+
+        A wait just sent may not have said its connection's id yet: it gets ``BLOCKED_WAIT_S``
+        to. Cancelled instead, redis-py may send it all the same, and its claim would then lease
+        jobs (those handed back at a stop, for one) to a worker that no longer runs them."""
+        if self.client_id is None:
+            said = asyncio.ensure_future(self.known.wait())
+            await asyncio.wait(
+                {pop, said}, timeout=BLOCKED_WAIT_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            said.cancel()
+        if pop.done() or self.client_id is None:
+            return
+        with contextlib.suppress(RedisError, OSError, QuasarError):
+            await client.unblock(self.client_id)
+            await asyncio.wait({pop}, timeout=5.0)
 
 
 class Background:

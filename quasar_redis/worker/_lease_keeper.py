@@ -23,6 +23,7 @@ from .._calls import Call
 from .._urls import redact_text
 from ..client import Quasar
 from ..errors import QuasarError, RedisUnavailable
+from ._health import Rounds
 from ._lease import (
     BEAT,
     BEAT_ENDED,
@@ -55,7 +56,7 @@ BATCH = 1000
 _WAKE = object()  # put on the queue to make the keeper look at its leases again
 
 
-class LeaseKeeper(FlushesProgress):
+class LeaseKeeper(FlushesProgress, Rounds):
     """Heartbeats every held lease at about a third of its duration and sends outcomes."""
 
     def __init__(
@@ -314,6 +315,7 @@ class LeaseKeeper(FlushesProgress):
             lease.retry_at = 0.0
 
     def _heartbeatdue_of(self) -> None:
+        self.note_round()  # (each round, and each try of a report: its probes read it)
         now = time.monotonic()
         if now < self._next_due:
             return

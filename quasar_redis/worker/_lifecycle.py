@@ -22,6 +22,7 @@ from .._hooks import WorkerContext, serving
 from .._keys import check_name
 from ..app import App
 from ..errors import InvalidArgument
+from ._health import WorkerHealth
 from ._metrics import WorkerMetrics
 from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
@@ -109,6 +110,7 @@ class Worker:
         self.max_jobs_per_process = max_jobs_per_process
         self.stats = WorkerStats()
         self.metrics = WorkerMetrics()  # what quasar_redis.prometheus exposes
+        self.health = WorkerHealth(lease_ms)  # what its probes read (/livez, /readyz)
         # Jobs it may hold beyond ``concurrency`` now (prefetch="auto": from recent run times).
         self._prefetch = Prefetch(prefetch, concurrency)
         self._signals = 0
@@ -148,6 +150,16 @@ class Worker:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
+        self.health.begin(self._stopping)
+        ticker = asyncio.create_task(self.health.tick())
+        try:
+            await self._serve_connected()
+        finally:
+            ticker.cancel()
+            self.health.end()
+
+    async def _serve_connected(self) -> None:
+        """Reach Redis, check it, then serve until stopped."""
         processes = self._process_pool()
         await connect(self.app, self.connect_timeout, self._stopping)
         await check_eviction(self.app, self.allow_eviction or self.app.allow_eviction)
@@ -155,13 +167,11 @@ class Worker:
         self.context = WorkerContext(self.worker_id, self.app, tuple(self.queues), self.concurrency)
         token = serving.set(self.context)
         try:
-            await self._serve_started(loop, processes)
+            await self._serve_started(processes)
         finally:
             serving.reset(token)
 
-    async def _serve_started(
-        self, loop: asyncio.AbstractEventLoop, processes: ProcessPool | None
-    ) -> None:
+    async def _serve_started(self, processes: ProcessPool | None) -> None:
         """Run the startup hooks, then serve until stopped (the shutdown hooks are a step of the
         stop: ``Serving.stop_steps``)."""
         hooks, context = self.app.hooks, self.context
@@ -183,6 +193,7 @@ class Worker:
             poke=self._poke,
         )
         serving.start_loops()
+        self.health.serving(serving.keeper.last_round)
         announce(self.worker_id, self.app, self.queues, self._settings())
         if self._started is not None:  # ``with``: the block begins
             self._started.set()

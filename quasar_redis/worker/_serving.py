@@ -99,6 +99,7 @@ class Serving:
             idle_wait=worker.idle_wait,
             burst=worker.burst,
             max_jobs=worker.max_jobs,
+            health=worker.health,
         )
         self.registry = Registry(
             client=client, runner=runner, queues=worker.queues, interval=worker.maintenance_interval
