@@ -28,6 +28,7 @@ from . import ops
 from ._acl import acl
 from ._dashboard import dashboard
 from ._events import events
+from ._options import Mistake
 from ._showcase import demo, example
 from ._worker import worker
 
@@ -49,7 +50,9 @@ class OneLineErrors(click.Group):
         try:
             code = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.UsageError as exc:
-            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            where = ""
+            if exc.ctx is not None and not isinstance(exc, Mistake):  # (a Mistake: same words)
+                where = f" (see '{exc.ctx.command_path} --help')"
             click.echo(f"Error: {exc.format_message()}{where}", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
