@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,10 +40,9 @@ class Connector:
     """
 
     def __init__(self, url: str | None = None) -> None:
-        #: the URL given (None: the environment's, read at the first connection)
-        self.given = url
-        self._url = url
+        self._url = url  # (None: the environment's, read at the first connection)
         self._server: MemoryServer | None = None
+        self._making = threading.Lock()  # (one embedded server, whichever thread asks first)
 
     @property
     def url(self) -> str:
@@ -58,9 +58,13 @@ class Connector:
         return (self._url or environment_url()) == MEMORY_URL
 
     def _memory(self) -> MemoryServer | None:
-        if self._server is None and self.url == MEMORY_URL:
-            self._server = _memory_server()
-        return self._server
+        """The embedded server of ``memory://`` (made at the first client), else None."""
+        if self.url != MEMORY_URL:
+            return None
+        with self._making:
+            if self._server is None:
+                self._server = _memory_server()
+            return self._server
 
     def sync(self) -> Any:
         """A new sync client, on a connection pool of its own."""

@@ -170,7 +170,7 @@ def test_an_unreachable_redis_is_reported(command: str) -> None:
     args = [command, "--redis-url", "redis://127.0.0.1:1/0"]
     result = CliRunner().invoke(main, args, env=NO_URL)
     assert result.exit_code == 1
-    assert "Error: Redis at redis://127.0.0.1:1/0" in result.output
+    assert "Error: cannot reach Redis at redis://127.0.0.1:1/0" in result.output
 
 
 def test_example_reports_a_bad_namespace() -> None:

@@ -166,7 +166,7 @@ def test_an_unreachable_redis_ends_the_worker_after_its_connect_timeout(project:
     began = time.monotonic()
     result = invoke("worker", "tasks:app", "--connect-timeout", "0.5", env={"REDIS_URL": url})
     line = one_error_line(result.exit_code, result.output)
-    assert "RedisUnavailable: cannot reach Redis at redis://:***@127.0.0.1:" in line
+    assert line.startswith("Error: cannot reach Redis at redis://:***@127.0.0.1:")
     assert time.monotonic() - began < 10
     assert PASSWORD not in result.output
 
@@ -214,7 +214,7 @@ def test_the_installed_worker_shows_no_password(
     if password == PASSWORD:
         assert code == 0 and "Redis redis://:***@127.0.0.1" in output, output
     else:
-        assert "AuthenticationError" in one_error_line(code, output)
+        assert "refused the credentials" in one_error_line(code, output) and code == 1
 
 
 # --- --burst and --max-jobs ----------------------------------------------------------------------

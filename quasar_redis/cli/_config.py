@@ -121,7 +121,12 @@ def url_option(
     """``--redis-url``, else ``QUASAR_REDIS_URL``, then ``REDIS_URL`` (checked by ``resolve``,
     or by ``callback``)."""
     return click.option(
-        "--redis-url", envvar=list(URL_VARIABLES), default=default, callback=callback, help=help
+        "--redis-url",
+        envvar=list(URL_VARIABLES),
+        default=default,
+        callback=callback,
+        metavar="URL",
+        help=help,
     )
 
 
@@ -160,7 +165,7 @@ def namespace_option(help: str = NAMESPACE_HELP) -> Callable[[F], F]:
         "--namespace",
         envvar=NAMESPACE_VARIABLE,
         default=DEFAULT_NAMESPACE,
-        show_default=True,
+        metavar="NAME",
         help=help,
     )
 
@@ -176,5 +181,5 @@ def namespace_options(command: F) -> F:
         settings = resolve(ctx, redis_url, kwargs.pop("namespace"), app_path)
         return command(*args, redis_url=settings.url, namespace=settings.namespace, **kwargs)
 
-    decorated = app_option()(namespace_option()(url_option()(resolved)))
+    decorated = url_option()(namespace_option()(app_option()(resolved)))
     return cast(F, decorated)

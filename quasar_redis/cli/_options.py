@@ -69,11 +69,6 @@ def partitions_option(help: str) -> Callable[[F], F]:
     )
 
 
-def quasar_error(exc: QuasarError) -> click.ClickException:
-    """One line for the user: the error's kind and message, any URL in it redacted."""
-    return click.ClickException(redact_text(f"{type(exc).__name__}: {exc}"))
-
-
 def _unreachable(text: str, at: str) -> str:
     if "No master found for" in text:  # (Sentinel's own words, followed by its clients' reprs)
         service = text.split("No master found for", 1)[1].split(" : ", 1)[0].strip()
@@ -85,10 +80,12 @@ def runtime_error(exc: BaseException, url: str) -> click.ClickException | None:
     """``exc`` as one line for the user (a runtime error: exit 1), any URL redacted: Redis out
     of reach, refused credentials, a refusal; None for an exception that is not one of them."""
     at = redact(url)
-    if isinstance(exc, (AuthenticationError, redis.AuthenticationError)):
-        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
-    if isinstance(exc, redis.ResponseError) and "WRONGPASS" in str(exc):
-        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
+    refused = isinstance(exc, redis.ResponseError) and "WRONGPASS" in str(exc)
+    if refused or isinstance(exc, (AuthenticationError, redis.AuthenticationError)):
+        said = str(exc)
+        if "refused the credentials" not in said:  # (a worker's own words name the Redis)
+            said = f"Redis at {at} refused the credentials: {said}"
+        return click.ClickException(redact_text(said))
     if isinstance(exc, (RedisUnavailable, redis.ConnectionError, redis.TimeoutError)):
         return click.ClickException(redact_text(_unreachable(str(exc), at)))
     if isinstance(exc, InvalidArgument):

@@ -12,7 +12,7 @@ from .._urls import where
 from ..errors import QuasarError
 from . import demo as demo_module
 from ._config import namespace_checked, url_or_memory
-from ._options import log_level_option, partitions_option, quasar_error
+from ._options import log_level_option, partitions_option, runtime_error
 from .example import Example, open_quasar
 
 PARTITIONS_HELP = "Make the namespace one of this many partitions (docs/scaling.md); default: one."
@@ -95,5 +95,5 @@ def example(redis_url: str, namespace: str | None, partitions: int | None) -> No
         with open_quasar(redis_url, namespace, partitions) as q:
             Example(q).run()
     except QuasarError as exc:
-        raise quasar_error(exc) from None
+        raise runtime_error(exc, redis_url) or exc from None
     click.echo("done")

@@ -21,7 +21,7 @@ from ..app import App
 from ..errors import ConfigurationError, QuasarError
 from ..worker import Worker
 from ._config import app_option, given, namespace_option, resolve, url_option
-from ._options import Mistake, log_level_option, quasar_error
+from ._options import Mistake, log_level_option, runtime_error
 
 
 def prefetch_option(
@@ -213,7 +213,7 @@ def worker(
             serve_metrics(runner, metrics_port)
         runner.run(install_signals=True)
     except QuasarError as exc:
-        raise quasar_error(exc) from None
+        raise runtime_error(exc, app.connector.url) or exc from None
     if job_threads_outlive(1.0):
         logging.shutdown()  # a plain-function job still runs past the grace period: leave it
         os._exit(0)
