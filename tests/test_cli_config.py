@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -285,20 +287,19 @@ def test_the_worker_takes_its_app_from_quasar_app(
     assert "two applications given" in error_line(both, 2)
 
 
-@pytest.mark.parametrize("level", ["WARN", "warn", "Warning", "debug"])
-def test_log_level_takes_warn_and_any_case(project: Project, level: str) -> None:
-    ran = quasar("worker", project.app_path, "--redis-url", "memory://", "--burst", "-q", "emails")
-    assert ran.exit_code == 0, ran.output
+@pytest.mark.parametrize(
+    ("given", "level"),
+    [("WARN", "WARNING"), ("warn", "WARNING"), ("Warning", "WARNING"), ("debug", "DEBUG")],
+)
+def test_log_level_takes_warn_and_any_case(project: Project, given: str, level: str) -> None:
+    for name in ("worker", "demo"):
+        args = [project.app_path] if name == "worker" else []
+        ctx = main.commands[name].make_context(name, [*args, "--log-level", given])
+        assert ctx.params["log_level"] == level
     ran = quasar(
         "worker",
         project.app_path,
-        "--redis-url",
-        "memory://",
-        "--burst",
-        "-q",
-        "emails",
-        "--log-level",
-        level,
+        *("--redis-url", "memory://", "--burst", "-q", "emails", "--log-level", given),
     )
     assert ran.exit_code == 0, ran.output
 
@@ -418,3 +419,31 @@ def test_the_dashboard_on_a_port_in_use_says_so_in_one_line(clean_env: pytest.Mo
         assert "http://" not in ran.output
     finally:
         taken.close()
+
+
+def test_the_dashboard_serves_on_the_port_it_bound_and_names(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    real_redis().close()
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES} | {"PYTHONPATH": SOURCE}
+    command = ["dashboard", "--redis-url", REDIS_URL, "--namespace", "cfg-dash", "--port", "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quasar_redis", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # (said once the socket listens: no wait needed)
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/", first)
+        assert found, first
+        with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/", timeout=30) as page:
+            assert page.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
