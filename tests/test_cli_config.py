@@ -6,6 +6,7 @@ without a URL, and one error format with exit 2 for usage errors and 1 for runti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 import pytest
@@ -109,6 +110,28 @@ def error_line(result: Result, code: int) -> str:
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
     assert "Traceback" not in result.output
     return lines[0]
+
+
+@contextlib.contextmanager
+def started(args: list[str], env: dict[str, str]) -> Iterator[IO[str]]:
+    """``quasar ARGS`` in a process of its own (with ``env``, no other Redis, namespace or app):
+    its stdout; the process is ended after."""
+    clean = {k: v for k, v in os.environ.items() if k not in VARIABLES} | {"PYTHONPATH": SOURCE}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quasar_redis", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=clean | env,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout
+    finally:
+        proc.kill()
+        proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def enqueue_emails(project: Project, count: int = 2) -> None:
@@ -311,30 +334,15 @@ def test_events_reads_quasar_namespace_and_prints_json_lines_when_following(
     project: Project, clean_env: pytest.MonkeyPatch
 ) -> None:
     Quasar(project.redis, project.namespace).enqueue("s", id="first", queue="emails")
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES} | {"PYTHONPATH": SOURCE}
-    env |= {"QUASAR_REDIS_URL": REDIS_URL, "QUASAR_NAMESPACE": project.namespace}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "quasar_redis", "events", "--json", "--count", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        first = json.loads(proc.stdout.readline())
+    env = {"QUASAR_REDIS_URL": REDIS_URL, "QUASAR_NAMESPACE": project.namespace}
+    with started(["events", "--json", "--count", "1"], env) as stdout:
+        first = json.loads(stdout.readline())
         assert (first["job"], first["event"], first["queue"]) == ("first", "available", "emails")
         # (read from the entry after the one printed: no wait for XREAD to start)
         Quasar(project.redis, project.namespace).enqueue("s", id="second", queue="emails")
-        second = json.loads(proc.stdout.readline())
+        second = json.loads(stdout.readline())
         assert (second["job"], second["event"]) == ("second", "available")
         assert set(second) >= {"id", "at", "event", "queue", "job", "attempt"}
-    finally:
-        proc.kill()
-        proc.wait(10)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
 
 
 # --- one error format, one exit-code scheme -----------------------------------------------------
@@ -425,25 +433,10 @@ def test_the_dashboard_serves_on_the_port_it_bound_and_names(
     clean_env: pytest.MonkeyPatch,
 ) -> None:
     real_redis().close()
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES} | {"PYTHONPATH": SOURCE}
     command = ["dashboard", "--redis-url", REDIS_URL, "--namespace", "cfg-dash", "--port", "0"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "quasar_redis", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # (said once the socket listens: no wait needed)
+    with started(command, {}) as stdout:
+        first = stdout.readline()  # (said once the socket listens: no wait needed)
         found = re.search(r"http://127\.0\.0\.1:(\d+)/", first)
         assert found, first
         with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/", timeout=30) as page:
             assert page.status == 200
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
