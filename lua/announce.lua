@@ -4,20 +4,23 @@
 -- entry lapses by itself; this call and workers.lua also drop every member whose deadline has
 -- passed, so the registry holds the live workers and no more.
 -- Checks, in order: InvalidJob (the ttl: 1 s to 1 h; the pid and concurrency: nonnegative
--- integers; the queue names; the other fields' lengths; the worker id: 1-256 bytes, no
--- whitespace); the registry's key types (CorruptKey).
+-- integers; the queue names; processed, then failed, when given: nonnegative integers; the other
+-- fields' lengths; the worker id: 1-256 bytes, no whitespace); the registry's key types
+-- (CorruptKey).
 --
 -- KEYS[1]  namespace prefix
 -- ARGV[1]  call id (unused: announcing again is harmless)   ARGV[2] now ("" = server clock)
 -- ARGV[3]  worker id   ARGV[4] ttl ms   ARGV[5] host   ARGV[6] pid
 -- ARGV[7]  queues, space-separated   ARGV[8] concurrency   ARGV[9] running job ids,
--- space-separated   ARGV[10] version
+-- space-separated   ARGV[10] version   ARGV[11] runs it ended since it started (optional)
+-- ARGV[12] of which failed (optional)
 --
 -- Replies
 --   {"Announced", now}
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 -- Hash fields: h host, p pid, q queues, c concurrency, r running job ids, v version,
--- sa started at (the first announce since the entry last lapsed), ls last seen (now).
+-- sa started at (the first announce since the entry last lapsed), ls last seen (now),
+-- np / nf runs ended / failed since the worker started (its own counts: no write per job).
 
 -- uses: core, checks, call
 local applied, clock, fmt, int, invalid = Core.applied, Core.clock, Core.fmt, Core.int, Core.invalid
@@ -60,6 +63,12 @@ local function announce_error(ctx)
     local bad = name_error(queue, "queue")
     if bad then return bad end
   end
+  for i, name in ipairs({"processed", "failed"}) do
+    local given = args[10 + i] or ""
+    if given ~= "" and (int(given) == nil or int(given) < 0) then
+      return invalid(name .. " must be a nonnegative integer")
+    end
+  end
   return text_error(args[5], "host") or text_error(args[7], "queues")
     or text_error(args[10], "version")
 end
@@ -77,6 +86,7 @@ local function main(ctx)
   redis.call("HSET", k, "h", args[5], "p", args[6], "q", args[7], "c", args[8], "r", args[9],
     "v", args[10], "ls", now_text)
   redis.call("HSETNX", k, "sa", now_text)
+  if (args[11] or "") ~= "" then redis.call("HSET", k, "np", args[11], "nf", args[12] or "0") end
   redis.call("PEXPIRE", k, ttl)
   redis.call("ZADD", workers, fmt(ctx, now + tonumber(ttl)), id)
   return applied("Announced", now_text)

@@ -12,9 +12,9 @@
 -- Replies
 --   {"Dependencies", now, {dependency...}, total, {id, status, id, status, ...}}
 --     dependency: the job as get_job replies it ({id, field, value, ...}), or {id} alone for a
---     dependency that is gone (pruned); total: the dependents set's size; status: as events
---     name it (docs/lifecycle.md), "missing" for a dependent gone, "damaged" for one whose
---     state cannot be read
+--     dependency that is gone (pruned); total: the dependents set's size; status: its status
+--     at now (status_at: docs/lifecycle.md), "missing" for a dependent gone, "damaged" for one
+--     whose state cannot be read
 --   {"MissingJob", id} | {"CorruptJob", id, reason} | {"InvalidJob", reason} |
 --   {"CorruptKey", key, reason}
 
@@ -23,7 +23,7 @@ local applied, clock, fmt, int = Core.applied, Core.clock, Core.fmt, Core.int
 local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
 local split = Core.split
 local check_types, id_error = Checks.check_types, Checks.id_error
-local job_reply, load_job, status_name = Job.job_reply, Job.load_job, Job.status_name
+local job_reply, load_job, status_at = Job.job_reply, Job.load_job, Job.status_at
 local run_call = Call.run_call
 
 -- limit: dependents a page lists at most; read: members of the set read for one page at most.
@@ -34,10 +34,11 @@ local STATES = {W = true, R = true, L = true, S = true, F = true, C = true, E = 
 local function dependent_status(ctx, id, now)
   local f = redis.call("HMGET", key_job(ctx, id), "st", "pd", "at")
   if not f[1] then return "missing" end
-  if not STATES[f[1]] or (f[1] == "W" and not int(f[3] or "")) or int(f[2] or "0") == nil then
+  local timed = f[1] == "W" or f[1] == "R"
+  if not STATES[f[1]] or (timed and not int(f[3] or "")) or int(f[2] or "0") == nil then
     return "damaged"
   end
-  return status_name({st = f[1], pd = f[2] or "0", at = f[3]}, now)
+  return status_at({st = f[1], pd = f[2] or "0", at = f[3]}, now)
 end
 
 local function dependents_page(ctx, id, limit, now)

@@ -1,4 +1,6 @@
 -- list_jobs (read only): a page of a queue's jobs in one status (each job is in exactly one).
+-- Statuses are counts.lua's: Available holds the waiting and retry-waiting jobs whose time has
+-- come, Retryable the retry-waiting ones whose time has not.
 -- Order: Available: the claimable ones in claim order, then those due but not yet promoted (by
 -- available_at); Scheduled by available_at; Blocked by available_at; Retryable by available_at;
 -- Executing by lease expiry; Completed / Discarded / Cancelled / Expired by finish time.
@@ -20,7 +22,7 @@
 -- the claimable ones; the rest are its due ones not yet promoted), so that the pages of several
 -- partitions merge in this order (quasar_redis/_partitions.py).
 -- A job whose hash is missing or damaged is left out of the page. Cost: by offset O(log N +
--- offset + limit), plus the RetryWaiting entries skipped for Available / Scheduled; by cursor
+-- offset + limit), plus the RetryWaiting entries skipped for Scheduled; by cursor
 -- O(log² N + limit): a page reads at most limit + SCAN_EXTRA index entries, so it may hold
 -- fewer than limit jobs (even none) before the end, which only an empty cursor marks.
 
@@ -35,10 +37,11 @@ local run_call = Call.run_call
 local CHUNK_READ = 100
 local OFFSET_MAX = 1000
 local SCAN_EXTRA = 100
-local PLAIN = {retryable = "retrying", executing = "leased", completed = "succeeded",
-  discarded = "failed", cancelled = "cancelled", blocked = "blocked", expired = "expired"}
+local PLAIN = {executing = "leased", completed = "succeeded", discarded = "failed",
+  cancelled = "cancelled", blocked = "blocked", expired = "expired"}
 
 local function is_waiting(h) return h.st == "W" end
+local function is_unblocked(h) return h.st == "W" or h.st == "R" end
 local function keep_all() return true end
 local function same(member) return member end
 
@@ -50,8 +53,11 @@ local function segments(ctx, queue, status, now)
   if plain then return {{key_q(ctx, queue, plain), "", "+inf", same, keep_all}} end
   local delayed, due = key_q(ctx, queue, "delayed"), fmt(ctx, now)
   if status == "scheduled" then return {{delayed, due, "+inf", same, is_waiting}} end
-  return {{key_q(ctx, queue, "ready"), "", "+inf", ready_id, is_waiting},
-    {delayed, "", due, same, is_waiting}}
+  if status == "retryable" then
+    return {{key_q(ctx, queue, "retrying"), due, "+inf", same, keep_all}}
+  end
+  return {{key_q(ctx, queue, "ready"), "", "+inf", ready_id, is_unblocked},
+    {delayed, "", due, same, is_unblocked}}
 end
 
 -- The ranks [first, stop) of a segment's entries.
@@ -121,7 +127,7 @@ local function scan(ctx, segs, from, skip, want, budget)
         local id = member_id(entries[i])
         if skip > 0 then -- (a job skipped over: its state is all the offset needs)
           local st = redis.pcall("HGET", key_job(ctx, id), "st")
-          if type(st) == "string" and (keep == keep_all or st == "W") then skip = skip - 1 end
+          if type(st) == "string" and keep({st = st}) then skip = skip - 1 end
         else
           local h = load_job(ctx, id)
           if h and keep(h) then out[#out + 1] = {id, h, s} end
@@ -141,25 +147,27 @@ local function main(ctx)
   local queue, status = args[3], args[4]
   local bad = name_error(queue, "queue") or check_queue(ctx, queue)
   if bad then return bad end
-  if PLAIN[status] == nil and status ~= "available" and status ~= "scheduled" then
+  if PLAIN[status] == nil and status ~= "available" and status ~= "scheduled"
+    and status ~= "retryable" then
     return invalid("unknown status '" .. status .. "'")
   end
   local offset, limit = int(args[5]), int(args[6])
   if offset == nil or offset < 0 then return invalid("offset must be a nonnegative integer") end
-  -- (an index of one status holds only its jobs: its offset is a rank, found in O(log N))
-  if offset > OFFSET_MAX and not PLAIN[status] then
+  local segs, out = segments(ctx, queue, status, now), nil
+  -- (a run of entries that are all of the status's jobs: its offset is a rank, found in O(log N))
+  local ranked = segs[2] == nil and segs[1][5] == keep_all
+  if offset > OFFSET_MAX and not ranked then
     return invalid("offset must be at most " .. OFFSET_MAX .. " for " .. status
       .. " (page further by cursor)")
   end
   if limit == nil or limit < 1 or limit > 1000 then
     return invalid("limit must be between 1 and 1000")
   end
-  local segs, out = segments(ctx, queue, status, now), nil
   local items
   if args[7] == nil then
     out = {"Jobs", fmt(ctx, now)}
     local from, skip = {1, 0}, offset
-    if PLAIN[status] then from, skip = {1, offset}, 0 end
+    if ranked then from, skip = {1, bounds(segs[1]) + offset}, 0 end
     items = scan(ctx, segs, from, skip, limit, math.huge)
     local first = 0
     for _, item in ipairs(items) do

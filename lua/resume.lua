@@ -1,6 +1,7 @@
 -- resume: a paused queue (pause.lua) leases again; its idle workers are woken at once: one
--- wake-up token per claimable job (ready, or delayed and due), at most WAKE_MAX. Idempotent. A
--- resume that changes the queue writes an event of no job (`ev` "resumed", `q`), as pause does.
+-- wake-up token per claimable job (ready, or delayed and due), at most WAKE_MAX. Idempotent: a
+-- queue not paused (even one the namespace never had) is left as it is. A resume that changes
+-- the queue writes an event of no job (`ev` "resumed", `q`), as pause does.
 -- Checks, in order: those of pause.lua (InvalidJob, CorruptKey), then the types of the keys it
 -- reads and writes (ready, delayed, wake).
 --

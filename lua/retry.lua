@@ -1,6 +1,7 @@
--- retry (operator_retry): Failed -> RetryWaiting(reason, now) with max_attempts + 1, so the job
--- runs once more. Dependents still blocked on it run once it succeeds. The next claim gets a new
--- nonce, as every claim does.
+-- retry (operator_retry): Failed -> RetryWaiting(now) with max_attempts + 1, so the job runs once
+-- more. The job keeps its last error (kind and message: the state's reason) and its failure
+-- history; the operator's reason goes with the `retryable` event, as its `pm`. Dependents still
+-- blocked on it run once it succeeds. The next claim gets a new nonce, as every claim does.
 -- Checks, in order (docs/lifecycle.md, retry): InvalidJob for a malformed id; MissingJob;
 -- InvalidJob for a fence given that is no integer, FenceChanged; NotFailed; our limit on the
 -- reason; the queue's keys (CorruptKey).
@@ -15,10 +16,11 @@
 --   {"CorruptJob", id, reason} | {"CorruptKey", key, reason}
 -- A re-sent call (same call id) gets JobApplied again.
 
--- uses: core, checks, job, call, outcomes
+-- uses: core, checks, events, job, call, outcomes
 local fmt, refuse = Core.fmt, Core.refuse
 local check_queue, text_error = Checks.check_queue, Checks.text_error
 local move = Job.move
+local note = Events.note
 local record, run_call = Call.record, Call.run_call
 local job_applied, open_fenced = Outcomes.job_applied, Outcomes.open_fenced
 
@@ -31,9 +33,9 @@ local function main(ctx)
   local bad = text_error(reason, "reason") or check_queue(ctx, c.h.q)
   if bad then return bad end
   move(ctx, c.id, c.h, c.now, {
-    st = "R", at = fmt(ctx, c.now), em = reason, ek = "OperatorRetry",
-    m = fmt(ctx, tonumber(c.h.m) + 1),
+    st = "R", at = fmt(ctx, c.now), m = fmt(ctx, tonumber(c.h.m) + 1),
   })
+  note(ctx, reason)
   record(ctx, "A")
   return job_applied(ctx, c, fmt(ctx, c.now))
 end

@@ -8,7 +8,8 @@
 --
 -- Replies
 --   {"Workers", now, {id, host, pid, queues, concurrency, running, version, started_at,
---    last_seen}...}   queues and running space-separated
+--    last_seen, processed, failed}...}   queues and running space-separated; processed and
+--    failed: the runs it ended and those that failed, as it last announced ("0" if it did not)
 --   {"InvalidJob", reason} | {"CorruptKey", key, reason}
 
 -- uses: core, call, announce
@@ -16,7 +17,7 @@ local clock, fmt = Core.clock, Core.fmt
 local run_call = Call.run_call
 local registry_keys = Announce.registry_keys
 
-local WORKER_FIELDS = {"h", "p", "q", "c", "r", "v", "sa", "ls"}
+local WORKER_FIELDS = {"h", "p", "q", "c", "r", "v", "sa", "ls", "np", "nf"}
 
 local function main(ctx)
   local now, e = clock(ctx.args[2])
@@ -32,7 +33,7 @@ local function main(ctx)
     local v = redis.pcall("HMGET", ctx.prefix .. "worker:" .. id, unpack(WORKER_FIELDS))
     if not v.err and v[1] and v[8] then
       out[#out + 1] = {id, v[1], v[2] or "0", v[3] or "", v[4] or "0", v[5] or "", v[6] or "",
-        v[7] or v[8], v[8]}
+        v[7] or v[8], v[8], v[9] or "0", v[10] or "0"}
     end
   end
   return out

@@ -35,6 +35,14 @@ def text_arg(value: Any) -> Arg:
     return repr(value)
 
 
+def name_arg(value: Any) -> Arg:
+    """A name (of a queue, ...): text as it is; anything else becomes a text no name can be (5
+    and None must not pass for the names "5" and "None")."""
+    if isinstance(value, str | bytes):
+        return value
+    return f"{value!r} ({type(value).__name__})"
+
+
 def lease_args(token: t.LeaseToken, worker_id: str) -> tuple[Arg, ...]:
     return (
         text_arg(token.job_id),

@@ -3,6 +3,7 @@ signature, the values against the app's serializer, and the name a task gets fro
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -14,6 +15,11 @@ from .serializers import name_of
 _SIMPLE = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _VAR_POSITIONAL = inspect.Parameter.VAR_POSITIONAL
 _VAR_KEYWORD = inspect.Parameter.VAR_KEYWORD
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, _SIMPLE)
+
+#: What a call's check is given in place of the argument the call receives first (its value is
+#: known only when the job runs: a step of a chain).
+RECEIVED = object()
 
 
 class CallCheck:
@@ -35,15 +41,25 @@ class CallCheck:
         self.most = len(params) if simple else 0
 
     def problem(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-        """What is wrong with calling the function with these arguments (None: nothing), in
-        Python's words: "add() missing a required argument: 'b'"."""
+        """What is wrong with calling the function with these arguments (None: nothing): an
+        unexpected keyword first (with the parameter it may have meant), then too many
+        positional arguments, else Python's own words; each followed by the signature."""
         if self.signature is None or (not kwargs and self.fewest <= len(args) <= self.most):
             return None
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            return f"{self.qualname}() {exc}"
+            what = _unexpected(self.signature, kwargs) or _too_many(self.signature, args)
+            text = f"{what or exc}; the function is {self.name}{shown(self.signature)}"
+            if args and args[0] is RECEIVED:
+                text += " (its first argument is the previous step's result)"
+            return text
         return None
+
+    @property
+    def name(self) -> str:
+        """The function's own name (``send_receipt``, of ``Mailer.send_receipt`` too)."""
+        return self.qualname.rpartition(".")[2]
 
     def named(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Each argument under the name of its parameter (``args[1]`` for one of ``*args``)."""
@@ -60,6 +76,58 @@ class CallCheck:
             else:
                 found[name] = value
         return found
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'email'?)`` for the name of ``known`` closest to ``name``, if one is."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unexpected(signature: inspect.Signature, kwargs: Mapping[str, Any]) -> str | None:
+    """The first keyword the function does not take, with the parameter it may have meant."""
+    params = signature.parameters
+    if any(p.kind is _VAR_KEYWORD for p in params.values()):
+        return None
+    takes = [n for n, p in params.items() if p.kind is not _VAR_POSITIONAL]
+    for name in kwargs:
+        param = params.get(name)
+        if param is not None and param.kind is not inspect.Parameter.POSITIONAL_ONLY:
+            continue
+        return f"unexpected keyword argument {name!r}{did_you_mean(name, takes)}"
+    return None
+
+
+def _too_many(signature: inspect.Signature, args: Sequence[Any]) -> str | None:
+    """Too many positional arguments, counted against the parameters that take one."""
+    params = signature.parameters.values()
+    if any(p.kind is _VAR_POSITIONAL for p in params):
+        return None
+    most = sum(p.kind in _POSITIONAL for p in params)
+    if len(args) <= most:
+        return None
+    named = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    only = f" ({', '.join(named)} by keyword only)" if named else ""
+    return f"{len(args)} positional arguments given, but it takes {most}{only}"
+
+
+class _Text(str):
+    """An annotation kept as text (``from __future__ import annotations``), shown unquoted."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def shown(signature: inspect.Signature) -> str:
+    """A signature as its source reads: ``(order_id: int, email: str) -> None``."""
+
+    def plain(annotation: Any) -> Any:
+        return _Text(annotation) if isinstance(annotation, str) else annotation
+
+    params = [p.replace(annotation=plain(p.annotation)) for p in signature.parameters.values()]
+    return str(
+        signature.replace(parameters=params, return_annotation=plain(signature.return_annotation))
+    )
 
 
 def unencodable(serializer: Any, arguments: Mapping[str, Any], error: Exception) -> str:

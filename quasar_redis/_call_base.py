@@ -143,6 +143,9 @@ class WorkerEntry:
     concurrency: int
     running: tuple[str, ...]
     version: str
+    #: The runs it ended since it started, and how many of them failed (its own counts).
+    processed: int = 0
+    failed: int = 0
 
 
 class BuilderBase:

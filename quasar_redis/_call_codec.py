@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _types as t
-from ._binding import CallCheck, unencodable
+from ._binding import RECEIVED, CallCheck, unencodable
 from ._codec import Encoded
 from .errors import CorruptDataError, InvalidTaskCall
 from .serializers import Serializer, name_of
@@ -38,11 +38,6 @@ def args_of(payload: Any) -> tuple[list[Any], dict[str, Any]]:
     if not isinstance(kwargs, dict):
         raise TypeError("the payload's keyword arguments are not a map")
     return list(payload.get("a", [])), kwargs
-
-
-#: What a call's check is given in place of the argument the call receives first (its value is
-#: known only when the job runs).
-RECEIVED = object()
 
 
 class CallCodec:

@@ -20,6 +20,7 @@ import redis.connection
 import redis.sentinel
 from redis.exceptions import RedisClusterException
 
+from ._reconnects import watched
 from ._urls import Target, check_url, redact, target
 from .errors import RedisUnavailable
 
@@ -70,8 +71,8 @@ def sync_client(url: str, **defaults: Any) -> Any:
                 f"cannot reach the Redis Cluster at {redact(url)}: {exc}"
             ) from None
     if found.kind == "sentinel":
-        return _sentinel(found, redis.sentinel, defaults)
-    return redis.Redis.from_url(url, **defaults)
+        return _watched(_sentinel(found, redis.sentinel, defaults))
+    return _watched(redis.Redis.from_url(url, **defaults))
 
 
 def async_client(url: str, **defaults: Any) -> Any:
@@ -83,5 +84,12 @@ def async_client(url: str, **defaults: Any) -> Any:
         nodes = [cluster.ClusterNode(h, p) for h, p in found.hosts[1:]]
         return cluster.RedisCluster.from_url(found.url, startup_nodes=nodes, **defaults)
     if found.kind == "sentinel":
-        return _sentinel(found, redis.asyncio.sentinel, defaults)
-    return redis.asyncio.Redis.from_url(url, **defaults)
+        return _watched(_sentinel(found, redis.asyncio.sentinel, defaults))
+    return _watched(redis.asyncio.Redis.from_url(url, **defaults))
+
+
+def _watched(client: Any) -> Any:
+    """``client``, its connections watched (``_reconnects``): a database number the server
+    does not have is told with how many it has."""
+    watched(client)
+    return client

@@ -154,8 +154,8 @@ def status_of(state: JobState, now: int, pending_dependencies: int = 0) -> Statu
             if pending_dependencies:
                 return Status.BLOCKED
             return Status.AVAILABLE if available_at <= now else Status.SCHEDULED
-        case RetryWaiting():
-            return Status.RETRYABLE
+        case RetryWaiting(_, available_at):  # (its time come, a claim takes it as any other)
+            return Status.AVAILABLE if available_at <= now else Status.RETRYABLE
         case Leased():
             return Status.EXECUTING
         case Succeeded():

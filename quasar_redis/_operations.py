@@ -345,8 +345,8 @@ class Operations(
 
     def pause(self, queue: str, *, now: int | None = None) -> Call[bool]:
         """Stop leasing jobs of ``queue`` to any worker (atomically: every claim checks it);
-        enqueue and inspection go on. True if it was not paused before. An unknown or
-        malformed queue name raises InvalidArgument."""
+        enqueue and inspection go on. True if it was not paused before; a queue with no job
+        yet is paused too. A malformed queue name raises InvalidArgument."""
         return self.calls.pause(queue, now)
 
     def resume(self, queue: str, *, now: int | None = None) -> Call[bool]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _types as t
-from ._args import Arg, int_arg, now_arg, text_arg
+from ._args import Arg, int_arg, name_arg, now_arg, text_arg
 from ._call_base import KEEP, BuilderBase, Call, JobChange, WorkerEntry
 from ._codec import EncodeError, encode
 from ._ids import id_error
@@ -208,10 +208,10 @@ class OperatorCalls(BuilderBase):
     # queues and workers -------------------------------------------------------------------------
 
     def pause(self, queue: str, now: int | None = None) -> Call[bool]:
-        return self._call("pause", (now_arg(now), text_arg(queue)), parse_flag("Paused"))
+        return self._call("pause", (now_arg(now), name_arg(queue)), parse_flag("Paused"))
 
     def resume(self, queue: str, now: int | None = None) -> Call[bool]:
-        return self._call("resume", (now_arg(now), text_arg(queue)), parse_flag("Resumed"))
+        return self._call("resume", (now_arg(now), name_arg(queue)), parse_flag("Resumed"))
 
     def queues(self, now: int | None = None) -> Call[list[t.QueueInfo]]:
         return self._call("queues", (now_arg(now),), parse_queues)
@@ -228,6 +228,8 @@ class OperatorCalls(BuilderBase):
             int_arg(worker.concurrency),
             " ".join(worker.running),
             text_arg(worker.version),
+            int_arg(worker.processed),
+            int_arg(worker.failed),
         )
         return self._call("announce", args, parse_now("Announced"))
 

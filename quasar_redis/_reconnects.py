@@ -5,7 +5,8 @@ redis-py runs a connection's ``redis_connect_func`` in place of its own set-up (
 AUTH, HELLO, SELECT) each time the connection connects, in redis-py 5 to 8, sync and asyncio. A
 watch set there runs the connection's set-up (or the function that was there before it), then
 calls back every client registered with it (held weakly: a client gone is forgotten). One watch
-per pool, however many clients share it.
+per pool, however many clients share it. A SELECT the server refuses (a database number it does
+not have) is raised with how many databases it has, asked on the same connection.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
+import redis.exceptions as rex
 
-__all__ = ["watch_connections"]
+from ._access import DatabaseOutOfRange, databases_in, out_of_range
+
+__all__ = ["watch_connections", "watched"]
 
 
 class Watch:
@@ -38,26 +42,66 @@ class Watch:
                 callback()
 
     def connected(self, conn: Any) -> None:
-        if self.before is None:
-            conn.on_connect()
-        else:
-            self.before(conn)
+        try:
+            if self.before is None:
+                conn.on_connect()
+            else:
+                self.before(conn)
+        except rex.ResponseError as exc:
+            if not out_of_range(exc):
+                raise
+            raise DatabaseOutOfRange(str(exc), _count(conn)) from exc
         self._tell()
 
     async def aconnected(self, conn: Any) -> None:
-        done = conn.on_connect() if self.before is None else self.before(conn)
-        if inspect.isawaitable(done):
-            await done
+        try:
+            done = conn.on_connect() if self.before is None else self.before(conn)
+            if inspect.isawaitable(done):
+                await done
+        except rex.ResponseError as exc:
+            if not out_of_range(exc):
+                raise
+            raise DatabaseOutOfRange(str(exc), await _acount(conn)) from exc
         self._tell()
+
+
+def _count(conn: Any) -> int | None:
+    """How many databases the server has, asked on ``conn`` (still on database 0 after its
+    SELECT was refused); None where it does not say."""
+    try:
+        conn.send_command("CONFIG", "GET", "databases", check_health=False)
+        return databases_in(conn.read_response())
+    except Exception:  # (CONFIG refused, on a managed Redis or by an ACL: not known)
+        return None
+
+
+async def _acount(conn: Any) -> int | None:
+    """``_count`` on an asyncio connection."""
+    try:
+        await conn.send_command("CONFIG", "GET", "databases", check_health=False)
+        return databases_in(await conn.read_response())
+    except Exception:  # (CONFIG refused, on a managed Redis or by an ACL: not known)
+        return None
 
 
 def watch_connections(client: Any, callback: Callable[[], None]) -> bool:
     """Call ``callback`` (a bound method) each time a connection of ``client``'s pool connects;
     False where there is no pool to watch (a cluster client: each node has pools of its own)."""
+    watch = watched(client)
+    if watch is None:
+        return False
+    watch.add(callback)
+    return True
+
+
+def watched(client: Any) -> Watch | None:
+    """The watch of ``client``'s pool, set there if it has none (None: no pool to watch). A
+    watch also tells a database number the server does not have with how many it has
+    (``DatabaseOutOfRange``): every client made from a URL has one (``_connect``)."""
     pool = getattr(client, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     if not isinstance(kwargs, dict):
-        return False
+        return None
     current = kwargs.get("redis_connect_func")
     watch = getattr(current, "__self__", None)
     if not isinstance(watch, Watch):
@@ -67,8 +111,7 @@ def watch_connections(client: Any, callback: Callable[[], None]) -> bool:
         for conn in _made(client, pool):  # (connections made before: a client passed in)
             if getattr(conn, "redis_connect_func", None) is current:
                 conn.redis_connect_func = func
-    watch.add(callback)
-    return True
+    return watch
 
 
 def _made(client: Any, pool: Any) -> list[Any]:

@@ -420,6 +420,8 @@ def parse_workers(reply: Any) -> list[t.WorkerInfo]:
             version=text(w[6]),
             started_at=int(w[7]),
             last_seen=int(w[8]),
+            processed=int(w[9]) if len(w) > 9 else 0,
+            failed=int(w[10]) if len(w) > 10 else 0,
         )
         for w in reply[2:]
     ]

@@ -311,7 +311,9 @@ class WorkerInfo:
     """A live worker as it last announced itself (``workers``); times in ms, server clock.
 
     ``running``: the ids of the jobs it held then; ``started_at``: its first announcement (since
-    its entry last lapsed); ``last_seen``: its last one.
+    its entry last lapsed); ``last_seen``: its last one; ``processed``: the runs it ended since
+    it started (completed, retried or failed), ``failed``: those that failed (retried or not),
+    as of its last announcement.
     """
 
     id: str
@@ -323,6 +325,8 @@ class WorkerInfo:
     version: str
     started_at: int
     last_seen: int
+    processed: int = 0
+    failed: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 import redis.exceptions as rex
 
+from ._access import database_of, refusal
 from ._calls import Call, CallBuilder
 from ._durable import Durable, Replicated, confirm, fewest, split, writes
 from ._partitions import checking_record
@@ -42,7 +43,6 @@ from ._policy import evicting, eviction_refused, policy_of, warn_policy
 from ._replies import work_left
 from ._scripts import Library, Script, scripts
 from .errors import (
-    AuthenticationError,
     PermissionDenied,
     ProtocolError,
     RedisFull,
@@ -195,10 +195,12 @@ def library_load_error(exc: BaseException) -> bool | None:
     return None
 
 
-def map_error(exc: BaseException) -> BaseException:
-    """Our exception for a redis-py one raised by a script call."""
-    if isinstance(exc, rex.AuthenticationError):  # (a ConnectionError, but never transient)
-        return AuthenticationError(str(exc) or "Redis refused the credentials")
+def map_error(exc: BaseException, database: int | None = None) -> BaseException:
+    """Our exception for a redis-py one raised by a script call; ``database``: the number the
+    client selects, for the error of one the server lacks."""
+    refused = refusal(exc, database)  # (an AuthenticationError is a ConnectionError: never retried)
+    if refused is not None:
+        return refused
     denied = permission_denied(exc)
     if denied is not None:
         return denied
@@ -278,6 +280,7 @@ class Sending:
     test on the way of every call: true once the policy is asked and there is nothing to refuse.
     """
 
+    redis: Any
     functions: bool
     durable: Durable | None
     library: Library
@@ -320,11 +323,11 @@ class Sending:
                 self._server_changed()
             plan = recovery([(reply, call)])
             if not plan or attempt == SENDS - 1:
-                raise map_error(reply) from reply
+                raise self._error(reply) from reply
             try:
                 yield from self._recovering(plan)
             except Exception as exc:
-                raise map_error(exc) from exc
+                raise self._error(exc) from exc
         raise AssertionError("unreachable")
 
     def _sending_many(self, calls: Sequence[Call[Any]]) -> Flow[list[Any]]:
@@ -353,7 +356,7 @@ class Sending:
         except rex.RedisError as exc:
             if isinstance(exc, CONNECTION_ERRORS):
                 self._server_changed()
-            raise map_error(exc) from exc
+            raise self._error(exc) from exc
         results, more = parse_all(calls, replies)
         for i in more:
             results[i] = yield from self._carrying_on(calls[i], results[i])
@@ -389,7 +392,7 @@ class Sending:
         try:
             confirm(durable, acked, result, calls)
         except rex.RedisError as exc:  # (WAIT refused: an ACL without +wait, a replica)
-            raise map_error(exc) from exc
+            raise self._error(exc) from exc
 
     def _sending_once(self, commands: list[Command | None], durable: Durable | None) -> Flow[Any]:
         """One round trip: the replies (or the exception), and WAIT's reply in durable mode.
@@ -439,12 +442,12 @@ class Sending:
             denied = isinstance(reply, Exception) and permission_denied(reply) is not None
             unusable = library_load_error(reply) if isinstance(reply, Exception) else False
             if isinstance(reply, Exception) and (denied or unusable is None):
-                raise map_error(reply) from reply
+                raise self._error(reply) from reply
             self.functions = not unusable  # (Redis 6.2, "unknown command": scripts from now on)
         for script in scripts().values():
             reply = yield Ask("script_load", (script.source,))
             if isinstance(reply, Exception):
-                raise map_error(reply) from reply
+                raise self._error(reply) from reply
 
     def _library_refused(self, exc: BaseException) -> None:
         """FUNCTION LOAD failed: scripts from now on, or nothing to do, or a real error. A user
@@ -466,7 +469,7 @@ class Sending:
         (asking again at the next call); warn once of such a policy otherwise. First, for a
         client given its partitions, check the namespace's record of them."""
         if not self._record_checked:
-            yield from checking_record(self.calls.keys, self.partitions, map_error)
+            yield from checking_record(self.calls.keys, self.partitions, self._error)
             self._record_checked = True
         if not self._policy_asked:
             reply = yield Ask("config_get", ("maxmemory-policy",))
@@ -483,6 +486,10 @@ class Sending:
         if self._warned != policy:
             self._warned = policy
             warn_policy({"maxmemory-policy": policy})
+
+    def _error(self, exc: BaseException) -> BaseException:
+        """``map_error`` of ``exc``, for this client's database."""
+        return map_error(exc, database_of(self.redis))
 
     def _server_changed(self) -> None:
         """A connection connected (again) or broke: ask the eviction policy before the next

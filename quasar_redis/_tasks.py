@@ -6,14 +6,14 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from . import _tracing
 from . import _types as t
-from ._binding import CallCheck, script_name_problem
+from ._binding import CallCheck, did_you_mean, script_name_problem
 from ._calls import NewJob
 from ._codec import encode
 from ._dedup import Dedup, derived_key
@@ -21,7 +21,7 @@ from ._handles import JobHandle
 from ._ids import id_error
 from ._keys import check_name
 from ._workflows import Signature
-from .errors import ConfigurationError, InvalidTaskCall, QuasarError
+from .errors import ConfigurationError, InvalidArgument, InvalidTaskCall, QuasarError
 from .retry import Exponential, PolicyLike, RetryPolicy, as_policy
 
 if TYPE_CHECKING:
@@ -116,7 +116,16 @@ class Task(Generic[P, R]):
         return self.fn(*args, **kwargs)
 
     def options(self, **opts: Any) -> Task[P, R]:
-        """The same task with per-call options (see ``EnqueueOptions``)."""
+        """The same task with per-call options (see ``EnqueueOptions``); TypeError, naming the
+        task and the options there are, for one there is not."""
+        known = [f.name for f in fields(EnqueueOptions)]
+        for name in opts:
+            if name not in known:
+                raise TypeError(
+                    f"task {self.name!r}: options() has no option {name!r}"
+                    f"{did_you_mean(name, known)}; "
+                    f"the options: {', '.join(known)}"
+                )
         return replace(self, options_=replace(self.options_, **opts))
 
     def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
@@ -256,17 +265,29 @@ class TaskSettings:
     result_ttl: float | None = None
     group_by: GroupBy | None = None
 
-    def check(self) -> None:
-        """ValueError (or QuasarError for the queue name) for a setting out of range."""
-        if (self.lease_ms is not None and self.lease_ms < 1) or self.max_attempts < 1:
-            raise ValueError("lease_ms and max_attempts must be positive")
-        if self.result_ttl is not None and not 0 <= self.result_ttl < 10**9:
-            raise ValueError("result_ttl must be None or seconds, at least 0")
+    def check(self, task: str) -> None:
+        """InvalidArgument (a ValueError) naming ``task``, the setting and its value, for a
+        setting out of range (ConfigurationError for the queue name)."""
+        group_by = self.group_by
+        bounds = [
+            (
+                self.lease_ms is None or self.lease_ms >= 1,
+                f"lease_ms must be None or milliseconds >= 1: got {self.lease_ms!r}",
+            ),
+            (self.max_attempts >= 1, f"max_attempts must be >= 1: got {self.max_attempts!r}"),
+            (
+                self.result_ttl is None or 0 <= self.result_ttl < 10**9,
+                f"result_ttl must be None or seconds >= 0: got {self.result_ttl!r}",
+            ),
+            (
+                group_by is None or (isinstance(group_by, str) and group_by) or callable(group_by),
+                f"group_by must be a parameter's name or a function of the call: got {group_by!r}",
+            ),
+        ]
+        for ok, problem in bounds:
+            if not ok:
+                raise InvalidArgument(f"task {task!r}: {problem}")
         check_name(self.queue, "queue")
-        if self.group_by is not None and not (
-            (isinstance(self.group_by, str) and self.group_by) or callable(self.group_by)
-        ):
-            raise ValueError("group_by must be a parameter's name or a function of the call")
 
 
 class TaskRegistry(dict[str, "Task[Any, Any]"]):
@@ -284,8 +305,11 @@ class TaskRegistry(dict[str, "Task[Any, Any]"]):
         if problem is not None:
             raise ConfigurationError(problem)
         if stage in self:
-            raise QuasarError(f"a task named {stage!r} is declared twice")
-        s.check()
+            raise QuasarError(
+                f"a task named {stage!r} is declared twice: give one of them a name of its own "
+                "(@app.task(name=...))"
+            )
+        s.check(stage)
         task = Task(
             app,
             fn,

@@ -38,7 +38,14 @@ HIDDEN = "***"
 _CREDENTIALS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)([^\s/@]*)@")
 
 
+#: The credentials of the URL forms that messages show (``redis://:PASSWORD@host:port/db``):
+#: words to replace, not secrets, so left as they are.
+PLACEHOLDERS = (":PASSWORD", "USER:PASSWORD")
+
+
 def _hide(found: re.Match[str]) -> str:
+    if found.group(2) in PLACEHOLDERS:
+        return found.group(0)
     user, colon, _password = found.group(2).partition(":")
     if not colon:  # redis://secret@host: a lone name may well be a misplaced password
         return f"{found.group(1)}{HIDDEN}@"

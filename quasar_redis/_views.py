@@ -4,7 +4,8 @@ dashboard and the Prometheus metrics show, as plain values made from client repl
 ``_reading.py`` reads them (its flows run on either client); each place only presents them.
 The event stream is decoded here, once: an entry lists the jobs of one run of the same event,
 space-separated, with their attempts; an event of a queue (``QUEUE_EVENTS``: a pause, a
-resume) names no job.
+resume) names no job; a ``progress`` event carries its value and message, an operator retry's
+``retryable`` event its reason (as the message).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from . import _types as t
 
 EVENTS_SCANNED = 10_000  # stream entries looked through, newest first, for one job's events
 EVENT_PAGE = 1000  # stream entries read per call
+#: The event of an operator's action taken from the dashboard (docs/observability.md): its
+#: ``act``, ``who`` did it and its outcome (``out``), of jobs (``job``) or of a queue (``q``).
+AUDIT = "audit"
 
 
 def _text(value: Any) -> str:
@@ -35,7 +39,7 @@ class Event:
     job: str | None = None
     attempt: str | None = None
     value: float | None = None  # a ``progress`` event's (docs/observability.md)
-    message: str | None = None  # ... and its message, if any
+    message: str | None = None  # ... and its message, if any; an operator retry's reason
 
     @property
     def at(self) -> str:
@@ -53,14 +57,21 @@ def decode_event(entry_id: Any, fields: dict[Any, Any]) -> list[Event]:
         return None if value is None else _text(value)
 
     event, queue, jobs = get("ev") or "?", get("q") or "?", get("job")
+    if event == AUDIT:  # an operator's action (the dashboard's): what, by whom, its outcome
+        said = f"{get('act') or '?'} by {get('who') or '?'}: {get('out') or '?'}"
+        named = get("schedule")
+        said += f" (schedule {named})" if named else ""
+        targets: list[str | None] = list(jobs.split(" ")) if jobs else [None]
+        return [Event(entry, at_ms, event, queue, job, message=said) for job in targets]
     if jobs is None:
         return [Event(entry, at_ms, event, queue)]
     attempts = (get("a") or "").split(" ")
+    message = get("pm") or None  # (a progress event's; an operator retry's reason)
     if event == "progress":  # (one job an entry, with its value and message)
-        value, message = get("pv"), get("pm") or None
-        return [Event(entry, at_ms, event, queue, jobs, attempts[0], _number(value), message)]
+        return [Event(entry, at_ms, event, queue, jobs, attempts[0], _number(get("pv")), message)]
+    attempt = dict(enumerate(attempts))
     return [
-        Event(entry, at_ms, event, queue, job, attempts[i] if i < len(attempts) else None)
+        Event(entry, at_ms, event, queue, job, attempt.get(i), None, message)
         for i, job in enumerate(jobs.split(" "))
     ]
 

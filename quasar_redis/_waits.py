@@ -87,14 +87,16 @@ def block_ms(redis: Any, ms: int) -> int:
 class Outage:
     """A wait's connection failures in a row: ``failed`` says how long to pause before trying
     again, or raises once Redis has been away for ``OUTAGE_S`` (``RedisUnavailable``) or the
-    error is not one of a connection (mapped as every call's errors are); ``ok`` ends it."""
+    error is not one of a connection (mapped as every call's errors are, for the client's
+    ``database``); ``ok`` ends it."""
 
     clock: Callable[[], float] = time.monotonic
     since: float | None = None
     pause: float = FIRST_PAUSE_S
+    database: int | None = None
 
     def failed(self, exc: BaseException) -> float:
-        mapped = map_error(exc)
+        mapped = map_error(exc, self.database)
         if not isinstance(mapped, RedisUnavailable) and not passing(exc):
             raise mapped from exc
         now = self.clock()

@@ -29,10 +29,11 @@ from ._app_batches import amember_results
 from ._batch import BatchInfo, BatchOpenRefused, BatchOpenResult
 from ._calls import NewJob
 from ._dependency_calls import DependencyResult
+from ._enqueue_refusals import enqueue_refused
 from ._handles import JobHandle
 from ._ids import id_error
 from ._partitions import hashed
-from .errors import InvalidTaskCall, JobRefusedError, QuasarError
+from .errors import InvalidTaskCall, JobRefusedError, JobTimeoutError, QuasarError
 
 if TYPE_CHECKING:
     from ._tasks import Task
@@ -95,22 +96,20 @@ def _enqueue_all(app: App, jobs: Sequence[NewJob]) -> None:
     ``Limits.max_batch``, each skipping the jobs an earlier enqueue of the workflow made."""
     size = app.client.calls.limits.max_batch
     for start in range(0, len(jobs), size):
-        result = app.client.enqueue_many(
-            jobs[start : start + size], ids_only=True, on_duplicate="skip"
-        )
+        chunk = jobs[start : start + size]
+        result = app.client.enqueue_many(chunk, ids_only=True, on_duplicate="skip")
         if isinstance(result, t.BatchRefused):
-            raise JobRefusedError(result)
+            raise enqueue_refused(result, chunk)
 
 
 async def _aenqueue_all(app: App, jobs: Sequence[NewJob]) -> None:
     client = app.aclient()
     size = client.calls.limits.max_batch
     for start in range(0, len(jobs), size):
-        result = await client.enqueue_many(
-            jobs[start : start + size], ids_only=True, on_duplicate="skip"
-        )
+        chunk = jobs[start : start + size]
+        result = await client.enqueue_many(chunk, ids_only=True, on_duplicate="skip")
         if isinstance(result, t.BatchRefused):
-            raise JobRefusedError(result)
+            raise enqueue_refused(result, chunk)
 
 
 class WorkflowHandle:
@@ -141,8 +140,10 @@ class WorkflowHandle:
             return [h.result(_left(deadline)) for h in self.handles]
         if self.kind == "chord":
             pause = _FIRST_PAUSE
-            while (failed := _callback_state(self, self.app.client.batch(self.id))) is None:
-                time.sleep(_pause(pause, deadline, self.id))
+            while (
+                failed := _callback_state(self, (info := self.app.client.batch(self.id)))
+            ) is None:
+                time.sleep(_pause(pause, deadline, self, timeout, info))
                 pause = min(2 * pause, _LAST_PAUSE)
             if failed:
                 return JobHandle(self.app, _first_failed(self, self.app.client)).result(0)
@@ -155,8 +156,8 @@ class WorkflowHandle:
             return [await h.aresult(_left(deadline)) for h in self.handles]
         if self.kind == "chord":
             client, pause = self.app.aclient(), _FIRST_PAUSE
-            while (failed := _callback_state(self, await client.batch(self.id))) is None:
-                await asyncio.sleep(_pause(pause, deadline, self.id))
+            while (failed := _callback_state(self, (info := await client.batch(self.id)))) is None:
+                await asyncio.sleep(_pause(pause, deadline, self, timeout, info))
                 pause = min(2 * pause, _LAST_PAUSE)
             if failed:
                 first = await _afirst_failed(self, client)
@@ -181,10 +182,20 @@ def _callback_state(handle: WorkflowHandle, info: BatchInfo | None) -> bool | No
     return True if info.closed and info.pending == 0 else None
 
 
-def _pause(pause: float, deadline: float | None, batch_id: str) -> float:
+def _pause(
+    pause: float,
+    deadline: float | None,
+    handle: WorkflowHandle,
+    timeout: float | None,
+    info: BatchInfo | None,
+) -> float:
+    """How long a chord's waiter pauses; ``JobTimeoutError`` of its callback past ``deadline``,
+    saying how many members it waits for."""
     left = _left(deadline)
     if left is not None and left <= 0:
-        raise TimeoutError(f"the chord {batch_id!r} did not finish in time")
+        pending = 0 if info is None else info.pending
+        waits = f"it waits for {pending} member(s) of chord {handle.id!r} to end"
+        raise JobTimeoutError(handle.last.id, timeout or 0.0, waits)
     return pause if left is None else min(pause, left)
 
 

@@ -126,7 +126,8 @@ ROLES: dict[str, Role] = {
                 "sweep_expired promote_due prune purge pause resume queues workers schedules "
                 "change_schedule set_limits flow dependencies batch batch_results"
             ),
-            _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XREAD XREVRANGE"),
+            # the dashboard's audit of each action it takes: an entry of the event stream (XADD)
+            _words("ASKING EXISTS HGETALL PING SCARD SMEMBERS SSCAN WAIT XADD XREAD XREVRANGE"),
         ),
         Role(
             "reader",

@@ -22,7 +22,7 @@ from ._operations import JobOptions, Operations, public
 from ._partition_ops import PartitionOps, keys_of, wake_lists
 from ._pinned import apinned_parts
 from ._replies import work_left
-from ._sending import Ask, Command, Flow, Pipeline, Step, map_error
+from ._sending import Ask, Command, Flow, Pipeline, Step
 from ._waits import block_slice, first_of
 from .errors import QuasarError
 
@@ -299,7 +299,7 @@ class AsyncQuasar(Coalescing, ClientBase):
                 await conn.disconnect(nowait=True)
             await pool.release(conn)
         if isinstance(reply, Exception):
-            return popped is not None, map_error(reply)
+            return popped is not None, self._error(reply)
         try:
             reply, left = work_left(reply)
             result = call.parse(reply)

@@ -33,6 +33,7 @@ from ._call_codec import CallCodec
 from ._calls import Limits, NewJob
 from ._connector import Clients, Connector
 from ._durable import Durable, check_durable
+from ._enqueue_refusals import enqueue_refused
 from ._environment import namespace as environment_namespace
 from ._handles import JobHandle
 from ._hooks import Hook, Hooks
@@ -42,7 +43,6 @@ from ._schedules import Schedule
 from ._tasks import EnqueueOptions, GroupBy, Task, TaskRegistry, TaskSettings
 from .aio import AsyncQuasar
 from .client import Quasar
-from .errors import JobRefusedError
 from .retry import Exponential, PolicyLike
 from .serializers import MSGPACK, Serializer
 
@@ -278,7 +278,7 @@ class App(AppBatches, Periodic, AppFlow):
     def _enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobHandle]:
         result = self.client.enqueue_many(jobs, ids_only=True)
         if isinstance(result, t.BatchRefused):
-            raise JobRefusedError(result)
+            raise enqueue_refused(result, jobs)
         return [JobHandle(self, job_id) for job_id in result.ids]
 
     def handle(self, job_id: str) -> JobHandle:
@@ -319,7 +319,7 @@ class App(AppBatches, Periodic, AppFlow):
             return JobHandle(self, result.job.id)
         if isinstance(result.error, t.DuplicateJob) and job.id is not None:
             return JobHandle(self, job.id)
-        raise JobRefusedError(result.error)
+        raise enqueue_refused(result.error, [job])
 
     # running jobs here, for tests (the worker package imports this module: imported when called)
 

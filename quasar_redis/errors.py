@@ -5,6 +5,7 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     QuasarError
     ├── ConfigurationError (also ValueError)   bad namespace, client with decode_responses=True
     │   ├── EvictionPolicyError                Redis may evict keys: enqueue refused, unless allowed
+    │   ├── NoSuchDatabase                     the URL's database number is not one Redis has
     │   └── PartitionMismatch                  the client's partitions are not the namespace's
     ├── InvalidArgument (also ValueError)      bad input to an inspection or maintenance call, or
     │   │                                      a worker setting out of its bounds
@@ -15,7 +16,8 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     │                                          write in time (it may or may not survive failover)
     ├── RedisFull                              Redis is out of memory (maxmemory): nothing written
     ├── AccessDenied                           Redis refused us: never transient
-    │   ├── AuthenticationError                a wrong password or user name, or none given
+    │   ├── AuthenticationError                a wrong password or user name, or none given where
+    │   │                                      Redis needs one: never tried again
     │   └── PermissionDenied                   the ACL user may not run a command or use a key
     ├── CorruptDataError                       data in Redis that no script of ours wrote
     │   ├── CorruptJobError                    a job hash with a missing or malformed field
@@ -26,6 +28,7 @@ Exceptions are for broken connections, damaged data, broken scripts and programm
     ├── JobFailedError                         the task API: the job awaited ended Failed
     │   ├── JobCancelledError                  ... or Cancelled
     │   └── JobExpiredError                    ... or Expired: not started by its deadline
+    ├── JobTimeoutError (also TimeoutError)    the task API: the job awaited did not end in time
     ├── HookError                              a worker's startup hook raised: it did not start
     └── PhaseError                             a held job or its lease was asked for a change its
                                                table does not allow: a worker bug
@@ -63,6 +66,16 @@ class EvictionPolicyError(ConfigurationError):
     """Redis may evict keys (its ``maxmemory-policy`` is not "noeviction"), so an enqueue was
     refused and nothing written: evicted job keys lose acknowledged jobs silently. Set the policy
     to "noeviction", or accept the loss with ``allow_eviction=True`` on the client or the App."""
+
+
+class NoSuchDatabase(ConfigurationError):
+    """The URL's database number (``redis://host:6379/42``) is not one the server has (16 by
+    default, 0 to 15; ``databases`` in redis.conf): nothing was sent, and trying again cannot
+    help. ``database`` is the number asked for (None where it is not known)."""
+
+    def __init__(self, message: str, database: int | None = None) -> None:
+        super().__init__(message)
+        self.database = database
 
 
 class InvalidArgument(QuasarError, ValueError):
@@ -110,7 +123,9 @@ class AccessDenied(QuasarError):
 
 
 class AuthenticationError(AccessDenied):
-    """Redis refused the password or user name (or wants one): fix the URL's credentials."""
+    """Redis refused the password or user name, or wants a password the URL does not give: the
+    message says which, and how the URL gives them (``redis://:PASSWORD@host:port/db``). Never
+    tried again: a worker does not start, a command exits at once."""
 
 
 class PermissionDenied(AccessDenied):
@@ -152,10 +167,12 @@ class ProtocolError(QuasarError):
 
 
 class JobRefusedError(QuasarError):
-    """The task API raises this when a transition (an enqueue, say) was refused; see ``error``."""
+    """The task API raises this when a transition (an enqueue, say) was refused; see ``error``.
+    ``message``: what the user is told (the task API names the task, the queue and the reason);
+    by default ``refused: <error>``."""
 
-    def __init__(self, error: Any) -> None:
-        super().__init__(f"refused: {error}")
+    def __init__(self, error: Any, message: str | None = None) -> None:
+        super().__init__(message or f"refused: {error}")
         self.error = error
 
 
@@ -184,6 +201,20 @@ class JobExpiredError(JobFailedError):
     def __init__(self, job: Any) -> None:
         QuasarError.__init__(self, f"job {job.id!r} expired unstarted at its deadline")
         self.job = job
+
+
+class JobTimeoutError(QuasarError, TimeoutError):
+    """A wait for a job's result (``JobHandle.result(timeout=...)``, ``aresult``) ended before
+    the job did: ``job_id`` is the job, ``timeout`` the seconds waited, ``status`` where the job
+    stood when the wait ended (None if it could not be read). The job goes on: wait again, or
+    cancel it."""
+
+    def __init__(self, job_id: str, timeout: float, status: str | None) -> None:
+        where = f": {status}" if status else ""
+        super().__init__(f"job {job_id!r} did not finish within {timeout:g} s{where}")
+        self.job_id = job_id
+        self.timeout = timeout
+        self.status = status
 
 
 class InvalidSchedule(InvalidArgument):

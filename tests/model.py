@@ -49,7 +49,6 @@ from quasar_redis._dedup import Debounce, Throttle, Unique
 
 LEASE_EXPIRED_KIND = "LeaseExpired"
 LEASE_EXPIRED_REASON = "worker lease expired"
-OPERATOR_RETRY_KIND = "OperatorRetry"
 #: Placeholder nonce of a lease the model granted, until the test adopts the real one.
 UNKNOWN_NONCE = ""
 
@@ -1441,9 +1440,8 @@ class Model:
             return t.JobRefused(job)
         if not isinstance(job.state, t.Failed):
             return t.JobRefused(t.NotFailed())
-        job.state = t.RetryWaiting(reason, now)
+        job.state = t.RetryWaiting(job.state.reason, now)  # (the last error stays the job's)
         job.max_attempts += 1
-        job.error = t.ErrorInfo(OPERATOR_RETRY_KIND, reason)
         self._place(job, now)
         return t.JobApplied(job.to_job())
 
@@ -1557,8 +1555,7 @@ class Model:
         """Available: the claimable in claim order, then the due ones not yet promoted;
         Scheduled: the not yet due ones (blocked jobs are in neither)."""
         waiting = [j for j in self.jobs.values() if j.queue == queue]
-        waiting = [j for j in waiting if isinstance(j.state, t.Waiting)]
-        unblocked = [j for j in waiting if j.pending == 0]
+        unblocked = [j for j in waiting if j.waiting and j.pending == 0]
         if status == "available":
             ready = sorted(
                 (j for j in unblocked if j.in_ready),
@@ -1566,7 +1563,8 @@ class Model:
             )
             due = [j for j in unblocked if not j.in_ready and j.available_at <= now]
             return ready + self._by_score(due)
-        return self._by_score([j for j in unblocked if j.available_at > now])
+        later = [j for j in unblocked if isinstance(j.state, t.Waiting)]
+        return self._by_score([j for j in later if j.available_at > now])
 
     def list_jobs(self, queue: str, status: str, offset: int, limit: int, now: int) -> list[t.Job]:
         """A page of a queue's jobs in one status (or "blocked"), as the list script orders it."""
@@ -1587,12 +1585,13 @@ class Model:
         def count(kind: type[Any]) -> int:
             return sum(1 for j in jobs if isinstance(j.state, kind))
 
-        waiting = [j for j in jobs if isinstance(j.state, t.Waiting) and j.pending == 0]
+        waiting = [j for j in jobs if j.waiting and j.pending == 0]
+        later = [j for j in waiting if j.available_at > now]
         return t.QueueCounts(
             now=now,
             available=sum(1 for j in waiting if j.available_at <= now),
-            scheduled=sum(1 for j in waiting if j.available_at > now),
-            retryable=count(t.RetryWaiting),
+            scheduled=sum(1 for j in later if isinstance(j.state, t.Waiting)),
+            retryable=sum(1 for j in later if isinstance(j.state, t.RetryWaiting)),
             executing=count(t.Leased),
             completed=count(t.Succeeded),
             discarded=count(t.Failed),

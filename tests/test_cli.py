@@ -41,7 +41,7 @@ EXPECTED = [
     "JobApplied: D Waiting, attempt 0/3",
     "ClaimApplied: D Leased(by worker-1, fence 1), attempt 1/3;",
     "JobApplied: D Failed('card declined'), attempt 1/3",
-    "JobApplied: D RetryWaiting('card updated'), attempt 1/4",
+    "JobApplied: D RetryWaiting('card declined'), attempt 1/4",
     "ClaimApplied: D Leased(by worker-1, fence 2), attempt 2/4;",
     "JobApplied: D Succeeded(inline), attempt 2/4, result {'paid': 995}",
     "QueueCounts: available 0, scheduled 1, executing 0, completed 3, retryable 0, "

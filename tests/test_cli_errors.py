@@ -214,7 +214,7 @@ def test_the_installed_worker_shows_no_password(
     if password == PASSWORD:
         assert code == 0 and "Redis redis://:***@127.0.0.1" in output, output
     else:
-        assert "refused the credentials" in one_error_line(code, output) and code == 1
+        assert "Redis refused the user or password" in one_error_line(code, output) and code == 1
 
 
 # --- --burst and --max-jobs ----------------------------------------------------------------------

@@ -15,13 +15,19 @@ import fakeredis
 import httpx
 import pytest
 import redis.asyncio
+import uvicorn
 from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from quasar_redis import AsyncQuasar, JobApplied, NewJob, Quasar, Schedule, Status
+from quasar_redis import App, AsyncQuasar, JobApplied, NewJob, Quasar, Schedule, Status
+from quasar_redis._calls import WorkerEntry
+from quasar_redis._partitions import partition_of
 from quasar_redis.cli import main
-from quasar_redis.dashboard import create_app
+from quasar_redis.cli._events import format_event
+from quasar_redis.cli.ops._fleet import COLUMNS
+from quasar_redis.dashboard import create_app, starting
+from quasar_redis.dashboard._data import chart, count_text, duration_text, rate_text
 from quasar_redis.errors import ConfigurationError, InvalidArgument
 
 from .helpers import NO_URL, REDIS_URL, delete_namespace, has_functions, real_redis
@@ -140,12 +146,12 @@ def test_every_page_shows_the_namespace_escaped(
             assert "<svg" in (await client.get("/partials/charts")).text
             assert (await client.get("/jobs/nothing-here")).status_code == 404
             assert (await client.get("/queues/nope")).status_code == 404
-            assert (await client.get("/queues/mail?status=bogus")).status_code == 404
+            assert (await client.get("/queues/mail?status=bogus")).status_code == 400
             assert (await client.get("/queues/bad%20name")).status_code == 404
             found = await client.get("/queues/mail", params={"id": "waits"})
             assert found.status_code == 303 and found.headers["location"] == "/jobs/waits"
             missing = await client.get("/queues/mail", params={"id": "nope"})
-            assert "No job with id nope" in missing.text
+            assert "No job with id <code>nope</code>" in missing.text
             js = await client.get("/static/dashboard.js")
             assert js.status_code == 200 and "textContent" in js.text
 
@@ -165,7 +171,7 @@ def test_actions_retry_cancel_pause_resume_retry_all(
             )
             page = await client.get(done.headers["location"])
             assert "Job retried." in page.text
-            assert sync_q.get_job("bad<1>").status is Status.RETRYABLE  # type: ignore[union-attr]
+            assert sync_q.get_job("bad<1>").status is Status.AVAILABLE  # type: ignore[union-attr]
             again = await confirmed_post(client, "/confirm/retry?job=bad%3C1%3E")
             assert "why=NotFailed" in again.headers["location"]  # refused, shown, nothing changed
 
@@ -213,7 +219,8 @@ def test_actions_retry_cancel_pause_resume_retry_all(
             assert "3 failed jobs retried." in (await client.get(done.headers["location"])).text
 
     asyncio.run(retry_all())
-    assert sync_q.counts("mail").retryable == 3 and sync_q.counts("mail").discarded == 0
+    assert sync_q.counts("mail").discarded == 0
+    assert {sync_q.get_job(f"f{i}").status for i in range(3)} == {Status.AVAILABLE}  # type: ignore[union-attr]
 
     async def purge() -> None:
         async with http(dashboard_of(backing, backend, namespace)) as client:
@@ -223,7 +230,7 @@ def test_actions_retry_cancel_pause_resume_retry_all(
             assert "done=purged" in done.headers["location"] and "n=2" in done.headers["location"]
             assert (
                 await client.get("/confirm/purge?queue=mail&status=available")
-            ).status_code == 404
+            ).status_code == 400
             token = token_in((await client.get("/confirm/purge?queue=mail&status=cancelled")).text)
             refused = await client.post(
                 "/actions/purge",
@@ -242,7 +249,7 @@ def test_actions_retry_cancel_pause_resume_retry_all(
     asyncio.run(purge())
     assert sync_q.get_job("old0") is None and sync_q.get_job("old1") is None
     assert sync_q.counts("mail").cancelled == 2  # those cancelled just now stay for the window
-    assert sync_q.counts("mail").retryable == 3
+    assert {sync_q.get_job(f"f{i}").status for i in range(3)} == {Status.AVAILABLE}  # type: ignore[union-attr]
 
 
 def test_cross_site_posts_are_refused(
@@ -286,7 +293,7 @@ def test_cross_site_posts_are_refused(
             assert done.status_code == 303
 
     asyncio.run(trusted())
-    assert sync_q.get_job("bad<1>").status is Status.RETRYABLE  # type: ignore[union-attr]
+    assert sync_q.get_job("bad<1>").status is Status.AVAILABLE  # type: ignore[union-attr]
 
 
 def test_read_only_shows_no_action_and_refuses_posts(
@@ -426,7 +433,9 @@ def test_an_expired_job_is_shown_with_its_deadline(
             assert "late</a>" in queue.text
             job = await client.get("/jobs/late")
             assert '<span class="badge status-expired" id="status">expired</span>' in job.text
-            assert "1970-01-01T00:16:40.100Z (1000100)" in job.text  # the deadline
+            deadline = '<time datetime="1970-01-01T00:16:40.100Z" title="1970-01-01T00:16:40.100Z">'
+            assert deadline in job.text  # the deadline: relative, the exact time on hover
+            assert "deadline (ms)</th><td>1000100<" in job.text  # as stored: in the details
             assert 'id="cancel"' not in job.text  # final: nothing to cancel
             assert (await client.get("/api/counts")).json()["queues"]["mail"]["expired"] == 1
 
@@ -614,3 +623,409 @@ def test_a_dashboard_user_without_a_permission_is_told_and_nothing_changes(
         assert admin_q.counts("default").available == 1
     finally:
         made.close()
+
+
+# --- a queue's jobs: the busiest tab, every status, search, selection ----------------------------
+
+
+def finish(q: Quasar, job_id: str, ok: bool = True) -> None:
+    """Run ``job_id`` to its end: completed, or failed for good (one attempt)."""
+    claim = q.claim_job(job_id, "w", 30_000)
+    token = claim.claim.token  # type: ignore[union-attr]
+    done = q.complete(token, "w") if ok else q.fail(token, "w", "boom", kind="ValueError")
+    assert isinstance(done, JobApplied)
+
+
+def busy(q: Quasar) -> None:
+    """Queue mail: 3 completed jobs, 2 failed (discarded), 1 available, 1 scheduled."""
+    jobs = [NewJob("mail.send", {"n": i}, id=f"done-{i}", queue="mail") for i in range(3)]
+    jobs += [NewJob("mail.send", {}, id=f"failed-{i}", queue="mail", max_attempts=1) for i in "01"]
+    q.enqueue_many(jobs)
+    for i in range(3):
+        finish(q, f"done-{i}")
+    for i in (0, 1):
+        finish(q, f"failed-{i}", ok=False)
+    q.enqueue_many([NewJob("mail.send", {}, id="waits", queue="mail")])
+    q.enqueue_many([NewJob("mail.send", {}, id="later", queue="mail", delay_ms=3_600_000)])
+
+
+def current_tab(page: str) -> str:
+    found = re.search(r'class="current" aria-current="page">(\w+)', page)
+    assert found, "no current tab"
+    return found.group(1)
+
+
+def job_rows(page: str) -> list[str]:
+    return re.findall(r'<tr data-job="([^"]+)">', page)
+
+
+def test_a_queue_opens_on_its_busiest_status_and_shows_every_status_at_once(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    busy(sync_q)
+    sync_q.enqueue_many([NewJob("t", {}, id=f"tie-{i}", queue="tie") for i in (1, 2)])
+    finish(sync_q, "tie-1")  # queue tie: 1 available, 1 completed
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            page = (await client.get("/queues/mail")).text
+            assert current_tab(page) == "completed"  # 3 jobs: its busiest status
+            assert sorted(job_rows(page)) == ["done-0", "done-1", "done-2"]
+            tie = (await client.get("/queues/tie")).text
+            assert current_tab(tie) == "available"  # a tie: the first in quasar jobs' order
+            every = (await client.get("/queues/mail?status=all")).text
+            assert current_tab(every) == "all" and ">all <span>7</span>" in every
+            rows = job_rows(every)  # by status in quasar jobs' order, then oldest first
+            assert rows == ["waits", "later", "failed-0", "failed-1", "done-0", "done-1", "done-2"]
+            assert '<span class="badge status-scheduled">scheduled</span>' in every
+            assert '<span class="badge status-discarded">discarded</span>' in every
+            head = re.findall(r"<th[^>]*>([\w ]+)</th>", every.split('id="jobs"')[1])
+            assert head[:6] == ["id", "status", "task", "attempt", "priority", "enqueued"]
+
+    asyncio.run(run())
+
+
+def test_a_search_by_id_goes_to_the_job_or_lists_those_whose_id_starts_so(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    busy(sync_q)
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            exact = await client.get("/queues/mail", params={"id": "failed-1"})
+            assert exact.status_code == 303 and exact.headers["location"] == "/jobs/failed-1"
+            prefix = (await client.get("/queues/mail", params={"id": "done-"})).text
+            found = re.search(r'<div class="found" id="found">(.*?)</div>', prefix, re.DOTALL)
+            assert found and "3 whose id starts so" in found.group(1)
+            links = re.findall(r'href="/jobs/([^"]+)"', found.group(1))
+            assert links == ["done-0", "done-1", "done-2"]
+            none = (await client.get("/queues/mail", params={"id": "zzz"})).text
+            assert "nor any whose id starts so" in none
+
+    asyncio.run(run())
+
+
+async def confirmed_post_all(client: httpx.AsyncClient, confirm: str) -> httpx.Response:
+    """``confirmed_post`` for a form naming several jobs (each hidden field kept)."""
+    page = await client.get(confirm)
+    assert page.status_code == 200, page.text
+    action = re.search(r'<form method="post" action="([^"]+)"', page.text)
+    assert action
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(
+        r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page.text
+    ):
+        fields.setdefault(name, []).append(html.unescape(value))
+    return await client.post(action.group(1), data=fields, headers={"origin": BASE})
+
+
+def test_selected_jobs_are_retried_through_the_confirmation_and_audited(
+    backing: tuple[Any, Any],
+    backend: str,
+    namespace: str,
+    sync_q: Quasar,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    busy(sync_q)
+    caplog.set_level("INFO", logger="quasar_redis.dashboard")
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            page = (await client.get("/queues/mail?status=discarded")).text
+            assert 'id="select-all"' in page and 'formaction="/confirm/retry"' in page
+            assert page.count('<input type="checkbox" name="job" value="failed-') == 2
+            row = '<a class="button small" href="/confirm/retry?job=failed-0&amp;from_queue=mail'
+            assert row in page  # a row's own action, back to this page after
+            ask = "/confirm/retry?from_queue=mail&from_view=discarded&job=failed-0&job=failed-1"
+            confirm = (await client.get(ask)).text
+            assert "Retry these 2 jobs" in confirm and "<code>failed-1</code>" in confirm
+            done = await confirmed_post_all(client, ask)
+            assert done.status_code == 303
+            assert done.headers["location"].startswith("/queues/mail?status=discarded&done=jobs-")
+            notice = (await client.get(done.headers["location"])).text
+            assert "2 of 2 jobs retried." in notice
+            for job_id in ("failed-0", "failed-1"):
+                info = sync_q.get_job(job_id)
+                assert info is not None and info.status is not Status.DISCARDED
+            # a job whose status does not allow it is counted as refused, the others done
+            mixed = "/confirm/cancel?from_queue=mail&from_view=all&job=done-0&job=waits"
+            done = await confirmed_post_all(client, mixed)
+            notice = (await client.get(done.headers["location"])).text
+            assert "1 of 2 jobs cancelled. 1 refused" in notice
+            too_many = "&".join(f"job=j{i}" for i in range(101))
+            assert (await client.get(f"/confirm/retry?{too_many}")).status_code == 400
+        lines = [r.getMessage() for r in caplog.records if r.name == "quasar_redis.dashboard"]
+        assert (
+            "dashboard action retry on job failed-0, failed-1 by anonymous from 127.0.0.1: "
+            "2 done, 0 refused" in lines
+        )
+        events = sync_q.redis.xrevrange(sync_q.keys.events, count=5)
+        audits = [f for _, f in events if f.get(b"ev") == b"audit"]
+        assert audits[0][b"act"] == b"cancel" and audits[0][b"job"] == b"done-0 waits"
+        assert audits[1][b"act"] == b"retry" and audits[1][b"job"] == b"failed-0 failed-1"
+        assert audits[1][b"who"] == b"anonymous" and audits[1][b"q"] == b"mail"
+        assert audits[1][b"out"] == b"2 done, 0 refused"
+
+    asyncio.run(run())
+
+
+def test_an_action_by_a_basic_auth_user_is_audited_with_their_name_in_quasar_events(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+
+    async def run() -> None:
+        guarded = dashboard_of(backing, backend, namespace, basic_auth="ops:s3cret")
+        async with http(guarded, auth=("ops", "s3cret")) as client:
+            assert (await confirmed_post(client, "/confirm/pause?queue=mail")).status_code == 303
+            await confirmed_post(client, "/confirm/retry?job=bad%3C1%3E")
+
+    asyncio.run(run())
+    newest = sync_q.redis.xrevrange(sync_q.keys.events, count=10)
+    (retry_id, retry), (pause_id, pause) = [e for e in newest if e[1][b"ev"] == b"audit"]
+    assert pause[b"ev"] == b"audit" and pause[b"q"] == b"mail" and b"job" not in pause
+    assert (pause[b"act"], pause[b"who"], pause[b"out"]) == (b"pause", b"ops", b"paused")
+    (line,) = format_event(pause_id, pause)
+    assert line.endswith(" event=audit queue=mail pause by ops: paused")
+    (line,) = format_event(retry_id, retry)
+    assert line.endswith(" job=bad<1> event=audit queue=- attempt=? retry by ops: retried")
+    page = asyncio.run(page_of(backing, backend, namespace, "/jobs/bad%3C1%3E"))
+    assert "<strong>audit</strong> retry by ops: retried</li>" in page  # in the job's events
+
+
+def test_an_audit_entry_goes_to_the_partition_of_each_job(
+    backing: tuple[Any, Any], backend: str, namespace: str
+) -> None:
+    sync = Quasar(backing[0], namespace, functions=backend == "redis", partitions=2)
+    ids = {partition_of(f"job-{i}", 2): f"job-{i}" for i in range(20)}
+    jobs = [ids[0], ids[1]]  # one in each partition
+    sync.enqueue_many([NewJob("t", {}, id=job, queue="mail") for job in jobs])
+
+    async def run() -> None:
+        client = AsyncQuasar(backing[1](), namespace, functions=backend == "redis", partitions=2)
+        OPENED.append(client)
+        async with http(create_app(client=client)) as http_client:
+            ask = f"/confirm/cancel?job={jobs[0]}&job={jobs[1]}"
+            assert (await confirmed_post_all(http_client, ask)).status_code == 303
+            page = (await http_client.get(f"/jobs/{jobs[1]}")).text
+            assert "<strong>audit</strong> cancel by anonymous: 2 done, 0 refused" in page
+
+    asyncio.run(run())
+    for partition, job in enumerate(jobs):
+        stream = sync.keys.part(partition).events
+        audits = [f for _, f in sync.redis.xrange(stream) if f[b"ev"] == b"audit"]
+        assert [f[b"job"] for f in audits] == [job.encode()]
+
+
+async def page_of(backing: tuple[Any, Any], backend: str, namespace: str, path: str) -> str:
+    async with http(dashboard_of(backing, backend, namespace)) as client:
+        page = await client.get(path)
+        assert page.status_code == 200, page.text
+        return page.text
+
+
+def test_not_found_and_bad_input_are_pages_with_the_way_back(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            for path, looked_for in [
+                ("/jobs/nothing-here", "nothing-here"),
+                ("/queues/nope", "nope"),
+                ("/batches/none", "none"),
+                ("/no/such/page", "/no/such/page"),
+                ("/confirm/explode", "explode"),
+            ]:
+                page = await client.get(path)
+                assert page.status_code == 404, path
+                assert page.headers["content-type"].startswith("text/html"), path
+                assert '<section class="problem" id="problem" data-status="404">' in page.text
+                assert f'<code id="looked-for">{looked_for}</code>' in page.text, path
+                assert '<a href="/workers">Workers</a>' in page.text  # the navigation
+                assert 'id="back" href="/"' in page.text
+            bad = await client.get("/queues/mail?status=bogus")
+            assert bad.status_code == 400 and "No status named bogus: one of all, " in bad.text
+            assert 'id="back" href="/queues/mail">Back to mail</a>' in bad.text
+            cursor = await client.get("/queues/mail?status=available&after=garbage")
+            assert cursor.status_code == 400 and "cursor" in cursor.text
+            token = token_in((await client.get("/confirm/pause?queue=mail")).text)
+            posted = await client.post(
+                "/actions/retry", data={"csrf": token, "job": "a b"}, headers={"origin": BASE}
+            )
+            assert posted.status_code == 400 and 'class="problem"' in posted.text
+
+    asyncio.run(run())
+
+
+def test_the_favicon_is_served_and_linked(
+    backing: tuple[Any, Any], backend: str, namespace: str
+) -> None:
+    async def run() -> None:
+        async with http(dashboard_of(backing, backend, namespace)) as client:
+            for path in ("/favicon.svg", "/favicon.ico"):
+                icon = await client.get(path)
+                assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+                assert icon.text.startswith("<svg") and "<script" not in icon.text
+            page = (await client.get("/")).text
+            assert '<link rel="icon" type="image/svg+xml" href="/favicon.svg">' in page
+
+    asyncio.run(run())
+
+
+def test_tables_follow_the_order_of_the_cli(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+    page = asyncio.run(page_of(backing, backend, namespace, "/"))
+    head = re.findall(r"<th[^>]*>(\w+)</th>", page.split('id="queues"')[1].split("</thead>")[0])
+    assert head == ["queue", "state", *COLUMNS]  # quasar queues
+    row = re.findall(r'data-count="mail\|(\w+)"', page)
+    assert row == COLUMNS
+
+
+def test_a_job_shows_its_named_arguments_and_folds_its_internals(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    app = App(REDIS_URL)  # (its tasks only: it never connects)
+
+    @app.task(name="images.resize")
+    def resize(width: int, height: int, *, crop: bool = False) -> None: ...
+
+    call = app.encode_call(resize, [2000], {"height": 1500, "crop": True})
+    sync_q.enqueue_many([NewJob("images.resize", call, id="known", queue="images")])
+    sync_q.enqueue_many([NewJob("other.task", app.encode_call(resize, [7, 8], {}), id="unknown")])
+
+    async def run() -> tuple[str, str]:
+        client = AsyncQuasar(backing[1](), namespace, functions=backend == "redis")
+        OPENED.append(client)
+        async with http(create_app(client=client, app=app)) as http_client:
+            known = (await http_client.get("/jobs/known")).text
+            unknown = (await http_client.get("/jobs/unknown")).text
+        return known, unknown
+
+    known, unknown = asyncio.run(run())
+    assert arguments(known) == [("width", "2000"), ("height", "1500"), ("crop", "true")]
+    assert arguments(unknown) == [("arg0", "7"), ("arg1", "8")]  # a task this app does not know
+    details = known.split('<details class="internals" id="details">')[1].split("</details>")[0]
+    assert '<th scope="row">fence</th>' in details and "inline (revision 0)" in details
+    assert '<pre class="data" id="payload">' in details  # the stored envelope, folded away
+    shown = known.split("<details")[0]
+    assert "fence" not in shown and '"a": [' not in shown and "enqueued (ms)" not in shown
+    assert re.search(r'<th scope="row">enqueued</th><td><time datetime="[^"]+Z" title=', shown)
+
+
+def arguments(page: str) -> list[tuple[str, str]]:
+    table = page.split('id="arguments"')[1].split("</table>", maxsplit=1)[0]
+    found = re.findall(r'<code>([^<]+)</code></th><td><pre class="value">([^<]*)</pre>', table)
+    return [(name, value) for name, value in found]
+
+
+def test_times_are_relative_with_the_exact_time_on_hover(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+    for path in ("/queues/mail?status=available", "/jobs/bad%3C1%3E"):
+        page = asyncio.run(page_of(backing, backend, namespace, path))
+        times = re.findall(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', page)
+        assert times, path
+        for iso, title, text in times:
+            assert iso == title and re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", iso)
+            assert re.match(r"(just now|\d+ (s|min|h|d) ago|in \d+ (s|min|h|d))$", text), text
+        assert not re.search(r"\b1[7-9]\d{11}\b", page.split("<details")[0]), path  # no epoch ms
+
+
+def test_the_workers_page_shows_uptime_last_seen_and_counts(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    entry = WorkerEntry("w-1", "host-a", 4242, ("mail",), 4, (), "1.2.3", 1234, 56)
+    sync_q.execute(sync_q.calls.announce(entry, 60_000))
+    page = asyncio.run(page_of(backing, backend, namespace, "/workers"))
+    head = re.findall(r"<th[^>]*>([\w ]+)</th>", page.split('id="workers"')[1].split("</thead>")[0])
+    assert head[:8] == ["worker", "host", "pid", "queues", "running", "version", "up", "seen"]
+    assert head[8:10] == ["processed", "failed"]
+    assert '<td class="num processed">1234</td>' in page
+    assert '<td class="num failed">56</td>' in page
+    assert re.search(r'<td class="seen"><time datetime="[^"]+" title="[^"]+">', page)
+    assert re.search(r'<td class="up"><span title="since [^"]+Z">\d+ s</span>', page)
+
+
+@pytest.mark.parametrize(
+    ("host", "auth", "warned"),
+    [
+        ("0.0.0.0", None, True),
+        ("::", None, True),
+        ("192.168.1.20", None, True),
+        ("dash.example.com", None, True),
+        ("0.0.0.0", "ops:pw", False),
+        ("127.0.0.1", None, False),
+        ("::1", None, False),
+        ("localhost", None, False),
+    ],
+)
+def test_a_public_address_without_authentication_is_warned_of(
+    backing: tuple[Any, Any],
+    backend: str,
+    namespace: str,
+    host: str,
+    auth: str | None,
+    warned: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def run() -> str:
+        app = dashboard_of(backing, backend, namespace, host=host, basic_auth=auth)
+        async with http(app, auth=("ops", "pw") if auth else None) as client:
+            return (await client.get("/workers")).text
+
+    page = asyncio.run(run())
+    assert ('id="exposed"' in page) is warned
+    if warned:
+        assert f"This dashboard listens on {host}, a public address, without authentication" in page
+    starting(host, auth is not None)
+    said = [r.getMessage() for r in caplog.records if r.name == "quasar_redis.dashboard"]
+    assert any("a public address, without authentication" in m for m in said) is warned
+
+
+def test_quasar_dashboard_on_a_public_address_warns_as_it_starts(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, namespace: str
+) -> None:
+    real_redis().close()  # (the command checks that Redis answers)
+    served: dict[str, Any] = {}
+    monkeypatch.setattr(
+        uvicorn.Server, "run", lambda server, sockets: served.update(sockets=sockets)
+    )
+    args = ["dashboard", "--redis-url", REDIS_URL, "--namespace", namespace, "--host", "0.0.0.0"]
+    result = CliRunner().invoke(main, [*args, "--port", "0"], env=NO_URL)
+    assert result.exit_code == 0, result.output
+    [listening] = served["sockets"]  # (the socket the command bound, handed to uvicorn)
+    assert listening.getsockname()[0] == "0.0.0.0"
+    listening.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "quasar_redis.dashboard"]
+    assert any("0.0.0.0, a public address, without authentication" in m for m in said)
+
+
+def test_chart_numbers_are_read_as_people_write_them() -> None:
+    assert [count_text(v) for v in (0, 0.25, 12.5, 850, 1234, 10_000, 3.4e6)] == [
+        "0", "0.25", "12.5", "850", "1.23k", "10k", "3.4M",
+    ]  # fmt: skip
+    assert [duration_text(v) for v in (850, 10_000, 150_000, 7_200_000)] == [
+        "850 ms", "10 s", "2.5 min", "2 h",
+    ]  # fmt: skip
+    made = chart("Enqueue to start", [None, 9_000.0, 12_000.0, None], duration_text)
+    assert [t.label for t in made.y_ticks] == ["0 ms", "5 s", "10 s", "15 s", "20 s"]
+    assert made.top == "12 s" and made.last == "12 s"
+    assert [t.label for t in chart("x", [0.0] * 60).x_ticks][-1] == "now"
+    assert "e+" not in " ".join(t.label for t in chart("x", [1e4, 2e7], rate_text).y_ticks)
+
+
+def test_the_charts_have_axes_and_units(
+    backing: tuple[Any, Any], backend: str, namespace: str, sync_q: Quasar
+) -> None:
+    seed(sync_q)
+    page = asyncio.run(page_of(backing, backend, namespace, "/queues/mail"))
+    charts = page.split('id="charts"')[1]
+    assert charts.count('<g class="y-axis">') == 3 and charts.count('<g class="x-axis">') == 3
+    ticks = re.findall(r'class="tick">([^<]+)</text>', charts)
+    assert "now" in ticks and "-8 min" in ticks and "0/s" in ticks and "0 ms" in ticks
+    assert not any("e+" in tick for tick in ticks)

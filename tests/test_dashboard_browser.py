@@ -9,6 +9,7 @@ docs/dashboard.md and README.md show; otherwise they go to a temporary folder.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 import time
@@ -93,7 +94,11 @@ def test_operating_the_dashboard_in_a_browser(
     publish_task = app.task(publish, name="feed.publish", queue="feed", max_attempts=1)
     try:
         worker = Worker(app, ["images", "feed"], 4, maintenance_interval=0.2, idle_wait=1.0)
-        with worker, Served(namespace) as served, Served(namespace, read_only=True) as viewer:
+        with (
+            worker,
+            Served(namespace, app=app) as served,
+            Served(namespace, read_only=True) as viewer,
+        ):
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(served.url + "/")
             expect(page.locator("#queues")).to_contain_text("No queue")
@@ -113,25 +118,66 @@ def test_operating_the_dashboard_in_a_browser(
 
             wait_for(four_running, 30, "the registry to show the 4 running jobs", every=0.3)
             expect(workers.locator("table.workers")).to_contain_text(worker.worker_id)
-            shot(workers, "workers", folder)
-            workers.close()
             gate.set()
             expect(page.locator('[data-count="images|completed"]')).to_have_text(
                 "6", timeout=WAIT_MS
             )
             expect(executing).to_have_text("0")
 
-            # a failed job, whose payload holds a <script>
+            def six_processed() -> bool:  # (the worker's counts, as of its last beat)
+                workers.goto(served.url + "/workers")
+                return workers.locator("td.processed").first.inner_text() == "6"
+
+            wait_for(six_processed, 30, "the registry to count the 6 runs", every=0.3)
+            expect(workers.locator("td.failed").first).to_have_text("0")
+            expect(workers.locator("td.seen time")).to_have_attribute("title", re.compile("Z$"))
+            shot(workers, "workers", folder)
+            workers.close()
+
+            # failed jobs, one whose payload holds a <script>
             failed = publish_task.enqueue({"title": "Launch", "body": SCRIPT})
-            expect(page.locator('[data-count="feed|discarded"]')).to_have_text("1", timeout=WAIT_MS)
-            page.click('a[href="/queues/feed?status=discarded"]')
+            drafts = [publish_task.enqueue({"title": f"Draft {i}"}) for i in (1, 2)]
+            expect(page.locator('[data-count="feed|discarded"]')).to_have_text("3", timeout=WAIT_MS)
+            page.click('a[href="/queues/feed"]')  # opens on its busiest status
+            expect(page.locator(".tabs a.current")).to_contain_text("discarded")
             expect(page.locator("table.jobs")).to_contain_text(failed.id)
+
+            # two rows selected, retried at once through the confirmation
+            for draft in drafts:
+                page.check(f'input.pick[value="{draft.id}"]')
+            expect(page.locator("#selected-count")).to_have_text("2 selected")
             shot(page, "queue", folder)
-            page.click(f"text={failed.id}")
+            page.click("#bulk-retry")
+            expect(page.locator("form.confirm")).to_contain_text("Retry these 2 jobs")
+            expect(page.locator("#targets")).to_contain_text(drafts[1].id)
+            shot(page, "confirm", folder)
+            page.click("#confirm")
+            expect(page.locator(".notice")).to_have_text("2 of 2 jobs retried.")
+            expect(page.locator(".tabs a.current")).to_contain_text("discarded")
+            tab = page.locator('.tabs [data-count="feed|discarded"]')
+            expect(tab).to_have_text("3", timeout=WAIT_MS)  # (they failed again)
+
+            # select all on the page, then a row's own action
+            page.reload()
+            page.check("#select-all")
+            expect(page.locator("#selected-count")).to_have_text("3 selected")
+            page.uncheck("#select-all")
+            page.click(f'tr[data-job="{drafts[0].id}"] a:has-text("Retry")')
+            expect(page.locator("form.confirm")).to_contain_text(f"Retry job {drafts[0].id}")
+            page.click("#confirm")
+            expect(page.locator(".notice")).to_have_text("Job retried.")
+            expect(page).to_have_url(f"{served.url}/queues/feed?status=discarded&done=retried")
+
+            # the search: an id goes to its job, whose arguments are named
+            page.fill("#search", failed.id)
+            page.press("#search", "Enter")
             expect(page.locator("#status")).to_have_text("discarded")
-            expect(page.locator("#payload")).to_contain_text(SCRIPT)  # shown as text
+            expect(page.locator("#arguments")).to_contain_text("post")
+            expect(page.locator("#arguments")).to_contain_text(SCRIPT)  # shown as text
+            expect(page.locator("#details")).not_to_have_attribute("open", "")
             expect(page.locator(".errors")).to_contain_text("the feed is down")
             expect(page.locator(".traceback")).to_contain_text("in publish")  # its traceback
+            assert page.locator("#fields time").first.get_attribute("title", timeout=WAIT_MS)
             assert page.evaluate("window.pwned") is None and page.title() != "pwned"
             shot(page, "job", folder)
 
@@ -139,7 +185,6 @@ def test_operating_the_dashboard_in_a_browser(
             failing.clear()
             page.click("#retry")
             expect(page.locator("form.confirm")).to_contain_text(f"Retry job {failed.id}")
-            shot(page, "confirm", folder)
             page.click("#confirm")
             expect(page.locator(".notice")).to_have_text("Job retried.")
 
@@ -154,7 +199,18 @@ def test_operating_the_dashboard_in_a_browser(
 
             page.goto(served.url + "/")  # the charts, from what the worker wrote meanwhile
             expect(page.locator(".chart polyline").first).to_be_visible(timeout=WAIT_MS)
+            expect(page.locator(".chart .x-axis").first).to_contain_text("now")
+            expect(page.locator(".chart .y-axis").first).to_contain_text("/s")
+            expect(page.locator('link[rel="icon"]')).to_have_attribute("href", "/favicon.svg")
             shot(page, "overview", folder)
+
+            # a job that is not there: a page with the way back
+            page.goto(served.url + "/jobs/no-such-job")
+            expect(page.locator("#problem")).to_contain_text("No job with that id")
+            expect(page.locator("#looked-for")).to_have_text("no-such-job")
+            shot(page, "not-found", folder)
+            page.click("#back")
+            expect(page.locator("#queues")).to_contain_text("feed")
 
             # a cross-site form aimed at the dashboard is refused, and changes nothing
             other = publish_task.enqueue({"title": "Other"})

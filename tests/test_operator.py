@@ -22,6 +22,8 @@ from quasar_redis import (
     Status,
     TerminalJob,
 )
+from quasar_redis._views import decode_event
+from quasar_redis.cli._events import format_event
 
 from .helpers import T0, applied, claimed, snapshot, where
 
@@ -104,13 +106,28 @@ def test_operator_retry(q: Quasar) -> None:
     applied(q.fail(first.token, "w", "boom", now=T0 + 1))
     assert q.retry("j", expected_fence=0, now=T0 + 2) == JobRefused(FenceChanged())
     job = applied(q.retry("j", expected_fence=1, reason="fixed", now=T0 + 2))
-    assert job.state == RetryWaiting("fixed", T0 + 2)
+    assert job.state == RetryWaiting("boom", T0 + 2)
     assert job.max_attempts == 2
     assert where(q, "j") == {"retrying", "ready"}
     second = claimed(q.claim("default", "w", 100, now=T0 + 2))
     assert second.token.nonce != first.token.nonce
     assert second.job.attempt == 2
     assert q.retry("ghost", now=T0) == JobRefused(MissingJob("ghost"))
+
+
+def test_an_operator_retry_keeps_the_last_error_and_tells_its_reason(q: Quasar) -> None:
+    applied(q.enqueue("s", id="j", max_attempts=1, now=T0))
+    token = claimed(q.claim_job("j", "w", 100, now=T0)).token
+    applied(q.fail(token, "w", "boom", now=T0 + 1, kind="ValueError"))
+    job = applied(q.retry("j", reason="fixed upstream", now=T0 + 2))
+    assert job.error == ErrorInfo("ValueError", "boom")
+    info = q.get_job("j", now=T0 + 2)
+    assert info is not None and info.job.error == ErrorInfo("ValueError", "boom")
+    assert [e.message for e in info.errors] == ["boom"]
+    events = [e for entry in q.redis.xrange(q.keys.events) for e in decode_event(*entry)]
+    assert [(e.event, e.message) for e in events][-1] == ("retryable", "fixed upstream")
+    lines = [line for entry in q.redis.xrange(q.keys.events) for line in format_event(*entry)]
+    assert lines[-1].endswith(' event=retryable queue=default attempt=1 message="fixed upstream"')
 
 
 def finish(q: Quasar, job_id: str, now: int, *, fail: bool = False) -> None:
@@ -236,3 +253,37 @@ def test_pages_longer_than_one_read_chunk(q: Quasar) -> None:
     q.enqueue_many([NewJob("s", id=f"w{i:03d}") for i in range(150)], now=T0)
     available = q.list_jobs("default", Status.AVAILABLE, offset=120, limit=50, now=T0 + 300)
     assert [j.id for j in available] == [f"w{i:03d}" for i in range(120, 150)]
+
+
+def test_a_retry_whose_time_has_come_is_available_as_a_claim_sees_it(q: Quasar) -> None:
+    applied(q.enqueue("s", id="later", max_attempts=2, now=T0))
+    applied(q.enqueue("s", id="now", max_attempts=2, now=T0))
+    for job_id, delay in (("later", 1000), ("now", 0)):
+        token = claimed(q.claim_job(job_id, "w", 100, now=T0)).token
+        applied(q.fail(token, "w", "boom", retry_delay_ms=delay, now=T0 + 1))
+
+    def shown(now: int) -> tuple[dict[str, list[str]], dict[str, int]]:
+        listed = {
+            s: [j.id for j in q.list_jobs("default", s, now=now)]
+            for s in (Status.AVAILABLE, Status.RETRYABLE)
+        }
+        counts = q.counts("default", now=now)
+        return (
+            {s.value: ids for s, ids in listed.items()},
+            {"available": counts.available, "retryable": counts.retryable},
+        )
+
+    assert shown(T0 + 500) == (
+        {"available": ["now"], "retryable": ["later"]},
+        {"available": 1, "retryable": 1},
+    )
+    assert q.get_job("later", now=T0 + 500).status is Status.RETRYABLE  # type: ignore[union-attr]
+    assert shown(T0 + 1001) == (
+        {"available": ["now", "later"], "retryable": []},
+        {"available": 2, "retryable": 0},
+    )
+    assert q.get_job("later", now=T0 + 1001).status is Status.AVAILABLE  # type: ignore[union-attr]
+    assert isinstance(q.get_job("later", now=T0 + 1001).job.state, RetryWaiting)  # type: ignore[union-attr]
+    first = claimed(q.claim("default", "w", 100, now=T0 + 1001))
+    second = claimed(q.claim("default", "w", 100, now=T0 + 1001))
+    assert {first.job.id, second.job.id} == {"now", "later"}

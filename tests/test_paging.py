@@ -23,9 +23,9 @@ def every_page(q: Quasar, status: Status | str, limit: int, now: int) -> list[st
     raise AssertionError("the pages never ended")
 
 
-def retry_waiting(q: Quasar, job_id: str, now: int) -> None:
+def retry_waiting(q: Quasar, job_id: str, now: int, delay_ms: int = 0) -> None:
     token = claimed(q.claim_job(job_id, "w", 1000, now=now)).token
-    applied(q.fail(token, "w", "again", now=now))
+    applied(q.fail(token, "w", "again", retry_delay_ms=delay_ms, now=now))
 
 
 def test_pages_by_cursor_hold_what_list_jobs_holds(q: Quasar) -> None:
@@ -59,16 +59,16 @@ def test_a_cursor_resumes_after_a_job_that_left_its_index(q: Quasar) -> None:
 
 
 def test_a_page_reads_a_bounded_run_of_entries(q: Quasar) -> None:
-    # 120 RetryWaiting entries ahead of the one Waiting job: the first page stops after reading
-    # limit + 100 entries, short, with a cursor to go on from.
+    # 120 RetryWaiting entries not yet due ahead of the one scheduled job: the first page of
+    # scheduled jobs stops after reading limit + 100 entries, short, with a cursor to go on from.
     q.enqueue_many([NewJob("s", id=f"r{i:03d}") for i in range(120)], now=T0)
-    q.enqueue("s", id="waiting", now=T0 + 1)
+    q.enqueue("s", id="waiting", delay_ms=20_000, now=T0 + 1)
     for i in range(120):
-        retry_waiting(q, f"r{i:03d}", T0 + 1)
-    first = q.page_jobs("default", Status.AVAILABLE, limit=1, now=T0 + 2)
+        retry_waiting(q, f"r{i:03d}", T0 + 1, delay_ms=10_000)
+    first = q.page_jobs("default", Status.SCHEDULED, limit=1, now=T0 + 2)
     assert first.jobs == ()
     assert first.next_cursor is not None
-    assert every_page(q, Status.AVAILABLE, 1, T0 + 2) == ["waiting"]
+    assert every_page(q, Status.SCHEDULED, 1, T0 + 2) == ["waiting"]
 
 
 def test_paging_refuses_what_it_cannot_page_by(q: Quasar) -> None:

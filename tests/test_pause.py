@@ -28,6 +28,7 @@ from quasar_redis import (
     Waiting,
 )
 from quasar_redis._types import QUEUE_EVENTS
+from quasar_redis._views import counts_of
 from quasar_redis.cli._events import format_event
 
 from .helpers import T0, applied, claimed, snapshot
@@ -180,14 +181,17 @@ def test_malformed_queue_names_are_refused_and_change_nothing(q: Quasar, name: A
     assert snapshot(q) == before
 
 
-def test_an_unknown_queue_is_refused(q: Quasar) -> None:
-    enqueue(q)
-    before = snapshot(q)
-    with pytest.raises(InvalidArgument, match="unknown queue 'nope'"):
-        q.pause("nope")
-    with pytest.raises(InvalidArgument, match="unknown queue 'nope'"):
-        q.resume("nope")
-    assert snapshot(q) == before
+def test_a_queue_with_no_job_yet_can_be_paused_ahead_of_its_jobs(q: Quasar) -> None:
+    assert q.resume("next", now=T0) is False  # (not paused: nothing to do)
+    assert q.queues(now=T0) == []
+    assert q.pause("next", now=T0) is True
+    assert [(i.name, i.paused, sum(counts_of(i.counts).values())) for i in q.queues(now=T0)] == [
+        ("next", True, 0)
+    ]
+    applied(q.enqueue("s", id="j", queue="next", now=T0))
+    assert q.claim("next", "w", 1000, now=T0) == ClaimRefused(QueuePaused("next"))
+    assert q.resume("next", now=T0) is True
+    assert claimed(q.claim("next", "w", 1000, now=T0)).job.id == "j"
 
 
 def test_a_resent_pause_gets_the_first_answer(q: Quasar) -> None:

@@ -123,3 +123,20 @@ def test_resume_wakes_idle_workers_at_once(connector: Connector, namespace: str)
             handle.result(timeout=30)  # far sooner than the 300 s idle wait
         info = handles[0].info()
         assert info is not None and isinstance(info.job.state, Succeeded)
+
+
+def test_a_queue_paused_before_its_first_job_waits_for_resume(
+    connector: Connector, namespace: str
+) -> None:
+    app = app_of(connector, namespace)
+    task, q = app.tasks["work"], app.client
+    assert q.pause("default") is True  # ahead of any job: nothing was enqueued to it yet
+    with ExitStack() as stack:
+        stack.callback(app.close)
+        [worker] = workers_of(connector, namespace, stack, 1, idle_wait=300.0)
+        handles = [task.enqueue() for _ in range(3)]
+        time.sleep(0.5)  # the worker keeps asking, and is refused
+        assert q.counts("default").available == 3 and worker.stats.claimed == 0
+        assert q.resume("default") is True
+        for handle in handles:
+            handle.result(timeout=30)  # woken by the resume, far sooner than the idle wait

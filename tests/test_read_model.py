@@ -103,7 +103,7 @@ def test_a_retry_of_every_failed_job_is_the_same_from_the_cli_and_the_dashboard(
         for sent, expected in ((by_cli, fences), (by_dashboard, dashboard_fences)):
             assert sorted(sent.retries) == sorted(expected.items())  # every fence, once each
         assert by_dashboard.pages == by_cli.pages == [("mail", "discarded", 500)]
-        assert rq.counts("mail").retryable == dashboard_q.counts("mail").retryable == FAILED
+        assert rq.counts("mail").available == dashboard_q.counts("mail").available == FAILED
     finally:
         delete_namespace(rq.redis, other)
 

@@ -66,6 +66,17 @@ def test_announcing_again_keeps_the_start_and_updates_the_rest(q: Quasar) -> Non
     assert info.running == () and info.queues == ("default",)
 
 
+def test_a_worker_announces_the_runs_it_ended_and_failed(q: Quasar) -> None:
+    announce(q, WorkerEntry("w-1", "h", 1, ("default",), 1, (), "v", 12, 3))
+    (info,) = q.workers(now=T0)
+    assert (info.processed, info.failed) == (12, 3)
+    announce(q, WorkerEntry("w-1", "h", 1, ("default",), 1, (), "v", 20, 4), now=T0 + 1000)
+    (info,) = q.workers(now=T0 + 1000)
+    assert (info.processed, info.failed) == (20, 4)  # (its own counts: replaced, not added)
+    announce(q, WorkerEntry("w-2", "h", 1, ("default",), 1, (), "v"))
+    assert [(w.processed, w.failed) for w in q.workers(now=T0 + 1000)] == [(20, 4), (0, 0)]
+
+
 def test_workers_are_sorted_by_id(q: Quasar) -> None:
     for worker_id in ("c", "a", "b"):
         announce(q, WorkerEntry(worker_id, "h", 1, ("default",), 1, (), "v"))
@@ -105,6 +116,8 @@ def test_retire_takes_the_entry_out_at_once(q: Quasar) -> None:
         ({"concurrency": -1}, "concurrency"),
         ({"queues": ("ok", "no{pe}")}, "queue"),
         ({"host": "h" * 8193}, "host"),
+        ({"processed": -1}, "processed"),
+        ({"failed": -2}, "failed"),
     ],
 )
 def test_a_malformed_announcement_is_refused_and_changes_nothing(
@@ -183,6 +196,25 @@ def test_a_serving_worker_announces_itself_and_what_it_runs(app: App) -> None:
     assert (info.queues, info.concurrency, info.version) == (("default", "other"), 3, __version__)
     assert info.started_at <= info.last_seen
     assert app.client.workers() == []  # retired as it stopped
+
+
+def test_a_serving_worker_announces_how_many_runs_it_ended_and_failed(app: App) -> None:
+    def works(ok: bool) -> None:
+        if not ok:
+            raise ValueError("no")
+
+    task = app.task(works, name="works", max_attempts=1)
+    settings: dict[str, Any] = {"maintenance_interval": 0.1, "idle_wait": 1.0}
+    with Worker(app, ["default"], concurrency=2, worker_id="w-c", **settings):
+        for ok in (True, True, False):
+            task.enqueue(ok)
+
+        def counted() -> WorkerInfo | None:
+            found = [w for w in app.client.workers() if w.id == "w-c"]
+            return found[0] if found and found[0].processed == 3 else None
+
+        info = wait_for(counted, 30, "the worker to announce its 3 runs")
+    assert info.failed == 1
 
 
 # --- worker processes ----------------------------------------------------------------------------

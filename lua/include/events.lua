@@ -21,7 +21,7 @@ local function emit(ctx, id, h, ev)
       ctx.event_runs = runs
     end
     local last = runs[#runs]
-    if last == nil or last.ev ~= ev or last.q ~= h.q then
+    if last == nil or last.ev ~= ev or last.q ~= h.q or last.pm then
       last = {ev = ev, q = h.q, jobs = {}, attempts = {}}
       runs[#runs + 1] = last
     end
@@ -30,11 +30,23 @@ local function emit(ctx, id, h, ev)
   end
 end
 
+-- Why the job of the event emitted last happened to enter it (an operator retry's reason): its
+-- entry carries it as `pm`, as a progress event carries its message, and names no other job.
+local function note(ctx, why)
+  local runs = ctx.event_runs
+  if runs and runs[#runs] then runs[#runs].pm = why end
+end
+
 local function flush_events(ctx)
   for _, run in ipairs(ctx.event_runs or NONE) do
     local entries = fmt(ctx, math.max(1, math.floor(EVENTS_MAX / #run.jobs)))
-    redis.call("XADD", ctx.events, "MAXLEN", "~", entries, "*", "job", table.concat(run.jobs, " "),
-      "ev", run.ev, "q", run.q, "a", table.concat(run.attempts, " "))
+    if run.pm then
+      redis.call("XADD", ctx.events, "MAXLEN", "~", entries, "*", "job", run.jobs[1], "ev", run.ev,
+        "q", run.q, "a", run.attempts[1], "pm", run.pm)
+    else
+      redis.call("XADD", ctx.events, "MAXLEN", "~", entries, "*", "job",
+        table.concat(run.jobs, " "), "ev", run.ev, "q", run.q, "a", table.concat(run.attempts, " "))
+    end
   end
 end
 

@@ -202,6 +202,13 @@ local function status_name(h, now)
   return tonumber(h.at) <= now and "available" or "scheduled"
 end
 
+-- The status a job shows at `now` (counts.lua, list_jobs.lua): the one it entered, but a
+-- retry-waiting job whose time has come is available, as a claim sees it.
+local function status_at(h, now)
+  if h.st == "R" and tonumber(h.at) <= now then return "available" end
+  return status_name(h, now)
+end
+
 -- member: the job's entry in the ready index, when the caller took it from there (a claim by
 -- queue): nothing else to remove.
 local function unplace(ctx, id, h, member)

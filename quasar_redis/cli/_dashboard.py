@@ -82,6 +82,7 @@ def dashboard(
             read_only=read_only,
             basic_auth=basic_auth,
             trusted_origins=trusted_origins,
+            host=host,
         )
     except QuasarError as exc:
         raise click.ClickException(str(exc)) from None
@@ -91,6 +92,8 @@ def dashboard(
         f"quasar dashboard of namespace {namespace} on {redact(redis_url)}: "
         f"http://{host}:{port}/" + (" (read-only)" if read_only else "")
     )
+    # (the audit log of actions; a warning when public without authentication)
+    importlib.import_module("quasar_redis.dashboard").starting(host, basic_auth is not None)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=False)
     uvicorn.Server(config).run(sockets=[listening])
 

@@ -13,7 +13,7 @@ import redis
 from .._connect import sync_client
 from .._keys import KeySpace
 from .._partitions import recorded
-from .._views import Event, decode_event
+from .._views import AUDIT, Event, decode_event
 from .._waits import block_ms
 from ..errors import QuasarError
 from ._config import namespace_options
@@ -33,13 +33,16 @@ def event_line(event: Event) -> str:
     when = datetime.fromtimestamp(event.at_ms / 1000, tz=timezone.utc)
     stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     if event.job is None:
-        return f"{stamp} event={event.event} queue={event.queue}"
+        line = f"{stamp} event={event.event} queue={event.queue}"
+        return line + (f" {event.message}" if event.message is not None else "")
     attempt = "?" if event.attempt is None else event.attempt
     line = f"{stamp} job={event.job} event={event.event} queue={event.queue} attempt={attempt}"
     if event.value is not None:  # a progress event
         line += f" value={event.value:g}"
-        if event.message is not None:
-            line += f" message={json.dumps(event.message, ensure_ascii=False)}"
+    if event.event == AUDIT and event.message is not None:  # what, by whom, its outcome
+        line += f" {event.message}"
+    elif event.message is not None:  # a progress report's, an operator retry's reason
+        line += f" message={json.dumps(event.message, ensure_ascii=False)}"
     return line
 
 
@@ -53,6 +56,8 @@ def event_json(event: Event) -> str:
     }
     if event.value is not None:  # a progress event
         document |= {"value": event.value, "message": event.message}
+    elif event.message is not None:  # an operator retry's reason, an operator's action (audit)
+        document["message"] = event.message
     return json.dumps(document, ensure_ascii=False)
 
 

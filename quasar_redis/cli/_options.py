@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 import redis
 
+from .._access import database_in, refusal
 from .._partitions import check_partitions
 from .._urls import redact, redact_text
 from ..errors import (
@@ -80,12 +81,16 @@ def runtime_error(exc: BaseException, url: str) -> click.ClickException | None:
     """``exc`` as one line for the user (a runtime error: exit 1), any URL redacted: Redis out
     of reach, refused credentials, a refusal; None for an exception that is not one of them."""
     at = redact(url)
-    refused = isinstance(exc, redis.ResponseError) and "WRONGPASS" in str(exc)
-    if refused or isinstance(exc, (AuthenticationError, redis.AuthenticationError)):
-        said = str(exc)
-        if "refused the credentials" not in said:  # (a worker's own words name the Redis)
-            said = f"Redis at {at} refused the credentials: {said}"
-        return click.ClickException(redact_text(said))
+    refused = refusal(exc, database_in(url))  # (a password, a database: said once, not retried)
+    if refused is not None:
+        said = str(refused)  # (a worker's own words name the Redis already)
+        return click.ClickException(
+            redact_text(said if said.startswith("Redis at") else f"Redis at {at}: {said}")
+        )
+    if isinstance(exc, (AuthenticationError, redis.AuthenticationError)):
+        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
+    if isinstance(exc, redis.ResponseError) and "WRONGPASS" in str(exc):
+        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
     if isinstance(exc, (RedisUnavailable, redis.ConnectionError, redis.TimeoutError)):
         return click.ClickException(redact_text(_unreachable(str(exc), at)))
     if isinstance(exc, InvalidArgument):

@@ -7,5 +7,6 @@ each page.
 """
 
 from ._app import create_app
+from ._security import starting
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "starting"]

@@ -4,9 +4,11 @@ ready for the templates: nothing here writes HTML, so nothing here needs escapin
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import math
 import pprint
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,10 +17,12 @@ from .. import _reading as reading
 from .. import _rolling as rolling
 from .. import _types as t
 from .. import _views as views
+from .._call_codec import RECEIVED, args_of
 from .._codec import unpack
 from .._flow import NO_LIMIT, UNLIMITED, FlowInfo, Rate, cap_value, marker_of
 from .._reading import arun
 from ..aio import AsyncQuasar
+from ..cli.ops._look import ORDER as LISTING_ORDER
 from ..errors import InvalidArgument
 
 SHOWN_MAX = 20_000  # characters of a payload or result shown; the rest is cut
@@ -82,9 +86,17 @@ def counts_json(infos: Sequence[Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class Tick:
+    """A tick of a chart's axis: where it is (in the SVG's units) and its label."""
+
+    at: float
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
 class Chart:
-    """A small line chart: its polyline points (in a 300 x 60 box), the largest value and the
-    newest one, as text."""
+    """A line chart with axes: its polyline points in a ``CHART_W`` x ``CHART_H`` box (the
+    plot inside ``PLOT``), its ticks, the largest value and the newest one, as text."""
 
     title: str
     points: str
@@ -92,30 +104,81 @@ class Chart:
     top: str
     last: str
     empty: bool
+    y_ticks: tuple[Tick, ...] = ()
+    x_ticks: tuple[Tick, ...] = ()
 
 
-CHART_W, CHART_H = 300, 60
+CHART_W, CHART_H = 400, 150
+#: The plot's box inside the chart: left, top, right, bottom (room for the ticks' labels).
+PLOT = (56.0, 8.0, 392.0, 128.0)
+Y_TICKS = 4  # intervals of the value axis
 
 
-def chart(title: str, values: Sequence[float | None], unit: str) -> Chart:
+def count_text(value: float) -> str:
+    """A number for people, never in scientific notation: 0, 0.25, 12.5, 850, 1.2k, 3.4M."""
+    size = abs(value)
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if size >= limit:
+            return (
+                f"{value / limit:.3g}{suffix}"
+                if value / limit < 1000
+                else f"{value / limit:.0f}{suffix}"
+            )
+    if size >= 100 or value == int(value):
+        return f"{value:.0f}"
+    return f"{value:.2g}" if size < 1 else f"{value:.3g}"
+
+
+def rate_text(per_second: float) -> str:
+    """A rate for people: 1.2k/s, 0.5/s."""
+    return f"{count_text(per_second)}/s"
+
+
+def duration_text(ms: float) -> str:
+    """A duration for people: 850 ms, 10 s, 2.5 min, 3 h."""
+    for limit, unit in ((3_600_000, "h"), (60_000, "min"), (1000, "s")):
+        if abs(ms) >= limit:
+            return f"{count_text(ms / limit)} {unit}"
+    return f"{count_text(ms)} ms"
+
+
+def nice_top(top: float) -> float:
+    """The smallest round number (1, 2, 2.5 or 5 times a power of ten) at least ``top``."""
+    if top <= 0:
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(top))
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= top * (1 - 1e-9))
+
+
+def chart(
+    title: str, values: Sequence[float | None], shown: Callable[[float], str] = count_text
+) -> Chart:
+    """``values`` (oldest first, one a ``rolling.BUCKET_S`` bucket; None: no value) as a chart
+    whose value axis starts at 0 and ends at a round number, each label ``shown``."""
+    left, top_y, right, bottom = PLOT
     known = [v for v in values if v is not None]
     top = max(known, default=0.0)
-    scale = top or 1.0
-    step = CHART_W / max(1, len(values) - 1)
+    scale = nice_top(top)
+    step = (right - left) / max(1, len(values) - 1)
+
+    def y_of(v: float) -> float:
+        return bottom - (v / scale) * (bottom - top_y)
+
     known_at = [i for i, v in enumerate(values) if v is not None]
     dots = tuple(
-        (f"{i * step:.1f}", f"{CHART_H - (v / scale) * (CHART_H - 4) - 2:.1f}")
-        for i, v in enumerate(values)
-        if v is not None
+        (f"{left + i * step:.1f}", f"{y_of(v):.1f}") for i, v in enumerate(values) if v is not None
     )
     newest = next((v for v in reversed(values) if v is not None), None)
+    levels = [scale * k / Y_TICKS for k in range(Y_TICKS + 1)]
     return Chart(
         title,
         " ".join(f"{x},{y}" for x, y in dots),
         tuple(dot for dot, i in zip(dots, known_at, strict=True) if _lone(i, values)),
-        f"{top:.3g} {unit}",
-        "-" if newest is None else f"{newest:.3g} {unit}",
+        shown(top),
+        "-" if newest is None else shown(newest),
         not known,
+        tuple(Tick(y_of(v), shown(v)) for v in levels),
+        _time_ticks(len(values)),
     )
 
 
@@ -123,6 +186,18 @@ def _lone(i: int, values: Sequence[float | None]) -> bool:
     before = i > 0 and values[i - 1] is not None
     after = i + 1 < len(values) and values[i + 1] is not None
     return not (before or after)
+
+
+def _time_ticks(buckets: int) -> tuple[Tick, ...]:
+    """The time axis: a tick every other minute back from now."""
+    left, _, right, _ = PLOT
+    span_s = (buckets - 1) * rolling.BUCKET_S
+    step = (right - left) / max(1, span_s)
+    every = 120 if span_s > 300 else 60
+    return tuple(
+        Tick(right - back * step, "now" if back == 0 else f"-{back // 60} min")
+        for back in range(0, span_s + 1, every)
+    )[::-1]
 
 
 async def charts(client: AsyncQuasar, queue: str | None = None) -> list[Chart]:
@@ -135,20 +210,37 @@ async def charts(client: AsyncQuasar, queue: str | None = None) -> list[Chart]:
         pipe.execute_command(*command)
     series = rolling.points(now_ms, await pipe.execute())
     return [
-        chart("Jobs completed per second", rolling.throughput(series, queue), "/s"),
-        chart("Failed attempts per second", rolling.failures(series, queue), "/s"),
-        chart("Enqueue to start (mean)", rolling.latency_ms(series, queue), "ms"),
+        chart("Jobs completed per second", rolling.throughput(series, queue), rate_text),
+        chart("Failed attempts per second", rolling.failures(series, queue), rate_text),
+        chart("Enqueue to start (mean)", rolling.latency_ms(series, queue), duration_text),
     ]
 
 
 # --- a queue ------------------------------------------------------------------------------------
 
 
+#: The statuses in the order ``quasar queues`` and ``quasar jobs`` list them.
+ORDER: tuple[t.Status, ...] = LISTING_ORDER
+#: The view of every status at once (``quasar jobs`` without --status).
+ALL = "all"
+#: Jobs a search by id prefix looks through (the first ones listed): bounded, whatever the size
+#: of the queue.
+SEARCH_SCANNED = 1000
+SEARCH_SHOWN = 20
+
+
+def busiest(counts: t.QueueCounts) -> t.Status | None:
+    """The status holding most of the queue's jobs (ties: the first in ``ORDER``); None for an
+    empty queue."""
+    found = max(ORDER, key=lambda s: (int(getattr(counts, s.value)), -ORDER.index(s)))
+    return found if int(getattr(counts, found.value)) else None
+
+
 @dataclass(frozen=True, slots=True)
 class QueuePage:
     info: Any  # QueueInfo
-    status: t.Status
-    jobs: tuple[t.Job, ...]
+    status: t.Status | None  # None: every status (``ALL``)
+    jobs: tuple[tuple[t.Status, t.Job], ...]  # each job with the status it was listed under
     next_cursor: str | None
     events: tuple[views.Event, ...]  # the queue's pauses and resumes
     flow: FlowInfo  # its limits and groups
@@ -156,26 +248,57 @@ class QueuePage:
     progress: Mapping[str, t.Progress] = field(default_factory=dict)  # of executing jobs, by id
 
     @property
+    def view(self) -> str:
+        """The tab shown: a status's name, or ``ALL``."""
+        return ALL if self.status is None else self.status.value
+
+    @property
     def grouped(self) -> bool:
         """Whether a job of the page has a group (the list then shows a column of them)."""
-        return any(job.group is not None for job in self.jobs)
+        return any(job.group is not None for _, job in self.jobs)
+
+    @property
+    def running(self) -> bool:
+        """Whether the page may list running jobs (the list then shows their progress)."""
+        return self.status in (None, t.Status.EXECUTING)
 
 
 async def queue_page(
-    client: AsyncQuasar, queue: str, status: t.Status, after: str | None
-) -> QueuePage | None:
-    """A page of ``queue``'s jobs in ``status``; None if the namespace has no such queue."""
-    info = next((i for i in await queue_infos(client) if i.name == queue), None)
-    if info is None:
-        return None
-    page, events, flow = await asyncio.gather(
-        client.page_jobs(queue, status, after=after, limit=PAGE_SIZE),
+    client: AsyncQuasar, info: Any, status: t.Status | None, after: str | None
+) -> QueuePage:
+    """A page of the jobs of the queue ``info`` (a ``QueueInfo``) in ``status`` (None: every
+    status, in ``ORDER``); ValueError for a cursor of another listing."""
+    queue = info.name
+    statuses = ORDER if status is None else (status,)
+    views.listing_start(statuses, after)  # (a bad cursor: refused before any read starts)
+    listing, events, flow = await asyncio.gather(
+        arun(client, reading.listing(client.calls, queue, statuses, after, PAGE_SIZE)),
         arun(client, reading.queue_events(client.calls, queue, EVENTS_SHOWN)),
         client.flow(queue, groups=GROUPS_SHOWN),
     )
-    held = tuple(held_back(flow))
-    progress = await jobs_progress(client, page.jobs) if status is t.Status.EXECUTING else {}
-    return QueuePage(info, status, page.jobs, page.next_cursor, tuple(events), flow, held, progress)
+    held = tuple(held_back(flow, info.counts.now))
+    running = [job for s, job in listing.jobs if s is t.Status.EXECUTING]
+    progress = await jobs_progress(client, running) if running else {}
+    jobs = tuple(listing.jobs)
+    return QueuePage(info, status, jobs, listing.next_cursor, tuple(events), flow, held, progress)
+
+
+async def find_jobs(client: AsyncQuasar, queue: str, prefix: str) -> tuple[list[str], bool]:
+    """The ids of ``queue``'s jobs that start with ``prefix`` (at most ``SEARCH_SHOWN``), among
+    its first ``SEARCH_SCANNED`` listed (every status, in ``ORDER``); and whether the search
+    stopped before the end of the queue."""
+    found: list[str] = []
+    after: str | None = None
+    scanned = 0
+    while scanned < SEARCH_SCANNED and len(found) < SEARCH_SHOWN:
+        limit = min(PAGE_SIZE * 4, SEARCH_SCANNED - scanned)
+        listing = await arun(client, reading.listing(client.calls, queue, ORDER, after, limit))
+        scanned += len(listing.jobs)
+        found += [job.id for _, job in listing.jobs if job.id.startswith(prefix)]
+        after = listing.next_cursor
+        if after is None:
+            return found[:SEARCH_SHOWN], False
+    return found[:SEARCH_SHOWN], True
 
 
 async def jobs_progress(client: AsyncQuasar, jobs: Sequence[t.Job]) -> dict[str, t.Progress]:
@@ -198,9 +321,26 @@ QUEUE_LIMITS = ("rate", "concurrency", "group_rate", "group_concurrency")
 GROUP_LIMITS = ("rate", "concurrency")
 
 
-def held_back(info: FlowInfo) -> list[str]:
-    """What holds the queue back now, in words (none: nothing does)."""
-    return info.held_back(lambda at: f", until {t.readable_time(at)}")
+def held_back(info: FlowInfo, now_ms: float) -> list[str]:
+    """What holds the queue back now, in words (none: nothing does), its rate's time relative
+    to ``now_ms`` (the page shows the exact time on hover)."""
+    return info.held_back(lambda at: f", until {relative(at, now_ms)}")
+
+
+def relative(ms: float, now_ms: float) -> str:
+    """``3 min ago``, ``in 20 s``, ``just now``: ``ms`` against ``now_ms``."""
+    delta = (now_ms - ms) / 1000
+    if abs(delta) < 1:
+        return "just now"
+    return f"{span(abs(delta))} ago" if delta > 0 else f"in {span(abs(delta))}"
+
+
+def span(seconds: float) -> str:
+    """A length of time in its largest whole unit: ``20 s``, ``3 min``, ``5 h``, ``2 d``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f} {unit}"
+    return f"{max(0.0, seconds) // 1:.0f} s"
 
 
 async def flows(client: AsyncQuasar, queues: Sequence[str]) -> list[FlowInfo]:
@@ -266,57 +406,137 @@ def change_words(changes: Mapping[str, Any], group: bool) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class At:
+    """A time shown (ms since the epoch, server clock): relative, its ISO 8601 form on hover."""
+
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Argument:
+    """A named argument of a job's call, its value as text (cut at ``ARGUMENT_MAX``)."""
+
+    name: str
+    text: str
+
+
+ARGUMENT_MAX = 2_000
+#: What a workflow step's first parameter gets: the result of the step before, at run time.
+RECEIVED_TEXT = "(the result of the step before, when it runs)"
+
+
+@dataclass(frozen=True, slots=True)
 class JobPage:
-    """A job whole (``JobView``), its payload and result shown as text."""
+    """A job whole (``JobView``), its payload and result shown as text, and the arguments of
+    its call (None: the payload is not a task call)."""
 
     view: views.JobView
     payload: Shown | None
     result: Shown | None
+    arguments: tuple[Argument, ...] | None = None
 
     @property
     def info(self) -> t.JobInfo:
         return self.view.info
 
 
-async def job_page(client: AsyncQuasar, job_id: str) -> JobPage | None:
+async def job_page(client: AsyncQuasar, job_id: str, app: Any = None) -> JobPage | None:
     view = await arun(client, reading.job_view(client.calls, job_id, LINKED_MAX, EVENTS_SHOWN))
     if view is None:
         return None
-    return JobPage(view, shown(view.info.job.raw_payload), shown(view.info.job.raw_result))
+    job = view.info.job
+    return JobPage(view, shown(job.raw_payload), shown(job.raw_result), call_arguments(job, app))
 
 
-def job_fields(job: t.Job, now: int) -> list[tuple[str, str]]:
-    """Every stored field of ``job`` as (name, text), times readable."""
+def call_arguments(job: t.Job, app: Any = None) -> tuple[Argument, ...] | None:
+    """The arguments of the call ``job`` runs, named after the parameters of its task when
+    ``app`` (an ``App``) declares that task, else ``arg0``, ``arg1``... and the keywords' names;
+    None if its payload is no task call."""
+    if job.raw_payload is None:
+        return None
+    try:
+        if app is None:
+            payload = _decoded(job.raw_payload)
+        else:
+            payload = app.codec.load(job.raw_payload, "payload", job.id)
+        args, kwargs = args_of(payload)
+    except Exception:  # (not a task call, or the app's serializer cannot read it)
+        return None
+    received = [RECEIVED] if payload.get("r") is not None else []
+    task = app.tasks.get(job.stage) if app is not None else None
+    named = _bound(task.fn, [*received, *args], kwargs) if task is not None else None
+    if named is None:
+        named = [(f"arg{i}", v) for i, v in enumerate([*received, *args])] + list(kwargs.items())
+    return tuple(Argument(name, _argument_text(value)) for name, value in named)
 
-    def when(ms: int | None) -> str:
-        return "-" if ms is None else f"{t.readable_time(ms)} ({ms})"
+
+def _decoded(data: bytes) -> Any:
+    try:
+        return unpack(data)
+    except Exception:  # not msgpack: maybe the app's JSON serializer
+        return json.loads(data)
+
+
+def _bound(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> list[tuple[str, Any]] | None:
+    """``args`` and ``kwargs`` by the names of ``fn``'s parameters; None if they do not fit."""
+    try:
+        return list(inspect.signature(fn).bind_partial(*args, **kwargs).arguments.items())
+    except (TypeError, ValueError):
+        return None
+
+
+def _argument_text(value: Any) -> str:
+    if value is RECEIVED:
+        return RECEIVED_TEXT
+    text = _readable(value)
+    return text if len(text) <= ARGUMENT_MAX else text[:ARGUMENT_MAX] + " …"
+
+
+Field = tuple[str, "str | At"]
+
+
+def job_fields(job: t.Job, now: int) -> tuple[list[Field], list[Field]]:
+    """The fields of ``job`` people read first, and its internals (shown folded): each as (name,
+    text or ``At``); the internals also give each time as stored (ms since the epoch)."""
+
+    def when(ms: int | None) -> str | At:
+        return "-" if ms is None else At(ms)
 
     state = job.state
-    rows = [
+    times = {
+        "enqueued": job.inserted_at,
+        "last attempt": job.attempted_at,
+        "finished": job.completed_at,
+        "deadline": job.deadline,
+    }
+    rows: list[Field] = [
         ("id", job.id),
         ("queue", job.queue),
         ("task", job.stage),
         ("status", job.status(now).value),
-        ("state", type(state).__name__),
         ("attempt", f"{job.attempt} of {job.max_attempts}"),
         ("priority", str(job.priority)),
         *([("group", job.group)] if job.group is not None else []),
-        ("enqueued at", when(job.inserted_at)),
-        ("last attempt at", when(job.attempted_at)),
-        ("finished at", when(job.completed_at)),
-        ("deadline", when(job.deadline)),
+        *((name, when(ms)) for name, ms in times.items()),
+        ("dependencies pending", str(job.pending_dependencies)),
+    ]
+    internals: list[Field] = [
+        ("state", type(state).__name__),
         ("fence", str(job.fencing_version)),
         ("input", f"{job.input_ref} (revision {job.input_revision})"),
         ("on dependency failure", job.on_dependency_failure),
-        ("dependencies pending", str(job.pending_dependencies)),
         ("dedup", job.dedup or "-"),
     ]
     for name in getattr(state, "__slots__", ()):
         value = getattr(state, name)
-        timed = name.endswith("_at") or name == "deadline"
-        shown_value = when(value) if timed and isinstance(value, int) else value
-        rows.append((f"state: {name.replace('_', ' ')}", str(shown_value)))
-    return rows
+        label = f"state: {name.replace('_', ' ')}"
+        if (name.endswith("_at") or name == "deadline") and isinstance(value, int):
+            rows.append((label, At(value)))
+            times[label] = value
+        else:
+            rows.append((label, str(value)))
+    internals += [(f"{name} (ms)", str(ms)) for name, ms in times.items() if ms is not None]
+    return rows, internals
 
 
 # --- actions ------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The dashboard's guards: basic authentication for the standalone server, and the checks every
-action (a POST) passes against cross-site requests.
+"""The dashboard's guards: basic authentication for the standalone server, the checks every
+action (a POST) passes against cross-site requests, and the warning of a server that listens on
+a public address without authentication.
 
 Cross-site requests: each page sets a random token in a cookie (``SameSite=Strict``,
 ``HttpOnly``) and in its forms; an action is refused (403) unless the form's token equals the
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
+import logging
 import secrets
 from collections.abc import Collection
 from urllib.parse import urlsplit
@@ -22,6 +25,48 @@ from ..errors import ConfigurationError
 
 COOKIE = "quasar_csrf"
 FIELD = "csrf"
+LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
+log = logging.getLogger("quasar_redis.dashboard")
+
+
+def public_address(host: str) -> bool:
+    """Whether listening on ``host`` lets other machines in: every address (``0.0.0.0``,
+    ``::``, empty), any IP but a loopback one, any name but localhost's."""
+    name = host.strip().strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return False
+    if name in ("", "*"):
+        return True
+    try:
+        return not ipaddress.ip_address(name).is_loopback
+    except ValueError:  # a host name: it may resolve to any address
+        return True
+
+
+def exposure_warning(host: str, authenticated: bool) -> str | None:
+    """The warning of a dashboard on ``host`` without authentication, if that is a public
+    address (``public_address``); None otherwise."""
+    if authenticated or not public_address(host):
+        return None
+    return (
+        f"This dashboard listens on {host}, a public address, without authentication: anyone "
+        "who reaches it can see and act on your jobs. Give it --basic-auth, or listen on "
+        "127.0.0.1 behind a proxy that authenticates (docs/dashboard.md, Security)."
+    )
+
+
+def starting(host: str, authenticated: bool) -> None:
+    """What the standalone server logs as it starts: every action's audit line (the
+    ``quasar_redis.dashboard`` log, to stderr unless logging is set up), and a warning if it
+    listens on a public address without authentication."""
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+    warning = exposure_warning(host, authenticated)
+    if warning is not None:
+        log.warning(warning)
 
 
 def parse_credentials(text: str) -> tuple[str, str]:
@@ -38,11 +83,15 @@ class BasicAuth:
     def __init__(self, app: ASGIApp, user: str, password: str, realm: str = "quasar") -> None:
         self.app = app
         self.expected = f"{user}:{password}".encode()
+        self.user = user
         self.realm = realm
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._allowed(scope):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self._allowed(scope):  # (who acts: the audit line of each action names them)
+            await self.app({**scope, "quasar.user": self.user}, receive, send)
             return
         headers = [
             (b"www-authenticate", f'Basic realm="{self.realm}", charset="UTF-8"'.encode()),

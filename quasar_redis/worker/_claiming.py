@@ -22,12 +22,12 @@ import redis.exceptions as rex
 from redis.exceptions import RedisError
 
 from .. import _types as t
+from .._access import refusal
 from .._calls import Call
 from .._urls import redact_text
 from ..aio import AsyncQuasar
 from ..errors import (
     AccessDenied,
-    AuthenticationError,
     PermissionDenied,
     QuasarError,
     RedisUnavailable,
@@ -108,6 +108,7 @@ class Claimer:
             if free <= 0 and not self.resends.waiting(lane):
                 await self._full()
                 continue
+            let_go = self.runner.let_go  # (jobs ended before this claim went out)
             try:
                 got, next_at = await self._claim(lane, free)
             except (QuasarError, RedisError, OSError) as exc:  # never die on Redis: back off
@@ -129,7 +130,7 @@ class Claimer:
                 continue
             backoff = 0.05
             if got == 0:
-                await self._none_claimed(lane, next_at)
+                await self._none_claimed(lane, next_at, let_go)
             elif got < free:
                 # The queues ran dry: let the jobs just claimed start before the next claim (most
                 # likely an empty one) goes out. A full claim sends the next one first instead,
@@ -153,13 +154,17 @@ class Claimer:
         self.slot.clear()
         await self.slot.wait()
 
-    async def _none_claimed(self, lane: int, next_at: int | None) -> None:
+    async def _none_claimed(self, lane: int, next_at: int | None, let_go: int) -> None:
         """The queues had nothing to claim: wait for work (idle), or in burst mode wait for the
-        jobs held to end, and stop once none is."""
+        jobs held to end, and stop once none is. ``let_go``: the jobs that had ended when the
+        claim went out; one that ended since (a retry due at once, a job it enqueued) may have
+        made work that claim could not see: claim again before stopping."""
         _end_if_cancelled()
         if self.burst:
-            if self._all_done():
+            if self._all_done() and self.runner.let_go == let_go:
                 self._finish("nothing left to claim (burst)")
+            elif self._all_done():
+                return
             else:  # a job that ends may retry at once, or enqueue others: claim again then
                 await self._wait_for_slot()
             return
@@ -370,12 +375,15 @@ async def pause(stopping: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stopping.wait(), timeout=seconds)
 
 
-def access_denied(exc: BaseException) -> AccessDenied | None:
-    """The ``AccessDenied`` an error means (refused credentials or permissions), else None."""
+def access_denied(exc: BaseException, database: int | None = None) -> QuasarError | None:
+    """The error of Redis refusing us, which no retry helps (``AccessDenied``: refused
+    credentials or permissions; ``NoSuchDatabase``: ``database``, which the server lacks; see
+    ``_access.refusal``), else None."""
     if isinstance(exc, AccessDenied):
         return exc
-    if isinstance(exc, rex.AuthenticationError):
-        return AuthenticationError(redact_text(str(exc)) or "Redis refused the credentials")
+    refused = refusal(exc, database)
+    if refused is not None:
+        return refused
     if isinstance(exc, rex.NoPermissionError):
         return PermissionDenied(redact_text(str(exc)))
     return None

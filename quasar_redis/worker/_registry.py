@@ -1,10 +1,11 @@
 """The worker's entry in the namespace's worker registry (``workers()``, ``quasar workers``).
 
 A serving worker announces itself every maintenance interval (at least once a minute): its id,
-host, pid, queues, concurrency, the jobs it runs and its version, in one call that costs nothing
-per job. Each announcement keeps the entry for ``LAPSE_INTERVALS`` intervals (at least a
-second), so a worker that dies without a word (``kill -9``, a lost machine) is gone from the
-registry that long after its last announcement; one that stops retires its entry at once.
+host, pid, queues, concurrency, the jobs it runs, its version and the runs it ended and failed
+since it started (counted in memory), in one call that costs nothing per job. Each announcement
+keeps the entry for ``LAPSE_INTERVALS`` intervals (at least a second), so a worker that dies
+without a word (``kill -9``, a lost machine) is gone from the registry that long after its last
+announcement; one that stops retires its entry at once.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class Registry:
         """What the worker announces now: the jobs whose run has begun (or is about to)."""
         held = self.runner.held.values()
         running = tuple(r.ctx.job.id for r in held if r.phase in RUNS or r.phase is STARTING)
+        stats = self.runner.stats
+        failed = stats.retried + stats.failed
         return WorkerEntry(
             self.runner.worker_id,
             self.host,
@@ -70,6 +73,8 @@ class Registry:
             self.runner.concurrency,
             running,
             self.version,
+            stats.completed + failed,
+            failed,
         )
 
     async def run(self) -> None:

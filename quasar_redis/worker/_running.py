@@ -83,6 +83,7 @@ class Runner:
         self.queued: deque[HeldJob] = deque()  # prefetched, in claim order (let go ones skipped)
         self.live = 0  # jobs whose task was made and whose run has not ended: <= concurrency
         self.reporting = 0  # held jobs whose outcome is on its way
+        self.let_go = 0  # jobs let go so far: their outcomes are in Redis (or they never ran)
         self.metrics = WorkerMetrics()
 
     def room(self) -> int:
@@ -190,6 +191,7 @@ class Runner:
         job_id = running.ctx.job.id
         if self.held.get(job_id) is running:
             del self.held[job_id]
+        self.let_go += 1
         self.slot.set()
 
     def on_lost(self, lease: Lease, error: t.JobError) -> None:

@@ -2,8 +2,9 @@
 that says what it serves.
 
 An unreachable Redis at start is tried again for ``connect_timeout`` seconds, then refused
-(``RedisUnavailable``); refused credentials or permissions (``AccessDenied``) end it at once,
-since trying again cannot help. Once it serves, a lost connection is tried again for ever.
+(``RedisUnavailable``); refused credentials or permissions (``AccessDenied``) and a database
+number the server does not have (``NoSuchDatabase``) end it at once, since trying again cannot
+help. Once it serves, a lost connection is tried again for ever.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rex
 
+from .._access import database_of
 from .._urls import check_url, redact_text, where
 from ..errors import (
     AccessDenied,
     AuthenticationError,
     ConfigurationError,
     InvalidArgument,
+    NoSuchDatabase,
     PermissionDenied,
     QuasarError,
     RedisUnavailable,
@@ -102,7 +105,8 @@ async def connect(app: App, timeout: float, stopping: asyncio.Event) -> None:
     """PING Redis until it answers, for at most ``timeout`` seconds (or until ``stopping``).
 
     ConfigurationError for a URL that is not a Redis URL; AuthenticationError / PermissionDenied
-    at once when Redis refuses; RedisUnavailable, saying what was tried, after ``timeout``.
+    at once when Redis refuses, NoSuchDatabase at once for a database number it does not have;
+    RedisUnavailable, saying what was tried, after ``timeout``.
     """
     url = check_url(app.connector.url)
     client = app.aclient().redis
@@ -114,7 +118,7 @@ async def connect(app: App, timeout: float, stopping: asyncio.Event) -> None:
             await asyncio.wait_for(client.ping(), max(deadline - time.monotonic(), 0.05))
             return
         except (rex.RedisError, OSError, asyncio.TimeoutError) as exc:
-            _refused(exc, url)
+            _refused(exc, url, database_of(client))
             last = exc
         left = deadline - time.monotonic()
         if left <= 0:
@@ -169,12 +173,17 @@ async def declare_limits(app: App, queues: Sequence[str], worker_id: str) -> Non
             )
 
 
-def _refused(exc: BaseException, url: str) -> None:
-    denied = access_denied(exc)
+def _refused(exc: BaseException, url: str, database: int | None) -> None:
+    """Raise at once what no retry helps: refused credentials or permissions, a ``database``
+    the server does not have (``_access``), naming the server."""
+    denied = access_denied(exc, database)
+    if denied is None:
+        return
     if isinstance(denied, AuthenticationError):
-        raise AuthenticationError(f"Redis at {where(url)} refused the credentials: {denied}")
-    if denied is not None:
-        raise PermissionDenied(f"Redis at {where(url)}: {denied}")
+        raise AuthenticationError(f"Redis at {where(url)}: {denied}")
+    if isinstance(denied, NoSuchDatabase):
+        raise NoSuchDatabase(f"Redis at {where(url)}: {denied}", denied.database)
+    raise PermissionDenied(f"Redis at {where(url)}: {denied}")
 
 
 def announce(worker_id: str, app: App, queues: Sequence[str], settings: str) -> None:

@@ -85,6 +85,10 @@ def batch(
         for c in document["callbacks"]:
             fired = c["job_id"] or (f"refused: {c['refused']}" if c["refused"] else "not yet")
             op.console.print(Text(f"  {c['kind']}: {c['task']} (queue {c['queue']}): {fired}"))
+        if not document["members"]:
+            beyond = f" from --start {start} on" if start else ""
+            op.console.print(Text(f"no members{beyond} in batch {info.id!r}"))
+            return
         table = Table(box=None)
         for name in ("id", "status", "task", "attempt", "finished", "last error"):
             table.add_column(name, no_wrap=name != "last error")

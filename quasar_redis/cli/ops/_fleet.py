@@ -8,11 +8,14 @@ from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from ... import _reading as reading
 from ... import _types as t
+from ..._keys import check_name
 from ..._reading import run
 from ..._views import counts_of
+from ...errors import ConfigurationError
 from ._context import Operator, operating, operator_options
 from ._look import ORDER
 from ._show import ago, when
@@ -39,6 +42,9 @@ def queues(redis_url: str, namespace: str, as_json: bool) -> None:
         rows = [queue_document(info) for info in run(op.q, reading.queues(op.q.calls))]
         if as_json:
             op.emit_json(rows)
+            return
+        if not rows:
+            op.console.print(Text(f"no queues in namespace {namespace!r}"))
             return
         table = Table(box=None)
         table.add_column("queue", no_wrap=True)
@@ -130,17 +136,29 @@ def workers(redis_url: str, namespace: str, as_json: bool) -> None:
                 ago(w.started_at, now).removesuffix(" ago"),
                 ago(w.last_seen, now),
             )
-        op.console.print(table if found else f"no live worker in namespace {namespace!r}")
+        op.console.print(
+            table if found else Text(f"no workers are running in namespace {namespace!r}")
+        )
 
 
 def _switch(queue: str, op: Operator, pause: bool) -> None:
-    op.require_queue(queue)
+    """Pause or resume ``queue``, known or not yet (a queue is paused ahead of its first jobs)."""
+    try:
+        check_name(queue, "queue")
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="QUEUE") from None
+    new = pause and queue not in op.known_queues()
     changed = op.q.pause(queue) if pause else op.q.resume(queue)
     if op.as_json:
         op.emit_json({"queue": queue, "paused": pause, "changed": changed})
         return
     word = "paused" if pause else "resumed"
-    if changed:
+    if changed and new:  # (named here with its namespace: a mistyped one shows)
+        click.echo(
+            f"queue {queue!r} of namespace {op.namespace!r} paused: it has no job yet; "
+            "its workers lease none until it is resumed"
+        )
+    elif changed:
         click.echo(f"queue {queue!r} {word}")
     else:
         click.echo(f"queue {queue!r} was already {'paused' if pause else 'running'}: unchanged")
@@ -151,7 +169,8 @@ def _switch(queue: str, op: Operator, pause: bool) -> None:
 @operator_options
 def pause(queue: str, redis_url: str, namespace: str, as_json: bool) -> None:
     """Stop QUEUE: no worker leases its jobs until resume (running jobs finish; enqueue goes
-    on). Pausing a paused queue changes nothing."""
+    on). A queue with no job yet can be paused ahead of its first ones. Pausing a paused queue
+    changes nothing."""
     with operating(redis_url, namespace, as_json) as op:
         _switch(queue, op, pause=True)
 
@@ -160,6 +179,7 @@ def pause(queue: str, redis_url: str, namespace: str, as_json: bool) -> None:
 @click.argument("queue")
 @operator_options
 def resume(queue: str, redis_url: str, namespace: str, as_json: bool) -> None:
-    """Restart a paused QUEUE: its workers lease its jobs again at once."""
+    """Restart a paused QUEUE: its workers lease its jobs again at once. Resuming a queue that
+    is not paused changes nothing."""
     with operating(redis_url, namespace, as_json) as op:
         _switch(queue, op, pause=False)

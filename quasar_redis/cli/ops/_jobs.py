@@ -79,6 +79,9 @@ def jobs(
         if as_json:
             op.emit_json({"queue": queue, "jobs": rows, "next_cursor": listing.next_cursor})
             return
+        if not rows:
+            op.console.print(Text(_none_listed(queue, statuses, after)))
+            return
         table = Table(box=None)
         grouped = any(row["group"] is not None for row in rows)
         names = ("id", "status", "task", "attempt", "priority", "group", "enqueued")
@@ -99,6 +102,12 @@ def jobs(
         op.console.print(table)
         if listing.next_cursor is not None:
             op.console.print(f"more: --after {listing.next_cursor}")
+
+
+def _none_listed(queue: str, statuses: tuple[t.Status, ...], after: str | None) -> str:
+    """The line of a listing with no job (a listing reads on until it has some or ends)."""
+    which = f" with status {statuses[0].value!r}" if len(statuses) == 1 else ""
+    return f"no {'more ' if after else ''}jobs{which} in queue {queue!r}"
 
 
 def _related(view: JobView) -> dict[str, Any]:
@@ -169,7 +178,8 @@ def _print_job(op: Operator, d: dict[str, Any]) -> None:
     if d["events"]:
         op.console.print(f"\n[bold]events[/bold] (newest {len(d['events'])}):")
         for e in d["events"]:
-            op.console.print(Text(f"  {e['at']}  {e['event']}  attempt={e['attempt']}"))
+            note = f"  {e['message']}" if e.get("message") and "value" not in e else ""
+            op.console.print(Text(f"  {e['at']}  {e['event']}  attempt={e['attempt']}{note}"))
 
 
 def _print_related(op: Operator, d: dict[str, Any]) -> None:

@@ -73,6 +73,8 @@ def event_document(event: Event) -> dict[str, Any]:
     }
     if event.value is not None:  # a progress event
         document |= {"value": event.value, "message": event.message}
+    elif event.message is not None:  # an operator retry's reason
+        document["message"] = event.message
     return document
 
 

@@ -1,4 +1,5 @@
-// Live parts of the quasar dashboard: counts every second, charts every ten seconds.
+// Live parts of the quasar dashboard: counts every second, charts every ten seconds; and the
+// selection of a queue's jobs (select all on the page, how many are selected).
 // Values are set with textContent (never parsed as HTML); the charts' fragment is rendered,
 // and escaped, by the server.
 (function () {
@@ -32,6 +33,10 @@
           var queue = data.queues[el.dataset.paused];
           if (queue) { el.hidden = !queue.paused; }
         });
+        document.querySelectorAll("[data-running]").forEach(function (el) {
+          var queue = data.queues[el.dataset.running];
+          if (queue) { el.hidden = queue.paused; }
+        });
       })
       .catch(function () { /* the next refresh tries again */ });
   }
@@ -45,6 +50,30 @@
       .catch(function () { /* the next refresh tries again */ });
   }
 
+  function watchSelection() {
+    var all = document.getElementById("select-all");
+    var form = document.getElementById("selection");
+    if (!all || !form) { return; }
+    var picks = form.querySelectorAll("input.pick");
+    var count = document.getElementById("selected-count");
+    var buttons = form.querySelectorAll(".bulk button");
+    function update() {
+      var n = 0;
+      picks.forEach(function (box) { if (box.checked) { n += 1; } });
+      all.checked = n > 0 && n === picks.length;
+      all.indeterminate = n > 0 && n < picks.length;
+      count.textContent = n ? n + " selected" : "";
+      buttons.forEach(function (b) { b.disabled = n === 0; });
+    }
+    all.addEventListener("change", function () {
+      picks.forEach(function (box) { box.checked = all.checked; });
+      update();
+    });
+    picks.forEach(function (box) { box.addEventListener("change", update); });
+    update();
+  }
+
+  watchSelection();
   if (document.querySelector("[data-count]") || document.querySelector("[data-known]")) {
     setInterval(refreshCounts, 1000);
   }
