@@ -278,6 +278,21 @@ def test_a_namespace_without_queues_says_which_and_how_to_point_elsewhere(
     assert "--namespace" in line and "--app" in line and "QUASAR_NAMESPACE" in line
 
 
+def test_acl_setuser_takes_its_namespace_by_the_same_rule(
+    project: Project, clean_env: pytest.MonkeyPatch
+) -> None:
+    def keys(*args: str) -> str:
+        ran = quasar("acl", "setuser", "u", "reader", *args)
+        assert ran.exit_code == 0, ran.output
+        return ran.output.split("resetkeys ", 1)[1].split(" resetchannels", 1)[0]
+
+    assert keys() == "'~quasar:{default}:*'"
+    clean_env.setenv("QUASAR_NAMESPACE", "from-env")
+    assert keys() == "'~quasar:{from-env}:*'"
+    assert keys("--app", project.app_path) == f"'~quasar:{{{project.namespace}}}:*'"
+    assert keys("--app", project.app_path, "--namespace", "flag") == "'~quasar:{flag}:*'"
+
+
 # --- the worker ----------------------------------------------------------------------------------
 
 
