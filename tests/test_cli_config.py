@@ -42,9 +42,11 @@ NO_NAMESPACE = {"acl roles", "acl load"}
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No Redis, namespace or application in the environment."""
+    """No Redis, namespace or application in the environment; as it was after the test, even
+    where a command set one (``quasar worker`` passes its flags on to its processes)."""
     for variable in VARIABLES:
-        monkeypatch.delenv(variable, raising=False)
+        monkeypatch.setenv(variable, "")  # (recorded, so that the end of the test restores it)
+        monkeypatch.delenv(variable)
     return monkeypatch
 
 
