@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._base import ClientOptions
 from ._connect import async_client, sync_client
-from ._environment import redis_url
+from ._environment import environment_url, redis_url
 from ._urls import MEMORY_URL
 from .aio import AsyncQuasar
 from .client import Quasar
@@ -33,29 +34,47 @@ class Connector:
     ``redis+cluster://host:port[,host:port...]``; a primary that Redis Sentinel manages,
     ``redis+sentinel://host:26379[,host:port...]/service_name``: see docs/operations.md), or
     ``memory://`` for an embedded in-memory server private to this connector; ``None``: the
-    URL in the environment (``QUASAR_REDIS_URL``, then ``REDIS_URL``), else ConfigurationError.
+    URL in the environment (``QUASAR_REDIS_URL``, then ``REDIS_URL``) at the first connection,
+    else ConfigurationError then: an app without a URL can be declared and imported (by tests,
+    framework checks, documentation builds) without one.
     """
 
     def __init__(self, url: str | None = None) -> None:
-        self.url = redis_url(url)
-        self._server = _memory_server() if self.url == MEMORY_URL else None
+        self._url = url  # (None: the environment's, read at the first connection)
+        self._server: MemoryServer | None = None
+        self._making = threading.Lock()  # (one embedded server, whichever thread asks first)
+
+    @property
+    def url(self) -> str:
+        """The URL its clients connect to: the one given, else the environment's (read once);
+        ConfigurationError, saying how to give one, when there is none."""
+        if self._url is None:
+            self._url = redis_url()
+        return self._url
 
     @property
     def embedded(self) -> bool:
-        """Whether the clients are of an embedded server (``memory://``)."""
-        return self._server is not None
+        """Whether the clients are of an embedded server (``memory://``); asking never fails."""
+        return (self._url or environment_url()) == MEMORY_URL
+
+    def _memory(self) -> MemoryServer | None:
+        """The embedded server of ``memory://`` (made at the first client), else None."""
+        if self.url != MEMORY_URL:
+            return None
+        with self._making:
+            if self._server is None:
+                self._server = _memory_server()
+            return self._server
 
     def sync(self) -> Any:
         """A new sync client, on a connection pool of its own."""
-        if self._server is not None:
-            return self._server.sync()
-        return sync_client(self.url)
+        server = self._memory()
+        return server.sync() if server is not None else sync_client(self.url)
 
     def asyncio(self) -> Any:
         """A new asyncio client, on a connection pool of its own."""
-        if self._server is not None:
-            return self._server.asyncio()
-        return async_client(self.url)
+        server = self._memory()
+        return server.asyncio() if server is not None else async_client(self.url)
 
 
 class Clients:

@@ -34,6 +34,7 @@ from ._calls import Limits, NewJob
 from ._connector import Clients, Connector
 from ._durable import Durable, check_durable
 from ._enqueue_refusals import enqueue_refused
+from ._environment import namespace as environment_namespace
 from ._handles import JobHandle
 from ._hooks import Hook, Hooks
 from ._keys import check_name
@@ -55,11 +56,14 @@ M = TypeVar("M")
 class App(AppBatches, Periodic, AppFlow):
     """Tasks and clients of one namespace of one Redis.
 
-    ``url=None`` takes ``QUASAR_REDIS_URL``, then ``REDIS_URL``, from the environment, and
-    refuses (ConfigurationError) without either; ``"memory://"`` runs on an embedded in-memory
-    server (see ``Connector``). ``with App(...) as app:`` (or ``async with``) closes the clients
-    the app opened. ``serializer`` encodes task arguments and results (``serializers``; msgpack
-    with extension types by default): producers and workers of a namespace must share it.
+    ``url=None`` takes ``QUASAR_REDIS_URL``, then ``REDIS_URL``, from the environment at its
+    first connection (an enqueue, a worker), and refuses then (ConfigurationError) without
+    either: the app and its tasks can be declared and imported without a URL. ``"memory://"``
+    runs on an embedded in-memory server (see ``Connector``). ``namespace=None`` takes
+    ``QUASAR_NAMESPACE``, else ``"default"``. ``with App(...) as app:`` (or ``async with``)
+    closes the clients the app opened. ``serializer`` encodes task arguments and results
+    (``serializers``; msgpack with extension types by default): producers and workers of a
+    namespace must share it.
     ``tracing=False`` turns OpenTelemetry spans off for this app (docs/observability.md); hooks
     and middleware for its workers are declared with ``on_startup``, ``on_shutdown`` and
     ``middleware`` (docs/hooks.md). ``allow_eviction=True`` lets its clients enqueue, and its
@@ -74,7 +78,7 @@ class App(AppBatches, Periodic, AppFlow):
         self,
         url: str | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | None = None,
         connector: Connector | None = None,
         limits: Limits | None = None,
         events: bool = True,
@@ -84,7 +88,7 @@ class App(AppBatches, Periodic, AppFlow):
         durable: Durable | None = None,
         partitions: int | None = None,
     ) -> None:
-        self.namespace = check_name(namespace, "namespace")
+        self.namespace = check_name(environment_namespace(namespace), "namespace")
         self.connector = connector or Connector(url)
         self.limits = limits
         self.events = events
@@ -118,11 +122,15 @@ class App(AppBatches, Periodic, AppFlow):
         its ``close()``."""
         return self.clients.new_sync()
 
-    def connect(self, url: str) -> None:
-        """Make this app's clients of ``url`` from now on (``quasar worker --redis-url``); the
-        clients it made before are closed."""
+    def connect(self, url: str | None = None, *, namespace: str | None = None) -> None:
+        """Make this app's clients of ``url`` and of ``namespace`` (each: as it is when None)
+        from now on (``quasar worker --redis-url --namespace``); the clients it made before are
+        closed."""
         self.clients.close()
-        self.connector = Connector(url)
+        if namespace is not None:
+            self.namespace = check_name(namespace, "namespace")
+        if url is not None:
+            self.connector = Connector(url)
         self.clients = Clients(self.connector, self.namespace, self._options)
 
     def _options(self) -> ClientOptions:

@@ -710,7 +710,6 @@ def test_load_scripts_loads_the_library_and_every_script(users: Users, kind: str
         (["acl", "load"], "needs --redis-url"),
         (["acl", "setuser", "u", "reader", "--namespace", "a", "--apply"], "needs --redis-url"),
         (["acl", "setuser", "u", "reader", "--namespace", "a{b}"], "namespace"),
-        (["acl", "setuser", "u", "reader"], "--namespace"),
         (["acl", "setuser", "u", "reader", "--namespace", "a", "--paths", "all"], "'all'"),
         (
             ["acl", "setuser", "u", "reader", "--namespace", "a", "--password-env", "NOPE_X"],

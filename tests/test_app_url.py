@@ -43,15 +43,20 @@ def enqueue_one(app: App) -> str:
     return noop.enqueue().id
 
 
-def test_an_app_without_a_url_refuses_and_names_the_variable(no_url: pytest.MonkeyPatch) -> None:
-    for make in (App, Connector):
+def test_an_app_without_a_url_refuses_its_first_connection_and_names_the_variable(
+    no_url: pytest.MonkeyPatch,
+) -> None:
+    app = App()  # declared, tasks too, without a URL: nothing connects yet
+    task = app.task(name="noop")(lambda: None)
+    connector = Connector()
+    for connect in (task.enqueue, lambda: app.client, connector.sync, lambda: connector.url):
         with pytest.raises(ConfigurationError) as refused:
-            make()
+            connect()
         assert "QUASAR_REDIS_URL" in str(refused.value)
         assert "memory://" in str(refused.value)  # how to ask for the embedded server
     no_url.setenv("QUASAR_REDIS_URL", "")  # set but empty: as good as unset
     with pytest.raises(ConfigurationError, match="QUASAR_REDIS_URL"):
-        App()
+        App().client.redis.ping()
 
 
 def test_quasar_redis_url_comes_before_redis_url(
@@ -162,4 +167,4 @@ def test_events_refuses_the_embedded_server() -> None:
     args = ["events", "--redis-url", "memory://", "--namespace", "ns", "--no-follow"]
     result = CliRunner().invoke(main, args, env=NO_URL)
     assert result.exit_code == 2
-    assert "an embedded server is empty" in result.output
+    assert "memory:// is an embedded server of one process" in result.output

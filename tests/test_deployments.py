@@ -210,4 +210,4 @@ def test_a_cluster_or_sentinels_out_of_reach_are_one_line() -> None:
     )
     ran = quasar("example", "--redis-url", f"redis+cluster://127.0.0.1:{port}")
     assert ran.code == 1 and "Traceback" not in ran.err
-    assert ran.err.startswith("Error: RedisUnavailable: cannot reach the Redis Cluster")
+    assert ran.err.startswith("Error: cannot reach the Redis Cluster")

@@ -241,9 +241,9 @@ def test_the_command_moves_a_namespace_and_says_so(shared_tag: str) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "says"),
     [
-        (["--namespace", "orders", "--tag", "a}b"], 1, "Error: ConfigurationError: tag must be"),
+        (["--namespace", "orders", "--tag", "a}b"], 2, "Invalid value for '--tag': tag must be"),
         (["--namespace", "orders", "--tag", ""], 1, "Error: namespace 'orders' has no tag of its"),
-        (["--namespace", "a b", "--tag", "t"], 2, "Invalid value for '--namespace'"),
+        (["--namespace", "a b", "--tag", "t"], 2, "Error: namespace must be 1-64 characters"),
         (["--namespace", "orders"], 2, "Missing option '--tag'"),
     ],
 )

@@ -20,26 +20,18 @@ import click
 import redis
 from redis.cluster import RedisCluster
 
-from .._environment import NAMESPACE_VARIABLE
+from .._environment import DEFAULT_NAMESPACE, NAMESPACE_VARIABLE
 from .._scripts import library, scripts
-from .._urls import check_url, redact_text
+from .._urls import redact_text
 from ..acl import PATHS, ROLES, Paths, scripts_instead, setuser
 from ..client import Quasar
 from ..errors import ConfigurationError, QuasarError
-from ._options import redis_url_option
+from ._config import app_option, checked_namespace, given, url_checked, url_option
+from ._loading import load_app
 
-
-def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return check_url(value)
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-admin_url_option = redis_url_option(
-    _url, help="Redis, as an admin user (also QUASAR_REDIS_URL, REDIS_URL)."
+admin_url_option = url_option(
+    "Redis, as an admin user (also QUASAR_REDIS_URL, REDIS_URL).",
+    callback=url_checked(memory=False),
 )
 
 
@@ -68,10 +60,11 @@ def roles() -> None:
     "--namespace",
     "namespaces",
     multiple=True,
-    required=True,
     envvar=NAMESPACE_VARIABLE,
-    help="A namespace the user may use (repeat for several).",
+    help="A namespace the user may use (repeat for several); else the app's, then "
+    "QUASAR_NAMESPACE, then default.",
 )
+@app_option("An application, MODULE:APP (also QUASAR_APP): the user may use its namespace.")
 @click.option("--tag", default="", help="The clients' tag= (hash tag), if they are given one.")
 @click.option("--key-prefix", default="quasar", show_default=True, help="The clients' key_prefix=.")
 @click.option(
@@ -96,10 +89,13 @@ def roles() -> None:
 )
 @click.option("--apply", is_flag=True, help="Run the command on --redis-url instead of printing.")
 @admin_url_option
+@click.pass_context
 def setuser_command(
+    ctx: click.Context,
     user: str,
     role_names: tuple[str, ...],
     namespaces: tuple[str, ...],
+    app_path: str | None,
     tag: str,
     key_prefix: str,
     paths: Paths,
@@ -111,6 +107,7 @@ def setuser_command(
 ) -> None:
     """Print the ACL SETUSER command for USER with the union of the ROLEs (see `quasar acl
     roles`): the namespaces' keys and the roles' commands, nothing else."""
+    namespaces = tuple(checked_namespace(name) for name in namespaces_of(ctx, namespaces, app_path))
     password = None
     if password_env is not None:
         password = os.environ.get(password_env)
@@ -171,6 +168,15 @@ def load(redis_url: str | None, functions: bool) -> None:
     _run(redis_url, loading)
     what = f"library {library().name} and " if client is not None and client.functions else ""
     click.echo(f"loaded {what}{len(scripts())} scripts")
+
+
+def namespaces_of(
+    ctx: click.Context, namespaces: tuple[str, ...], app_path: str | None
+) -> tuple[str, ...]:
+    """``--namespace`` given, else the app's, else QUASAR_NAMESPACE, else ``default``."""
+    if app_path is not None and not given(ctx, "namespaces"):
+        return (load_app(app_path).namespace,)
+    return namespaces or (DEFAULT_NAMESPACE,)
 
 
 def _apply(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
+import socket
 from typing import Any
 
 import click
@@ -12,20 +14,12 @@ from .._connect import sync_client
 from .._environment import DASHBOARD_AUTH_VARIABLE
 from .._keys import KeySpace
 from .._partitions import recorded
-from .._urls import check_url, redact, redact_text
-from ..errors import ConfigurationError, QuasarError
-from ._options import namespace_option, redis_url_option
+from .._urls import redact
+from ..errors import QuasarError
+from ._config import namespace_options
+from ._options import runtime_error
 
 INSTALL_HINT = "pip install 'quasar_redis[dashboard]'"
-
-
-def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
-    if not value:
-        raise click.BadParameter("needed (or QUASAR_REDIS_URL, REDIS_URL)")
-    try:
-        return check_url(value, memory=False)  # (not memory://: an embedded server is empty)
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 def reachable(url: str, namespace: str) -> int | None:
@@ -35,17 +29,14 @@ def reachable(url: str, namespace: str) -> int | None:
     try:
         client.ping()
         return recorded(client.get(KeySpace(namespace).partitions))
-    except QuasarError as exc:  # (a namespace no key can have, a record no client wrote)
-        raise click.ClickException(str(exc)) from None
-    except redis.RedisError as exc:
-        raise click.ClickException(redact_text(f"Redis at {redact(url)}: {exc}")) from None
+    except (QuasarError, redis.RedisError) as exc:  # (out of reach; a record no client wrote)
+        raise runtime_error(exc, url) or exc from None
     finally:
         client.close()
 
 
 @click.command()
-@redis_url_option(_url)
-@namespace_option("The namespace to show (also QUASAR_NAMESPACE).", checked=False)
+@namespace_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
@@ -95,10 +86,36 @@ def dashboard(
         )
     except QuasarError as exc:
         raise click.ClickException(str(exc)) from None
+    listening = bound(host, port)
+    port = listening.getsockname()[1]  # (the port the system chose for --port 0)
     click.echo(
         f"quasar dashboard of namespace {namespace} on {redact(redis_url)}: "
         f"http://{host}:{port}/" + (" (read-only)" if read_only else "")
     )
     # (the audit log of actions; a warning when public without authentication)
     importlib.import_module("quasar_redis.dashboard").starting(host, basic_auth is not None)
-    uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=False)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=False)
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+def bound(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port``, handed to uvicorn: a port already in use (or an
+    address not of this host) is one line and exit 1 before anything says it serves."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listening = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind((host, port))
+        listening.listen(2048)
+    except OSError as exc:
+        listening.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise click.ClickException(
+                f"port {port} on {host} is in use (another server? choose one with --port)"
+            ) from None
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    listening.set_inheritable(True)
+    return listening

@@ -13,11 +13,11 @@ import redis
 from .._connect import sync_client
 from .._keys import KeySpace
 from .._partitions import recorded
-from .._urls import MEMORY_URL, redact, redact_text
 from .._views import AUDIT, Event, decode_event
 from .._waits import block_ms
 from ..errors import QuasarError
-from ._options import json_option, namespace_option, redis_url_option
+from ._config import namespace_options
+from ._options import json_option, runtime_error
 
 EVENTS_BLOCK_MS = 5_000
 FOLLOW_PAUSE_S = 0.2  # between the rounds of a follow of several streams that found nothing
@@ -132,8 +132,7 @@ def follow_stream(client: Any, stream: str, last: Any, as_json: bool = False) ->
 
 
 @click.command()
-@redis_url_option()
-@namespace_option("The namespace whose events to print (also QUASAR_NAMESPACE).", checked=False)
+@namespace_options
 @click.option(
     "--follow/--no-follow",
     default=True,
@@ -149,17 +148,9 @@ def follow_stream(client: Any, stream: str, last: Any, as_json: bool = False) ->
     help="How many past events to print first.",
 )
 @json_option("Print each event as one line of JSON, for scripts.")
-def events(redis_url: str | None, namespace: str, follow: bool, count: int, as_json: bool) -> None:
-    """Print a namespace's event stream: one line per state change (like tail [-f])."""
-    if not redis_url or redis_url == MEMORY_URL:
-        raise click.UsageError(
-            "quasar events needs --redis-url (or QUASAR_REDIS_URL, REDIS_URL): "
-            "an embedded server is empty"
-        )
-    try:
-        KeySpace(namespace)
-    except QuasarError as exc:
-        raise click.BadParameter(str(exc), param_hint="--namespace") from None
+def events(redis_url: str, namespace: str, follow: bool, count: int, as_json: bool) -> None:
+    """Print a namespace's event stream: one line per state change (like tail [-f]); with
+    --json one JSON object per event, one per line."""
     client = sync_client(redis_url, socket_timeout=EVENTS_BLOCK_MS / 1000 + 10)
     try:
         streams = streams_of(client, namespace)
@@ -173,9 +164,7 @@ def events(redis_url: str | None, namespace: str, follow: bool, count: int, as_j
             follow_stream(client, streams[0], last, as_json)
     except KeyboardInterrupt:
         pass
-    except redis.RedisError as exc:
-        raise click.ClickException(redact_text(f"Redis at {redact(redis_url)}: {exc}")) from None
-    except QuasarError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    except (redis.RedisError, QuasarError) as exc:
+        raise runtime_error(exc, redis_url) or exc from None
     finally:
         client.close()

@@ -4,17 +4,20 @@
   summary (``demo.py``).
 - ``quasar example``: the quick start, every edge of the lifecycle by hand (``example.py``).
 - ``quasar worker MODULE:APP``: run a worker for an application's tasks (``--burst``: until its
-  queues are empty; ``--reload``: restarted on a code change).
+  queues are empty; ``--reload``: restarted on a code change); the app also ``--app``,
+  ``QUASAR_APP``.
 - ``quasar events``: print (and follow) a namespace's event stream.
 - ``quasar probe``: exit 0 when a worker's (or the dashboard's) health endpoint answers 200.
 - ``quasar queues``, ``info``, ``jobs``, ``job``, ``retry``, ``cancel``, ``promote``, ``purge``,
   ``pause``, ``resume``, ``workers``, ``schedules``, ``limits``: the operator commands (``ops``;
   docs/operations.md).
 
-``--redis-url`` defaults to ``QUASAR_REDIS_URL``, then ``REDIS_URL``; without either ``demo`` and
+Every command of a namespace takes ``--redis-url``, ``--namespace`` and ``--app``, resolved by
+one rule (``_config``; docs/operations.md, "Configuration"); without a URL ``demo`` and
 ``example`` run on an embedded in-memory server (``memory://``, fakeredis). Every URL shown is
-redacted (``redis://:***@host``). A mistake (a bad option, a module that does not import, Redis
-out of reach or refusing the password) is one line ``Error: ...`` and a non-zero exit.
+redacted (``redis://:***@host``). Every error is one line ``Error: ...``: exit 2 for a usage
+error (a bad option, URL, namespace or app path), exit 1 for a runtime error (Redis out of
+reach or refusing the password, a refusal).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from . import ops
 from ._acl import acl
 from ._dashboard import dashboard
 from ._events import events
+from ._options import Mistake
 from ._probe import probe
 from ._showcase import demo, example
 from ._worker import worker
@@ -36,7 +40,8 @@ from ._worker import worker
 
 class OneLineErrors(click.Group):
     """A mistake on the command line is one line, ``Error: ...`` (exit 2), with where to look
-    for help, rather than click's usage block above it."""
+    for help (not for a ``Mistake``: its words are the same from every command), rather than
+    click's usage block above it."""
 
     def main(  # type: ignore[override]
         self,
@@ -51,7 +56,9 @@ class OneLineErrors(click.Group):
         try:
             code = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.UsageError as exc:
-            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            where = ""
+            if exc.ctx is not None and not isinstance(exc, Mistake):  # (a Mistake: same words)
+                where = f" (see '{exc.ctx.command_path} --help')"
             click.echo(f"Error: {exc.format_message()}{where}", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:

@@ -1,7 +1,6 @@
-"""What the ``quasar`` commands share, each defined once: ``--redis-url`` (else
-``QUASAR_REDIS_URL``, then ``REDIS_URL``) and its checks, ``--namespace`` (else
-``QUASAR_NAMESPACE``, else ``default``), ``--json``, ``--log-level``, ``--partitions``, one-line
-errors."""
+"""What the ``quasar`` commands share, each defined once: ``--json``, ``--log-level``,
+``--partitions``, one-line errors: a usage error (``Mistake``, exit 2) and a runtime error
+(``runtime_error``, exit 1). ``--redis-url``, ``--namespace`` and ``--app``: ``_config``."""
 
 from __future__ import annotations
 
@@ -9,78 +8,30 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+import redis
 
-from .._environment import NAMESPACE_VARIABLE, URL_VARIABLES
-from .._keys import check_name
+from .._access import database_in, refusal
 from .._partitions import check_partitions
-from .._urls import MEMORY_URL, check_url, redact_text
-from ..errors import ConfigurationError, QuasarError
-
-F = TypeVar("F", bound=Callable[..., Any])
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-def url_checked(memory: bool) -> Any:
-    """A ``--redis-url`` callback: a Redis URL (``memory://`` too when ``memory``), else a usage
-    error that shows the URL redacted."""
-
-    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-        if value is None:
-            return None
-        try:
-            return check_url(value, memory=memory)
-        except ConfigurationError as exc:
-            raise click.BadParameter(str(exc)) from None
-
-    return check
-
-
-URL_HELP = "Redis (also QUASAR_REDIS_URL, REDIS_URL)."
-Callback = Callable[[click.Context, click.Parameter, Any], Any]
-
-
-def redis_url_option(
-    callback: Callback | None = None, default: str | None = None, help: str = URL_HELP
-) -> Callable[[F], F]:
-    """``--redis-url``, else ``QUASAR_REDIS_URL``, else ``REDIS_URL``; ``callback`` checks it
-    (by default: a Redis URL, ``memory://`` too)."""
-    return click.option(
-        "--redis-url",
-        envvar=list(URL_VARIABLES),
-        default=default,
-        callback=callback or url_checked(memory=True),
-        help=help,
-    )
-
-
-# demo and example: --redis-url, else QUASAR_REDIS_URL, else REDIS_URL, else memory://
-redis_url_or_memory = redis_url_option(
-    default=MEMORY_URL,
-    help="Redis to run on (also QUASAR_REDIS_URL, REDIS_URL); default: memory://, an embedded "
-    "fakeredis server.",
+from .._urls import redact, redact_text
+from ..errors import (
+    AuthenticationError,
+    ConfigurationError,
+    InvalidArgument,
+    QuasarError,
+    RedisUnavailable,
 )
 
-
-def checked_namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_name(value, "namespace")
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc)) from None
+F = TypeVar("F", bound=Callable[..., Any])
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR")
 
 
-def namespace_option(
-    help: str = "The namespace (also QUASAR_NAMESPACE).", checked: bool = True
-) -> Callable[[F], F]:
-    """``--namespace``, else ``QUASAR_NAMESPACE``, else ``default``; ``checked``: a name a
-    namespace can have, else a usage error."""
-    return click.option(
-        "--namespace",
-        envvar=NAMESPACE_VARIABLE,
-        default="default",
-        show_default=True,
-        callback=checked_namespace if checked else None,
-        help=help,
-    )
+class Mistake(click.UsageError):
+    """A usage error that reads the same from every command, whichever flag or environment
+    variable it came from: ``Error: <message>`` on one line, exit 2 (no pointer to one
+    command's help)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_text(message))
 
 
 def json_option(help: str = "Print JSON (one document) for scripts.") -> Callable[[F], F]:
@@ -88,12 +39,18 @@ def json_option(help: str = "Print JSON (one document) for scripts.") -> Callabl
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
+def _level(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    return "WARNING" if value.upper() == "WARN" else value.upper()
+
+
 def log_level_option(default: str, help: str) -> Callable[[F], F]:
+    """``--log-level``: DEBUG, INFO, WARNING (or WARN), ERROR, in any case; given upper case."""
     return click.option(
         "--log-level",
         default=default,
         show_default=True,
         type=click.Choice(LOG_LEVELS, case_sensitive=False),
+        callback=_level,
         help=help,
     )
 
@@ -113,6 +70,33 @@ def partitions_option(help: str) -> Callable[[F], F]:
     )
 
 
-def quasar_error(exc: QuasarError) -> click.ClickException:
-    """One line for the user: the error's kind and message, any URL in it redacted."""
-    return click.ClickException(redact_text(f"{type(exc).__name__}: {exc}"))
+def _unreachable(text: str, at: str) -> str:
+    if "No master found for" in text:  # (Sentinel's own words, followed by its clients' reprs)
+        service = text.split("No master found for", 1)[1].split(" : ", 1)[0].strip()
+        return f"no sentinel of {at} names a primary {service} (the service name? sentinels down?)"
+    return text if text.startswith("cannot reach") else f"cannot reach Redis at {at}: {text}"
+
+
+def runtime_error(exc: BaseException, url: str) -> click.ClickException | None:
+    """``exc`` as one line for the user (a runtime error: exit 1), any URL redacted: Redis out
+    of reach, refused credentials, a refusal; None for an exception that is not one of them."""
+    at = redact(url)
+    refused = refusal(exc, database_in(url))  # (a password, a database: said once, not retried)
+    if refused is not None:
+        said = str(refused)  # (a worker's own words name the Redis already)
+        return click.ClickException(
+            redact_text(said if said.startswith("Redis at") else f"Redis at {at}: {said}")
+        )
+    if isinstance(exc, (AuthenticationError, redis.AuthenticationError)):
+        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
+    if isinstance(exc, redis.ResponseError) and "WRONGPASS" in str(exc):
+        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
+    if isinstance(exc, (RedisUnavailable, redis.ConnectionError, redis.TimeoutError)):
+        return click.ClickException(redact_text(_unreachable(str(exc), at)))
+    if isinstance(exc, InvalidArgument):
+        return click.ClickException(redact_text(str(exc)))
+    if isinstance(exc, QuasarError):
+        return click.ClickException(redact_text(f"{type(exc).__name__}: {exc}"))
+    if isinstance(exc, redis.RedisError):
+        return click.ClickException(redact_text(f"Redis at {at}: {exc}"))
+    return None

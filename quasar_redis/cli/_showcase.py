@@ -11,14 +11,15 @@ from rich.console import Console
 from .._urls import where
 from ..errors import QuasarError
 from . import demo as demo_module
-from ._options import log_level_option, partitions_option, quasar_error, redis_url_or_memory
+from ._config import namespace_checked, url_or_memory
+from ._options import log_level_option, partitions_option, runtime_error
 from .example import Example, open_quasar
 
 PARTITIONS_HELP = "Make the namespace one of this many partitions (docs/scaling.md); default: one."
 
 
 @click.command()
-@redis_url_or_memory
+@url_or_memory
 @click.option(
     "--jobs",
     "-n",
@@ -43,7 +44,12 @@ PARTITIONS_HELP = "Make the namespace one of this many partitions (docs/scaling.
     type=click.IntRange(1, 1000),
     help="Jobs each worker runs at once.",
 )
-@click.option("--namespace", default=None, help="Namespace to use (default: demo-<random>).")
+@click.option(
+    "--namespace",
+    default=None,
+    callback=namespace_checked,
+    help="Namespace to use (default: a new one, demo-<random>; deleted after).",
+)
 @click.option(
     "--timeout",
     default=120.0,
@@ -72,8 +78,13 @@ def demo(
 
 
 @click.command()
-@redis_url_or_memory
-@click.option("--namespace", default=None, help="Namespace to use (default: example-<random>).")
+@url_or_memory
+@click.option(
+    "--namespace",
+    default=None,
+    callback=namespace_checked,
+    help="Namespace to use (default: a new one, example-<random>).",
+)
 @partitions_option(PARTITIONS_HELP)
 def example(redis_url: str, namespace: str | None, partitions: int | None) -> None:
     """Run the quick start: enqueue, claim, complete, fail, retry; print each typed result."""
@@ -84,5 +95,5 @@ def example(redis_url: str, namespace: str | None, partitions: int | None) -> No
         with open_quasar(redis_url, namespace, partitions) as q:
             Example(q).run()
     except QuasarError as exc:
-        raise quasar_error(exc) from None
+        raise runtime_error(exc, redis_url) or exc from None
     click.echo("done")

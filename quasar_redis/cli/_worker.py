@@ -16,12 +16,13 @@ import click
 from click.core import ParameterSource
 
 from .._durable import Durable
-from .._environment import HEALTH_PORT_VARIABLE, URL_VARIABLES
+from .._environment import HEALTH_PORT_VARIABLE, NAMESPACE_VARIABLE, URL_VARIABLES
+from ..app import App
 from ..errors import ConfigurationError, QuasarError
 from ..worker import Worker
 from ..worker._endpoints import serve_health
-from ._loading import load_app
-from ._options import log_level_option, quasar_error, redis_url_option, url_checked
+from ._config import app_option, given, namespace_option, resolve, url_option
+from ._options import Mistake, log_level_option, runtime_error
 
 
 def prefetch_option(
@@ -33,15 +34,6 @@ def prefetch_option(
     if not value.strip().isdigit():  # (no sign, no point)
         raise click.BadParameter(f"{value!r} is neither 'auto' nor a nonnegative integer")
     return int(value)
-
-
-def given_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """``--redis-url`` as given on the command line; from the environment it is None: an app
-    made without a URL reads the environment itself, and one made with a URL keeps it."""
-    if ctx.get_parameter_source(param.name or "") is not ParameterSource.COMMANDLINE:
-        return None
-    checked: str | None = url_checked(memory=True)(ctx, param, value)
-    return checked
 
 
 def durable_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -56,12 +48,10 @@ def durable_option(ctx: click.Context, param: click.Parameter, value: str | None
 
 
 @click.command()
-@click.argument("app_path", metavar="MODULE:APP")
-@redis_url_option(
-    given_url,
-    help="Redis to serve instead of the app's own URL (an app made without one reads "
-    "QUASAR_REDIS_URL, then REDIS_URL).",
-)
+@click.argument("module_app", metavar="MODULE:APP", required=False)
+@app_option("The application, as MODULE:APP may name it (also QUASAR_APP).")
+@url_option("Redis to serve instead of the app's own URL (else QUASAR_REDIS_URL, REDIS_URL).")
+@namespace_option("Namespace to serve instead of the app's own (else QUASAR_NAMESPACE, default).")
 @click.option(
     "--queue",
     "-q",
@@ -175,8 +165,10 @@ def durable_option(ctx: click.Context, param: click.Parameter, value: str | None
 @click.pass_context
 def worker(
     ctx: click.Context,
-    app_path: str,
+    module_app: str | None,
+    app_path: str | None,
     redis_url: str | None,
+    namespace: str,
     queues: tuple[str, ...],
     concurrency: int,
     prefetch: int | Literal["auto"],
@@ -198,19 +190,14 @@ def worker(
     """Run a worker for the tasks of MODULE:APP until SIGTERM / SIGINT (twice: at once).
 
     MODULE is a module name (tasks, myproject.tasks), importable from the current folder; APP
-    the name of its quasar_redis App.
+    the name of its quasar_redis App. Its Redis and namespace: --redis-url and --namespace,
+    else the app's own, else QUASAR_REDIS_URL (REDIS_URL) and QUASAR_NAMESPACE.
     """
     if reload:
         reloading(ctx)
         return
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if redis_url is not None:  # (for an app made without a URL, and any process it starts)
-        os.environ[URL_VARIABLES[0]] = redis_url
-    app = load_app(app_path)
-    if redis_url is not None:
-        app.connect(redis_url)
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = configured(ctx, module_app or app_path, redis_url, namespace)
     app.allow_eviction = app.allow_eviction or allow_eviction  # (its tasks enqueue as well)
     if durable is not None:
         app.durable = durable
@@ -235,10 +222,34 @@ def worker(
         serve_endpoints(runner, metrics_port, health_port)
         runner.run(install_signals=True)
     except QuasarError as exc:
-        raise quasar_error(exc) from None
+        raise runtime_error(exc, app.connector.url) or exc from None
     if job_threads_outlive(1.0):
         logging.shutdown()  # a plain-function job still runs past the grace period: leave it
         os._exit(0)
+
+
+def configured(ctx: click.Context, path: str | None, redis_url: str | None, namespace: str) -> App:
+    """The app to serve, on the Redis and namespace of the rule every command follows
+    (``_config``); a flag is also set in the environment, for the processes the worker starts."""
+    if path is None:
+        raise Mistake(
+            "give the application to serve: quasar worker MODULE:APP (or --app, QUASAR_APP)"
+        )
+    if ctx.params["app_path"] not in (None, path) and given(ctx, "app_path"):
+        raise Mistake(f"two applications given: {path!r} and --app {ctx.params['app_path']!r}")
+    flags = {"redis_url": URL_VARIABLES[0], "namespace": NAMESPACE_VARIABLE}
+    for name, variable in flags.items():
+        if given(ctx, name):
+            os.environ[variable] = ctx.params[name]
+    settings = resolve(ctx, redis_url, namespace, path, memory=True)
+    app = settings.app
+    assert app is not None
+    if given(ctx, "redis_url") or given(ctx, "namespace"):
+        app.connect(
+            settings.url if given(ctx, "redis_url") else None,
+            namespace=settings.namespace if given(ctx, "namespace") else None,
+        )
+    return app
 
 
 def serve_endpoints(runner: Worker, metrics_port: int | None, health_port: int | None) -> None:
@@ -293,6 +304,8 @@ def command_args(ctx: click.Context) -> list[str]:
     args: list[str] = []
     for param in ctx.command.params:
         value = ctx.params[param.name or ""]
+        if not given(ctx, param.name or ""):  # (a default, or the environment the child inherits)
+            continue
         if isinstance(param, click.Argument):
             args.append(str(value))
         elif param.name != "reload" and value is not None and value is not False:

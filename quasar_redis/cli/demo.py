@@ -35,11 +35,12 @@ from rich.table import Table
 from .. import _types as t
 from .._calls import NewJob
 from .._connect import sync_client
-from .._urls import MEMORY_URL, redact, redact_text, where
+from .._urls import MEMORY_URL, redact, where
 from ..app import App
 from ..errors import QuasarError
 from ..worker import Worker, WorkerStats
 from ._demo_jobs import QUEUES, declare, plan
+from ._options import runtime_error
 from .example import delete_namespace, holds_keys
 
 ENQUEUE_BATCH = 500
@@ -355,7 +356,7 @@ def open_app(
             n = delete_namespace(client, keys, partitions)
             say(console, f"deleted the {n} keys of namespace {namespace!r}")
     except redis.RedisError as exc:
-        raise click.ClickException(redact_text(f"Redis at {redact(url)}: {exc}")) from exc
+        raise runtime_error(exc, url) or exc from exc
     finally:
         client.close()
 
@@ -431,5 +432,5 @@ def run(url: str, namespace: str, cfg: DemoConfig, console: Console) -> Outcome:
         console.print(counts_table(exc.snap))
         raise click.ClickException(f"the demo did not finish in {cfg.timeout}s: {exc}") from exc
     except QuasarError as exc:
-        raise click.ClickException(redact_text(f"{type(exc).__name__}: {exc}")) from exc
+        raise runtime_error(exc, url) or exc from exc
     return outcome

@@ -21,9 +21,10 @@ from .. import _types as t
 from .._connect import sync_client
 from .._keys import KeySpace
 from .._partitions import hashed
-from .._urls import MEMORY_URL, redact, redact_text
+from .._urls import MEMORY_URL, redact
 from ..app import Connector
 from ..client import Quasar
+from ._options import runtime_error
 
 QUEUE = "images"
 LEASE_MS = 30_000
@@ -241,7 +242,7 @@ def real_quasar(url: str, namespace: str, partitions: int | None) -> Iterator[Qu
             n = delete_namespace(client, q.keys, partitions)
             click.echo(f"deleted the {n} keys of namespace {namespace!r}")
     except redis.RedisError as exc:
-        raise click.ClickException(redact_text(f"Redis at {redact(url)}: {exc}")) from exc
+        raise runtime_error(exc, url) or exc from exc
     finally:
         client.close()
 

@@ -1,7 +1,7 @@
 """What every operator command shares: its options, its client, its checks and its output.
 
-Each command takes ``--redis-url`` (else ``QUASAR_REDIS_URL``, then ``REDIS_URL``),
-``--namespace`` (else ``QUASAR_NAMESPACE``, else ``default``) and ``--json``. ``Operator``
+Each command takes ``--redis-url``, ``--namespace`` and ``--app`` (resolved as every command
+resolves them: ``.._config``) and ``--json``. ``Operator``
 opens one client for the command and turns whatever goes wrong (Redis out of reach, a refused
 password, a namespace or queue that does not exist, bad input) into one line ``Error: ...`` and
 a non-zero exit: no traceback.
@@ -18,26 +18,21 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
-import redis
 from rich.console import Console
 
-from ..._access import database_in, refusal
 from ..._connect import sync_client
 from ..._environment import NAMESPACE_VARIABLE
 from ..._keys import KeySpace, check_name
 from ..._partition_ops import every_keys
 from ..._partitions import recorded
 from ..._reading import run, server_now
-from ..._urls import MEMORY_URL, check_url, redact, redact_text
+from ..._urls import redact
 from ...client import Quasar
 from ...errors import (
-    AuthenticationError,
     ConfigurationError,
-    InvalidArgument,
-    QuasarError,
-    RedisUnavailable,
 )
-from .._options import json_option, namespace_option, redis_url_option
+from .._config import namespace_options
+from .._options import json_option, runtime_error
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONNECT_TIMEOUT_S = 5.0
@@ -48,30 +43,10 @@ PIPED_WIDTH = 240
 ID_MAX_BYTES = 256
 
 
-def _url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
-    if not value:
-        raise click.UsageError(
-            "no Redis URL: give --redis-url or set QUASAR_REDIS_URL (or REDIS_URL)"
-        )
-    if value == MEMORY_URL:
-        raise click.BadParameter(
-            "memory:// is an embedded server of one process: nothing of another is in it"
-        )
-    try:
-        return check_url(value, memory=False)
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def operator_options(command: F) -> F:
-    """``--redis-url`` (required: no embedded server), ``--namespace`` and ``--json``."""
-    command = json_option()(command)
-    command = namespace_option()(command)
-    return redis_url_option(
-        _url,
-        help="Redis (also QUASAR_REDIS_URL, REDIS_URL): redis://, rediss://, "
-        "redis+cluster://, redis+sentinel://.",
-    )(command)
+    """``--redis-url``, ``--namespace`` and ``--app`` (``namespace_options``: no embedded
+    server), and ``--json``."""
+    return namespace_options(json_option()(command))
 
 
 def _console(*, stderr: bool) -> Console:
@@ -128,8 +103,9 @@ class Operator:
         """A one-line error when nothing was ever enqueued in the namespace."""
         if not any(self.q.redis.exists(k.queues) for k in every_keys(self.q.calls)):
             raise click.ClickException(
-                f"namespace {self.namespace!r} has no queues on {redact(self.url)} "
-                f"(nothing was ever enqueued in it: check --namespace or {NAMESPACE_VARIABLE})"
+                f"namespace {self.namespace!r} has no queues on {redact(self.url)}: nothing was "
+                "ever enqueued in it (point at another with --namespace NAME, --app MODULE:APP "
+                f"or {NAMESPACE_VARIABLE})"
             )
 
     def require_ids(self, job_ids: Sequence[str]) -> None:
@@ -175,33 +151,6 @@ class Operator:
         return not self.as_json and self.err.is_terminal
 
 
-def _unreachable(text: str, at: str) -> str:
-    if "No master found for" in text:  # (Sentinel's own words, followed by its clients' reprs)
-        service = text.split("No master found for", 1)[1].split(" : ", 1)[0].strip()
-        return f"no sentinel of {at} names a primary {service} (the service name? sentinels down?)"
-    return text if text.startswith("cannot reach") else f"cannot reach Redis at {at}: {text}"
-
-
-def _failure(exc: BaseException, url: str) -> click.ClickException | None:
-    at = redact(url)
-    refused = refusal(exc, database_in(url))  # (a password, a database: said once, not retried)
-    if refused is not None:
-        return click.ClickException(redact_text(f"Redis at {at}: {refused}"))
-    if isinstance(exc, (AuthenticationError, redis.AuthenticationError)):
-        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
-    if isinstance(exc, redis.ResponseError) and "WRONGPASS" in str(exc):
-        return click.ClickException(redact_text(f"Redis at {at} refused the credentials: {exc}"))
-    if isinstance(exc, (RedisUnavailable, redis.ConnectionError, redis.TimeoutError)):
-        return click.ClickException(redact_text(_unreachable(str(exc), at)))
-    if isinstance(exc, InvalidArgument):
-        return click.ClickException(redact_text(str(exc)))
-    if isinstance(exc, QuasarError):
-        return click.ClickException(redact_text(f"{type(exc).__name__}: {exc}"))
-    if isinstance(exc, redis.RedisError):
-        return click.ClickException(redact_text(f"Redis at {at}: {exc}"))
-    return None
-
-
 @contextlib.contextmanager
 def operating(redis_url: str, namespace: str, as_json: bool) -> Iterator[Operator]:
     """The command's ``Operator``, closed at the end; every failure one line (see above)."""
@@ -211,7 +160,7 @@ def operating(redis_url: str, namespace: str, as_json: bool) -> Iterator[Operato
     except (click.ClickException, click.exceptions.Exit, KeyboardInterrupt):
         raise
     except Exception as exc:
-        failure = _failure(exc, redis_url)
+        failure = runtime_error(exc, redis_url)
         if failure is None:
             raise
         raise failure from None

@@ -21,9 +21,9 @@ from typing import Any
 
 import click
 
-from ..._keys import FAMILIES, SINGLES, KeySpace
+from ..._keys import FAMILIES, SINGLES, KeySpace, check_name
 from ..._partitions import recorded
-from ...errors import InvalidArgument
+from ...errors import ConfigurationError, InvalidArgument
 from ._context import Operator, done, operating, operator_options
 
 PAGE = 1000  # keys asked of each SCAN call, and renamed per pipeline at most
@@ -152,10 +152,27 @@ def migrate_keys(redis: Any, keys: KeySpace, *, dry_run: bool = False) -> KeyMov
     return KeyMove(keys.namespace, keys.tag, old, keys.root, found, moved, gone, left, dry_run)
 
 
+def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A ``--tag`` / ``--key-prefix`` a key can hold, else a usage error (exit 2); an empty
+    one is left to the command, which says what it means."""
+    if not value:
+        return value
+    try:
+        return check_name(value, param.name.replace("_", " ") if param.name else "name")
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command("migrate-keys")
 @operator_options
-@click.option("--tag", required=True, help="The namespace's tag= (hash tag).")
-@click.option("--key-prefix", default="quasar", show_default=True, help="The clients' key_prefix=.")
+@click.option("--tag", required=True, callback=_name, help="The namespace's tag= (hash tag).")
+@click.option(
+    "--key-prefix",
+    default="quasar",
+    show_default=True,
+    callback=_name,
+    help="The clients' key_prefix=.",
+)
 @click.option("--dry-run", is_flag=True, help="Check and count the keys; move nothing.")
 def migrate_keys_command(
     redis_url: str, namespace: str, as_json: bool, tag: str, key_prefix: str, dry_run: bool
