@@ -35,9 +35,10 @@ from .locked_redis import closed_port
 VARIABLES = ("QUASAR_REDIS_URL", "REDIS_URL", "QUASAR_NAMESPACE", "QUASAR_APP")
 #: the folder this quasar_redis is imported from, for the processes a test starts
 SOURCE = str(Path(quasar_redis.__file__).resolve().parent.parent)
-#: commands with a namespace of their own (a fresh one), and those with no namespace
+#: commands with a namespace of their own (a fresh one), and those with no namespace (probe asks
+#: a health endpoint over HTTP, not Redis)
 OWN_NAMESPACE = {"demo", "example"}
-NO_NAMESPACE = {"acl roles", "acl load"}
+NO_NAMESPACE = {"acl roles", "acl load", "probe"}
 
 
 @pytest.fixture
