@@ -567,6 +567,9 @@ def test_workers_lists_a_live_worker_process(rq: Quasar, namespace: str, tmp_pat
         assert worker["version"] == __version__
         table = quasar("workers", namespace=namespace).out
         assert worker["id"] in table and "mail, sms" in table and "0/3" in table
+        header = table.splitlines()[0].split()
+        assert header[-2:] == ["processed", "failed"]  # (the dashboard's order too)
+        assert worker["processed"] >= 0 and worker["failed"] == 0  # (its one job may have run)
         assert worker["id"] in quasar("info", "mail", namespace=namespace).out
     finally:
         proc.terminate()

@@ -110,6 +110,15 @@ def worker_document(w: t.WorkerInfo) -> dict[str, Any]:
     return document
 
 
+#: The columns of ``quasar workers`` (the dashboard's workers page shows them in this order);
+#: processed / failed: the runs a worker ended since it started, and those that failed.
+WORKER_COLUMNS = (
+    *("worker", "host", "pid", "queues", "running", "version", "up", "seen"),
+    *("processed", "failed"),
+)
+WORKER_JUSTIFY: dict[str, Any] = {"pid": "right", "processed": "right", "failed": "right"}
+
+
 @click.command()
 @operator_options
 def workers(redis_url: str, namespace: str, as_json: bool) -> None:
@@ -123,8 +132,9 @@ def workers(redis_url: str, namespace: str, as_json: bool) -> None:
             return
         now = op.server_now()
         table = Table(box=None)
-        for name in ("worker", "host", "pid", "queues", "running", "version", "up", "seen"):
-            table.add_column(name, no_wrap=name != "queues")
+        for name in WORKER_COLUMNS:
+            justify = WORKER_JUSTIFY.get(name, "left")
+            table.add_column(name, no_wrap=name != "queues", justify=justify)
         for w in found:
             table.add_row(
                 w.id,
@@ -135,6 +145,8 @@ def workers(redis_url: str, namespace: str, as_json: bool) -> None:
                 w.version,
                 ago(w.started_at, now).removesuffix(" ago"),
                 ago(w.last_seen, now),
+                str(w.processed),
+                str(w.failed),
             )
         op.console.print(
             table if found else Text(f"no workers are running in namespace {namespace!r}")
