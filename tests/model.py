@@ -749,12 +749,16 @@ class Model:
             return t.DuplicateJob(stored.id)
         return _Revision(stored, spec)
 
-    def _revise(self, job: ModelJob, payload: bytes, revision: int, now: int) -> None:
-        """A new input: Waiting again (a RetryWaiting or Leased job due now), attempts afresh."""
+    def _revise(
+        self, job: ModelJob, payload: bytes, revision: int, now: int, place: bool = True
+    ) -> None:
+        """A new input: Waiting again (a RetryWaiting or Leased job due now), attempts afresh;
+        ``place``: indexed as it is now (a change places it once, after its other changes)."""
         job.raw_payload, job.input_revision, job.attempt = payload, revision, 0
         if not isinstance(job.state, t.Waiting):
             job.state = t.Waiting(now)
-        self._place(job, now)
+        if place:
+            self._place(job, now)
 
     def _check_new(
         self,
@@ -1466,7 +1470,9 @@ class Model:
             revision = job.input_revision + 1
             if what.input_revision is not None:
                 revision = what.input_revision
-            self._revise(job, encode(what.payload), revision, now)
+            # (one rewrite with the time below: a group joins the turns only if the job ends
+            # the call ready, as lua/include/revise.lua writes it)
+            self._revise(job, encode(what.payload), revision, now, place=False)
         if what.priority is not None:
             job.priority = what.priority
         if isinstance(job.state, t.Waiting) and isinstance(at, int):
