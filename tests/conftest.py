@@ -22,6 +22,7 @@ from typing import Any
 
 import fakeredis
 import pytest
+import redis
 
 from quasar_redis import App, Connector, Quasar
 
@@ -53,6 +54,17 @@ def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSe
     with server_in(Path(tmp_path_factory.mktemp("private-redis")), durable=False) as server:
         server.start()
         yield server
+
+
+@pytest.fixture
+def counted(private_server: RedisServer, namespace: str) -> Iterator[redis.Redis]:
+    """A client of the private server (for a test that counts the commands Redis runs)."""
+    client = real_redis(private_server.url)
+    try:
+        yield client
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ test's own, so that no other client's commands are counted."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,25 +14,13 @@ from quasar_redis import CancelApplied, JobApplied, Quasar, Status
 from quasar_redis._calls import NewJob
 from quasar_redis._types import DependencyPolicy
 
-from .helpers import T0, delete_namespace, real_redis
-from .servers import RedisServer
+from .helpers import T0, delete_namespace
 
 FAN_OUT, FAN_OUT_SMALL = 20_000, 1_000
 BATCH = 1_000
 #: Commands one cascade step may run: it visits at most 50 dependents (a handful of commands
 #: each). In one call, FAN_OUT dependents held Redis 0.45 s.
 STEP_COMMANDS_MAX = 1_000
-
-
-@pytest.fixture
-def counted(private_server: RedisServer, namespace: str) -> Iterator[redis.Redis]:
-    """A client of the private server."""
-    client = real_redis(private_server.url)
-    try:
-        yield client
-    finally:
-        delete_namespace(client, namespace)
-        client.close()
 
 
 def ran(client: redis.Redis) -> int:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from quasar_redis import (
@@ -227,3 +230,65 @@ def test_a_heartbeat_checks_the_lease_index_only(q: Quasar) -> None:
     with pytest.raises(CorruptKeyError, match=r"leased.*holds a string, expected a zset"):
         q.heartbeat(token, "w", 5000, now=T0 + 2)
     assert snapshot(q) == before
+
+
+def _everything(q: Quasar) -> dict[str, Any]:
+    """snapshot(q), lists and streams whole, and which keys expire."""
+    out = snapshot(q)
+    for key, (kind, _) in out.items():
+        if kind == "list":
+            out[key] = (kind, q.redis.lrange(key, 0, -1))
+        elif kind == "stream":
+            out[key] = (kind, q.redis.xrange(key))
+        out[key] += (q.redis.pttl(key) == -1,)
+    return out
+
+
+#: Each key a plain enqueue writes (docs/redis-layout.md): how to damage it (a value of another
+#: type), the type it must hold, and what job writes it.
+_PLAIN_WRITES: dict[str, tuple[Callable[[Quasar], str], str, dict[str, Any]]] = {
+    "seq": (lambda q: q.keys.seq, "string", {}),
+    "queues": (lambda q: q.keys.queues, "set", {}),
+    "ready": (lambda q: q.keys.queue("default", "ready"), "zset", {}),
+    "wake": (lambda q: q.keys.wake("default"), "list", {}),
+    "events": (lambda q: q.keys.events, "stream", {}),
+    "delayed": (lambda q: q.keys.queue("default", "delayed"), "zset", {"delay_ms": 60_000}),
+    "delayed_pr": (lambda q: q.keys.queue("default", "delayed_pr"), "zset", {"delay_ms": 60_000}),
+    "deadlines": (
+        lambda q: q.keys.queue("default", "deadlines"),
+        "zset",
+        {"expires_in_ms": 3_600_000},
+    ),
+}
+
+
+@pytest.mark.parametrize("history", ["new", "used"])
+@pytest.mark.parametrize("damaged", sorted(_PLAIN_WRITES))
+def test_a_plain_enqueue_finds_each_damaged_key_it_writes_and_takes_its_writes_back(
+    q: Quasar, damaged: str, history: str
+) -> None:
+    # No TYPE is asked on this path: the write that meets the key fails, and the writes before
+    # it are taken back (a new namespace: the keys they made are gone again).
+    if history == "used":
+        applied(q.enqueue("s", id="before"))
+        applied(q.enqueue("s", id="later", delay_ms=60_000, expires_in_ms=3_600_000))
+    key_of, kind, job = _PLAIN_WRITES[damaged]
+    key = key_of(q)
+    q.redis.delete(key)
+    if kind == "string":
+        q.redis.hset(key, "f", "v")
+    else:
+        q.redis.set(key, "oops")
+    says = f"holds a {'hash' if kind == 'string' else 'string'}, expected a {kind}"
+    before = _everything(q)
+    with pytest.raises(CorruptKeyError, match=says):
+        q.enqueue("s", id="j", **job)  # (the asyncio client's: coalesced, mode "each")
+    assert _everything(q) == before
+    with pytest.raises(CorruptKeyError, match=says):
+        q.enqueue("s", **job, now=T0 + 10**9)  # (a random id; mode "all" on both clients)
+    assert _everything(q) == before
+    with pytest.raises(CorruptKeyError, match=says):
+        q.enqueue_each([NewJob("s", id="j", **job)])
+    assert _everything(q) == before
+    q.redis.delete(key)  # repaired: the same call applies
+    applied(q.enqueue("s", id="j", **job))

@@ -4,12 +4,12 @@
 local CALL_TTL_TEXT, clock, int, invalid = Core.CALL_TTL_TEXT, Core.clock, Core.int, Core.invalid
 local key_call, key_cascades, key_paused = Core.key_call, Core.key_cascades, Core.key_paused
 local key_q, key_queues, NAME_MAX, NONE = Core.key_q, Core.key_queues, Core.NAME_MAX, Core.NONE
-local pcall_typed = Core.pcall_typed
+local guarded, pcall_typed = Core.guarded, Core.pcall_typed
 local check_queue, check_types = Checks.check_queue, Checks.check_types
 local valid_name = Checks.valid_name
 local flush_index = Index.flush_index
 local flush_flow = FlowControl.flush_flow
-local flush_events, WAKE_KEEP, WAKE_MAX = Events.flush_events, Events.WAKE_KEEP, Events.WAKE_MAX
+local flush_events, WAKE_MAX = Events.flush_events, Events.WAKE_MAX
 
 -- The record of this call if it was applied before (see "Re-sent calls" above), or nil. A key of
 -- another type is no record of ours: it is ignored here and never overwritten. (A record not
@@ -37,26 +37,38 @@ end
 -- (resume_cascades.lua) before it hands the reply's result to its caller. Work is left when the cascade
 -- this call started (its root: the call id) has some in Redis: this call left it, or, for a
 -- re-sent call, the first delivery did and it is not done yet.
+-- Before that, what the call buffered is written: its indexes, flows, wake-ups (the tokens of
+-- the queues that got claimable jobs), then its events (the last write: see flush_events).
+-- Once: a call that wrote them itself (enqueue.lua's guarded writes) leaves nothing here.
 local function finish(ctx, reply)
   flush_index(ctx)
   flush_flow(ctx)
-  flush_events(ctx)
-  local cs = ctx.cascade
-  if cs and not cs.step and (cs.deferred or (cs.resent
-      and type(redis.pcall("ZSCORE", key_cascades(ctx), ctx.args[1])) == "string")) then
-    reply = {"More", reply}
-  end
-  for queue, n in pairs(ctx.woken or NONE) do
+  local woken = ctx.woken
+  ctx.woken = nil
+  for queue, n in pairs(woken or NONE) do
     -- A paused queue's workers are not woken for it (its claims are refused): resume.lua
     -- pushes its tokens then. (Not a set: no pause of ours; pushed as before.)
     if pcall_typed("SISMEMBER", key_paused(ctx), queue) ~= 1 then
       local tokens = {}
       for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
       local k = key_q(ctx, queue, "wake")
-      if redis.call("RPUSH", k, unpack(tokens)) > WAKE_MAX then
-        redis.call("LTRIM", k, WAKE_KEEP, "-1")
+      local held = guarded(ctx, "RPUSH", k, unpack(tokens))
+      if held > WAKE_MAX then redis.call("LTRIM", k, -WAKE_MAX, -1) end
+      -- (guarded: core.lua. Its undo trims the list back to the tokens it held, all alike.)
+      local undo = ctx.undo
+      if undo then
+        held = held - #tokens
+        local back = {k, held > 0 and 0 or 1, held > 0 and held - 1 or 0}
+        table.insert(back, 1, "LTRIM")
+        undo[#undo + 1] = back
       end
     end
+  end
+  flush_events(ctx)
+  local cs = ctx.cascade
+  if cs and not cs.step and (cs.deferred or (cs.resent
+      and type(redis.pcall("ZSCORE", key_cascades(ctx), ctx.args[1])) == "string")) then
+    reply = {"More", reply}
   end
   return reply
 end
@@ -149,6 +161,7 @@ local function run_call(keys, args, main, uses)
     -- made at their first use (many calls need none of them):
     int_ok = nil, at_bytes = nil, event_runs = nil, index = nil, index_keys = nil, woken = nil,
     written_again = nil, -- (enqueue.lua: the sequence written again, once)
+    undo = nil, -- (core.lua's guarded writes: what takes back each one done)
     flows = nil, -- (flow.lua: groups that got ready jobs, leases begun and ended)
   }
   return finish(ctx, main(ctx))

@@ -1,13 +1,12 @@
 -- events.lua: the event stream and the wake lists idle workers block on.
 
 -- uses: core
-local fmt, NONE = Core.fmt, Core.NONE
+local fmt, guarded, NONE = Core.fmt, Core.guarded, Core.NONE
 
 -- The stream keeps about EVENTS_MAX job changes: an entry lists a run of them (up to a whole
 -- batch), so each XADD trims to EVENTS_MAX / (the changes in its own entry) entries, at least 1.
 local EVENTS_MAX = 10000
 local WAKE_MAX = 16
-local WAKE_KEEP = "-16" -- (LTRIM's start: the last WAKE_MAX tokens)
 
 -- Events are grouped: consecutive events of one kind and queue in one call become one stream
 -- entry whose `job` and `a` fields list the jobs and their attempts, space-separated (ids hold
@@ -37,14 +36,18 @@ local function note(ctx, why)
   if runs and runs[#runs] then runs[#runs].pm = why end
 end
 
+-- Once a call (the runs are dropped). A guarded call (core.lua) writes them last: nothing to
+-- take back after them (a second run goes to the stream the first one found sound).
 local function flush_events(ctx)
-  for _, run in ipairs(ctx.event_runs or NONE) do
+  local runs = ctx.event_runs
+  ctx.event_runs = nil
+  for _, run in ipairs(runs or NONE) do
     local entries = fmt(ctx, math.max(1, math.floor(EVENTS_MAX / #run.jobs)))
     if run.pm then
       redis.call("XADD", ctx.events, "MAXLEN", "~", entries, "*", "job", run.jobs[1], "ev", run.ev,
         "q", run.q, "a", run.attempts[1], "pm", run.pm)
     else
-      redis.call("XADD", ctx.events, "MAXLEN", "~", entries, "*", "job",
+      guarded(ctx, "XADD", ctx.events, "MAXLEN", "~", entries, "*", "job",
         table.concat(run.jobs, " "), "ev", run.ev, "q", run.q, "a", table.concat(run.attempts, " "))
     end
   end

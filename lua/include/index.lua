@@ -1,7 +1,7 @@
 -- index.lua: sorted-set writes, buffered per call, and the reads that come after them.
 
 -- uses: core
-local refuse = Core.refuse
+local guarded, refuse = Core.guarded, Core.refuse
 
 -- Sorted-set writes are buffered: per key, the last write of each member (its score, or false
 -- for a removal), in ctx.index[key] (the keys in first-write order in ctx.index_keys; both made
@@ -37,9 +37,10 @@ local function flush_args(cmd, k, args)
 end
 
 local function flush_index(ctx)
-  local index = ctx.index
+  local index, keys = ctx.index, ctx.index_keys
   if index == nil then return end -- nothing buffered
-  for _, k in ipairs(ctx.index_keys) do
+  ctx.index, ctx.index_keys = nil, nil -- (once, even when a guarded write fails: core.lua)
+  for _, k in ipairs(keys) do
     local removed, added = {}, {}
     for member, score in pairs(index[k]) do
       if score then
@@ -50,9 +51,20 @@ local function flush_index(ctx)
       end
     end
     flush_args("ZREM", k, removed)
-    flush_args("ZADD", k, added)
+    -- (guarded: core.lua. A call that left the key's type unchecked adds only new members: the
+    -- undo of each ZADD removes those it added.)
+    for i = 1, #added, INDEX_CHUNK do
+      local last = math.min(#added, i + INDEX_CHUNK - 1)
+      guarded(ctx, "ZADD", k, unpack(added, i, last))
+      local undo = ctx.undo
+      if undo then
+        local members = {k}
+        for j = i + 1, last, 2 do members[#members + 1] = added[j] end
+        table.insert(members, 1, "ZREM")
+        undo[#undo + 1] = members
+      end
+    end
   end
-  ctx.index, ctx.index_keys = nil, nil
 end
 
 -- A read of a sorted set, after the buffered writes.
