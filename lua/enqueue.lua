@@ -4,7 +4,9 @@
 -- does not exist (nor earlier in this batch), IncompleteDependency when it can never succeed
 -- (Cancelled or Expired, or Failed for a job that asked to be cancelled on dependency failure;
 -- never for a job under "run", for which a dependency that ended counts as resolved); then the
--- keys its write touches (CorruptKey). A job may depend on an earlier job of the same batch.
+-- keys its write touches (CorruptKey: for a single plain new job, found by the write that meets
+-- the key, the writes before it taken back: enqueue_guarded). A job may depend on an earlier job
+-- of the same batch.
 -- An id that exists with a lower input revision than the one given is superseded instead
 -- (include/revise.lua): a live job takes the new input; a lower revision is StaleRevision.
 --
