@@ -27,7 +27,7 @@ from quasar_redis.cli import main
 from quasar_redis.cli._events import format_event
 from quasar_redis.cli.ops._fleet import COLUMNS
 from quasar_redis.dashboard import create_app, starting
-from quasar_redis.dashboard._data import chart, count_text, duration_text, rate_text
+from quasar_redis.dashboard._charts import chart, count_text, duration_text, rate_text
 from quasar_redis.errors import ConfigurationError, InvalidArgument
 
 from .helpers import NO_URL, REDIS_URL, delete_namespace, has_functions, real_redis

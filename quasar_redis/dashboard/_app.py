@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import importlib
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
@@ -18,7 +15,7 @@ from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -26,26 +23,24 @@ from .. import _reading as reading
 from .. import _types as t
 from .._keys import NAME_RE, check_name
 from .._reading import arun
-from .._urls import redact_text
-from .._views import counts_of, slots_of
+from .._views import counts_of
 from ..aio import AsyncQuasar
 from ..errors import InvalidArgument, QuasarError
 from . import _data as data
+from . import _forms as forms
+from . import _live as live
 from ._actions import (
-    ACTIONS,
-    BULK_MAX,
-    BULK_WORDS,
-    LIMIT_ACTIONS,
     Actions,
     Problem,
-    limits_asked,
     plausible_id,
     refusal,
 )
+from ._charts import charts as charts_of
 from ._security import (
     COOKIE,
     FIELD,
     HEALTH_PATH,
+    SECURITY_HEADERS,
     BasicAuth,
     cross_site_reason,
     exposure_warning,
@@ -56,47 +51,6 @@ from ._security import (
 HERE = Path(__file__).parent
 FORM_MAX = 16_384  # bytes of an action's form
 COUNTS_MAX_AGE_S = 0.5
-SECURITY_HEADERS = {
-    "content-security-policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-    ),
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "same-origin",
-    "cache-control": "no-store",
-}
-NOTICES = {
-    "retried": "Job retried.",
-    "cancelled": "Job cancelled ({n} dependents with it).",
-    "promoted": "Job due now.",
-    "jobs-retry": "{n} of {total} jobs retried.",
-    "jobs-cancel": "{n} of {total} jobs cancelled.",
-    "jobs-promote": "{n} of {total} jobs due now.",
-    "retried-all": "{n} failed jobs retried.",
-    "purged": "{n} jobs deleted.",
-    "paused": "Queue paused.",
-    "resumed": "Queue resumed.",
-    "unchanged": "Nothing changed: it already was.",
-    "refused": "Refused: {why}.",
-    "not-found": "No job with that id.",
-    "schedule-paused": "Schedule paused.",
-    "schedule-resumed": "Schedule resumed.",
-    "schedule-triggered": "Schedule triggered: job {job} enqueued.",
-    "schedule-removed": "Schedule removed.",
-    "schedule-missing": "No schedule with that name (it may have been removed).",
-    "limits-set": "Limits set: every worker's next claim follows them.",
-    "denied": (
-        "Not allowed: the dashboard's Redis user lacks a permission this action needs "
-        "({grant}); docs/security.md lists each role's."
-    ),
-}
-#: What a notice of several jobs adds when some were refused.
-REFUSED_TOO = " {m} refused: their status does not allow it (or they are gone)."
-PURGEABLE = frozenset(s.value for s in t.TERMINAL_STATUSES)
-#: The statuses in the order ``quasar queues`` shows them.
-STATUS_ORDER = data.ORDER
-#: The views of a queue's jobs: each status, and every status at once.
-VIEWS = frozenset([data.ALL, *(s.value for s in STATUS_ORDER)])
 FAVICON = (HERE / "static" / "favicon.svg").read_bytes()
 
 
@@ -219,12 +173,12 @@ class Dashboard(Actions):
             Route("/schedules", page(self.schedules), name="schedules"),
             Route("/confirm/{action}", page(self.confirm), name="confirm"),
             Route("/actions/{action}", self.act, methods=["POST"], name="act"),
-            Route("/api/counts", self.counts, name="counts"),
-            Route("/partials/charts", self.charts, name="charts"),
-            Route("/metrics", self.metrics, name="metrics"),
+            Route("/api/counts", functools.partial(live.counts, self), name="counts"),
+            Route("/partials/charts", functools.partial(live.charts, self), name="charts"),
+            Route("/metrics", functools.partial(live.metrics, self), name="metrics"),
             Route("/favicon.svg", favicon, name="favicon"),
             Route("/favicon.ico", favicon, name="favicon.ico"),
-            Route(HEALTH_PATH, functools.partial(healthz, self), name="healthz"),
+            Route(HEALTH_PATH, functools.partial(live.healthz, self), name="healthz"),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         ]
 
@@ -269,7 +223,7 @@ class Dashboard(Actions):
     ) -> Response:
         token, new = token_of(request)
         root = request.scope.get("root_path", "")
-        notice = _notice(request.query_params)
+        notice = forms.notice_text(request.query_params)
         html = self.templates.get_template(template).render(
             root=root,
             namespace=self.namespace,
@@ -278,7 +232,7 @@ class Dashboard(Actions):
             csrf_field=FIELD,
             csrf=token,
             notice=notice,
-            statuses=STATUS_ORDER,
+            statuses=forms.STATUS_ORDER,
             now_ms=values.pop("now_ms", None) or time.time() * 1000,
             **values,
         )
@@ -299,7 +253,7 @@ class Dashboard(Actions):
     async def overview(self, request: Request) -> tuple[str, dict[str, Any]]:
         infos = await self.queue_infos()
         workers = await arun(self.client, reading.workers(self.client.calls))
-        charts = await data.charts(self.client)
+        charts = await charts_of(self.client)
         return "overview.html", {
             "title": "Overview",
             "queues": infos,
@@ -325,13 +279,13 @@ class Dashboard(Actions):
         more = False
         if wanted and plausible_id(wanted):
             if await self.client.get_job(wanted) is not None:
-                return RedirectResponse(self._url(request, f"/jobs/{quote(wanted, safe='')}"), 303)
+                return RedirectResponse(url_of(request, f"/jobs/{quote(wanted, safe='')}"), 303)
             found, more = await data.find_jobs(self.client, name, wanted)
         busiest = data.busiest(info.counts)
         view = params.get("status") or (busiest.value if busiest else data.ALL)
         back = f"/queues/{name}"
-        if view not in VIEWS:
-            words = ", ".join(sorted(VIEWS))
+        if view not in forms.VIEWS:
+            words = ", ".join(sorted(forms.VIEWS))
             return Problem(400, f"No status named {view}: one of {words}.", view, back, name)
         status = None if view == data.ALL else t.Status(view)
         try:
@@ -345,9 +299,9 @@ class Dashboard(Actions):
             "found": found,
             "more_found": more,
             "scanned": data.SEARCH_SCANNED,
-            "views": [data.ALL, *(s.value for s in STATUS_ORDER)],
+            "views": [data.ALL, *(s.value for s in forms.STATUS_ORDER)],
             "total": sum(counts_of(info.counts).values()),
-            "charts": await data.charts(self.client, name),
+            "charts": await charts_of(self.client, name),
             "now_ms": info.counts.now,
         }
 
@@ -400,75 +354,9 @@ class Dashboard(Actions):
         return "schedules.html", {"title": "Schedules", "schedules": found}
 
     async def confirm(self, request: Request) -> tuple[str, dict[str, Any]] | Problem | Response:
-        action = request.path_params["action"]
         if self.read_only:
             return refusal("This dashboard is read-only.")
-        if action not in ACTIONS:
-            return Problem(404, "No such action.", action)
-        what, words = ACTIONS[action]
-        params = request.query_params
-        targets = _targets(params.getlist(what))
-        target = targets[0] if targets else ""
-        status = params.get("status", "")
-        bad = _bad_targets(what, targets) if what == "job" else None
-        if bad is not None:
-            return Problem(400, bad, ", ".join(targets))
-        if action == "purge" and status not in PURGEABLE:
-            msg = "Only completed, discarded, cancelled and expired jobs can be deleted."
-            return Problem(400, msg, status, f"/queues/{target}", target)
-        if what == "schedule" and not NAME_RE.match(target):
-            return Problem(404, "No such schedule.", target, "/schedules", "the schedules")
-        extra: list[tuple[str, str]] = []
-        changes = ""
-        group = params.get("group", "")
-        if action in LIMIT_ACTIONS:
-            asked = _limits_form(action, target, params)
-            if isinstance(asked, Problem):
-                return asked
-            changes, extra = asked
-        from_queue = _from_queue(params)
-        if what == "job" and from_queue:
-            extra += [("from_queue", from_queue[0]), ("from_view", from_queue[1])]
-        question = words.format(target=target, status=status, changes=changes, group=group)
-        if len(targets) > 1:
-            question = BULK_WORDS[action].format(n=len(targets))
-        return "confirm.html", {
-            "title": "Confirm",
-            "action": action,
-            "what": what,
-            "targets": targets if what == "job" else [target],
-            "status": status if action == "purge" else "",
-            "extra": extra,
-            "question": question,
-            "back": _back(what, targets, from_queue),
-        }
-
-    # live parts ---------------------------------------------------------------------------------
-
-    async def counts(self, request: Request) -> Response:
-        infos = await self.queue_infos()
-        return JSONResponse(data.counts_json(infos), headers={"cache-control": "no-store"})
-
-    async def charts(self, request: Request) -> Response:
-        queue = request.query_params.get("queue") or None
-        if queue is not None and not NAME_RE.match(queue):
-            return self.problem(request, Problem(404, "No such queue.", queue))
-        charts = await data.charts(self.client, queue)
-        html = self.templates.get_template("_charts.html").render(charts=charts)
-        return HTMLResponse(html, headers=SECURITY_HEADERS)
-
-    async def metrics(self, request: Request) -> Response:
-        try:  # optional (quasar_redis[prometheus]): imported only when asked for
-            prometheus: Any = importlib.import_module("quasar_redis.prometheus")
-        except ImportError as exc:
-            return refusal(str(exc), 501)
-        infos = await self.queue_infos()
-        workers = await arun(self.client, reading.workers(self.client.calls))
-        flows = await data.flows(self.client, [info.name for info in infos])
-        families = prometheus.depth_families(infos) + prometheus.flow_families(flows)
-        families += prometheus.slot_families(slots_of(workers))
-        body, kind = prometheus.exposition(prometheus.registry_of(lambda: families, self.namespace))
-        return Response(body, headers={"content-type": kind})
+        return forms.confirm_page(request.path_params["action"], request.query_params)
 
     # actions ------------------------------------------------------------------------------------
 
@@ -486,34 +374,30 @@ class Dashboard(Actions):
         if reason is not None:
             return refusal(f"Refused: {reason}.")
         action = request.path_params["action"]
-        if action not in ACTIONS:
-            return self.problem(request, Problem(404, "No such action.", action))
-        what, _ = ACTIONS[action]
-        targets = _targets(fields.get(what, []))
-        bad = _bad_targets(what, targets)
-        status = form.get("status", "")
-        if bad is None and action == "purge" and status not in PURGEABLE:
-            bad = "Only completed, discarded, cancelled and expired jobs can be deleted."
-        if bad is not None:
-            return self.problem(request, Problem(400, bad, ", ".join(targets)))
-        from_queue = _from_queue(form)
+        asked = forms.action_asked(action, fields, form)
+        if isinstance(asked, Problem):
+            return self.problem(request, asked)
+        what, targets, status = asked
+        from_queue = forms.from_queue_of(form)
         if what == "job":
             made: dict[str, str] | Problem = await self._acting_on_jobs(action, targets)
         else:
             made = await self._acting(action, targets[0], status, form)
         if isinstance(made, Problem):
-            return self.problem(request, _from(made, targets[0]))
+            return self.problem(request, forms.back_to_queue(made, targets[0]))
         if from_queue:
             made = {**made, "queue": from_queue[0]}
         await self._audit(request, action, targets, made)
         made.pop("queue", None)
         self._infos = (-float("inf"), [])
-        path = _back(what, targets, from_queue)
+        path = forms.back_path(what, targets, from_queue)
         joiner = "&" if "?" in path else "?"
-        return RedirectResponse(self._url(request, path) + joiner + urlencode(made), 303)
+        return RedirectResponse(url_of(request, path) + joiner + urlencode(made), 303)
 
-    def _url(self, request: Request, path: str) -> str:
-        return str(request.scope.get("root_path", "")) + path
+
+def url_of(request: Request, path: str) -> str:
+    """``path`` under the dashboard's mount point (its root path)."""
+    return str(request.scope.get("root_path", "")) + path
 
 
 #: Members a batch's page lists (the first ones, in the order they joined).
@@ -534,92 +418,3 @@ def when(ms: int | float | None, now_ms: float | None = None) -> Markup:
     iso = t.readable_time(int(ms))
     text = data.relative(int(ms), time.time() * 1000 if now_ms is None else now_ms)
     return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(iso, text)
-
-
-def _limits_form(
-    action: str, queue: str, params: Any
-) -> tuple[str, list[tuple[str, str]]] | Problem:
-    """The words of the limits a confirmation of ``action`` sets, and the fields its form
-    passes on; or why they are refused."""
-    if not NAME_RE.match(queue):
-        return Problem(404, f"No queue named {queue}.", queue)
-    made = limits_asked(action, dict(params))
-    if isinstance(made, Problem):
-        return _from(made, queue)
-    group = LIMIT_ACTIONS[action]
-    names = data.GROUP_LIMITS if group else data.QUEUE_LIMITS
-    extra = [(n, params.get(n, "").strip()) for n in names]
-    extra += [("group", params.get("group", ""))] if group else []
-    return data.change_words(made, group), extra
-
-
-def _from(problem: Problem, queue: str) -> Problem:
-    """``problem`` of a form of ``queue``'s page, back to that page."""
-    return dataclasses.replace(problem, back=f"/queues/{queue}", back_name=f"queue {queue}")
-
-
-def _targets(given: list[str]) -> list[str]:
-    """The targets a form names, each once, in order."""
-    return list(dict.fromkeys(given))
-
-
-def _bad_targets(what: str, targets: list[str]) -> str | None:
-    """Why an action's targets are refused (400), or None."""
-    if what == "job":
-        if not targets:
-            return "Select one job or more."
-        if not all(plausible_id(job) for job in targets):
-            return "No such job."
-        return f"At most {BULK_MAX} jobs at once." if len(targets) > BULK_MAX else None
-    if len(targets) != 1 or not NAME_RE.match(targets[0]):
-        return f"No such {what}."
-    return None
-
-
-def _from_queue(params: Any) -> tuple[str, str] | None:
-    """The queue page (queue, view) a job action was asked from, to go back to; None if none."""
-    queue, view = params.get("from_queue", ""), params.get("from_view", "")
-    return (queue, view) if NAME_RE.match(queue) and view in VIEWS else None
-
-
-async def healthz(dashboard: Dashboard, request: Request) -> Response:
-    """200 while Redis answers, else 503: the dashboard's probe (docs/deploy.md)."""
-    try:
-        await dashboard.client.redis.ping()
-    except Exception as exc:  # any failure to answer means not ready, whatever its kind
-        problem = redact_text(f"Redis does not answer: {type(exc).__name__}: {exc}")
-        body = {"ready": False, "problems": [problem]}
-        return JSONResponse(body, status_code=503, headers={"cache-control": "no-store"})
-    return JSONResponse({"ready": True, "problems": []}, headers={"cache-control": "no-store"})
-
-
-def _notice(params: Any) -> str:
-    done = params.get("done", "")
-    text = NOTICES.get(done, "")
-    why = re.sub(r"[^A-Za-z]", "", params.get("why", ""))[:40]
-    grant = re.sub(r"[^\w +~|:{}*.-]", "", params.get("grant", ""))[:80]
-    job = params.get("job", "")
-    count, refused = (_count(params.get(name, "0")) for name in ("n", "m"))
-    if done.startswith("jobs-") and refused:
-        text += REFUSED_TOO
-    return text.format(
-        n=count,
-        m=refused,
-        total=count + refused,
-        why=why or "unknown",
-        grant=grant or "Redis did not say which",
-        job=job if plausible_id(job) else "?",
-    )
-
-
-def _count(text: str) -> int:
-    return int(text) if text.isdigit() and len(text) < 10 else 0
-
-
-def _back(what: str, targets: list[str], from_queue: tuple[str, str] | None = None) -> str:
-    """The page an action on ``targets`` (a ``what``) is made from, and returns to."""
-    if from_queue is not None:
-        return f"/queues/{from_queue[0]}?status={from_queue[1]}"
-    if what == "job":
-        return f"/jobs/{quote(targets[0], safe='')}" if len(targets) == 1 else "/"
-    return "/schedules" if what == "schedule" else f"/queues/{targets[0]}"

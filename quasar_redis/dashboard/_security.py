@@ -23,6 +23,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import ConfigurationError
 
+#: The headers of every page: its scripts, styles and forms only from the dashboard itself.
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
 COOKIE = "quasar_csrf"
 FIELD = "csrf"
 #: The dashboard's probe, open without credentials (it tells only whether Redis answers).
