@@ -170,12 +170,10 @@ class Claimer:
         made work that claim could not see: claim again before stopping."""
         _end_if_cancelled()
         if self.burst:
-            if self._all_done() and self.runner.let_go == let_go:
+            if not self._all_done():  # a job that ends may retry at once, or enqueue others
+                await self._wait_for_slot()  # (then claim again)
+            elif self.runner.let_go == let_go:
                 self._finish("nothing left to claim (burst)")
-            elif self._all_done():
-                return
-            else:  # a job that ends may retry at once, or enqueue others: claim again then
-                await self._wait_for_slot()
             return
         self.reporter.pause_carrying()
         try:
