@@ -269,6 +269,9 @@ def test_what_an_evicting_redis_loses(evicting: str, namespace: str) -> None:
             assert isinstance(result, BatchApplied), result
             ids += result.ids
         evicted = int(admin.info("stats")["evicted_keys"])
+        # The damage is done; lift the limit so that reading it back (replies count towards
+        # used memory) evicts nothing more.
+        admin.config_set("maxmemory", 0)
         kept = [
             j
             for j, info in zip(ids, q.execute_many([q.calls.get_job(j) for j in ids]), strict=True)
@@ -281,6 +284,6 @@ def test_what_an_evicting_redis_loses(evicting: str, namespace: str) -> None:
         admin.close()
         q.redis.close()
     assert evicted > 0
-    assert len(kept) < len(ids), "every acknowledged job survived"
+    assert 0 < len(kept) < len(ids), "every acknowledged job survived, or none did"
     assert not report.ok, report
     print(f"allkeys-lru: {len(ids) - len(kept)} of {len(ids)} acknowledged jobs evicted; {report}")
