@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import redis
+import redis.asyncio
 
 from benchmarks import probe
 from benchmarks.sizes import Sizes
@@ -324,6 +325,15 @@ class Harness:
         f["redis_command_us_per_enqueue"] = command_us(before, after, n)
         self.out.details["enqueue_sync_n"] = n
 
+        f["enqueue_async_one_per_s"] = None
+        if sysm.async_api:
+            self.server.flush()
+            n, seconds = await timed_sequential(
+                sysm.enqueue_async, self.datas(s.enqueue), s.phase_cap
+            )
+            f["enqueue_async_one_per_s"] = n / seconds
+            self.out.details["enqueue_async_one_n"] = n
+
         f["enqueue_async_per_s"] = None
         if sysm.async_api:
             warm = self.datas(s.async_concurrency)  # every producer's connection opened, untimed
@@ -450,6 +460,20 @@ def shm_dir() -> str | None:
 # --- the ceiling ---------------------------------------------------------------------------------
 
 
+async def _async_one_at_a_time(url: str, sha: str, payload: str, n: int) -> float:
+    """Seconds for ``n`` EVALSHA calls of the ceiling's script by redis.asyncio, each awaited
+    before the next."""
+    r = redis.asyncio.Redis.from_url(url)
+    try:
+        await r.evalsha(sha, 2, "warm", "ready", payload, 0)
+        start = time.perf_counter()
+        for i in range(n):
+            await r.evalsha(sha, 2, f"job:{i}", "ready", payload, i)
+        return time.perf_counter() - start
+    finally:
+        await r.aclose()
+
+
 def ceiling(server: Server, sizes: Sizes) -> Measurement:
     """Plain scripted writes on the same server: one HSET (100-byte value) and one ZADD a call."""
     url = server.url
@@ -475,6 +499,10 @@ def ceiling(server: Server, sizes: Sizes) -> Measurement:
     f["ceiling_redis_cpu_us_per_call"] = cpu_us(before, after, n)
     calls = after.script_calls - before.script_calls
     f["ceiling_server_us_per_call"] = (after.script_usec - before.script_usec) / max(calls, 1)
+    server.flush()
+
+    n = sizes.ceiling_one
+    f["ceiling_async_evalsha_per_s"] = n / asyncio.run(_async_one_at_a_time(url, sha, payload, n))
     server.flush()
 
     n = sizes.ceiling_pipelined

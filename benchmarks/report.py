@@ -21,6 +21,7 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 #: (key, column title, unit) of the throughput figures: higher is better
 THROUGHPUT = [
     ("enqueue_sync_per_s", "enqueue, one at a time", "jobs/s"),
+    ("enqueue_async_one_per_s", "enqueue, asyncio, one awaited at a time", "jobs/s"),
     ("enqueue_async_per_s", "enqueue, asyncio, {c} concurrent", "jobs/s"),
     ("enqueue_bulk_per_s", "bulk enqueue", "jobs/s"),
     ("process_default_per_s", "process, default concurrency", "jobs/s"),
@@ -37,6 +38,7 @@ COSTS = [
 ]
 CEILINGS = [
     ("ceiling_evalsha_per_s", "redis-py EVALSHA, one call at a time", "calls/s"),
+    ("ceiling_async_evalsha_per_s", "redis.asyncio EVALSHA, one call awaited at a time", "calls/s"),
     ("ceiling_pipelined_per_s", "redis-py EVALSHA, pipelined 100 deep", "calls/s"),
     ("ceiling_redis_benchmark_per_s", "redis-benchmark EVALSHA, {k} clients", "calls/s"),
     ("ceiling_rtt_us", "one EVALSHA round trip (redis-py)", "µs"),
@@ -47,6 +49,7 @@ CEILINGS = [
 #: each quasar figure, the ceiling it is compared with, and a factor to the figure's unit
 AGAINST_CEILING = [
     ("enqueue_sync_per_s", "ceiling_evalsha_per_s", 1.0),
+    ("enqueue_async_one_per_s", "ceiling_async_evalsha_per_s", 1.0),
     ("enqueue_async_per_s", "ceiling_redis_benchmark_per_s", 1.0),
     ("enqueue_bulk_per_s", "ceiling_pipelined_per_s", 1.0),
     ("process_default_per_s", "ceiling_redis_benchmark_per_s", 1.0),
@@ -186,6 +189,66 @@ def against_ceiling(results: dict[str, Any]) -> str:
     return table(["quasar figure", "quasar", "ceiling", "ceiling value", "quasar ÷ ceiling"], rows)
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def one_at_a_time(results: dict[str, Any]) -> str:
+    """The one-at-a-time path's targets, each with this run's figures and whether it is met."""
+    systems = results["systems"]
+    q = systems.get("quasar", {}).get("figures", {})
+    c = results["ceiling"]["figures"]
+
+    def fig(system: str, key: str) -> float | None:
+        return median(systems.get(system, {}).get("figures", {}).get(key))
+
+    rows: list[list[str]] = []
+
+    def row(target: str, value: str, ok: bool | None) -> None:
+        rows.append([target, value, "n/a" if ok is None else ("met" if ok else "not met")])
+
+    def x(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}×"
+
+    sync = median(q.get("enqueue_sync_per_s"))
+    for peer in ("bullmq", "dramatiq", "saq", "arq", "rq", "huey"):
+        r = _ratio(sync, fig(peer, "enqueue_sync_per_s"))
+        goal = "≥ 1× (a goal for every peer but huey)" if peer != "huey" else "(huey: no goal)"
+        row(
+            f"sync one at a time ÷ {peer}, {goal}",
+            x(r),
+            None if r is None or peer == "huey" else r >= 1,
+        )
+    r = _ratio(sync, median(c.get("ceiling_evalsha_per_s")))
+    row(
+        "sync one at a time ÷ one redis-py EVALSHA at a time, ≥ 0.75×",
+        x(r),
+        None if r is None else r >= 0.75,
+    )
+    aone = median(q.get("enqueue_async_one_per_s"))
+    r = _ratio(aone, fig("bullmq", "enqueue_async_one_per_s"))
+    row("asyncio one awaited at a time ÷ bullmq, ≥ 1×", x(r), None if r is None else r >= 1)
+    r = _ratio(aone, median(c.get("ceiling_async_evalsha_per_s")))
+    row(
+        "asyncio one awaited at a time ÷ one redis.asyncio EVALSHA at a time, ≥ 0.75×",
+        x(r),
+        None if r is None else r >= 0.75,
+    )
+    r = _ratio(
+        median(q.get("redis_cpu_us_per_enqueue")), median(c.get("ceiling_redis_cpu_us_per_call"))
+    )
+    row("Redis CPU per enqueue ÷ the ceiling's script, ≤ 2×", x(r), None if r is None else r <= 2)
+    r = _ratio(median(q.get("latency_p99_ms")), fig("huey", "latency_p99_ms"))
+    row("enqueue→start p99 ÷ huey's, ≤ 1×", x(r), None if r is None else r <= 1)
+    mem = median(q.get("memory_bytes_per_job"))
+    row(
+        "Redis memory per waiting job, ≤ 400 bytes",
+        "n/a" if mem is None else f"{mem:,.0f} bytes",
+        None if mem is None else mem <= 400,
+    )
+    return table(["target", "this run", ""], rows)
+
+
 def claim_table(results: dict[str, Any]) -> str:
     q = results["systems"].get("quasar", {}).get("figures", {})
     details = results["systems"].get("quasar", {}).get("details", {})
@@ -290,9 +353,10 @@ def markdown(results: dict[str, Any]) -> str:
 def readme_block(results: dict[str, Any]) -> str:
     figures = [
         THROUGHPUT[0],
-        THROUGHPUT[2],
+        THROUGHPUT[1],
         THROUGHPUT[3],
         THROUGHPUT[4],
+        THROUGHPUT[5],
         COSTS[0],
         COSTS[2],
         COSTS[4],
@@ -384,6 +448,7 @@ def performance_md(results: dict[str, Any]) -> str:
         ceiling=ceiling_table(results),
         against=against_ceiling(results),
         claim=claim_table(results),
+        one_at_a_time=one_at_a_time(results),
         notes=notes(results),
         failures=trouble or "None: every system installed and ran.",
         **{f"s_{k}": (f"{v:,}" if isinstance(v, int) else v) for k, v in s.items()},

@@ -1,4 +1,4 @@
-"""quasar_redis: ``Quasar.enqueue``, ``AsyncQuasar.enqueue``, ``enqueue_many``, ``Worker``."""
+"""quasar_redis: a task's ``enqueue`` and ``aenqueue``, ``enqueue_many``, ``Worker``."""
 
 from __future__ import annotations
 
@@ -8,16 +8,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import redis
-import redis.asyncio
 
 from benchmarks import probe
 from benchmarks.systems.base import QUEUE, System
 from quasar_redis import (
     App,
-    AsyncQuasar,
     BatchApplied,
     ClaimApplied,
-    JobApplied,
     NewJob,
     Quasar,
 )
@@ -57,26 +54,28 @@ class QuasarSystem(System):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.client = Quasar(redis.Redis.from_url(url), NAMESPACE)
-        self.aclient: AsyncQuasar | None = None
+        # one at a time, as an application enqueues: through a task of an App
+        self.app = App(url, namespace=NAMESPACE)
+
+        @self.app.task(name=STAGE, queue=QUEUE)
+        async def noop(data: str) -> None:
+            raise NotImplementedError  # (the producer's declaration; workers run their own)
+
+        self.task = noop
 
     async def open(self) -> None:
-        self.aclient = AsyncQuasar(redis.asyncio.Redis.from_url(self.url), NAMESPACE)
+        pass
 
     async def close(self) -> None:
-        if self.aclient is not None:
-            await self.aclient.redis.aclose()
+        await self.app.aclose()
+        self.app.close()
         self.client.redis.close()
 
     def enqueue_sync(self, data: str) -> None:
-        result = self.client.enqueue(STAGE, payload_of([data], {}), queue=QUEUE)
-        if not isinstance(result, JobApplied):
-            raise RuntimeError(f"enqueue refused: {result}")
+        self.task.enqueue(data)  # (a refusal raises)
 
     async def enqueue_async(self, data: str) -> None:
-        assert self.aclient is not None
-        result = await self.aclient.enqueue(STAGE, payload_of([data], {}), queue=QUEUE)
-        if not isinstance(result, JobApplied):
-            raise RuntimeError(f"enqueue refused: {result}")
+        await self.task.aenqueue(data)
 
     def bulk(self, datas: Sequence[str]) -> None:
         result = self.client.enqueue_many([job(d) for d in datas])
