@@ -21,6 +21,7 @@ REQUIRE = os.environ.get("QUASAR_REQUIRE_REDIS") == "1"
 
 QUASAR_FIGURES = (
     "enqueue_sync_per_s",
+    "enqueue_async_one_per_s",
     "enqueue_async_per_s",
     "enqueue_bulk_per_s",
     "process_default_per_s",
@@ -42,6 +43,7 @@ QUASAR_FIGURES = (
 )
 CEILING_FIGURES = (
     "ceiling_evalsha_per_s",
+    "ceiling_async_evalsha_per_s",
     "ceiling_rtt_us",
     "ceiling_memory_bytes_per_job",
     "ceiling_redis_cpu_us_per_call",
@@ -75,6 +77,23 @@ def test_quick_benchmark_produces_every_figure(tmp_path: Path) -> None:
     absent += [n for n in CEILING_FIGURES if not positive(results["ceiling"]["figures"], n)]
     assert absent == [], f"figures missing or not positive: {absent}"
     assert "| **quasar** |" in done.stdout  # the markdown tables were printed
+
+
+def test_latency_cuts_every_job_into_its_parts() -> None:
+    # benchmarks/latency.py: its own server and worker process; each job's latency is the sum of
+    # its parts as measured (enqueue, claim, start), whatever the machine's speed.
+    if shutil.which("redis-server") is None:
+        if REQUIRE:
+            pytest.fail("QUASAR_REQUIRE_REDIS=1 but redis-server not on PATH")
+        pytest.skip("redis-server not on PATH")
+    argv = [sys.executable, str(ROOT / "benchmarks" / "latency.py"), "--jobs", "60", "--runs", "1"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "60 of 60 jobs timed" in done.stdout, done.stdout
+    lines = done.stdout.splitlines()
+    parts = [line.split("|")[1].strip() for line in lines if line.startswith("| ")]
+    assert parts == ["part", "whole", "enqueue", "claim", "start"], done.stdout
+    assert "the slowest 1% (1 jobs)" in done.stdout, done.stdout
 
 
 FLOOR_ROWS = (
