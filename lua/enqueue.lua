@@ -500,6 +500,9 @@ local function enqueue_all(ctx, jobs, now, limits, reply)
       kept[i] = {"JobDeduplicated", a.held}
       debounced = debounced or a.debounce
     else
+      -- (a job an earlier debounce of this call rewrote is superseded as that left it: its
+      -- index entries and fields are those the debounce wrote)
+      if a.revised and written[a.id] then a.revised = written[a.id] end
       seq = seq + 1
       written[a.id] = write_one(ctx, a, now, seq, limits.now_text)
       out[#out + 1] = job_out(ctx, a.id, written[a.id], reply, not a.revised)

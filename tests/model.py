@@ -840,16 +840,17 @@ class Model:
         taken = {} if taken is None else taken
         answers: list[str] = []
         held: list[int] = []
-        debounced: list[tuple[str, NewJob]] = []
-        revisions: list[_Revision] = []
+        # the rewrites of stored jobs, in the batch's order: a debounce (the held job and the
+        # spec) and a supersede of one job apply one after the other as the batch lists them
+        rewrites: list[_Revision | tuple[str, NewJob]] = []
         for index, spec in enumerate(specs):
             checked = self._check_new(spec, now, batch, taken, on_duplicate == "skip")
             if isinstance(checked, str):
                 held.append(index)
                 if self._debounces(spec, now, taken) == checked:
-                    debounced.append((checked, spec))
+                    rewrites.append((checked, spec))
             elif isinstance(checked, _Revision):
-                revisions.append(checked)
+                rewrites.append(checked)
                 batch[checked.job.id] = checked.job
             elif not isinstance(checked, ModelJob):
                 return t.BatchRefused(index, checked)
@@ -858,9 +859,7 @@ class Model:
             answers.append(checked if isinstance(checked, str) else self._id_of(checked))
             if spec.dedup is not None and spec.dedup.key is not None:
                 taken[spec.dedup.key] = answers[-1]
-        self._apply_batch(batch, specs, now, held, revisions)
-        for job_id, spec in debounced:
-            self._debounce(self.jobs[job_id], spec, now)
+        self._apply_batch(batch, specs, now, held, rewrites)
         ids = tuple(answers)
         if ids_only:
             return t.BatchApplied((), ids, tuple(held))
@@ -872,14 +871,19 @@ class Model:
         specs: Sequence[NewJob],
         now: int,
         held: list[int],
-        revisions: list[_Revision],
+        rewrites: list[_Revision | tuple[str, NewJob]],
     ) -> None:
-        """A checked batch's supersedes, then its new jobs (neither those held nor revised)."""
-        for revision in revisions:
-            job, spec = revision.job, revision.spec
+        """A checked batch's supersedes and debounces in its order, then its new jobs (neither
+        those held nor revised)."""
+        for rewrite in rewrites:
+            if isinstance(rewrite, tuple):
+                job_id, debounce = rewrite
+                self._debounce(self.jobs[job_id], debounce, now)
+                continue
+            job, spec = rewrite.job, rewrite.spec
             job.input_ref = spec.input_ref
             self._revise(job, encode(spec.payload), spec.input_revision, now)
-        revised = {r.job.id for r in revisions}
+        revised = {r.job.id for r in rewrites if isinstance(r, _Revision)}
         written = [s for i, s in enumerate(specs) if i not in held and s.id not in revised]
         self._write_batch(batch, written, now, revised)
 

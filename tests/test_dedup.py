@@ -167,6 +167,31 @@ def test_debounce_moves_a_job_between_its_indexes(q: Quasar) -> None:
     assert claim.job.id == first
 
 
+@pytest.mark.parametrize("debounce_first", [True, False])
+def test_a_debounce_and_a_supersede_of_one_job_in_one_batch_apply_in_its_order(
+    q: Quasar, debounce_first: bool
+) -> None:
+    """One batch both debounces a waiting job (by its key) and supersedes it (by its id): each
+    rewrites the job as the one before it left it, as if sent one after the other."""
+    held = fresh(q.enqueue("s", {"v": 0}, id="held", dedup=Unique("k"), now=T0))
+    debounce = NewJob(
+        "s", {"v": "debounced"}, id="other", dedup=Debounce("k", 1_000), available_at=T0 - 200
+    )
+    supersede = NewJob("s", {"v": "superseded"}, id=held, input_revision=1)
+    batch = [debounce, supersede] if debounce_first else [supersede, debounce]
+    result = q.enqueue_many(batch, now=T0)
+    assert isinstance(result, BatchApplied), result
+    info = q.get_job(held)
+    assert info is not None
+    assert result.jobs == (info.job, info.job)  # both answered by the job as the batch left it
+    assert info.job.input_revision == 1
+    assert info.job.state == Waiting(T0 - 200)  # (a supersede keeps a waiting job's time)
+    assert info.job.payload == {"v": "superseded" if debounce_first else "debounced"}
+    ready = q.redis.zrange(q.keys.queue("default", "ready"), 0, -1)
+    assert [m[11:].decode() for m in ready] == [held]  # one entry, at the time stored
+    assert where(q, held) == {"ready"}
+
+
 def test_debounce_replaces_a_long_payload_by_a_short_one(q: Quasar) -> None:
     key = Debounce("d", window_ms=1_000)
     first = fresh(q.enqueue("s", "x" * 500, dedup=key, now=T0))  # stored in chunks
