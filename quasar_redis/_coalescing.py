@@ -1,6 +1,7 @@
 """The asyncio client's coalescing of concurrent enqueues: the jobs enqueued in one turn of the
 event loop go to Redis as one call (``enqueue_each``: each job checked and applied on its own),
-and a large batch as two when nothing else is in flight."""
+and a large batch as two when nothing else is in flight. An enqueue alone in its turn goes at
+once, as the batch of one it would have been."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ def _halves(batch: list[Pending]) -> tuple[list[Pending], ...]:
     return batch[:half], batch[half:]
 
 
+def _alone(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether no other callback is to run in this turn of ``loop`` (so no other enqueue can
+    join a batch made now). asyncio's own loops keep the ready callbacks in ``_ready``; on a
+    loop that does not (uvloop), never known: False, and calls are coalesced as always."""
+    ready = getattr(loop, "_ready", None)
+    return ready is not None and not ready
+
+
 class Coalescing:
     """The coalescing part of ``AsyncQuasar``, which sets the attributes below."""
 
@@ -53,6 +62,12 @@ class Coalescing:
 
     async def _coalesced(self, job: NewJob) -> t.JobResult:
         loop = asyncio.get_running_loop()
+        if not self._pending and _alone(loop):
+            # Nothing else runs in this turn, so its batch would hold this job alone: the same
+            # call, sent now, without the turns a batch waits for its flush and task.
+            results = await self.execute(self.calls.enqueue_each([job]))
+            result: t.JobResult = results[0]
+            return result
         future: asyncio.Future[t.JobResult] = loop.create_future()
         self._pending.append((job, future))
         if not self._flush_scheduled:

@@ -142,6 +142,12 @@ class EnqueueCalls(BuilderBase):
         error = self._batch_size_error(jobs)
         if error is not None:
             return Call(scripts()["enqueue"], (), parse_each_result, [t.JobRefused(error)])
+        if len(jobs) == 1:  # (the asyncio client's lone enqueue: nothing to put back in order)
+            group = _job_group(jobs[0], self._new_id)
+            if not isinstance(group, t.InvalidJob):
+                head = self._enqueue_head(1, now, "each", "slim")
+                call_args = (new_call_id(), *head, *group)
+                return Call(self._scripts["enqueue"], call_args, parse_slim_each((group,)))
         groups: list[tuple[Arg, ...]] = []
         sent: list[int] = []
         local: dict[int, t.JobResult] = {}
