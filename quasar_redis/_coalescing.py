@@ -55,6 +55,7 @@ class Coalescing:
     _pending: list[Pending]
     _flush_scheduled: bool
     _flushes: set[asyncio.Task[None]]
+    _lone: int  # enqueues sent at once, alone in their turn, still in flight
 
     if TYPE_CHECKING:
 
@@ -65,7 +66,11 @@ class Coalescing:
         if not self._pending and _alone(loop):
             # Nothing else runs in this turn, so its batch would hold this job alone: the same
             # call, sent now, without the turns a batch waits for its flush and task.
-            results = await self.execute(self.calls.enqueue_each([job]))
+            self._lone += 1
+            try:
+                results = await self.execute(self.calls.enqueue_each([job]))
+            finally:
+                self._lone -= 1
             result: t.JobResult = results[0]
             return result
         future: asyncio.Future[t.JobResult] = loop.create_future()
@@ -84,7 +89,7 @@ class Coalescing:
         # Nothing in flight: two calls, so that Redis runs the second while this process reads
         # the first's reply and its callers make the next batch (one call at a time, the two
         # took turns: on 2 cores, about twice the jobs a second with two).
-        for part in _halves(batch) if not self._flushes else (batch,):
+        for part in _halves(batch) if not (self._flushes or self._lone) else (batch,):
             task = asyncio.ensure_future(self._flush(part))
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)

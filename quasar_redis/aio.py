@@ -80,6 +80,7 @@ class AsyncQuasar(Coalescing, ClientBase):
         self._pending: list[Pending] = []
         self._flush_scheduled = False
         self._flushes: set[asyncio.Task[None]] = set()
+        self._lone = 0
 
     @classmethod
     def from_url(

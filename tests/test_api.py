@@ -321,6 +321,9 @@ def test_an_async_enqueue_alone_in_its_turn_goes_at_once(
         asyncio.get_running_loop().call_soon(lambda: None)
         applied(await aq.enqueue("s"))
         assert sent == [1, 1, 1] and flushes == [1] and commands[2][1] == 1  # (its flush)
+        aq._lone = 1  # (as while one is in flight: a large batch made then goes whole)
+        await asyncio.gather(*(aq.enqueue("t", i) for i in range(20)))
+        assert sent == [1, 1, 1, 20]
 
     _run_async(redis_client, backend, namespace, flow)
 
