@@ -83,6 +83,13 @@ class CallCheck:
         """Each argument under the name of its parameter (``args[1]`` for one of ``*args``)."""
         if self.signature is None:
             return {**{f"#{i}": a for i, a in enumerate(args)}, **kwargs}
+        if self.names is not None and self._fits(args, kwargs):  # (what binding gives, in order)
+            given = len(args)
+            return {
+                name: args[i] if i < given else kwargs[name]
+                for i, name in enumerate(self.names)
+                if i < given or name in kwargs
+            }
         found: dict[str, Any] = {}
         bound = self.signature.bind(*args, **kwargs)
         for name, value in bound.arguments.items():

@@ -110,7 +110,8 @@ def test_the_signature_is_read_once_per_task(app: App) -> None:
 
 def test_keyword_calls_of_plain_parameters_are_checked_as_binding_would() -> None:
     # A function of plain parameters: a call with keywords is looked up, not bound, and takes
-    # exactly what binding takes (a call that does not fit is bound, for Python's own words).
+    # exactly what binding takes (a call that does not fit is bound, for Python's own words);
+    # its arguments are named as binding names them.
     import inspect
     import itertools
 
@@ -130,6 +131,10 @@ def test_keyword_calls_of_plain_parameters_are_checked_as_binding_would() -> Non
                     takes = False
                 assert check._fits(args, kwargs) is takes, (args, kwargs)
                 assert (check.problem(args, kwargs) is None) is takes
+                if takes:  # each argument under its parameter's name, in their order
+                    named = check.named(args, kwargs)
+                    bound = signature.bind(*args, **kwargs).arguments
+                    assert list(named.items()) == list(bound.items())
 
 
 def in_a_script(fn: Any) -> Any:
