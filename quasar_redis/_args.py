@@ -24,13 +24,15 @@ def now_arg(now: int | None) -> str:
 
 def int_arg(value: Any) -> str:
     """An integer argument as text; anything else becomes a text the script refuses by name."""
+    if type(value) is int:  # (the usual value: one test)
+        return str(value)
     if isinstance(value, bool) or not isinstance(value, int):
         return repr(value)
     return str(value)
 
 
 def text_arg(value: Any) -> Arg:
-    if isinstance(value, str | bytes):
+    if type(value) is str or isinstance(value, str | bytes):
         return value
     return repr(value)
 

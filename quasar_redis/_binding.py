@@ -23,10 +23,11 @@ RECEIVED = object()
 
 
 class CallCheck:
-    """The signature of a task's function, read once. A call of positional arguments only to a
-    function of plain parameters is checked by counting them; any other call is bound."""
+    """The signature of a task's function, read once. A call to a function of plain parameters
+    is checked by counting its positional arguments and looking its keywords up (as Python
+    binds them); any other call, and one that does not fit, is bound."""
 
-    __slots__ = ("fewest", "most", "qualname", "signature")
+    __slots__ = ("fewest", "most", "names", "qualname", "required", "signature")
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.qualname = getattr(fn, "__qualname__", repr(fn))
@@ -39,12 +40,17 @@ class CallCheck:
         # (fewest, most) positional arguments when counting them is enough; (1, 0) otherwise
         self.fewest = sum(p.default is p.empty for p in params) if simple else 1
         self.most = len(params) if simple else 0
+        #: a function of plain parameters: their names, and each one without a default
+        self.names = tuple(p.name for p in params) if simple else None
+        self.required = tuple((i, p.name) for i, p in enumerate(params) if p.default is p.empty)
 
     def problem(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
         """What is wrong with calling the function with these arguments (None: nothing): an
         unexpected keyword first (with the parameter it may have meant), then too many
         positional arguments, else Python's own words; each followed by the signature."""
         if self.signature is None or (not kwargs and self.fewest <= len(args) <= self.most):
+            return None
+        if kwargs and self._fits(args, kwargs):
             return None
         try:
             self.signature.bind(*args, **kwargs)
@@ -56,6 +62,18 @@ class CallCheck:
             return text
         return None
 
+    def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether a function of plain parameters takes these arguments: no more positional
+        ones than it has parameters, each keyword one of the parameters after them, and every
+        parameter without a default given."""
+        names, given = self.names, len(args)
+        if names is None or given > len(names):
+            return False
+        rest = names[given:]
+        return all(key in rest for key in kwargs) and all(
+            i < given or name in kwargs for i, name in self.required
+        )
+
     @property
     def name(self) -> str:
         """The function's own name (``send_receipt``, of ``Mailer.send_receipt`` too)."""
@@ -65,6 +83,13 @@ class CallCheck:
         """Each argument under the name of its parameter (``args[1]`` for one of ``*args``)."""
         if self.signature is None:
             return {**{f"#{i}": a for i, a in enumerate(args)}, **kwargs}
+        if self.names is not None and self._fits(args, kwargs):  # (what binding gives, in order)
+            given = len(args)
+            return {
+                name: args[i] if i < given else kwargs[name]
+                for i, name in enumerate(self.names)
+                if i < given or name in kwargs
+            }
         found: dict[str, Any] = {}
         bound = self.signature.bind(*args, **kwargs)
         for name, value in bound.arguments.items():

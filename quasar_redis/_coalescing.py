@@ -1,6 +1,7 @@
 """The asyncio client's coalescing of concurrent enqueues: the jobs enqueued in one turn of the
 event loop go to Redis as one call (``enqueue_each``: each job checked and applied on its own),
-and a large batch as two when nothing else is in flight."""
+and a large batch as two when nothing else is in flight. An enqueue alone in its turn goes at
+once, as the batch of one it would have been."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ def _halves(batch: list[Pending]) -> tuple[list[Pending], ...]:
     return batch[:half], batch[half:]
 
 
+def _alone(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether no other callback is to run in this turn of ``loop`` (so no other enqueue can
+    join a batch made now). asyncio's own loops keep the ready callbacks in ``_ready``; on a
+    loop that does not (uvloop), never known: False, and calls are coalesced as always."""
+    ready = getattr(loop, "_ready", None)
+    return ready is not None and not ready
+
+
 class Coalescing:
     """The coalescing part of ``AsyncQuasar``, which sets the attributes below."""
 
@@ -46,6 +55,7 @@ class Coalescing:
     _pending: list[Pending]
     _flush_scheduled: bool
     _flushes: set[asyncio.Task[None]]
+    _lone: int  # enqueues sent at once, alone in their turn, still in flight
 
     if TYPE_CHECKING:
 
@@ -53,6 +63,16 @@ class Coalescing:
 
     async def _coalesced(self, job: NewJob) -> t.JobResult:
         loop = asyncio.get_running_loop()
+        if not self._pending and _alone(loop):
+            # Nothing else runs in this turn, so its batch would hold this job alone: the same
+            # call, sent now, without the turns a batch waits for its flush and task.
+            self._lone += 1
+            try:
+                results = await self.execute(self.calls.enqueue_each([job]))
+            finally:
+                self._lone -= 1
+            result: t.JobResult = results[0]
+            return result
         future: asyncio.Future[t.JobResult] = loop.create_future()
         self._pending.append((job, future))
         if not self._flush_scheduled:
@@ -69,7 +89,7 @@ class Coalescing:
         # Nothing in flight: two calls, so that Redis runs the second while this process reads
         # the first's reply and its callers make the next batch (one call at a time, the two
         # took turns: on 2 cores, about twice the jobs a second with two).
-        for part in _halves(batch) if not self._flushes else (batch,):
+        for part in _halves(batch) if not (self._flushes or self._lone) else (batch,):
             task = asyncio.ensure_future(self._flush(part))
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)

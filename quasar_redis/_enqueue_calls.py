@@ -17,7 +17,7 @@ from ._replies import (
     parse_each_result,
     parse_slim_batch,
     parse_slim_each,
-    single_result,
+    parse_slim_one,
 )
 from ._scripts import scripts
 
@@ -142,6 +142,12 @@ class EnqueueCalls(BuilderBase):
         error = self._batch_size_error(jobs)
         if error is not None:
             return Call(scripts()["enqueue"], (), parse_each_result, [t.JobRefused(error)])
+        if len(jobs) == 1:  # (the asyncio client's lone enqueue: nothing to put back in order)
+            group = _job_group(jobs[0], self._new_id)
+            if not isinstance(group, t.InvalidJob):
+                head = self._enqueue_head(1, now, "each", "slim")
+                call_args = (new_call_id(), *head, *group)
+                return Call(self._scripts["enqueue"], call_args, parse_slim_each((group,)))
         groups: list[tuple[Arg, ...]] = []
         sent: list[int] = []
         local: dict[int, t.JobResult] = {}
@@ -169,8 +175,11 @@ class EnqueueCalls(BuilderBase):
         return Call(self._scripts["enqueue"], (new_call_id(), *head, *args), parse, early)
 
     def enqueue(self, job: NewJob, now: int | None = None) -> Call[t.JobResult]:
-        batch, groups = self._enqueue_all([job], now, ids_only=False)
-        job_id = text(groups[0][0]) if groups else ""  # the id sent (made here when none given)
-        early = None if batch.early is None else single_result(batch.early, job_id)
-        parse = batch.parse
-        return Call(batch.script, batch.args, lambda r: single_result(parse(r), job_id), early)
+        """One job: ``enqueue_many`` of it alone (mode "all"), answered with its own result.
+        Built directly, the group once, the call once."""
+        group = _job_group(job, self._new_id)
+        head = self._enqueue_head(1, now, "all", "slim")
+        script = self._scripts["enqueue"]
+        if isinstance(group, t.InvalidJob):
+            return Call(script, (new_call_id(), *head), parse_slim_one((), ""), t.JobRefused(group))
+        return Call(script, (new_call_id(), *head, *group), parse_slim_one(group, text(group[0])))

@@ -288,6 +288,25 @@ def parse_slim_each(groups: Sequence[Group]) -> Callable[[Any], list[t.JobResult
     return parse
 
 
+def parse_slim_one(group: Group, job_id: str) -> Callable[[Any], t.JobResult]:
+    """The parser of a "slim" enqueue of one job, ``group`` (its id ``job_id``, "" when none
+    was sent): ``single_result`` of ``parse_slim_batch``'s reading. The usual reply, the job
+    created (``{"BatchApplied", now, pending}``), is read without a batch result made first."""
+
+    def parse(reply: Any) -> t.JobResult:
+        if (
+            type(reply) is list
+            and len(reply) == 3
+            and reply[0] == b"BatchApplied"
+            and type(reply[2]) is bytes
+            and reply[1] != b""
+        ):
+            return t.JobApplied(created_job(group, int(reply[1]), reply[2]))
+        return single_result(parse_slim_batch((group,) if group else ())(reply), job_id)
+
+    return parse
+
+
 def single_result(result: t.BatchResult, job_id: str) -> t.JobResult:
     """The result of a batch of one job, ``job_id``."""
     if isinstance(result, t.BatchApplied):

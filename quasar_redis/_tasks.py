@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+#: ``NewJob(...)`` of every field, positionally, without a frozen dataclass's per-field stores.
+_build_job = t.builder(NewJob)
 #: How a task finds a call's flow group: a parameter's name, or a function of the arguments.
 GroupBy = str | Callable[..., Any]
 
@@ -155,6 +157,26 @@ class Task(Generic[P, R]):
     def _queue(self) -> str:
         return self.queue if self.options_.queue is None else self.options_.queue
 
+    @cached_property
+    def _fixed(self) -> tuple[Any, ...]:
+        """What every call's job takes from the task and its options alone, worked out at the
+        first call (``InvalidTaskCall`` at each call for a time that is not finite: nothing is
+        kept): the queue, priority, attempts, times in ms, policy, flow key, revision and batch,
+        in ``NewJob``'s order."""
+        o = self.options_
+        return (
+            self.queue if o.queue is None else o.queue,
+            o.input_revision,
+            self.priority if o.priority is None else o.priority,
+            self.max_attempts if o.max_attempts is None else o.max_attempts,
+            _at_ms(self.name, o.run_at),
+            _ms(self.name, "delay", o.delay),
+            o.on_dependency_failure,
+            o.flow,
+            _at_ms(self.name, o.deadline, "deadline"),
+            _ms(self.name, "expires_in", o.expires_in),
+        )
+
     def _new_job(
         self,
         args: Sequence[Any],
@@ -164,28 +186,39 @@ class Task(Generic[P, R]):
     ) -> NewJob:
         o = self.options_
         deps = [_dep_id(d) for d in o.depends_on]
-        for value, what in [(o.id, "id"), *((d, "dependency") for d in deps)]:
-            if value is not None and (problem := id_error(value, what)) is not None:
-                raise InvalidTaskCall(self.name, t.InvalidJob(problem))
+        if o.id is not None or deps:
+            for value, what in [(o.id, "id"), *((d, "dependency") for d in deps)]:
+                if value is not None and (problem := id_error(value, what)) is not None:
+                    raise InvalidTaskCall(self.name, t.InvalidJob(problem))
         payload = self.app.encode_call(self, args, kwargs, trace, receives)
-        return NewJob(
-            stage=self.name,
-            payload=payload,
-            id=o.id,
-            queue=self.queue if o.queue is None else o.queue,
-            dependencies=deps,
-            priority=self.priority if o.priority is None else o.priority,
-            max_attempts=self.max_attempts if o.max_attempts is None else o.max_attempts,
-            available_at=_at_ms(self.name, o.run_at),
-            delay_ms=_ms(self.name, "delay", o.delay),
-            on_dependency_failure=o.on_dependency_failure,
-            flow=o.flow,
-            deadline=_at_ms(self.name, o.deadline, "deadline"),
-            expires_in_ms=_ms(self.name, "expires_in", o.expires_in),
-            dedup=self._dedup(args, kwargs, payload, trace),
-            input_revision=o.input_revision,
-            group=o.group if o.group is not None else self._group(args, kwargs),
-            batch=o.batch,
+        queue, revision, priority, attempts, at, delay, policy, flow, deadline, expires = (
+            self._fixed
+        )
+        dedup = o.dedup
+        if dedup is not None and dedup.key is None:
+            dedup = self._dedup(args, kwargs, payload, trace)
+        group = o.group
+        if group is None and self.group_by is not None:
+            group = self._group(args, kwargs)
+        return _build_job(
+            self.name,
+            payload,
+            o.id,
+            queue,
+            "inline",
+            revision,
+            deps,
+            priority,
+            attempts,
+            at,
+            delay,
+            policy,
+            flow,
+            deadline,
+            expires,
+            dedup,
+            group,
+            o.batch,
         )
 
     def _group(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:

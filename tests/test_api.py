@@ -287,6 +287,47 @@ def test_async_enqueues_made_together_are_coalesced(
     _run_async(redis_client, backend, namespace, flow)
 
 
+def test_an_async_enqueue_alone_in_its_turn_goes_at_once(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    # Nothing else to run in its turn: no other enqueue could join it, so it goes as it is made,
+    # the batch of one it would have been (mode "each"), one command, no flush, nothing pending.
+    # With anything else ready to run in the turn, it waits for the batch as before.
+    import asyncio
+
+    async def flow(aq: AsyncQuasar, sent: list[int]) -> None:
+        applied(await aq.enqueue("warm"))  # (the library loaded, the server's policy read)
+        sent.clear()
+        commands: list[Any] = []
+        send, start_flush = aq._send, aq._start_flush
+
+        async def counting(command: Any) -> Any:
+            commands.append((command, len(aq._pending) + len(aq._flushes)))
+            return await send(command)
+
+        flushes: list[int] = []
+
+        def flushing() -> None:
+            flushes.append(len(aq._pending))
+            start_flush()
+
+        aq._send = counting
+        aq._start_flush = flushing  # type: ignore[method-assign]
+        job = applied(await aq.enqueue("s", {"n": 1}, id="alone"))
+        assert job.id == "alone" and job.payload == {"n": 1}
+        assert await aq.enqueue("s", id="alone") == JobRefused(DuplicateJob("alone"))
+        assert sent == [1, 1] and flushes == [] and len(commands) == 2
+        assert all(c[c[2] + 8] == "each" and not waiting for c, waiting in commands)  # (ARGV[6])
+        asyncio.get_running_loop().call_soon(lambda: None)
+        applied(await aq.enqueue("s"))
+        assert sent == [1, 1, 1] and flushes == [1] and commands[2][1] == 1  # (its flush)
+        aq._lone = 1  # (as while one is in flight: a large batch made then goes whole)
+        await asyncio.gather(*(aq.enqueue("t", i) for i in range(20)))
+        assert sent == [1, 1, 1, 20]
+
+    _run_async(redis_client, backend, namespace, flow)
+
+
 def test_a_large_coalesced_batch_goes_as_two_calls_when_nothing_is_in_flight(
     redis_client: Any, backend: str, namespace: str
 ) -> None:

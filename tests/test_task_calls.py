@@ -108,6 +108,35 @@ def test_the_signature_is_read_once_per_task(app: App) -> None:
     assert task.call_check.fewest == 2 and task.call_check.most == 2  # counted, not bound
 
 
+def test_keyword_calls_of_plain_parameters_are_checked_as_binding_would() -> None:
+    # A function of plain parameters: a call with keywords is looked up, not bound, and takes
+    # exactly what binding takes (a call that does not fit is bound, for Python's own words);
+    # its arguments are named as binding names them.
+    import inspect
+    import itertools
+
+    from quasar_redis._binding import CallCheck
+
+    def fn(a: int, b: int, c: int = 3, d: int = 4) -> None: ...
+
+    check, signature = CallCheck(fn), inspect.signature(fn)
+    for given in range(6):
+        for n in range(4):
+            for keys in itertools.combinations("abcde", n):
+                args, kwargs = tuple(range(given)), dict.fromkeys(keys, 0)
+                try:
+                    signature.bind(*args, **kwargs)
+                    takes = True
+                except TypeError:
+                    takes = False
+                assert check._fits(args, kwargs) is takes, (args, kwargs)
+                assert (check.problem(args, kwargs) is None) is takes
+                if takes:  # each argument under its parameter's name, in their order
+                    named = check.named(args, kwargs)
+                    bound = signature.bind(*args, **kwargs).arguments
+                    assert list(named.items()) == list(bound.items())
+
+
 def in_a_script(fn: Any) -> Any:
     """``fn`` as if declared in a file run as a script (``python tasks.py``)."""
     fn.__module__ = "__main__"

@@ -197,6 +197,50 @@ def test_asyncio_calls_go_packed_by_hiredis_on_a_plain_client_only() -> None:
         direct.close()
 
 
+def test_an_asyncio_write_that_cannot_wait_goes_without_a_timer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # redis-py times a write with the socket timeout through asyncio.wait_for, which before
+    # Python 3.12 makes a task of it. A small command on a connected connection cannot wait: it
+    # goes without, the timeout back for the read. A large one, or one that connects first,
+    # keeps redis-py's timed write.
+    import hiredis
+
+    from quasar_redis.aio import WAIT_FOR_TASK, _write
+
+    timed: list[float] = []
+    wait_for = asyncio.wait_for
+
+    async def counting(aw: Any, timeout: float | None) -> Any:
+        timed.append(timeout or 0)
+        return await wait_for(aw, timeout)
+
+    monkeypatch.setattr(asyncio, "wait_for", counting)
+
+    async def write(conn: Any, command: Any) -> int:
+        """How many times ``command``'s write was timed."""
+        before = len(timed)
+        await _write(conn, hiredis.pack_command(command))
+        assert conn.socket_timeout == 5  # (the read's, as before)
+        assert await conn.read_response() == command[-1].encode().replace(b"PING", b"PONG")
+        return len(timed) - before
+
+    async def writes() -> None:
+        client = redis.asyncio.Redis.from_url(REDIS_URL, socket_timeout=5)
+        pool: Any = client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            assert await write(conn, ("PING",)) == (0 if WAIT_FOR_TASK else 1)
+            assert await write(conn, ("ECHO", "x" * 20_000)) == 1
+            await conn.disconnect()
+            assert await write(conn, ("PING",)) >= 1  # (connects first: redis-py's way)
+        finally:
+            await pool.release(conn)
+            await client.aclose()
+
+    asyncio.run(writes())
+
+
 @pytest.mark.own_server
 def test_sync_calls_go_packed_by_hiredis_on_a_plain_client_only(redis_url: str) -> None:
     # The same for the blocking client: a plain redis.Redis sends calls packed by hiredis on its
