@@ -79,16 +79,22 @@ def test_quick_benchmark_produces_every_figure(tmp_path: Path) -> None:
     assert "| **quasar** |" in done.stdout  # the markdown tables were printed
 
 
-def test_latency_cuts_every_job_into_its_parts() -> None:
-    # benchmarks/latency.py: its own server and worker process; each job's latency is the sum of
-    # its parts as measured (enqueue, claim, start), whatever the machine's speed.
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/<name>.py`` with ``args`` (it starts a server of its own), run to its end."""
     if shutil.which("redis-server") is None:
         if REQUIRE:
             pytest.fail("QUASAR_REQUIRE_REDIS=1 but redis-server not on PATH")
         pytest.skip("redis-server not on PATH")
-    argv = [sys.executable, str(ROOT / "benchmarks" / "latency.py"), "--jobs", "60", "--runs", "1"]
+    argv = [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *args]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def test_latency_cuts_every_job_into_its_parts() -> None:
+    # benchmarks/latency.py: its own server and worker process; each job's latency is cut into
+    # the parts measured (enqueue, claim, start), whatever the machine's speed.
+    done = run_script("latency", "--jobs", "60", "--runs", "1")
     assert "60 of 60 jobs timed" in done.stdout, done.stdout
     lines = done.stdout.splitlines()
     parts = [line.split("|")[1].strip() for line in lines if line.startswith("| ")]
@@ -112,13 +118,7 @@ FLOOR_ROWS = (
 
 def test_floors_produce_every_row() -> None:
     # benchmarks/floors.py: quasar's calls beside bare scripts over the same layout (own server).
-    if shutil.which("redis-server") is None:
-        if REQUIRE:
-            pytest.fail("QUASAR_REQUIRE_REDIS=1 but redis-server not on PATH")
-        pytest.skip("redis-server not on PATH")
-    argv = [sys.executable, str(ROOT / "benchmarks" / "floors.py"), "--jobs", "1200", "--runs", "1"]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
+    done = run_script("floors", "--jobs", "1200", "--runs", "1")
     rows = {
         line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
         for line in done.stdout.splitlines()
