@@ -7,14 +7,14 @@ it) and ``SLOWLOG``'s wall time, on a redis-server of this module's own (SLOWLOG
 are server-wide). How fast a millisecond of work is depends on the machine, so the bound is a
 ratio taken in the same run: the same calls over a small queue (40,000 jobs, 2,000 dependents)
 are the reference, and at scale no kind of call costs more on average than MEAN_RATIO times its
-reference, nor any single call more than SPIKE_RATIO times its kind's reference median or
-CPU_MS_MAX (a call whose work grew with the queue costs tens to hundreds of times more over a
-million jobs). The reference is measured just before and just after the calls at scale and the
-larger figure taken, so that load which comes and goes on the machine meanwhile weighs on both
-sides. SLOWLOG's wall time is printed, not held to a bound: on a loaded machine Redis is
-descheduled in the middle of short calls (up to 640 ms seen beside other work, for calls of under
-10 ms of CPU). Setting the jobs
-up (bulk enqueues of 1,000 jobs) is not measured. docs/redis-layout.md, "Bounds", gives the
+reference, nor any call more than SPIKE_RATIO times its kind's reference median (but one call in
+SPIKES_PER, which may carry the server's own work) or CPU_MS_MAX (a call whose work grew with the
+queue costs tens to hundreds of times more over a million jobs). The reference is measured just
+before and just after the calls at scale and the larger figure taken, so that load which comes
+and goes on the machine meanwhile weighs on both sides. SLOWLOG's wall time is printed, not held
+to a bound: on a loaded machine Redis is descheduled in the middle of short calls (up to 640 ms
+seen beside other work, for calls of under 10 ms of CPU). Setting the jobs up (bulk enqueues of
+1,000 jobs) is not measured. docs/redis-layout.md, "Bounds", gives the
 figures measured here.
 """
 
@@ -57,6 +57,11 @@ MEAN_RATIO, MANY = 2.0, 10
 #: one-off (a page fault run, a step of Redis's rehashing), none for work that grows with the
 #: queue.
 SPIKE_RATIO = 15.0
+#: How many calls of a kind may pass SPIKE_RATIO: one in SPIKES_PER of them (none of a kind with
+#: fewer). The main thread's CPU between two readings also counts what the server did of its own
+#: meanwhile (a cron tick's rehashing, a cycle of the Lua garbage collector over a large heap),
+#: which lands on one call now and then; work that grows with the queue lands on every call.
+SPIKES_PER = 1_000
 #: What no call may cost, whatever the machine: a call that reads a million entries, or a hundred
 #: thousand dependents, costs more than this on any machine; the calls here cost 1 to 10 ms.
 CPU_MS_MAX = 50.0
@@ -161,9 +166,10 @@ def assert_bounded(at_scale: Costs, before: Costs, after: Costs) -> None:
             f"{at_scale.what}: {kind} costs {statistics.mean(ms):.2f} ms on average, "
             f"{before.what}: {mean:.2f} ms"
         )
-        assert max(ms) <= SPIKE_RATIO * median, (
-            f"{at_scale.what}: a {kind} call cost {max(ms):.2f} ms, "
-            f"{before.what}: {median:.2f} ms (median)"
+        held = sorted(ms, reverse=True)[len(ms) // SPIKES_PER :]  # (the one-offs let go)
+        assert max(held) <= SPIKE_RATIO * median, (
+            f"{at_scale.what}: a {kind} call cost {max(held):.2f} ms "
+            f"(the {len(ms) - len(held)} costliest let go), {before.what}: {median:.2f} ms (median)"
         )
         assert max(ms) < CPU_MS_MAX, f"{at_scale.what}: a {kind} call cost {max(ms):.2f} ms"
 
