@@ -24,11 +24,9 @@ def now_arg(now: int | None) -> str:
 
 def int_arg(value: Any) -> str:
     """An integer argument as text; anything else becomes a text the script refuses by name."""
-    if type(value) is int:  # (the usual value: one test)
-        return str(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return repr(value)
-    return str(value)
+    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+        return str(value)  # (the usual value, a plain int, passes the first test alone)
+    return repr(value)
 
 
 def text_arg(value: Any) -> Arg:

@@ -42,7 +42,11 @@ class CallCheck:
         self.most = len(params) if simple else 0
         #: a function of plain parameters: their names, and each one without a default
         self.names = tuple(p.name for p in params) if simple else None
-        self.required = tuple((i, p.name) for i, p in enumerate(params) if p.default is p.empty)
+        self.required = (
+            tuple((i, p.name) for i, p in enumerate(params) if p.default is p.empty)
+            if simple
+            else ()
+        )
 
     def problem(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
         """What is wrong with calling the function with these arguments (None: nothing): an
