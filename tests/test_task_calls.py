@@ -17,7 +17,9 @@ from quasar_redis import (
     InvalidJob,
     InvalidTaskCall,
     JobRefusedError,
+    NewJob,
     Task,
+    Unique,
 )
 
 from .helpers import REDIS_URL, app_url, snapshot
@@ -141,6 +143,34 @@ def in_a_script(fn: Any) -> Any:
     """``fn`` as if declared in a file run as a script (``python tasks.py``)."""
     fn.__module__ = "__main__"
     return fn
+
+
+def test_a_tasks_job_holds_each_option_in_its_own_field(app: App) -> None:
+    """A task builds its job's fields by position: each option lands in the field of its name."""
+
+    @app.task(name="opts", queue="q9", priority=3, max_attempts=7)
+    def opts(x: int) -> None:
+        del x
+
+    variant = opts.options(
+        id="job-1", delay=2.5, run_at=None, depends_on=["d1"], on_dependency_failure="run",
+        deadline=4_000_000_000.0, dedup=Unique("k"), input_revision=2, group="g1", batch="b1",
+    )  # fmt: skip
+    made = variant.job(5)
+    expected = NewJob(
+        stage="opts", payload=made.payload, id="job-1", queue="q9", input_ref="inline",
+        input_revision=2, dependencies=["d1"], priority=3, max_attempts=7, available_at=None,
+        delay_ms=2_500, on_dependency_failure="run", flow=None, deadline=4_000_000_000_000,
+        expires_in_ms=None, dedup=Unique("k"), group="g1", batch="b1",
+    )  # fmt: skip
+    assert made == expected
+    later = opts.options(run_at=3_000_000_000.0, expires_in=60.0, flow="f1").job(6)
+    assert (later.available_at, later.expires_in_ms, later.flow) == (
+        3_000_000_000_000,
+        60_000,
+        "f1",
+    )
+    assert (later.queue, later.priority, later.max_attempts, later.delay_ms) == ("q9", 3, 7, None)
 
 
 def test_a_task_declared_in_a_script_is_refused_with_what_to_do() -> None:
