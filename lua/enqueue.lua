@@ -57,19 +57,20 @@
 -- keeps the id of the call that created it (field ec); one whose id the client made at random
 -- for this call needs no such field: only this call can have created a job with that id.
 
--- uses: core, checks, events, job, call, flow_control, unique, revise, batches
+-- uses: core, checks, events, job, call, flow_control, unique, revise, batches, plain_enqueue
 local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Core.ID_MAX, Core.int
 local guarded, undo_with = Core.guarded, Core.undo_with
 local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
 local key_queues, key_seq, PRIORITY_MAX = Core.key_queues, Core.key_seq, Core.PRIORITY_MAX
 local PRIORITY_MIN, refuse, split = Core.PRIORITY_MIN, Core.refuse, Core.split
 local TERMINAL = Core.TERMINAL
+local fast = PlainEnqueue.fast -- (one plain job: see there)
 local id_error, int_arg, name_error = Checks.id_error, Checks.int_arg, Checks.name_error
 local check_queue = Checks.check_queue
 local stage_error, text_error, time_error = Checks.stage_error, Checks.text_error, Checks.time_error
 local writes_error = Checks.writes_error
 local emit, wake = Events.emit, Events.wake
-local blocked, field_args, job_reply = Job.blocked, Job.field_args, Job.job_reply
+local blocked, job_reply, new_fields = Job.blocked, Job.job_reply, Job.new_fields
 local load_job, place, status_name = Job.load_job, Job.place, Job.status_name
 local decode_items, encode_items, record = Call.decode_items, Call.encode_items, Call.record
 local finish, recorded, run_call = Call.finish, Call.recorded, Call.run_call
@@ -347,29 +348,6 @@ local function check_one(ctx, a, now, limits, batch)
     or (a.group ~= "" and flow_error(ctx, a.queue, a.group)) or nil
 end
 
--- The new hash's fields but those holding their default (see DEFAULTS), written out: this runs
--- for every job of a batch.
-local function new_fields(a, h, now_text)
-  local args = {"s", h.s, "st", "W", "at", h.at, "sq", h.sq}
-  field_args(args, "p", h.p)
-  if h.q ~= "default" then args[#args + 1] = "q"; args[#args + 1] = h.q end
-  if h.ir ~= "inline" then args[#args + 1] = "ir"; args[#args + 1] = h.ir end
-  if h.rv ~= "0" then args[#args + 1] = "rv"; args[#args + 1] = h.rv end
-  if h.dp ~= "" then args[#args + 1] = "dp"; args[#args + 1] = h.dp end
-  if h.pd ~= "0" then args[#args + 1] = "pd"; args[#args + 1] = h.pd end
-  if h.odf ~= "block" then args[#args + 1] = "odf"; args[#args + 1] = h.odf end
-  if h.pr ~= "0" then args[#args + 1] = "pr"; args[#args + 1] = h.pr end
-  if h.m ~= "3" then args[#args + 1] = "m"; args[#args + 1] = h.m end
-  if h.at ~= now_text then args[#args + 1] = "ins"; args[#args + 1] = now_text end
-  if h.ec then args[#args + 1] = "ec"; args[#args + 1] = h.ec end
-  if h.dl then args[#args + 1] = "dl"; args[#args + 1] = h.dl end
-  if h.uq then args[#args + 1] = "uq"; args[#args + 1] = h.uq end
-  if h.g then args[#args + 1] = "g"; args[#args + 1] = h.g end
-  if h.rd then args[#args + 1] = "rd"; args[#args + 1] = h.rd end
-  if h.bt then args[#args + 1] = "bt"; args[#args + 1] = h.bt end
-  return args
-end
-
 -- The supersede of a job check_stored found (a.revised). Its field ec keeps the id of the call
 -- that created it; a call that revises a job writes a call record instead (REVISED), so that
 -- when re-sent it answers from it rather than revise again.
@@ -402,7 +380,7 @@ local function write_one(ctx, a, now, seq, now_text)
     h.uq = a.dedup
     unique_take(ctx, a)
   end
-  local k, fields = key_job(ctx, a.id), new_fields(a, h, now_text)
+  local k, fields = key_job(ctx, a.id), new_fields(h, now_text)
   redis.call("HSET", k, unpack(fields)) -- (a new key: EXISTS found none)
   if ctx.undo then
     local names = {}

@@ -116,6 +116,10 @@ class Library:
 
 
 ENDING = "return run_call(KEYS, ARGV, main)"
+#: A script may define ``fast(keys, args)`` as well: a way of its commonest call, tried first, that
+#: checks the permissions it needs itself; it returns nil, having written nothing, for run_call
+#: to run the call (lua/include/plain_enqueue.lua).
+FAST = "fast"
 
 
 def lua_dir() -> Traversable:
@@ -224,7 +228,7 @@ class _Files:
                 self._link(file, names, text)
         owner: dict[str, str] = {}
         for name, defined in self.files.items():
-            for n in set(defined.names) - self.aliases_of[name] - {"main"}:
+            for n in set(defined.names) - self.aliases_of[name] - {"main", FAST}:
                 if n in owner:
                     raise ConfigurationError(f"{n} is defined in {owner[n]}.lua and {name}.lua")
                 owner[n] = name
@@ -405,19 +409,25 @@ def library() -> Library:
     shared = files.shared()
     parts += [f"\n-- ===== {n}.lua =====\n{files.files[n].module()}" for n in shared]
     parts.append(
-        "\nlocal function register(name, main, flags, uses)\n"
+        "\nlocal function register(name, flags, uses, main, fast)\n"
         "  local run_call = Call.run_call\n"
-        "  redis.register_function{function_name = name, flags = flags,\n"
-        "    callback = function(keys, args) return run_call(keys, args, main, uses) end}\n"
+        "  local callback = function(keys, args) return run_call(keys, args, main, uses) end\n"
+        "  if fast then\n"
+        "    callback = function(keys, args)\n"
+        "      return fast(keys, args) or run_call(keys, args, main, uses)\n"
+        "    end\n"
+        "  end\n"
+        "  redis.register_function{function_name = name, flags = flags, callback = callback}\n"
         "end\n"
     )
     for script in files.scripts:
         flags = f'"{FLAGS[script]}"' if script in FLAGS else ""
         listed = _lua_list(uses(script, files.reached(script)))
-        main = f"{title(script)}.main"
+        ran = "main, fast" if FAST in files.files[script].names else "main"
+        main = ", ".join(f"{title(script)}.{n}" for n in ran.split(", "))
         if script not in shared:
-            main = f"(function()\n{files.files[script].code.rstrip()}\nreturn main\nend)()"
-        call = f'register("{name}_{script}", {main}, {{{flags}}}, {listed})'
+            main = f"(function()\n{files.files[script].code.rstrip()}\nreturn {ran}\nend)()"
+        call = f'register("{name}_{script}", {{{flags}}}, {listed}, {main})'
         parts.append(f"\n-- ===== {script}.lua =====\n{call}\n")
     return Library(name, "".join(parts))
 
@@ -431,7 +441,10 @@ def scripts() -> dict[str, Script]:
     for name in files.scripts:
         source = files.script(name).rstrip()
         used = uses(name, files.reached(name))
-        source = source[: -len(ENDING)] + f"return run_call(KEYS, ARGV, main, {_lua_list(used)})\n"
+        call = f"run_call(KEYS, ARGV, main, {_lua_list(used)})"
+        if FAST in files.files[name].names:
+            call = f"fast(KEYS, ARGV) or {call}"
+        source = source[: -len(ENDING)] + f"return {call}\n"
         sha = hashlib.sha1(source.encode()).hexdigest()
         out[name] = Script(name, source, sha, f"{prefix}_{name}", used)
     return out

@@ -681,6 +681,40 @@ def test_without_the_check_up_front_a_refused_read_is_named_and_nothing_changes(
     assert snapshot(users.admin, users.namespace) == before
 
 
+#: The commands a plain enqueue runs, in order (docs/redis-layout.md), and those it checks before
+#: its first write: the commands that take its writes back.
+_PLAIN = ("time", "exists", "incrby", "sadd", "hset", "zadd", "sismember", "rpush", "xadd")
+_PLAIN_CHECKED = ("hdel", "ltrim", "set", "srem", "zrem")
+
+
+@pytest.mark.parametrize("command", _PLAIN + _PLAIN_CHECKED)
+def test_a_plain_enqueue_refused_a_command_on_its_way_takes_back_what_it_wrote(
+    users: Users, kind: str, command: str
+) -> None:
+    # A plain enqueue checks only the commands of its undo up front; Redis refuses any other where
+    # the call runs it, after the writes before it, which the call then takes back. The refusal
+    # names the command (Redis 7+) as the check up front would, and nothing changes, on Redis
+    # 6.2 as well.
+    admin = Quasar(users.admin, users.namespace)
+    applied(admin.enqueue("s", id="before"))  # (the namespace's keys exist: taken back to this)
+    with clients(kind, users.make(["producer"], without=(f"+{command}",))) as make:
+        p = make(users.namespace)
+        before = snapshot(users.admin, users.namespace)
+        if command in _PLAIN_CHECKED and not CHECKED:
+            applied(p.enqueue("s", id="new"))  # (Redis 6.2: a command never run is not refused)
+            return
+        refused(lambda: p.enqueue("s", id="new"), f"+{command}")
+        assert snapshot(users.admin, users.namespace) == before
+        refused(lambda: p.enqueue("s", queue="other", priority=5), f"+{command}")
+        assert snapshot(users.admin, users.namespace) == before
+        if command in ("sismember", "rpush"):  # (a job due later wakes no one: never run)
+            applied(p.enqueue("s", id="later", delay_ms=60_000))
+        else:
+            refused(lambda: p.enqueue("s", id="later", delay_ms=60_000), f"+{command}")
+            assert snapshot(users.admin, users.namespace) == before
+    assert admin.get_job("new") is None
+
+
 def test_a_worker_may_not_enqueue_count_or_list(users: Users, kind: str) -> None:
     applied(Quasar(users.admin, users.namespace).enqueue("s", id="a"))
     with clients(kind, users.make(["worker"])) as make:

@@ -62,7 +62,7 @@ def test_the_lua_defaults_are_the_declared_ones() -> None:
     assert new_table == _schema.DEFAULTS
     # What enqueue leaves unstored: the same values, or a value a new job always has.
     enqueue = lua("enqueue.lua")
-    unstored = re.findall(r'if h\.(\w+) ~= "([^"]*)"', function(enqueue, "new_fields"))
+    unstored = re.findall(r'if h\.(\w+) ~= "([^"]*)"', function(job, "new_fields"))
     always = strings(table(function(enqueue, "write_one"), "h"))
     assert {k: v.encode() for k, v in unstored} | {
         k: always[k] for k in _schema.DEFAULTS.keys() - dict(unstored).keys()
@@ -100,6 +100,19 @@ def test_an_enqueue_item_is_read_by_the_declared_layout() -> None:
     assert [name for name, _ in read] == list(_schema.ENQUEUE_ITEM)
     assert [int(i) for _, i in read] == list(range(1, len(_schema.ENQUEUE_ITEM) + 1))
     assert f"local GROUP = {len(_schema.ENQUEUE_ITEM)}\n" in enqueue
+    # (a plain job's call, read into locals by name, "_" for one not read:
+    # lua/include/plain_enqueue.lua; the whole group in its fast)
+    plain = lua("include/plain_enqueue.lua")
+    unpacked = re.findall(r"local (id, [\w,\s]+?) =\s+unpack\(args, 8, (\d+)\)", plain)
+    assert len(unpacked) == 2
+    for names, last in unpacked:
+        read = re.split(r",\s*", names)
+        assert len(read) == int(last) - 7
+        declared = list(_schema.ENQUEUE_ITEM)[: len(read)]
+        assert [n for n, d in zip(read, declared, strict=True) if n not in (d, "_")] == []
+    whole = 7 + len(_schema.ENQUEUE_ITEM)
+    assert f"unpack(args, 8, {whole})" in function(plain, "fast")
+    assert f"#args ~= {whole} " in function(plain, "fast")
 
 
 def test_a_report_item_is_read_by_the_declared_layout() -> None:

@@ -140,6 +140,29 @@ local function field_args(args, f, v)
   end
 end
 
+-- A new job's fields but those holding their default (see DEFAULTS), as HSET arguments: this
+-- runs for every job of a batch, and for a plain job's enqueue (plain_enqueue.lua).
+local function new_fields(h, now_text)
+  local args = {"s", h.s, "st", "W", "at", h.at, "sq", h.sq}
+  field_args(args, "p", h.p)
+  if h.q ~= "default" then args[#args + 1] = "q"; args[#args + 1] = h.q end
+  if h.ir ~= "inline" then args[#args + 1] = "ir"; args[#args + 1] = h.ir end
+  if h.rv ~= "0" then args[#args + 1] = "rv"; args[#args + 1] = h.rv end
+  if h.dp ~= "" then args[#args + 1] = "dp"; args[#args + 1] = h.dp end
+  if h.pd ~= "0" then args[#args + 1] = "pd"; args[#args + 1] = h.pd end
+  if h.odf ~= "block" then args[#args + 1] = "odf"; args[#args + 1] = h.odf end
+  if h.pr ~= "0" then args[#args + 1] = "pr"; args[#args + 1] = h.pr end
+  if h.m ~= "3" then args[#args + 1] = "m"; args[#args + 1] = h.m end
+  if h.at ~= now_text then args[#args + 1] = "ins"; args[#args + 1] = now_text end
+  if h.ec then args[#args + 1] = "ec"; args[#args + 1] = h.ec end
+  if h.dl then args[#args + 1] = "dl"; args[#args + 1] = h.dl end
+  if h.uq then args[#args + 1] = "uq"; args[#args + 1] = h.uq end
+  if h.g then args[#args + 1] = "g"; args[#args + 1] = h.g end
+  if h.rd then args[#args + 1] = "rd"; args[#args + 1] = h.rd end
+  if h.bt then args[#args + 1] = "bt"; args[#args + 1] = h.bt end
+  return args
+end
+
 -- Indexes
 -- A W job sits in exactly one of: blocked (unmet dependencies, by available_at), delayed (not
 -- yet due, by available_at) or ready (score priority, member "<available_at><seq><id>", so
@@ -158,19 +181,20 @@ end
 -- shares one or a few).
 local READY_PREFIX = 11
 
+-- ctx: nil for no cache (plain_enqueue.lua's one job).
 local function ready_member(ctx, id, h)
   local floor = math.floor
-  local at_bytes = ctx.at_bytes
-  if at_bytes == nil then
+  local at_bytes = ctx and ctx.at_bytes
+  if ctx and at_bytes == nil then
     at_bytes = {}
     ctx.at_bytes = at_bytes
   end
-  local prefix = at_bytes[h.at]
+  local prefix = at_bytes and at_bytes[h.at]
   if prefix == nil then
     local at = tonumber(h.at)
     prefix = string.char(floor(at / 1099511627776) % 256, floor(at / 4294967296) % 256,
       floor(at / 16777216) % 256, floor(at / 65536) % 256, floor(at / 256) % 256, at % 256)
-    at_bytes[h.at] = prefix
+    if at_bytes then at_bytes[h.at] = prefix end
   end
   local sq = num(h.sq)
   return prefix .. string.char(floor(sq / 4294967296) % 256, floor(sq / 16777216) % 256,

@@ -1,0 +1,179 @@
+-- plain_enqueue.lua: the way most jobs go in, at little more than the cost of their writes.
+--
+-- An enqueue of one plain job (enqueue.lua's plain: no dependency, dedup key, batch or flow
+-- group), new, without a deadline or an available_at of its own (a delay is fine), sent on its
+-- own: what a web request's `task.enqueue(...)` sends. It writes what enqueue.lua writes for such
+-- a job (the sequence, the queue set, the hash, its index entry, the wake-up, the event), in the
+-- same order, but makes none of a call's tables: Lua's collector costs Redis time for every byte
+-- a call allocates. Its guarantees are the general way's:
+--
+-- - Checks before the first write, with the rules of checks.lua. A job they do not pass goes the
+--   general way (`fast` returns nil, having written nothing), which words its refusal; so does an
+--   id that exists (a re-sent call, a duplicate).
+-- - Keys of another type, permissions: only the commands that take writes back are checked
+--   against the caller's ACL before the first write (FAST_CHECKED); Redis checks every other
+--   command as the call runs it. Each write is a redis.pcall: one refused (a key of another
+--   type, a command the ACL refuses) takes back, newest first, the writes before it, and `fast`
+--   returns nil. The general way then makes the call from the same state, and answers as it
+--   always does: CorruptKey, or the refusal of its permission check that names the command.
+--   Redis 6.2 has no such check (nor redis.acl_check_cmd): there the error is raised, after the
+--   same undo.
+
+-- uses: core, checks, events, job
+local clock, ID_MAX, int, NAME_MAX = Core.clock, Core.ID_MAX, Core.int, Core.NAME_MAX
+local PRIORITY_MAX, PRIORITY_MIN, SMALL_NUM = Core.PRIORITY_MAX, Core.PRIORITY_MIN, Core.SMALL_NUM
+local id_error, stage_error, text_error = Checks.id_error, Checks.stage_error, Checks.text_error
+local time_error, valid_name = Checks.time_error, Checks.valid_name
+local EVENTS_MAX, WAKE_MAX = Events.EVENTS_MAX, Events.WAKE_MAX
+local new_fields, ready_member = Job.new_fields, Job.ready_member
+
+-- The commands of plain_undo (lower case: a command's name, not a reply's tag).
+local FAST_CHECKED = {"hdel", "ltrim", "set", "srem", "zrem"}
+
+-- An integer argument of at least `min`, or nil: the usual small ones looked up.
+local function plain_int(s, min)
+  local n = SMALL_NUM[s] or int(s)
+  if n == nil or n < min then return nil end
+  return n
+end
+
+-- The job's available_at when every check of enqueue.lua's new_job_checks and limit_checks
+-- passes for it, else nil.
+local function plain_checked(args, now)
+  local id, queue, stage, payload, input_ref, input_revision, _, priority, max_attempts, _,
+    delay, odf = unpack(args, 8, 19)
+  local pr, after = plain_int(priority, PRIORITY_MIN), delay == "" and 0 or plain_int(delay, 0)
+  if #id == 0 or #id > ID_MAX or id_error(id, "id") or not valid_name(queue, NAME_MAX)
+      or #stage == 0 or stage_error(stage) or #input_ref == 0 or text_error(input_ref, "input_ref")
+      or not plain_int(input_revision, 0) or not plain_int(max_attempts, 1)
+      or pr == nil or pr > PRIORITY_MAX or after == nil
+      or #payload > tonumber(args[3]) or time_error(now + after, "available_at")
+      or (odf ~= "block" and odf ~= "cancel" and odf ~= "run") then
+    return nil
+  end
+  return now + after
+end
+
+-- Takes back the first w.done writes of fast, newest first (the one that failed wrote nothing).
+local function plain_undo(w)
+  local done, prefix, queue, id = w.done, w.prefix, w.queue, w.id
+  local kq = prefix .. "q:" .. queue .. ":"
+  if done >= 5 then
+    local k = kq .. "wake"
+    if w.held > 1 then redis.call("LTRIM", k, 0, w.held - 2) else redis.call("LTRIM", k, 1, 0) end
+  end
+  if done >= 4 then
+    if w.delayed then
+      redis.call("ZREM", kq .. "delayed_pr", w.member)
+      redis.call("ZREM", kq .. "delayed", id)
+    else
+      redis.call("ZREM", kq .. "ready", w.member)
+    end
+  end
+  if done >= 3 then
+    local names = {}
+    for i = 1, #w.fields, 2 do names[#names + 1] = w.fields[i] end
+    redis.call("HDEL", prefix .. "job:" .. id, unpack(names))
+  end
+  if done >= 2 and w.added == 1 then redis.call("SREM", prefix .. "queues", queue) end
+  if done >= 1 then
+    if w.seq > 1 then
+      redis.call("SET", prefix .. "seq", w.seq - 1)
+    else
+      redis.call("SET", prefix .. "seq", "0", "PXAT", "1") -- (this call made it: deleted)
+    end
+  end
+end
+
+-- enqueue.lua's call (KEYS, ARGV: see there) for a plain job, or nil, having written nothing,
+-- for run_call to make it the general way.
+local function fast(keys, args)
+  if #args ~= 25 or args[5] ~= "1" then return nil end
+  local mode, reply = args[6], args[7]
+  -- (the job's arguments, in the order of enqueue.lua's read_group)
+  local id, queue, stage, payload, input_ref, input_revision, dependencies, priority,
+    max_attempts, available_at, delay, odf, made, deadline, expires_in, dedup, group, batch =
+    unpack(args, 8, 25)
+  if dependencies ~= "" or available_at ~= "" or deadline ~= "" or expires_in ~= ""
+      or dedup ~= "" or group ~= "" or batch ~= ""
+      or (mode ~= "all" and mode ~= "each" and mode ~= "skip")
+      or (reply ~= "ids" and reply ~= "slim") then
+    return nil
+  end
+  local timed, now = pcall(clock, args[2]) -- (TIME refused: the general way says so)
+  local at = timed and now and plain_checked(args, now)
+  if not at then return nil end
+  local prefix, allowed = keys[1], redis.acl_check_cmd -- (Redis 7+, Valkey)
+  for i = 1, allowed and #FAST_CHECKED or 0 do
+    if not allowed(FAST_CHECKED[i], prefix) then return nil end
+  end
+  local kjob = prefix .. "job:" .. id
+  if redis.pcall("EXISTS", kjob) ~= 0 then return nil end -- (exists, or refused: see above)
+  local now_text, delayed = string.format("%d", now), at > now
+  local at_text = delayed and string.format("%d", at) or now_text
+  local kq = prefix .. "q:" .. queue .. ":"
+  local h = {s = stage, at = at_text, sq = nil, p = payload, q = queue, ir = input_ref,
+    rv = input_revision, dp = "", pd = "0", odf = odf, pr = priority, m = max_attempts,
+    ec = made ~= "1" and args[1] or nil}
+  -- The writes, in order; a refused one leaves the loop (break) with `done` writes to take back.
+  local done, failed, seq, added, fields, member, held = 0, nil, nil, nil, nil, nil, 0
+  repeat
+    -- 1: the sequence
+    seq = redis.pcall("INCRBY", prefix .. "seq", "1")
+    if type(seq) == "table" then failed = seq; break end
+    done = 1
+    -- 2: the queue set
+    added = redis.pcall("SADD", prefix .. "queues", queue)
+    if type(added) == "table" then failed = added; break end
+    done = 2
+    -- 3: the hash (a new key: EXISTS found none)
+    h.sq = string.format("%d", seq)
+    fields = new_fields(h, now_text)
+    failed = redis.pcall("HSET", kjob, unpack(fields))
+    if type(failed) == "table" then break end
+    done = 3
+    -- 4: its index entry (ready: by priority, then available_at and sequence; delayed: by time
+    -- and, in delayed_pr, as ready would hold it)
+    member = ready_member(nil, id, h)
+    failed = redis.pcall("ZADD", kq .. (delayed and "delayed" or "ready"),
+      delayed and at_text or priority, delayed and id or member)
+    if type(failed) == "table" then break end
+    if delayed then
+      failed = redis.pcall("ZADD", kq .. "delayed_pr", priority, member)
+      if type(failed) == "table" then
+        redis.call("ZREM", kq .. "delayed", id)
+        break
+      end
+    end
+    done = 4
+    -- 5: a wake-up for an idle worker (not for a paused queue: resume.lua wakes them then; a
+    -- paused set of another type pauses nothing, as call.lua's finish has it)
+    if not delayed then
+      failed = redis.pcall("SISMEMBER", prefix .. "paused", queue)
+      local err = type(failed) == "table" and tostring(failed.err)
+      if err and not string.find(err, "WRONGTYPE", 1, true) then break end
+      if failed ~= 1 then
+        local k = kq .. "wake"
+        held = redis.pcall("RPUSH", k, "1")
+        if type(held) == "table" then failed = held; break end
+        if held > WAKE_MAX then redis.call("LTRIM", k, -WAKE_MAX, -1) end
+        done = 5
+      end
+    end
+    -- 6: the event, last (nothing after it to take back)
+    failed = keys[2] and redis.pcall("XADD", keys[2], "MAXLEN", "~", EVENTS_MAX, "*", "job", id,
+      "ev", delayed and "scheduled" or "available", "q", queue, "a", "0")
+    if type(failed) == "table" then break end
+    failed = nil
+  until true
+  if failed then
+    plain_undo({done = done, prefix = prefix, queue = queue, id = id, seq = seq, added = added,
+      fields = fields, member = member, delayed = delayed, held = held})
+    local err = tostring(failed.err)
+    if allowed or string.find(err, "WRONGTYPE", 1, true) then return nil end
+    error(err) -- (Redis 6.2: no check up front to name the command; as Redis words it)
+  end
+  local item = reply == "ids" and id or "0"
+  if mode == "each" then return {"EachResult", now_text, {"JobApplied", "", item}} end
+  return {"BatchApplied", now_text, item}
+end
