@@ -423,10 +423,11 @@ def library() -> Library:
     for script in files.scripts:
         flags = f'"{FLAGS[script]}"' if script in FLAGS else ""
         listed = _lua_list(uses(script, files.reached(script)))
-        ran = "main, fast" if FAST in files.files[script].names else "main"
-        main = ", ".join(f"{title(script)}.{n}" for n in ran.split(", "))
+        ran = ["main", FAST] if FAST in files.files[script].names else ["main"]
+        main = ", ".join(f"{title(script)}.{n}" for n in ran)
         if script not in shared:
-            main = f"(function()\n{files.files[script].code.rstrip()}\nreturn {ran}\nend)()"
+            code = files.files[script].code.rstrip()
+            main = f"(function()\n{code}\nreturn {', '.join(ran)}\nend)()"
         call = f'register("{name}_{script}", {{{flags}}}, {listed}, {main})'
         parts.append(f"\n-- ===== {script}.lua =====\n{call}\n")
     return Library(name, "".join(parts))
