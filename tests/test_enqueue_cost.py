@@ -88,8 +88,21 @@ def test_a_waiting_worker_takes_the_wake_up_of_the_same_commands(
         waiter.close()
 
 
-def test_wake_ups_nobody_took_are_trimmed_to_sixteen(counted: redis.Redis, q: Quasar) -> None:
+def test_wake_ups_nobody_took_are_trimmed_to_sixteen_past_thirty_two(
+    counted: redis.Redis, q: Quasar
+) -> None:
+    wake = q.keys.wake("default")
+    for _ in range(31):
+        applied(q.enqueue("s"))
+    # (one LTRIM for every 17 pushes once the list is full, not one a push)
+    assert ran(counted, lambda: applied(q.enqueue("s"))) == READY
+    assert counted.llen(wake) == 32
+    assert ran(counted, lambda: applied(q.enqueue("s"))) == READY + Counter(ltrim=1)
+    assert counted.llen(wake) == 16
     for _ in range(16):
         applied(q.enqueue("s"))
-    assert ran(counted, lambda: applied(q.enqueue("s"))) == READY + Counter(ltrim=1)
-    assert counted.llen(q.keys.wake("default")) == 16
+    assert counted.llen(wake) == 32
+    # (the general way, a batch's tokens: the same bound)
+    jobs = [NewJob("s") for _ in range(5)]
+    assert ran(counted, lambda: q.enqueue_many(jobs))["ltrim"] == 1
+    assert counted.llen(wake) == 16

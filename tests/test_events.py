@@ -143,7 +143,7 @@ def test_events_can_be_turned_off(redis_client: Any, namespace: str) -> None:
     assert q.redis.exists(q.keys.events) == 0
 
 
-def test_enqueue_and_promotion_wake_idle_workers_at_most_16_tokens(q: Quasar) -> None:
+def test_enqueue_and_promotion_wake_idle_workers_at_most_16_tokens_a_call(q: Quasar) -> None:
     wake = q.keys.wake("default")
     applied(q.enqueue("s", id="later", delay_ms=100, now=T0))
     assert q.redis.llen(wake) == 0
@@ -152,5 +152,7 @@ def test_enqueue_and_promotion_wake_idle_workers_at_most_16_tokens(q: Quasar) ->
     assert q.promote_due(now=T0 + 100) == 1
     assert q.redis.llen(wake) == 2
     q.enqueue_many([NewJob("s") for _ in range(40)], now=T0)
-    assert q.redis.llen(wake) == 16
+    assert q.redis.llen(wake) == 18  # (16 for the 40 jobs)
+    q.enqueue_many([NewJob("s") for _ in range(40)], now=T0)
+    assert q.redis.llen(wake) == 16  # (34 nobody took: past 32, trimmed to the last 16)
     assert q.redis.llen(q.keys.wake("other")) == 0

@@ -53,7 +53,7 @@ local function finish(ctx, reply)
       for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
       local k = key_q(ctx, queue, "wake")
       local held = guarded(ctx, "RPUSH", k, unpack(tokens))
-      if held > WAKE_MAX then redis.call("LTRIM", k, -WAKE_MAX, -1) end
+      if held > 2 * WAKE_MAX then redis.call("LTRIM", k, -WAKE_MAX, -1) end
       -- (guarded: core.lua. Its undo trims the list back to the tokens it held, all alike.)
       local undo = ctx.undo
       if undo then

@@ -6,6 +6,10 @@ local fmt, guarded, NONE = Core.fmt, Core.guarded, Core.NONE
 -- The stream keeps about EVENTS_MAX job changes: an entry lists a run of them (up to a whole
 -- batch), so each XADD trims to EVENTS_MAX / (the changes in its own entry) entries, at least 1.
 local EVENTS_MAX = 10000
+-- WAKE_MAX: the wake-up tokens a call pushes at most per queue. A list nobody takes from is
+-- trimmed back to its last WAKE_MAX once it holds more than twice that: one LTRIM every
+-- WAKE_MAX + 1 pushes rather than one a push, and idle workers wake no more than 2 * WAKE_MAX
+-- times for jobs already taken.
 local WAKE_MAX = 16
 
 -- Events are grouped: consecutive events of one kind and queue in one call become one stream

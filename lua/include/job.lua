@@ -181,9 +181,10 @@ end
 -- shares one or a few).
 local READY_PREFIX = 11
 
--- ctx: nil for no cache (plain_enqueue.lua's one job).
-local function ready_member(ctx, id, h)
-  local floor = math.floor
+-- ctx: nil for no cache (plain_enqueue.lua's one job). at, sq: h.at and h.sq as numbers, when
+-- the caller has them. (Each number in two parts below 2^24, whose bytes take no more division.)
+local function ready_member(ctx, id, h, at, sq)
+  local floor, char = math.floor, string.char
   local at_bytes = ctx and ctx.at_bytes
   if ctx and at_bytes == nil then
     at_bytes = {}
@@ -191,14 +192,16 @@ local function ready_member(ctx, id, h)
   end
   local prefix = at_bytes and at_bytes[h.at]
   if prefix == nil then
-    local at = tonumber(h.at)
-    prefix = string.char(floor(at / 1099511627776) % 256, floor(at / 4294967296) % 256,
-      floor(at / 16777216) % 256, floor(at / 65536) % 256, floor(at / 256) % 256, at % 256)
+    at = at or tonumber(h.at)
+    local hi, lo = floor(at / 16777216), at % 16777216
+    prefix = char(floor(hi / 65536) % 256, floor(hi / 256) % 256, hi % 256, floor(lo / 65536),
+      floor(lo / 256) % 256, lo % 256)
     if at_bytes then at_bytes[h.at] = prefix end
   end
-  local sq = num(h.sq)
-  return prefix .. string.char(floor(sq / 4294967296) % 256, floor(sq / 16777216) % 256,
-    floor(sq / 65536) % 256, floor(sq / 256) % 256, sq % 256) .. id
+  sq = sq or num(h.sq)
+  local hi, lo = floor(sq / 16777216), sq % 16777216
+  return prefix .. char(floor(hi / 256) % 256, hi % 256, floor(lo / 65536), floor(lo / 256) % 256,
+    lo % 256) .. id
 end
 
 local function ready_id(member) return string.sub(member, READY_PREFIX + 1) end

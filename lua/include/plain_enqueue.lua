@@ -136,7 +136,7 @@ local function fast(keys, args)
     done = 3
     -- 4: its index entry (ready: by priority, then available_at and sequence; delayed: by time
     -- and, in delayed_pr, as ready would hold it)
-    member = ready_member(nil, id, h)
+    member = ready_member(nil, id, h, at, seq)
     failed = redis.pcall("ZADD", kq .. (delayed and "delayed" or "ready"),
       delayed and at_text or priority, delayed and id or member)
     if type(failed) == "table" then break end
@@ -158,7 +158,7 @@ local function fast(keys, args)
         local k = kq .. "wake"
         held = redis.pcall("RPUSH", k, "1")
         if type(held) == "table" then failed = held; break end
-        if held > WAKE_MAX then redis.call("LTRIM", k, -WAKE_MAX, -1) end
+        if held > 2 * WAKE_MAX then redis.call("LTRIM", k, -WAKE_MAX, -1) end
         done = 5
       end
     end
