@@ -4,9 +4,10 @@
 -- does not exist (nor earlier in this batch), IncompleteDependency when it can never succeed
 -- (Cancelled or Expired, or Failed for a job that asked to be cancelled on dependency failure;
 -- never for a job under "run", for which a dependency that ended counts as resolved); then the
--- keys its write touches (CorruptKey: for a single plain new job, found by the write that meets
--- the key, the writes before it taken back: enqueue_guarded). A job may depend on an earlier job
--- of the same batch.
+-- keys its write touches (CorruptKey). A job may depend on an earlier job of the same batch.
+-- A single plain new job is written by plain_enqueue.lua's fast, registered before main: main
+-- makes the calls it declines (a refusal, an id that exists, a key of another type, a command
+-- the ACL refuses), and every other.
 -- An id that exists with a lower input revision than the one given is superseded instead
 -- (include/revise.lua): a live job takes the new input; a lower revision is StaleRevision.
 --
@@ -59,7 +60,6 @@
 
 -- uses: core, checks, events, job, call, flow_control, unique, revise, batches, plain_enqueue
 local applied, clock, fmt, ID_MAX, int = Core.applied, Core.clock, Core.fmt, Core.ID_MAX, Core.int
-local guarded, undo_with = Core.guarded, Core.undo_with
 local invalid, key_dependents, key_job = Core.invalid, Core.key_dependents, Core.key_job
 local key_queues, key_seq, PRIORITY_MAX = Core.key_queues, Core.key_seq, Core.PRIORITY_MAX
 local PRIORITY_MIN, refuse, split = Core.PRIORITY_MIN, Core.refuse, Core.split
@@ -73,7 +73,7 @@ local emit, wake = Events.emit, Events.wake
 local blocked, job_reply, new_fields = Job.blocked, Job.job_reply, Job.new_fields
 local load_job, place, status_name = Job.load_job, Job.place, Job.status_name
 local decode_items, encode_items, record = Call.decode_items, Call.encode_items, Call.record
-local finish, recorded, run_call = Call.finish, Call.recorded, Call.run_call
+local recorded, run_call = Call.recorded, Call.run_call
 local debounce, unique_arg = Unique.debounce, Unique.unique_arg
 local unique_holder, unique_take = Unique.unique_holder, Unique.unique_take
 local revision_changes, rewrite = Revise.revision_changes, Revise.rewrite
@@ -341,7 +341,6 @@ local function check_one(ctx, a, now, limits, batch)
   local pending, err = dependency_checks(ctx, a, batch)
   if pending == nil then return err end
   a.pending = pending
-  if limits.guarded then return nil end -- (its writes find a key of another type: see main)
   local index = pending > 0 and "blocked" or (a.at <= now and "ready" or "delayed")
   return writes_error(ctx, a.queue, WRITES[index])
     or (a.dl and writes_error(ctx, a.queue, DEADLINE_WRITES))
@@ -382,11 +381,6 @@ local function write_one(ctx, a, now, seq, now_text)
   end
   local k, fields = key_job(ctx, a.id), new_fields(h, now_text)
   redis.call("HSET", k, unpack(fields)) -- (a new key: EXISTS found none)
-  if ctx.undo then
-    local names = {}
-    for i = 1, #fields, 2 do names[#names + 1] = fields[i] end
-    undo_with(ctx, "HDEL", k, unpack(names))
-  end
   place(ctx, a.id, h, now)
   emit(ctx, a.id, h, status_name(h, now))
   for _, d in ipairs(a.deps) do
@@ -424,24 +418,13 @@ local function took(limits, a)
   if a.u then limits.taken[a.u.key] = a.held or a.id end
 end
 
--- The sequence numbers of `n` new jobs: the one before them. Guarded (core.lua): its undo sets
--- the sequence back, or removes it when this call made it (a SET past its expiry deletes).
+-- The sequence numbers of `n` new jobs: the one before them.
 local function take_seq(ctx, n)
-  local before = guarded(ctx, "INCRBY", key_seq(ctx), fmt(ctx, n)) - n
-  if ctx.undo and before > 0 then
-    undo_with(ctx, "SET", key_seq(ctx), fmt(ctx, before))
-  elseif ctx.undo then
-    undo_with(ctx, "SET", key_seq(ctx), "0", "PXAT", "1")
-  end
-  return before
+  return redis.call("INCRBY", key_seq(ctx), fmt(ctx, n)) - n
 end
 
--- The namespace's queue set lists q (guarded: the undo takes out a queue this call added).
-local function list_queue(ctx, q)
-  if guarded(ctx, "SADD", key_queues(ctx), q) == 1 then
-    undo_with(ctx, "SREM", key_queues(ctx), q)
-  end
-end
+-- The namespace's queue set lists q.
+local function list_queue(ctx, q) redis.call("SADD", key_queues(ctx), q) end
 
 -- "all" (and "skip"): check every job, then write them all. Returns the reply and, when a job
 -- was answered by another, the call record (every job's answer: see the header).
@@ -610,27 +593,6 @@ local function plain(a)
   return a.dependencies == "" and a.dedup == "" and a.batch == "" and a.group == ""
 end
 
-local function guarded_run(ctx, enqueue, jobs, now, limits, reply)
-  local out = enqueue(ctx, jobs, now, limits, reply, NO_DEPS) -- (a refusal: no record, see main)
-  return finish(ctx, out)
-end
-
--- One plain new job, its keys' types unchecked (no TYPE): its writes, and its call's finish,
--- guarded (core.lua), so that a key of another type is the job's CorruptKey refusal with
--- nothing written, found by the write that fails.
-local function enqueue_guarded(ctx, enqueue, jobs, now, limits, reply)
-  limits.guarded = true
-  ctx.undo = {}
-  local ok, out = pcall(guarded_run, ctx, enqueue, jobs, now, limits, reply)
-  ctx.undo = nil
-  if ok then return out end
-  -- (taken back: what the failed write left buffered is not for run_call's finish to write)
-  ctx.index, ctx.index_keys, ctx.woken, ctx.event_runs = nil, nil, nil, nil
-  if type(out) ~= "table" or out.corrupt == nil then error(out, 0) end
-  if limits.each then return {"EachResult", limits.now_text, out.corrupt} end
-  return refuse("BatchRefused", "1", out.corrupt)
-end
-
 local function main(ctx)
   local args = ctx.args
   local now, e = clock(args[2])
@@ -652,12 +614,11 @@ local function main(ctx)
   limits.skip = mode == "skip"
   limits.none_exist = none_exist(ctx, jobs)
   limits.each = mode == "each"
-  -- One plain job that does not exist: no re-sent call of it applied it. In "each" mode one
-  -- that refused it left no record to read: a plain job's refusals depend on its arguments and
-  -- on its keys' types alone, so a re-sent call is refused again, or applies.
+  -- One plain job that does not exist (fast declined it): no re-sent call of it applied it. In
+  -- "each" mode one that refused it left no record to read: a plain job's refusals depend on its
+  -- arguments and on its keys' types alone, so a re-sent call is refused again, or applies.
   if n == 1 and limits.none_exist and plain(jobs[1]) then
-    local enqueue = limits.each and enqueue_each or enqueue_all
-    return enqueue_guarded(ctx, enqueue, jobs, now, limits, reply)
+    return (limits.each and enqueue_each or enqueue_all)(ctx, jobs, now, limits, reply, NO_DEPS)
   end
   if mode == "each" then
     -- A re-sent call: its record (some job was refused), or its first job found (all applied).

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from quasar_redis import (
@@ -18,7 +21,7 @@ from quasar_redis import (
     Waiting,
 )
 
-from .helpers import FULL_JOB, T0, applied, claimed, raw_job, snapshot, where
+from .helpers import FULL_JOB, T0, applied, claimed, delete_namespace, raw_job, snapshot, where
 
 
 def test_enqueue_applies_waiting_with_attempt_and_fence_zero(q: Quasar) -> None:
@@ -276,3 +279,65 @@ def test_the_job_an_enqueue_returns_is_the_job_stored(q: Quasar) -> None:
     assert full.pending_dependencies == 1
     info = q.get_job("full")
     assert info is not None and info.job == full
+
+
+#: A single plain job of each shape the plain enqueue writes (lua/include/plain_enqueue.lua):
+#: with a delay, an available_at past or later, a deadline, an id of any text, each option.
+_PLAIN_SHAPES: dict[str, dict[str, Any]] = {
+    "ready": {},
+    "chosen id": {"id": "mine"},
+    "id beyond ASCII": {"id": "naïve-日本-ü"},
+    "delay": {"delay_ms": 5_000},
+    "available_at past": {"available_at": T0 - 5_000},
+    "available_at now": {"available_at": T0},
+    "available_at later": {"available_at": T0 + 5_000, "delay_ms": 99},
+    "deadline": {"deadline": T0 + 60_000},
+    "expires_in, due later": {"delay_ms": 5_000, "expires_in_ms": 60_000},
+    "options": {
+        "queue": "other",
+        "priority": -3,
+        "max_attempts": 7,
+        "input_ref": "s3://bucket/x",
+        "input_revision": 2,
+        "on_dependency_failure": "cancel",
+    },
+}
+
+
+def _comparable(q: Quasar, job_id: str) -> str:
+    """A namespace's keys and values without its name, the call ids (``ec``), the stream entry
+    ids and the job's id (made at random, unless chosen)."""
+    out: dict[str, Any] = {}
+    root = q.keys.root
+    for key, (kind, found) in snapshot(q).items():
+        value = found
+        if kind == "hash":
+            value = {f: (b"<call>" if f == b"ec" else v) for f, v in found.items()}
+        elif kind == "stream":
+            value = [fields for _, fields in q.redis.xrange(key)]
+        elif kind == "list":
+            value = q.redis.lrange(key, 0, -1)
+        out[key.removeprefix(root)] = (kind, value)
+    return repr(sorted(out.items())).replace(job_id, "<id>")
+
+
+@pytest.mark.parametrize("shape", sorted(_PLAIN_SHAPES))
+def test_a_plain_job_sent_alone_is_written_as_the_general_way_writes_it(
+    q: Quasar, redis_client: Any, backend: str, namespace: str, shape: str
+) -> None:
+    # The plain enqueue writes a single job (q.enqueue_job, after one job of another queue);
+    # the general way, a batch of the same two jobs in a namespace of its own: the same keys,
+    # fields, index entries, wake-ups and events.
+    job, other = NewJob("s", {"n": 1}, **_PLAIN_SHAPES[shape]), NewJob("s", id="first", queue="q2")
+    general_ns = f"{namespace}-general"
+    general = Quasar(redis_client, general_ns, functions=backend == "redis")
+    try:
+        applied(q.enqueue_job(other, now=T0))
+        one = applied(q.enqueue_job(job, now=T0))
+        batch = general.enqueue_many([other, job], now=T0)
+        assert isinstance(batch, BatchApplied), batch
+        two = batch.jobs[1]
+        assert dataclasses.replace(two, id=one.id) == one
+        assert _comparable(q, one.id) == _comparable(general, two.id)
+    finally:
+        delete_namespace(redis_client, general_ns)

@@ -15,7 +15,7 @@ import redis
 
 from quasar_redis import NewJob, Quasar
 
-from .helpers import applied, real_redis, wait_for
+from .helpers import T0, applied, real_redis, wait_for
 from .servers import RedisServer
 
 #: A job that is ready at once: its checks (the clock, whether the id exists), then its writes
@@ -58,6 +58,15 @@ def test_a_plain_enqueue_runs_its_writes_and_two_reads(counted: redis.Redis, q: 
     deadlines = Counter(zadd=1)  # (the deadlines index)
     assert ran(counted, lambda: applied(q.enqueue_job(expiring))) == READY + deadlines
     assert ran(counted, lambda: applied(q.enqueue("s", delay_ms=60_000))) == DELAYED
+    # (an id beyond ASCII, an available_at and a deadline of its own: the same way; the clock
+    # given, no TIME)
+    clocked = Counter(time=1)
+    own_id = ran(counted, lambda: applied(q.enqueue("s", id="naïve-日本", now=T0)))
+    assert own_id == READY - clocked
+    later = NewJob("s", available_at=T0 + 60_000, deadline=T0 + 120_000)
+    assert ran(counted, lambda: applied(q.enqueue_job(later, now=T0))) == (
+        DELAYED - clocked + deadlines
+    )
 
 
 def test_a_single_job_of_the_asyncio_clients_coalesced_call_costs_the_same(

@@ -4,7 +4,7 @@
 local CALL_TTL_TEXT, clock, int, invalid = Core.CALL_TTL_TEXT, Core.clock, Core.int, Core.invalid
 local key_call, key_cascades, key_paused = Core.key_call, Core.key_cascades, Core.key_paused
 local key_q, key_queues, NAME_MAX, NONE = Core.key_q, Core.key_queues, Core.NAME_MAX, Core.NONE
-local guarded, pcall_typed = Core.guarded, Core.pcall_typed
+local pcall_typed = Core.pcall_typed
 local check_queue, check_types = Checks.check_queue, Checks.check_types
 local valid_name = Checks.valid_name
 local flush_index = Index.flush_index
@@ -38,8 +38,7 @@ end
 -- this call started (its root: the call id) has some in Redis: this call left it, or, for a
 -- re-sent call, the first delivery did and it is not done yet.
 -- Before that, what the call buffered is written: its indexes, flows, wake-ups (the tokens of
--- the queues that got claimable jobs), then its events (the last write: see flush_events).
--- Once: a call that wrote them itself (enqueue.lua's guarded writes) leaves nothing here.
+-- the queues that got claimable jobs), then its events.
 local function finish(ctx, reply)
   flush_index(ctx)
   flush_flow(ctx)
@@ -52,15 +51,8 @@ local function finish(ctx, reply)
       local tokens = {}
       for i = 1, math.min(n, WAKE_MAX) do tokens[i] = "1" end
       local k = key_q(ctx, queue, "wake")
-      local held = guarded(ctx, "RPUSH", k, unpack(tokens))
-      if held > 2 * WAKE_MAX then redis.call("LTRIM", k, -WAKE_MAX, -1) end
-      -- (guarded: core.lua. Its undo trims the list back to the tokens it held, all alike.)
-      local undo = ctx.undo
-      if undo then
-        held = held - #tokens
-        local back = {k, held > 0 and 0 or 1, held > 0 and held - 1 or 0}
-        table.insert(back, 1, "LTRIM")
-        undo[#undo + 1] = back
+      if redis.call("RPUSH", k, unpack(tokens)) > 2 * WAKE_MAX then
+        redis.call("LTRIM", k, -WAKE_MAX, -1)
       end
     end
   end
@@ -161,7 +153,6 @@ local function run_call(keys, args, main, uses)
     -- made at their first use (many calls need none of them):
     int_ok = nil, at_bytes = nil, event_runs = nil, index = nil, index_keys = nil, woken = nil,
     written_again = nil, -- (enqueue.lua: the sequence written again, once)
-    undo = nil, -- (core.lua's guarded writes: what takes back each one done)
     flows = nil, -- (flow.lua: groups that got ready jobs, leases begun and ended)
   }
   return finish(ctx, main(ctx))

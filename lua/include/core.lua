@@ -162,36 +162,6 @@ end
 
 local function refuse(tag, ...) return {tag, ...} end
 
--- Guarded writes. A call that writes keys whose types it has not checked (enqueue.lua's plain
--- job: no TYPE on each call) sets ctx.undo to a list; its writes then go through `guarded`, a
--- redis.pcall, and each write done keeps there the command that takes it back (undo_with). A
--- write refused for a key of another type (someone wrote it by hand) runs them all, newest
--- first, and raises {corrupt = CorruptKey refusal}, which the call catches (Lua's pcall) and
--- answers: nothing written. Any other error is raised after the same undo (as pcall_typed
--- raises it). Without ctx.undo a guarded write is a plain redis.call.
-local function guarded(ctx, cmd, k, ...)
-  local undo = ctx.undo
-  if undo == nil then return redis.call(cmd, k, ...) end
-  local reply = redis.pcall(cmd, k, ...)
-  if type(reply) ~= "table" or not reply.err then return reply end
-  ctx.undo = nil
-  for i = #undo, 1, -1 do redis.call(unpack(undo[i])) end
-  if not string.find(tostring(reply.err), "WRONGTYPE", 1, true) then
-    if redis.acl_check_cmd then error(reply) end
-    error(reply.err)
-  end
-  local kind = redis.call("TYPE", k)["ok"]
-  local want = ({INCRBY = "string", SADD = "set", ZADD = "zset", RPUSH = "list"})[cmd] or "stream"
-  error({corrupt = refuse("CorruptKey", k, "holds a " .. kind .. ", expected a " .. want)})
-end
-
--- Keeps the command that takes back a guarded write just done (nothing without ctx.undo). (The
--- include files append theirs to ctx.undo themselves: a script's top-level names are few.)
-local function undo_with(ctx, ...)
-  local undo = ctx.undo
-  if undo then undo[#undo + 1] = {...} end
-end
-
 local function applied(tag, ...) return {tag, ...} end
 
 local function invalid(reason) return refuse("InvalidJob", reason) end

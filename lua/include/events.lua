@@ -1,7 +1,7 @@
 -- events.lua: the event stream and the wake lists idle workers block on.
 
 -- uses: core
-local fmt, guarded, NONE = Core.fmt, Core.guarded, Core.NONE
+local fmt, NONE = Core.fmt, Core.NONE
 
 -- The stream keeps about EVENTS_MAX job changes: an entry lists a run of them (up to a whole
 -- batch), so each XADD trims to EVENTS_MAX / (the changes in its own entry) entries, at least 1.
@@ -40,8 +40,7 @@ local function note(ctx, why)
   if runs and runs[#runs] then runs[#runs].pm = why end
 end
 
--- Once a call (the runs are dropped). A guarded call (core.lua) writes them last: nothing to
--- take back after them (a second run goes to the stream the first one found sound).
+-- Once a call (the runs are dropped).
 local function flush_events(ctx)
   local runs = ctx.event_runs
   ctx.event_runs = nil
@@ -51,7 +50,7 @@ local function flush_events(ctx)
       redis.call("XADD", ctx.events, "MAXLEN", "~", entries, "*", "job", run.jobs[1], "ev", run.ev,
         "q", run.q, "a", run.attempts[1], "pm", run.pm)
     else
-      guarded(ctx, "XADD", ctx.events, "MAXLEN", "~", entries, "*", "job",
+      redis.call("XADD", ctx.events, "MAXLEN", "~", entries, "*", "job",
         table.concat(run.jobs, " "), "ev", run.ev, "q", run.q, "a", table.concat(run.attempts, " "))
     end
   end

@@ -1,7 +1,7 @@
 -- index.lua: sorted-set writes, buffered per call, and the reads that come after them.
 
 -- uses: core
-local guarded, refuse = Core.guarded, Core.refuse
+local refuse = Core.refuse
 
 -- Sorted-set writes are buffered: per key, the last write of each member (its score, or false
 -- for a removal), in ctx.index[key] (the keys in first-write order in ctx.index_keys; both made
@@ -39,7 +39,7 @@ end
 local function flush_index(ctx)
   local index, keys = ctx.index, ctx.index_keys
   if index == nil then return end -- nothing buffered
-  ctx.index, ctx.index_keys = nil, nil -- (once, even when a guarded write fails: core.lua)
+  ctx.index, ctx.index_keys = nil, nil -- (once)
   for _, k in ipairs(keys) do
     local removed, added = {}, {}
     for member, score in pairs(index[k]) do
@@ -51,19 +51,7 @@ local function flush_index(ctx)
       end
     end
     flush_args("ZREM", k, removed)
-    -- (guarded: core.lua. A call that left the key's type unchecked adds only new members: the
-    -- undo of each ZADD removes those it added.)
-    for i = 1, #added, INDEX_CHUNK do
-      local last = math.min(#added, i + INDEX_CHUNK - 1)
-      guarded(ctx, "ZADD", k, unpack(added, i, last))
-      local undo = ctx.undo
-      if undo then
-        local members = {k}
-        for j = i + 1, last, 2 do members[#members + 1] = added[j] end
-        table.insert(members, 1, "ZREM")
-        undo[#undo + 1] = members
-      end
-    end
+    flush_args("ZADD", k, added)
   end
 end
 

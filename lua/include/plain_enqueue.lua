@@ -1,11 +1,11 @@
 -- plain_enqueue.lua: the way most jobs go in, at little more than the cost of their writes.
 --
 -- An enqueue of one plain job (enqueue.lua's plain: no dependency, dedup key, batch or flow
--- group), new, without a deadline or an available_at of its own (a delay is fine), sent on its
--- own: what a web request's `task.enqueue(...)` sends. It writes what enqueue.lua writes for such
--- a job (the sequence, the queue set, the hash, its index entry, the wake-up, the event), in the
--- same order, but makes none of a call's tables: Lua's collector costs Redis time for every byte
--- a call allocates. Its guarantees are the general way's:
+-- group), new, sent on its own: what a web request's `task.enqueue(...)` sends, with or without
+-- a delay, an available_at or a deadline. It writes what enqueue.lua writes for such a job (the
+-- sequence, the queue set, the hash, its index entries, the wake-up, the event), but makes none
+-- of a call's tables: Lua's collector costs Redis time for every byte a call allocates. Its
+-- guarantees are the general way's:
 --
 -- - Checks before the first write, with the rules of checks.lua. A job they do not pass goes the
 --   general way (`fast` returns nil, having written nothing), which words its refusal; so does an
@@ -22,7 +22,7 @@
 -- uses: core, checks, events, job
 local clock, ID_MAX, int, NAME_MAX = Core.clock, Core.ID_MAX, Core.int, Core.NAME_MAX
 local PRIORITY_MAX, PRIORITY_MIN, SMALL_NUM = Core.PRIORITY_MAX, Core.PRIORITY_MIN, Core.SMALL_NUM
-local stage_error, text_error = Checks.stage_error, Checks.text_error
+local id_error, stage_error, text_error = Checks.id_error, Checks.stage_error, Checks.text_error
 local time_error, valid_name = Checks.time_error, Checks.valid_name
 local EVENTS_MAX, WAKE_MAX = Events.EVENTS_MAX, Events.WAKE_MAX
 local new_fields, ready_member = Job.new_fields, Job.ready_member
@@ -37,36 +37,50 @@ local function plain_int(s, min)
   return n
 end
 
--- The job's available_at when every check of enqueue.lua's new_job_checks and limit_checks
--- passes for it, else nil.
+-- The job's available_at and deadline (false: none) when every check of enqueue.lua's
+-- new_job_checks (deadline_checks with it) and limit_checks passes for it, else nil.
 local function plain_checked(args, now)
-  local id, queue, stage, payload, input_ref, input_revision, _, priority, max_attempts, _,
-    delay, odf = unpack(args, 8, 19)
-  local pr, after = plain_int(priority, PRIORITY_MIN), delay == "" and 0 or plain_int(delay, 0)
-  -- (an id of printable ASCII but space: checks.lua's id_error, by one anchored match; any other
-  -- id goes the general way, which decodes it)
-  if #id > ID_MAX or not string.find(id, "^[!-~]+$") or not valid_name(queue, NAME_MAX)
+  local id, queue, stage, payload, input_ref, input_revision, _, priority, max_attempts,
+    available_at, delay, odf, _, deadline, expires_in = unpack(args, 8, 22)
+  local pr, at, dl = plain_int(priority, PRIORITY_MIN), nil, false
+  if available_at ~= "" then
+    at = plain_int(available_at, 0)
+  else
+    local after = delay == "" and 0 or plain_int(delay, 0)
+    at = after and now + after
+  end
+  if at and (deadline ~= "" or expires_in ~= "") then
+    local ttl = deadline == "" and plain_int(expires_in, 1)
+    dl = (expires_in == "" and int(deadline)) or (ttl and now + ttl)
+    if not dl or dl <= now or dl <= at or time_error(dl, "deadline") then return nil end
+  end
+  -- (an id of printable ASCII but space by one anchored match, what id_error accepts of ASCII;
+  -- any other id is decoded by id_error)
+  if at == nil or #id > ID_MAX or (not string.find(id, "^[!-~]+$") and id_error(id, "id"))
+      or not valid_name(queue, NAME_MAX)
       or #stage == 0 or stage_error(stage) or #input_ref == 0 or text_error(input_ref, "input_ref")
       or not plain_int(input_revision, 0) or not plain_int(max_attempts, 1)
-      or pr == nil or pr > PRIORITY_MAX or after == nil
-      or #payload > tonumber(args[3]) or time_error(now + after, "available_at")
-      or (odf ~= "block" and odf ~= "cancel" and odf ~= "run") then
+      or pr == nil or pr > PRIORITY_MAX or time_error(at, "available_at")
+      or #payload > tonumber(args[3]) or (odf ~= "block" and odf ~= "cancel" and odf ~= "run") then
     return nil
   end
-  return now + after
+  return at, dl
 end
 
--- Takes back the first w.done writes of fast, newest first (the one that failed wrote nothing).
+-- Takes back the first w.done writes of fast, newest first (the one that failed wrote nothing):
+-- 1 the sequence, 2 the queue set, 3 the hash, 4 the ready or delayed entry, 5 the delayed_pr
+-- entry (a job due later), 6 the deadlines entry (a job with a deadline), 7 the wake-up.
 local function plain_undo(w)
   local done, prefix, queue, id = w.done, w.prefix, w.queue, w.id
   local kq = prefix .. "q:" .. queue .. ":"
-  if done >= 5 then
+  if done >= 7 then
     local k = kq .. "wake"
     if w.held > 1 then redis.call("LTRIM", k, 0, w.held - 2) else redis.call("LTRIM", k, 1, 0) end
   end
+  if done >= 6 and w.dl then redis.call("ZREM", kq .. "deadlines", id) end
+  if done >= 5 and w.delayed then redis.call("ZREM", kq .. "delayed_pr", w.member) end
   if done >= 4 then
     if w.delayed then
-      redis.call("ZREM", kq .. "delayed_pr", w.member)
       redis.call("ZREM", kq .. "delayed", id)
     else
       redis.call("ZREM", kq .. "ready", w.member)
@@ -96,14 +110,14 @@ local function fast(keys, args)
   local id, queue, stage, payload, input_ref, input_revision, dependencies, priority,
     max_attempts, available_at, delay, odf, made, deadline, expires_in, dedup, group, batch =
     unpack(args, 8, 25)
-  if dependencies ~= "" or available_at ~= "" or deadline ~= "" or expires_in ~= ""
-      or dedup ~= "" or group ~= "" or batch ~= ""
+  if dependencies ~= "" or dedup ~= "" or group ~= "" or batch ~= ""
       or (mode ~= "all" and mode ~= "each" and mode ~= "skip")
       or (reply ~= "ids" and reply ~= "slim") then
     return nil
   end
   local timed, now = pcall(clock, args[2]) -- (TIME refused: the general way says so)
-  local at = timed and now and plain_checked(args, now)
+  if not (timed and now) then return nil end
+  local at, dl = plain_checked(args, now)
   if not at then return nil end
   local prefix, allowed = keys[1], redis.acl_check_cmd -- (Redis 7+, Valkey)
   for i = 1, allowed and #FAST_CHECKED or 0 do
@@ -112,11 +126,11 @@ local function fast(keys, args)
   local kjob = prefix .. "job:" .. id
   if redis.pcall("EXISTS", kjob) ~= 0 then return nil end -- (exists, or refused: see above)
   local now_text, delayed = string.format("%d", now), at > now
-  local at_text = delayed and string.format("%d", at) or now_text
+  local at_text = at == now and now_text or string.format("%d", at)
   local kq = prefix .. "q:" .. queue .. ":"
   local h = {s = stage, at = at_text, sq = nil, p = payload, q = queue, ir = input_ref,
     rv = input_revision, dp = "", pd = "0", odf = odf, pr = priority, m = max_attempts,
-    ec = made ~= "1" and args[1] or nil}
+    ec = made ~= "1" and args[1] or nil, dl = dl and string.format("%d", dl) or nil}
   -- The writes, in order; a refused one leaves the loop (break) with `done` writes to take back.
   local done, failed, seq, added, fields, member, held = 0, nil, nil, nil, nil, nil, 0
   repeat
@@ -134,21 +148,25 @@ local function fast(keys, args)
     failed = redis.pcall("HSET", kjob, unpack(fields))
     if type(failed) == "table" then break end
     done = 3
-    -- 4: its index entry (ready: by priority, then available_at and sequence; delayed: by time
-    -- and, in delayed_pr, as ready would hold it)
+    -- 4, 5: its index entries (ready: by priority, then available_at and sequence; delayed: by
+    -- time and, in delayed_pr, as ready would hold it)
     member = ready_member(nil, id, h, at, seq)
     failed = redis.pcall("ZADD", kq .. (delayed and "delayed" or "ready"),
       delayed and at_text or priority, delayed and id or member)
     if type(failed) == "table" then break end
+    done = 4
     if delayed then
       failed = redis.pcall("ZADD", kq .. "delayed_pr", priority, member)
-      if type(failed) == "table" then
-        redis.call("ZREM", kq .. "delayed", id)
-        break
-      end
+      if type(failed) == "table" then break end
     end
-    done = 4
-    -- 5: a wake-up for an idle worker (not for a paused queue: resume.lua wakes them then; a
+    done = 5
+    -- 6: a deadline's entry (the sweep expires the job at it, unless it started)
+    if dl then
+      failed = redis.pcall("ZADD", kq .. "deadlines", h.dl, id)
+      if type(failed) == "table" then break end
+    end
+    done = 6
+    -- 7: a wake-up for an idle worker (not for a paused queue: resume.lua wakes them then; a
     -- paused set of another type pauses nothing, as call.lua's finish has it)
     if not delayed then
       failed = redis.pcall("SISMEMBER", prefix .. "paused", queue)
@@ -159,10 +177,10 @@ local function fast(keys, args)
         held = redis.pcall("RPUSH", k, "1")
         if type(held) == "table" then failed = held; break end
         if held > 2 * WAKE_MAX then redis.call("LTRIM", k, -WAKE_MAX, -1) end
-        done = 5
+        done = 7
       end
     end
-    -- 6: the event, last (nothing after it to take back)
+    -- 8: the event, last (nothing after it to take back)
     failed = keys[2] and redis.pcall("XADD", keys[2], "MAXLEN", "~", EVENTS_MAX, "*", "job", id,
       "ev", delayed and "scheduled" or "available", "q", queue, "a", "0")
     if type(failed) == "table" then break end
@@ -170,7 +188,7 @@ local function fast(keys, args)
   until true
   if failed then
     plain_undo({done = done, prefix = prefix, queue = queue, id = id, seq = seq, added = added,
-      fields = fields, member = member, delayed = delayed, held = held})
+      fields = fields, member = member, delayed = delayed, dl = dl, held = held})
     local err = tostring(failed.err)
     if allowed or string.find(err, "WRONGTYPE", 1, true) then return nil end
     error(err) -- (Redis 6.2: no check up front to name the command; as Redis words it)
