@@ -7,6 +7,7 @@ Credentials are tried on a ``redis-server`` of the test module's own (``tests/lo
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Iterator
@@ -243,6 +244,66 @@ def test_burst_runs_a_retry_due_at_once(app: App) -> None:
     handle = app.task(flaky, name="flaky", retry=0.0).enqueue()
     assert serve_until_it_ends(app, burst=True, idle_wait=30.0) is None
     assert handle.result(timeout=1) == "ok" and len(attempts) == 3
+
+
+# --- the garbage collector while a worker owns its process --------------------------------------
+
+
+def test_run_freezes_what_start_up_made_and_gives_it_back_as_it_returns(app: App) -> None:
+    assert gc.get_freeze_count() == 0  # (the test process froze nothing)
+    made: list[list[int]] = []
+    seen: list[tuple[int, bool, bool]] = []
+
+    @app.on_startup
+    def make(_: Any) -> None:
+        made.append([1])  # an object of the start-up, alive while the worker serves
+
+    def look() -> None:
+        # out of the collections' reach (the permanent generation): the start-up's object, not
+        # one the job makes
+        mine = [2]
+        walked = gc.get_objects()
+        seen.append(
+            (
+                gc.get_freeze_count(),
+                any(o is made[0] for o in walked),
+                any(o is mine for o in walked),
+            )
+        )
+
+    app.task(look, name="look").enqueue()
+    assert serve_until_it_ends(app, burst=True, idle_wait=30.0) is None
+    assert len(seen) == 1
+    frozen, startup_walked, job_walked = seen[0]
+    assert frozen > 1000 and not startup_walked and job_walked
+    assert gc.get_freeze_count() == 0  # given back: the process as the worker found it
+    assert any(o is made[0] for o in gc.get_objects())
+
+
+def test_a_worker_that_does_not_own_its_process_freezes_nothing(app: App) -> None:
+    seen: list[int] = []
+    app.task(lambda: seen.append(gc.get_freeze_count()), name="look").enqueue()
+    with Worker(app, idle_wait=0.5):  # (served in a thread of the caller's process)
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert seen == [0] and gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_objects_keeps_its_own_policy(app: App) -> None:
+    seen: list[int] = []
+    app.task(lambda: seen.append(gc.get_freeze_count()), name="look").enqueue()
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        assert before > 0
+        assert serve_until_it_ends(app, burst=True, idle_wait=30.0) is None
+        # nothing frozen by the worker (its event loop, its clients...), nor given back; the
+        # count falls as frozen objects are freed
+        assert len(seen) == 1 and 0 < seen[0] <= before
+        assert 0 < gc.get_freeze_count() <= before
+    finally:
+        gc.unfreeze()
 
 
 @pytest.mark.parametrize("prefetch", [0, "auto"])

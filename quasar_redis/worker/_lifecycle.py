@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -28,7 +29,14 @@ from ._outcomes import WorkerStats
 from ._prefetch import Prefetch
 from ._processes import ProcessPool, leave_if_bootstrapping
 from ._serving import Serving
-from ._startup import announce, check_eviction, check_settings, connect, declare_limits
+from ._startup import (
+    announce,
+    check_eviction,
+    check_settings,
+    connect,
+    declare_limits,
+    freeze_startup,
+)
 
 log = logging.getLogger("quasar_redis.worker")
 
@@ -128,12 +136,25 @@ class Worker:
         self._error: BaseException | None = None
         # Its hooks' and tasks' view of it (``current_worker()``), made anew by each serve().
         self.context: WorkerContext | None = None
+        # run(): the worker owns its process; _frozen: its start-up's objects are frozen.
+        self._owns_process = False
+        self._frozen = False
 
     # serving ------------------------------------------------------------------------------------
 
     def run(self, *, install_signals: bool = True) -> None:
-        """Run until stopped (SIGTERM / SIGINT when ``install_signals``)."""
-        asyncio.run(self._serve_and_close(install_signals))
+        """Run until stopped (SIGTERM / SIGINT when ``install_signals``).
+
+        The worker owns its process: once started, what its start-up made is kept out of the
+        garbage collector's full collections until it returns (``freeze_startup``)."""
+        self._owns_process = True
+        try:
+            asyncio.run(self._serve_and_close(install_signals))
+        finally:
+            self._owns_process = False
+            if self._frozen:
+                self._frozen = False
+                gc.unfreeze()
 
     async def _serve_and_close(self, install_signals: bool) -> None:
         try:
@@ -195,6 +216,8 @@ class Worker:
         serving.start_loops()
         self.health.serving(serving.keeper.last_round)
         announce(self.worker_id, self.app, self.queues, self._settings())
+        if self._owns_process and not self._frozen:
+            self._frozen = freeze_startup()
         if self._started is not None:  # ``with``: the block begins
             self._started.set()
         await serving.run()

@@ -10,6 +10,7 @@ help. Once it serves, a lost connection is tried again for ever.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import time
@@ -217,3 +218,23 @@ def announce(worker_id: str, app: App, queues: Sequence[str], settings: str) -> 
                 task.name,
                 task.queue,
             )
+
+
+def freeze_startup() -> bool:
+    """Keep what a worker's start-up made out of the garbage collector's full collections, where
+    the worker owns its process (``Worker.run``, ``quasar worker``); whether it did.
+
+    A full collection walks every object the process tracks (the modules, the application, the
+    clients): about 20 ms on a small worker, in which no job starts. The objects jobs leave behind
+    bring one on every second or two at a few hundred jobs a second, and the jobs due during it
+    wait for it. ``gc.freeze()`` (once ``gc.collect()`` has taken the start-up's garbage) moves
+    the objects alive now to the permanent generation, which no collection walks: a full
+    collection walks only what came after (0.1-0.2 ms). Frozen objects are still freed when their
+    last reference goes; only a reference cycle among them waits for ``gc.unfreeze()``, which
+    ``Worker.run`` calls as it returns. A process that froze objects before keeps its own policy:
+    nothing is frozen then."""
+    if gc.get_freeze_count():
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
