@@ -12,8 +12,10 @@ scripts over the same layout (the same job hash fields, the same ``ready`` membe
 the writes, with none of the contract's checks, call records or events:
 
 - **single enqueue**: ``Quasar.enqueue`` one job a call, against a script doing the job's
-  ``HSET`` and ``ZADD`` one call a job, and the benchmark's ceiling (one ``HSET`` of the payload
-  and one ``ZADD``);
+  ``HSET`` and ``ZADD`` one call a job, a script doing every command of the single enqueue's
+  contract (the clock, the duplicate check, the sequence, the queue set, the hash, the ready
+  entry, the paused check and wake-up, the event) and nothing else, and the benchmark's ceiling
+  (one ``HSET`` of the payload and one ``ZADD``);
 - **bulk enqueue**: ``enqueue_many`` of 1,000 jobs a call, against one script call per 1,000
   doing each job's ``HSET`` and ``ZADD``;
 - **processing**: ``claim_many`` of 500 and ``report_many`` of their 500 completions, against a
@@ -26,8 +28,10 @@ the writes, with none of the contract's checks, call records or events:
   allocation). The hash tables' growth weighs on it: at 20,000 jobs about 20 bytes a job more
   than at 1,000,000.
 
-Redis's time is ``INFO commandstats``' microseconds for the script commands, per job; the median
-of ``--runs`` runs is printed, with min-max, as one markdown table.
+Redis's time is ``INFO commandstats``' microseconds for the script commands, per job, and its CPU
+(``used_cpu_sys`` + ``used_cpu_user``: the commands with reading and answering them, as the
+benchmark's "Redis CPU" figures count it); the median of ``--runs`` runs is printed, with
+min-max, as one markdown table.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import probe, report  # noqa: E402 - after the path is set
-from benchmarks.harness import MINIMAL_SCRIPT, Server  # noqa: E402
+from benchmarks.harness import MINIMAL_SCRIPT, Server, cpu_us  # noqa: E402
 from benchmarks.run import RedisServer  # noqa: E402
 from quasar_redis import NewJob, Quasar  # noqa: E402
 from quasar_redis import _types as t  # noqa: E402
@@ -56,6 +60,8 @@ from quasar_redis._codec import encode  # noqa: E402
 QUEUE = "bench"
 ROOT_KEY = "quasar:{floor}:"
 AT = "1796076590723"  # an available_at of 2026, as the bare scripts write it
+# What a timed part gives: jobs/s, Redis µs a job inside its commands, Redis CPU µs a job.
+Figures = tuple[float, float, float]
 
 # The job as enqueue writes it for the benchmark's job: stage, queue, state, available_at, enqueue
 # sequence, the payload in chunks of 64 bytes, and its ready entry (an 11-byte prefix, then the
@@ -67,6 +73,31 @@ for i = 1, #ARGV - 1, 4 do
     'sq', ARGV[i + 3], 'p', string.sub(p, 1, 64), 'p2', string.sub(p, 65))
   redis.call('ZADD', KEYS[2], 0, ARGV[i + 2] .. id)
 end
+return 1
+"""
+
+# One job's whole contract at its barest: the commands of quasar's single enqueue, in its order
+# (the clock, the duplicate check, the sequence, the queue set, the hash, the ready entry, the
+# paused check and the wake-up, the event), with none of its checks, undo or reply.
+# KEYS: the namespace's prefix, its event stream; ARGV: id, payload, member prefix.
+CONTRACT_ENQUEUE = """
+local t = redis.call('TIME')
+local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
+local prefix, id = KEYS[1], ARGV[1]
+local k = prefix .. 'job:' .. id
+if redis.call('EXISTS', k) == 1 then return 0 end
+local seq = redis.call('INCRBY', prefix .. 'seq', 1)
+redis.call('SADD', prefix .. 'queues', 'bench')
+redis.call('HSET', k, 's', 'noop', 'q', 'bench', 'st', 'W', 'at', now, 'sq', seq,
+  'p', string.sub(ARGV[2], 1, 64), 'p2', string.sub(ARGV[2], 65))
+redis.call('ZADD', prefix .. 'q:bench:ready', 0, ARGV[3] .. id)
+if redis.call('SISMEMBER', prefix .. 'paused', 'bench') == 0 then
+  if redis.call('RPUSH', prefix .. 'q:bench:wake', '1') > 32 then
+    redis.call('LTRIM', prefix .. 'q:bench:wake', -16, -1)
+  end
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', 10000, '*', 'job', id, 'ev', 'available',
+  'q', 'bench', 'a', '0')
 return 1
 """
 
@@ -134,6 +165,7 @@ class Floors:
             name: r.register_script(text)
             for name, text in (
                 ("enqueue", BARE_ENQUEUE),
+                ("contract", CONTRACT_ENQUEUE),
                 ("slim", SLIM_ENQUEUE),
                 ("claim", BARE_CLAIM),
                 ("complete", BARE_COMPLETE),
@@ -164,17 +196,20 @@ class Floors:
     def keys(self) -> list[str]:
         return [ROOT_KEY + "job:", ROOT_KEY + "q:bench:ready", ROOT_KEY + "q:bench:leased"]
 
-    def timed(self, fn: Callable[[], int]) -> tuple[float, float]:
-        """(jobs/s, Redis µs a job) of ``fn``, which returns how many jobs it handled."""
+    def timed(self, fn: Callable[[], int]) -> Figures:
+        """(jobs/s, Redis µs a job inside the commands, Redis CPU µs a job) of ``fn``, which
+        returns how many jobs it handled."""
         before = self.server.snapshot()
         start = time.perf_counter()
         n = fn()
         seconds = time.perf_counter() - start
-        return n / seconds, (self.server.snapshot().script_usec - before.script_usec) / n
+        after = self.server.snapshot()
+        inside = (after.script_usec - before.script_usec) / n
+        return n / seconds, inside, cpu_us(before, after, n)
 
     # the figures --------------------------------------------------------------------------------
 
-    def single(self) -> dict[str, tuple[float, float]]:
+    def single(self) -> dict[str, Figures]:
         n = min(self.jobs, 3000)
         out = {}
         self.fresh()
@@ -196,6 +231,16 @@ class Floors:
 
         out["single: bare HSET + ZADD script"] = self.timed(bare)
         self.fresh()
+        contract, events = self.scripts["contract"], ROOT_KEY + "events"
+
+        def whole() -> int:
+            for i in range(n):
+                job_id, payload, member, _ = self.bare_args(i, i + 1)[:4]
+                contract(keys=[ROOT_KEY, events], args=[job_id, payload, member])
+            return n
+
+        out["single: bare contract script"] = self.timed(whole)
+        self.fresh()
         ceiling, payload = self.scripts["ceiling"], "x" * probe.PAYLOAD_BYTES
 
         def minimal() -> int:
@@ -206,7 +251,7 @@ class Floors:
         out["single: the ceiling's script"] = self.timed(minimal)
         return out
 
-    def bulk(self) -> dict[str, tuple[float, float]]:
+    def bulk(self) -> dict[str, Figures]:
         out = {}
         self.fresh()
 
@@ -229,7 +274,7 @@ class Floors:
         out["bulk: bare script"] = self.timed(bare)
         return out
 
-    def processing(self) -> dict[str, tuple[float, float]]:
+    def processing(self) -> dict[str, Figures]:
         out = {}
         self.fresh()
         self.fill_quasar(self.jobs)
@@ -266,7 +311,7 @@ class Floors:
         out["processing: bare claim + complete"] = self.timed(bare)
         return out
 
-    def memory(self) -> dict[str, tuple[float, float]]:
+    def memory(self) -> dict[str, Figures]:
         out, n = {}, self.memory_jobs
         for name, fill in (
             ("memory: quasar enqueue_many", lambda: self.fill_quasar(n)),
@@ -276,7 +321,7 @@ class Floors:
             self.fresh()
             before = self.server.snapshot().used_memory
             fill()
-            out[name] = ((self.server.snapshot().used_memory - before) / n, 0.0)
+            out[name] = ((self.server.snapshot().used_memory - before) / n, 0.0, 0.0)
         return out
 
     def fill_quasar(self, n: int) -> None:
@@ -301,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-jobs", type=int, default=None, help="default: --jobs")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    runs: dict[str, list[tuple[float, float]]] = {}
+    runs: dict[str, list[Figures]] = {}
     with tempfile.TemporaryDirectory() as folder:
         server = RedisServer(Path(folder))
         try:
@@ -321,10 +366,12 @@ def main(argv: list[str] | None = None) -> int:
             name,
             cell([f[0] for f in figures]),
             "" if name.startswith("memory") else cell([f[1] for f in figures]),
+            "" if name.startswith("memory") else cell([f[2] for f in figures]),
         ]
         for name, figures in runs.items()
     ]
-    print(report.table(["what", "jobs/s (or bytes a job)", "Redis µs a job"], rows))
+    head = ["what", "jobs/s (or bytes a job)", "Redis µs a job", "Redis CPU µs a job"]
+    print(report.table(head, rows))
     return 0
 
 
