@@ -15,7 +15,9 @@ the writes, with none of the contract's checks, call records or events:
   ``HSET`` and ``ZADD`` one call a job, a script doing every command of the single enqueue's
   contract (the clock, the duplicate check, the sequence, the queue set, the hash, the ready
   entry, the paused check and wake-up, the event) and nothing else, and the benchmark's ceiling
-  (one ``HSET`` of the payload and one ``ZADD``);
+  (one ``HSET`` of the payload and one ``ZADD``); then quasar's, the bare contract's and the
+  ceiling's again, each call awaited before the next (``AsyncQuasar.enqueue``, and the scripts by
+  ``redis.asyncio``: the benchmark's asyncio ceiling);
 - **bulk enqueue**: ``enqueue_many`` of 1,000 jobs a call, against one script call per 1,000
   doing each job's ``HSET`` and ``ZADD``;
 - **processing**: ``claim_many`` of 500 and ``report_many`` of their 500 completions, against a
@@ -37,13 +39,16 @@ min-max, as one markdown table.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import redis.asyncio
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -56,6 +61,7 @@ from quasar_redis import NewJob, Quasar  # noqa: E402
 from quasar_redis import _types as t  # noqa: E402
 from quasar_redis._call_codec import payload_of  # noqa: E402
 from quasar_redis._codec import encode  # noqa: E402
+from quasar_redis.aio import AsyncQuasar  # noqa: E402
 
 QUEUE = "bench"
 ROOT_KEY = "quasar:{floor}:"
@@ -207,6 +213,16 @@ class Floors:
         inside = (after.script_usec - before.script_usec) / n
         return n / seconds, inside, cpu_us(before, after, n)
 
+    def timed_async(self, fn: Callable[[], Awaitable[int]]) -> Figures:
+        """``timed`` of a coroutine function, run on an event loop of its own."""
+        holder: list[int] = []
+
+        def run() -> int:
+            holder.append(asyncio.run(fn()))
+            return holder[0]
+
+        return self.timed(run)
+
     # the figures --------------------------------------------------------------------------------
 
     def single(self) -> dict[str, Figures]:
@@ -249,6 +265,42 @@ class Floors:
             return n
 
         out["single: the ceiling's script"] = self.timed(minimal)
+        out.update(self.single_async(n))
+        return out
+
+    def single_async(self, n: int) -> dict[str, Figures]:
+        """The single enqueue's rows again, each call awaited before the next: quasar's asyncio
+        client, and the bare scripts by redis.asyncio (the benchmark's asyncio ceiling)."""
+        out = {}
+        url = self.server.url
+        payload = "x" * probe.PAYLOAD_BYTES
+
+        async def quasar() -> int:
+            client = AsyncQuasar(redis.asyncio.Redis.from_url(url), "floor")
+            for i in range(n):
+                await client.enqueue("noop", payload_of([self.datas[i]], {}), queue=QUEUE)
+            await client.redis.aclose()
+            return n
+
+        async def scripted(which: str) -> int:
+            r = redis.asyncio.Redis.from_url(url)
+            script = r.register_script(self.scripts[which].script)
+            for i in range(n):
+                if which == "contract":
+                    job_id, data, member = self.bare_args(i, i + 1)[:3]
+                    await script(keys=[ROOT_KEY, ROOT_KEY + "events"], args=[job_id, data, member])
+                else:
+                    await script(keys=[f"job:{i}", "ready"], args=[payload, i])
+            await r.aclose()
+            return n
+
+        for name, fn in (
+            ("single, asyncio: quasar enqueue", quasar),
+            ("single, asyncio: bare contract script", lambda: scripted("contract")),
+            ("single, asyncio: the ceiling's script", lambda: scripted("ceiling")),
+        ):
+            self.fresh()
+            out[name] = self.timed_async(fn)
         return out
 
     def bulk(self) -> dict[str, Figures]:
