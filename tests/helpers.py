@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -130,12 +131,31 @@ def delete_namespace(client: Any, namespace: str) -> None:
         client.delete(*keys[i : i + 500])
 
 
+_PORTS_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A TCP port that nothing on any address holds right now and that this process has not
+    given out before, drawn below the range the kernel gives outgoing connections their ports
+    from: so that neither the next call nor a client's connection takes it in the second or two
+    before the server it is meant for binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            outgoing_from = int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        outgoing_from = 32768
+    for _ in range(1000):
+        port = random.randrange(10_000, max(outgoing_from, 10_001))
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
         return port
+    raise RuntimeError(f"no free port found below {outgoing_from}")
 
 
 def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.01) -> T:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ PROMETHEUS_ACCEPT = (
     "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 )
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
+Series = set[tuple[str, frozenset[tuple[str, str]]]]
+EXPECTED = {"quasar_jobs_total", "quasar_queue_jobs", "quasar_worker_free_slots"}
 
 
 def scrape(url: str, accept: str | None) -> tuple[str, str]:
@@ -36,7 +39,7 @@ def scrape(url: str, accept: str | None) -> tuple[str, str]:
         return response.headers["Content-Type"], response.read().decode()
 
 
-def series(text: str) -> set[tuple[str, frozenset[tuple[str, str]]]]:
+def series(text: str) -> Series:
     """Every sample's name and labels, parsed by prometheus-client's parser."""
     return {
         (sample.name, frozenset(sample.labels.items()))
@@ -61,30 +64,42 @@ def test_both_endpoints_serve_one_format_with_a_namespace_label(
     tmp_path: Path, namespaces: tuple[str, str]
 ) -> None:
     processes: list[Process] = []
-    scraped: dict[str, set[tuple[str, frozenset[tuple[str, str]]]]] = {}
+    scraped: dict[str, Series] = {}
     try:
         for namespace in namespaces:
             endpoints = start_both(tmp_path, namespace, processes)
-            run_one_job(namespace)
-            found: set[tuple[str, frozenset[tuple[str, str]]]] = set()
-            for process, url in endpoints:
+            for process, url in endpoints:  # (each fails the test with its output if it exits)
                 process.wait_status(url, 200)
-                for accept in (PROMETHEUS_ACCEPT, None):
-                    content_type, text = scrape(url, accept)
-                    assert content_type == TEXT_0_0_4, (url, accept)
-                    got = series(text)
-                    assert got, url
-                    unlabelled = [s for s in got if ("namespace", namespace) not in s[1]]
-                    assert not unlabelled, (url, unlabelled[:5])
-                    found |= got
-            names = {name for name, _ in found}
-            assert {"quasar_jobs_total", "quasar_queue_jobs", "quasar_worker_free_slots"} <= names
-            scraped[namespace] = found
+            run_one_job(namespace, worker=endpoints[0][0])
+            # (the queues' depth is read at most once a second: a scrape may come before the job's)
+            scraped[namespace] = wait_for(
+                partial(scrape_all, endpoints, namespace),
+                30,
+                f"{sorted(EXPECTED)} scraped",
+                every=0.2,
+            )
     finally:
         for process in processes:
             process.kill()
     first, second = (scraped[n] for n in namespaces)
     assert not first & second  # side by side in one Prometheus: no series of one is the other's
+
+
+def scrape_all(endpoints: list[tuple[Process, str]], namespace: str) -> Series | None:
+    """Every series the ``endpoints`` of ``namespace`` serve, scraped with Prometheus's
+    ``Accept`` and without one, each checked for the format and the label; None until
+    ``EXPECTED`` are all among them."""
+    found: Series = set()
+    for _process, url in endpoints:
+        for accept in (PROMETHEUS_ACCEPT, None):
+            content_type, text = scrape(url, accept)
+            assert content_type == TEXT_0_0_4, (url, accept)
+            got = series(text)
+            assert got, url
+            unlabelled = [s for s in got if ("namespace", namespace) not in s[1]]
+            assert not unlabelled, (url, unlabelled[:5])
+            found |= got
+    return found if {name for name, _ in found} >= EXPECTED else None
 
 
 def start_both(
@@ -116,13 +131,15 @@ def start_both(
     ]
 
 
-def run_one_job(namespace: str) -> None:
-    """Enqueue one job of ``namespace`` and wait until its worker ran it."""
+def run_one_job(namespace: str, worker: Process) -> None:
+    """Enqueue one job of ``namespace`` and wait until ``worker`` ran it."""
     q = Quasar(redis.Redis.from_url(REDIS_URL), namespace)
     try:
         (job_id,) = enqueue(q, [new_job("wt.quick")])
 
         def completed() -> bool:
+            if worker.proc.poll() is not None:
+                pytest.fail(f"the worker exited ({worker.proc.returncode}):\n{worker.output()}")
             info = q.get_job(job_id)
             return info is not None and info.status is Status.COMPLETED
 
