@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -36,6 +35,7 @@ from ._startup import (
     connect,
     declare_limits,
     freeze_startup,
+    unfreeze_startup,
 )
 
 log = logging.getLogger("quasar_redis.worker")
@@ -154,7 +154,7 @@ class Worker:
             self._owns_process = False
             if self._frozen:
                 self._frozen = False
-                gc.unfreeze()
+                unfreeze_startup()
 
     async def _serve_and_close(self, install_signals: bool) -> None:
         try:

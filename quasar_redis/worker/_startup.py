@@ -238,3 +238,9 @@ def freeze_startup() -> bool:
     gc.collect()
     gc.freeze()
     return True
+
+
+def unfreeze_startup() -> None:
+    """Give what ``freeze_startup`` froze back to the collector (``Worker.run``, as it returns):
+    a reference cycle among those objects is collected again."""
+    gc.unfreeze()
