@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import redis.asyncio
@@ -199,6 +200,14 @@ class Floors:
             args += [os.urandom(8).hex(), payload, os.urandom(11), i + 1]
         return [*args, AT]
 
+    def single_call(self, which: str, i: int) -> tuple[list[str], list[object]]:
+        """The keys and arguments of the ``i``-th single call of the bare script ``which``: the
+        contract (one job's whole contract) or the ceiling (one hash and one index entry)."""
+        if which == "contract":
+            job_id, payload, member = self.bare_args(i, i + 1)[:3]
+            return [ROOT_KEY, ROOT_KEY + "events"], [job_id, payload, member]
+        return [f"job:{i}", "ready"], ["x" * probe.PAYLOAD_BYTES, i]
+
     def keys(self) -> list[str]:
         return [ROOT_KEY + "job:", ROOT_KEY + "q:bench:ready", ROOT_KEY + "q:bench:leased"]
 
@@ -246,34 +255,28 @@ class Floors:
             return n
 
         out["single: bare HSET + ZADD script"] = self.timed(bare)
-        self.fresh()
-        contract, events = self.scripts["contract"], ROOT_KEY + "events"
-
-        def whole() -> int:
-            for i in range(n):
-                job_id, payload, member, _ = self.bare_args(i, i + 1)[:4]
-                contract(keys=[ROOT_KEY, events], args=[job_id, payload, member])
-            return n
-
-        out["single: bare contract script"] = self.timed(whole)
-        self.fresh()
-        ceiling, payload = self.scripts["ceiling"], "x" * probe.PAYLOAD_BYTES
-
-        def minimal() -> int:
-            for i in range(n):
-                ceiling(keys=[f"job:{i}", "ready"], args=[payload, i])
-            return n
-
-        out["single: the ceiling's script"] = self.timed(minimal)
+        for name, which in (
+            ("single: bare contract script", "contract"),
+            ("single: the ceiling's script", "ceiling"),
+        ):
+            self.fresh()
+            out[name] = self.timed(partial(self.scripted, which, n))
         out.update(self.single_async(n))
         return out
+
+    def scripted(self, which: str, n: int) -> int:
+        """``n`` single calls of the bare script ``which``, one after the other."""
+        script = self.scripts[which]
+        for i in range(n):
+            keys, args = self.single_call(which, i)
+            script(keys=keys, args=args)
+        return n
 
     def single_async(self, n: int) -> dict[str, Figures]:
         """The single enqueue's rows again, each call awaited before the next: quasar's asyncio
         client, and the bare scripts by redis.asyncio (the benchmark's asyncio ceiling)."""
         out = {}
         url = self.server.url
-        payload = "x" * probe.PAYLOAD_BYTES
 
         async def quasar() -> int:
             client = AsyncQuasar(redis.asyncio.Redis.from_url(url), "floor")
@@ -286,11 +289,8 @@ class Floors:
             r = redis.asyncio.Redis.from_url(url)
             script = r.register_script(self.scripts[which].script)
             for i in range(n):
-                if which == "contract":
-                    job_id, data, member = self.bare_args(i, i + 1)[:3]
-                    await script(keys=[ROOT_KEY, ROOT_KEY + "events"], args=[job_id, data, member])
-                else:
-                    await script(keys=[f"job:{i}", "ready"], args=[payload, i])
+                keys, args = self.single_call(which, i)
+                await script(keys=keys, args=args)
             await r.aclose()
             return n
 

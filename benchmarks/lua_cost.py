@@ -111,6 +111,7 @@ def workload(quasar: Any, q: Any, measured: Measured) -> dict[str, float]:
             q.complete(c.token, "w1", result=1, now=T0 + 2)
 
     figures["complete"] = measured.per_call(SINGLE, complete_singles)
+    figures["claim(1 of 10)"] = idle_claims(q, measured)
     load("reported", BATCH * ROUNDS)
     held = q.claim_many("reported", "w1", LEASE_MS, BATCH * ROUNDS, now=T0 + 1).claims
 
@@ -121,6 +122,22 @@ def workload(quasar: Any, q: Any, measured: Measured) -> dict[str, float]:
 
     figures["report_many(50)"] = measured.per_call(ROUNDS, report_rounds)
     return figures
+
+
+def idle_claims(q: Any, measured: Measured) -> float:
+    """The instructions of the claim an idle worker makes when one job comes (a queue of its
+    own for each, one ready job in it, a claim of up to 10)."""
+    for i in range(SINGLE):
+        q.enqueue("s", id=f"o{i}", queue=f"one{i}", payload=b"x" * 100, now=T0)
+    woken: list[Any] = []
+
+    def claim_ones() -> None:
+        for i in range(SINGLE):
+            woken.extend(q.claim_many(f"one{i}", "w1", LEASE_MS, 10, now=T0 + 1).claims)
+
+    figure = measured.per_call(SINGLE, claim_ones)
+    assert len(woken) == SINGLE, len(woken)
+    return figure
 
 
 def main() -> None:
