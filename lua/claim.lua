@@ -11,6 +11,8 @@
 -- (a damaged one is skipped) and the keys its own move writes. A job never started whose
 -- deadline has come is expired instead (Waiting -> Expired, as sweep_expired.lua expires it).
 -- The edge is claim_queue below; report_and_claim.lua claims with it too, after its outcomes.
+-- A claim of plain jobs with no due work before them is made by plain_claim.lua's fast,
+-- registered before main: main makes the calls it declines, and every other.
 --
 -- KEYS[1]  namespace prefix   KEYS[2] event stream (optional)
 -- ARGV[1]  call id   ARGV[2] now ("" = server clock)   ARGV[3] queue   ARGV[4] worker id
@@ -33,7 +35,7 @@
 -- The nonce of the i-th claim is "<call id>.<i>". A re-sent call (same call id) gets the claims
 -- the first delivery made, with the same tokens, and leases nothing more.
 
--- uses: core, checks, index, job, call, lease, flow_control, promote_due, sweep_expired, callbacks
+-- uses: core, checks, index, job, call, lease, flow_control, promote_due, sweep_expired, callbacks, plain_claim
 local clock, fmt, int, invalid = Core.clock, Core.fmt, Core.int, Core.invalid
 local key_paused, key_q, num, pcall_typed = Core.key_paused, Core.key_q, Core.num, Core.pcall_typed
 local refuse, split = Core.refuse, Core.split
@@ -54,6 +56,7 @@ local set_group_tat = FlowControl.set_group_tat
 local promote_best, promote_queue = PromoteDue.promote_best, PromoteDue.promote_queue
 local expire_queue, expire_unstarted = SweepExpired.expire_queue, SweepExpired.expire_unstarted
 local fire_due = Callbacks.fire_due
+local fast = PlainClaim.fast -- (a claim that needs none of the general way's work: see there)
 
 local MAINTENANCE = 100
 -- Entries of a ready index a claim drops, re-indexes or skips as damaged, at most (and, in a

@@ -401,7 +401,12 @@ FAR = 4_000_000_000_000  # a "now" long after every lease and delay of the scena
 #: For every operation: the state an admin makes, then the call the user makes, which applies.
 SCENARIOS: dict[str, Scenario] = {
     "enqueue": _on(lambda a: None, lambda u, _: u.enqueue("s", id="n", dependencies=["d"])),
-    "claim": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.claim("default", "w", 60_000)),
+    # (a job with a deadline: the general way of the claim, not the plain one, which checks only
+    # the commands it runs)
+    "claim": _on(
+        lambda a: a.enqueue("s", id="j", expires_in_ms=3_600_000),
+        lambda u, _: u.claim("default", "w", 60_000),
+    ),
     "claim_job": _on(lambda a: a.enqueue("s", id="j"), lambda u, _: u.claim_job("j", "w", 9_000)),
     "complete": _on(_leased, lambda u, tok: u.complete(tok, "w", result=1)),
     "fail": _on(_leased, lambda u, tok: u.fail(tok, "w", "boom")),
@@ -713,6 +718,49 @@ def test_a_plain_enqueue_refused_a_command_on_its_way_takes_back_what_it_wrote(
             refused(lambda: p.enqueue("s", id="later", delay_ms=60_000), f"+{command}")
             assert snapshot(users.admin, users.namespace) == before
     assert admin.get_job("new") is None
+
+
+#: The commands a plain claim runs (docs/redis-layout.md): its reads, then its writes.
+_PLAIN_CLAIM = (
+    *("time", "get", "sismember", "exists", "zrange", "hgetall"),
+    *("xadd", "zrem", "hset", "zadd", "set"),
+)
+
+
+@pytest.mark.parametrize("command", _PLAIN_CLAIM)
+def test_a_plain_claim_refused_a_command_it_runs_is_refused_whole(
+    users: Users, kind: str, command: str
+) -> None:
+    # A plain claim checks the commands it writes with, each with its key, before its first write,
+    # and reads with redis.pcall: a command refused either way sends the call the general way,
+    # which refuses it whole, naming the command. On Redis 6.2, refused where it runs.
+    admin = Quasar(users.admin, users.namespace)
+    applied(admin.enqueue("s", id="j"))
+    with clients(kind, users.make(["worker"], without=(f"+{command}",))) as make:
+        w = make(users.namespace)
+        before = snapshot(users.admin, users.namespace)
+        if not CHECKED:
+            with contextlib.suppress(PermissionDenied):
+                w.claim("default", "w", 60_000)
+            return
+        refused(lambda: w.claim("default", "w", 60_000), f"+{command}")
+        assert snapshot(users.admin, users.namespace) == before
+
+
+def test_a_plain_claim_needs_no_command_it_does_not_run(users: Users, kind: str) -> None:
+    # What the general way of a claim may run but a plain claim does not (expiring run-out leases,
+    # promoting due jobs) is no reason to refuse it; a claim that needs one goes the general way
+    # and is refused there.
+    admin = Quasar(users.admin, users.namespace)
+    applied(admin.enqueue("s", id="j"))
+    applied(admin.enqueue("s", id="later", expires_in_ms=3_600_000))
+    with clients(kind, users.make(["worker"], without=("+del", "+zrangebyscore"))) as make:
+        w = make(users.namespace)
+        assert claimed(w.claim("default", "w", 60_000)).job.id == "j"
+        before = snapshot(users.admin, users.namespace)
+        if CHECKED:
+            refused(lambda: w.claim("default", "w", 60_000), "+del")  # (a deadline: general)
+            assert snapshot(users.admin, users.namespace) == before
 
 
 def test_a_worker_may_not_enqueue_count_or_list(users: Users, kind: str) -> None:

@@ -1,0 +1,242 @@
+"""The plain claim (``lua/include/plain_claim.lua``): a claim by queue whose jobs are plain and
+that has no due work before them, made without the general way's tables. Whatever the state, it
+answers and writes what the general way does: the same reply, keys, fields, index entries, call
+record and events, shape by shape, and for every key or job field it meets damaged. The general
+way is reached here by a claim with one argument more than the plain one takes (which it declines,
+and the general way ignores); docs/redis-layout.md says when the plain one applies.
+
+Also: the commands a plain claim runs, counted by Redis (INFO commandstats) on a server of the
+test's own."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from quasar_redis import ClaimsApplied, NewJob, Quasar
+
+from .helpers import T0, applied, claimed, delete_namespace, snapshot, wait_for
+from .test_enqueue_cost import ran
+
+LEASE_MS = 30_000
+NOW = T0 + 10
+
+
+def _comparable(q: Quasar) -> str:
+    """A namespace's keys and values without its name, the stream entries' ids and the ids of
+    the calls that made the state (all but "c1", the claim compared)."""
+    out: dict[str, Any] = {}
+    for key, (kind, found) in snapshot(q).items():
+        value = found
+        if kind == "hash":  # (a job made by a call with its own id keeps the call's id: ec)
+            value = sorted((f, b"<call>" if f == b"ec" else v) for f, v in found.items())
+        elif kind == "stream":
+            value = [fields for _, fields in q.redis.xrange(key)]
+        elif kind == "list":
+            value = q.redis.lrange(key, 0, -1)
+        out[key.removeprefix(q.keys.root)] = (kind, value)
+    foreign = [k.removeprefix("call:") for k in out if k.startswith("call:") and k != "call:c1"]
+    items = []
+    for key, value in out.items():
+        item = repr((key, value))
+        for call_id in foreign:
+            item = item.replace(call_id, "<call>")
+        items.append(item)
+    return "\n".join(sorted(items))
+
+
+def _answer(q: Quasar, call: Callable[[], Any]) -> Any:
+    """What a call of ``q`` answered: its result, or the type and message of what it raised
+    (without the namespace's name)."""
+    try:
+        return call()
+    except Exception as exc:  # (the answer compared, whatever it is)
+        return (type(exc).__name__, str(exc).replace(q.keys.root, "<root>"))
+
+
+def _general(q: Quasar, queue: str, limit: int, call_id: str) -> Any:
+    """The claim the general way: ``call_id``'s claim with one argument more."""
+    call = q.calls.claim_many(queue, "w", LEASE_MS, limit, NOW, call_id=call_id)
+    return _answer(q, lambda: q.execute(dataclasses.replace(call, args=(*call.args, ""))))
+
+
+def _plain(q: Quasar, queue: str, limit: int, call_id: str) -> Any:
+    call = q.calls.claim_many(queue, "w", LEASE_MS, limit, NOW, call_id=call_id)
+    return _answer(q, lambda: q.execute(call))
+
+
+@pytest.fixture
+def pair(redis_client: Any, backend: str, namespace: str) -> Any:
+    """Two namespaces on one server: the plain claim's and the general way's."""
+    made = [
+        Quasar(redis_client, name, functions=backend == "redis")
+        for name in (namespace, f"{namespace}-general")
+    ]
+    try:
+        yield made
+    finally:
+        delete_namespace(redis_client, f"{namespace}-general")
+
+
+def _released(q: Quasar) -> None:
+    applied(q.enqueue("s", id="again", now=T0))
+    token = claimed(q.claim_job("again", "w0", 1_000, now=T0)).token
+    applied(q.release(token, "w0", now=T0 + 1))
+
+
+#: States a plain claim meets, each made at T0, and the claim's queue and limit at NOW.
+_SHAPES: dict[str, tuple[Callable[[Quasar], Any], str, int]] = {
+    "one job, a claim of ten": (lambda q: applied(q.enqueue("s", id="j", now=T0)), "default", 10),
+    "three jobs, a claim of two": (
+        lambda q: q.enqueue_many([NewJob("s", id=f"j{i}") for i in range(3)], now=T0),
+        "default",
+        2,
+    ),
+    "every option": (
+        lambda q: q.enqueue_many(
+            [
+                NewJob("s", {"big": "x" * 300}, id="naïve-日本", queue="other", priority=-3),
+                NewJob("s", id="b", queue="other", max_attempts=7, input_revision=2),
+                NewJob("s", id="c", queue="other", input_ref="s3://bucket/x"),
+            ],
+            now=T0,
+        ),
+        "other",
+        10,
+    ),
+    "released before": (_released, "default", 1),
+    "a job due later and a lease running": (
+        lambda q: (
+            applied(q.enqueue("s", id="later", delay_ms=60_000, now=T0)),
+            applied(q.enqueue("s", id="held", now=T0)),
+            claimed(q.claim_job("held", "w0", 600_000, now=T0)),
+            applied(q.enqueue("s", id="j", now=T0)),
+        ),
+        "default",
+        10,
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_SHAPES))
+def test_a_plain_claim_writes_what_the_general_way_writes(pair: list[Quasar], shape: str) -> None:
+    prepare, queue, limit = _SHAPES[shape]
+    plain, general = pair
+    for q in pair:
+        prepare(q)
+    one = _plain(plain, queue, limit, "c1")
+    assert isinstance(one, ClaimsApplied) and one.claims, one
+    assert one == _general(general, queue, limit, "c1")
+    assert _comparable(plain) == _comparable(general)
+    # sent again: both answer from the record, and change nothing
+    assert _plain(plain, queue, limit, "c1") == _general(general, queue, limit, "c1")
+    assert _comparable(plain) == _comparable(general)
+
+
+def _spoil(key: Callable[[Quasar], str], value: Callable[[redis.Redis, str], Any]) -> Any:
+    def damage(q: Quasar) -> None:
+        k = key(q)
+        q.redis.delete(k)
+        value(q.redis, k)
+
+    return damage
+
+
+def _string(r: redis.Redis, k: str) -> Any:
+    return r.set(k, "oops")
+
+
+def _field(name: str, value: str | None) -> Any:
+    """Job j's field ``name`` set to ``value`` (None: removed)."""
+
+    def damage(q: Quasar) -> None:
+        k = q.keys.job("j")
+        if value is None:
+            q.redis.hdel(k, name)
+        else:
+            q.redis.hset(k, name, value)
+
+    return damage
+
+
+#: Damage of each key a plain claim reads or writes, and of the fields of the job it would lease.
+_DAMAGE: dict[str, Callable[[Quasar], Any]] = {
+    "call record": _spoil(lambda q: f"{q.keys.root}call:c1", lambda r, k: r.hset(k, "f", "v")),
+    "paused": _spoil(lambda q: q.keys.paused, _string),
+    "flow": _spoil(lambda q: f"{q.keys.root}q:default:flow", _string),
+    "delayed": _spoil(lambda q: q.keys.queue("default", "delayed"), _string),
+    "leased": _spoil(lambda q: q.keys.queue("default", "leased"), _string),
+    "ready": _spoil(lambda q: q.keys.queue("default", "ready"), _string),
+    "events": _spoil(lambda q: q.keys.events, _string),
+    "job hash": _spoil(lambda q: q.keys.job("j"), _string),
+    "job gone": lambda q: q.redis.delete(q.keys.job("j")),
+    "two entries of one job": lambda q: q.redis.zadd(
+        q.keys.queue("default", "ready"), {b"\x00" * 11 + b"j": 0}
+    ),
+    "attempts not a number": _field("a", "x"),
+    "sequence missing": _field("sq", None),
+    "state unknown": _field("st", "Z"),
+    "state leased": _field("st", "L"),
+    "queue another": _field("q", "other"),
+    "blocked": _field("pd", "1"),
+    "due later": _field("at", str(T0 + 60_000)),
+    "out of attempts": _field("a", "3"),
+    "a deadline passed": _field("dl", str(T0 + 5)),
+    "a group": _field("g", "g1"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGE))
+def test_a_plain_claim_meeting_damage_answers_as_the_general_way(
+    pair: list[Quasar], damage: str
+) -> None:
+    plain, general = pair
+    for q in pair:
+        q.enqueue_many([NewJob("s", id="j"), NewJob("s", id="k", priority=1)], now=T0)
+        _DAMAGE[damage](q)
+    before = _comparable(plain)
+    assert before == _comparable(general)
+    one = _plain(plain, "default", 10, "c1")
+    assert one == _general(general, "default", 10, "c1")
+    assert _comparable(plain) == _comparable(general)
+
+
+#: The commands of a plain claim (docs/redis-layout.md): its reads (the call record, paused, the
+#: queue's flow, the heads of delayed and leased, the jobs at the head of ready), then its writes
+#: (the event, ready, each job, leased, the call record). Counted with the call itself (FCALL).
+PLAIN = Counter(
+    call=1, time=1, get=1, sismember=1, exists=1, zrange=3, hgetall=1, xadd=1, zrem=1, hset=1,
+    zadd=1, set=1,
+)  # fmt: skip
+
+
+def test_a_plain_claim_runs_its_reads_and_its_writes(counted: redis.Redis, namespace: str) -> None:
+    q = Quasar(counted, namespace)
+    applied(q.enqueue("warm", queue="warm"))  # (the library loaded, the server's policy read)
+    claimed(q.claim("warm", "w", LEASE_MS))  # (Redis 6.2: the claim's script loaded too)
+    applied(q.enqueue("s", id="j"))
+    assert ran(counted, lambda: claimed(q.claim("default", "w", LEASE_MS))) == PLAIN
+    q.enqueue_many([NewJob("s", id=f"m{i}") for i in range(3)])
+    three = Counter(hgetall=2, hset=2)
+    assert ran(counted, lambda: q.claim_many("default", "w", LEASE_MS, 10)) == PLAIN + three
+    # Work due before the jobs (a lease run out here) sends it the general way: its maintenance
+    # reads (ZRANGEBYSCORE) come back.
+    applied(q.enqueue("s", id="k"))
+    token = claimed(q.claim("default", "w", 1)).token
+
+    def server_ms() -> int:
+        seconds, micros = counted.time()
+        return int(seconds * 1000 + micros // 1000)
+
+    wait_for(lambda: server_ms() > token.expires_at, 10, "the lease to run out")
+    applied(q.enqueue("s", id="n"))
+    assert ran(counted, lambda: q.claim("default", "w", LEASE_MS))["zrangebyscore"] >= 1
+    # ... as does the claim with one argument more that this file compares the plain one with
+    applied(q.enqueue("s", id="o"))
+    general = ran(counted, lambda: _general(q, "default", 1, "c9"))
+    assert general["zrangebyscore"] >= 1 and general["type"] >= 1
