@@ -111,7 +111,7 @@ def workload(quasar: Any, q: Any, measured: Measured) -> dict[str, float]:
             q.complete(c.token, "w1", result=1, now=T0 + 2)
 
     figures["complete"] = measured.per_call(SINGLE, complete_singles)
-    figures["claim(1 of 10)"] = idle_claims(q, measured)
+    figures["claim(1 of 10)"], figures["claim(0 of 10)"] = idle_claims(q, measured)
     load("reported", BATCH * ROUNDS)
     held = q.claim_many("reported", "w1", LEASE_MS, BATCH * ROUNDS, now=T0 + 1).claims
 
@@ -124,9 +124,10 @@ def workload(quasar: Any, q: Any, measured: Measured) -> dict[str, float]:
     return figures
 
 
-def idle_claims(q: Any, measured: Measured) -> float:
-    """The instructions of the claim an idle worker makes when one job comes (a queue of its
-    own for each, one ready job in it, a claim of up to 10)."""
+def idle_claims(q: Any, measured: Measured) -> tuple[float, float]:
+    """The instructions of the claims an idle worker makes: when one job comes (a queue of its
+    own for each, one ready job in it, a claim of up to 10), and when none has (the same queues,
+    empty now)."""
     for i in range(SINGLE):
         q.enqueue("s", id=f"o{i}", queue=f"one{i}", payload=b"x" * 100, now=T0)
     woken: list[Any] = []
@@ -135,9 +136,17 @@ def idle_claims(q: Any, measured: Measured) -> float:
         for i in range(SINGLE):
             woken.extend(q.claim_many(f"one{i}", "w1", LEASE_MS, 10, now=T0 + 1).claims)
 
-    figure = measured.per_call(SINGLE, claim_ones)
+    one = measured.per_call(SINGLE, claim_ones)
     assert len(woken) == SINGLE, len(woken)
-    return figure
+    found: list[Any] = []
+
+    def claim_none() -> None:
+        for i in range(SINGLE):
+            found.append(q.claim_many(f"one{i}", "w1", LEASE_MS, 10, now=T0 + 1))
+
+    none = measured.per_call(SINGLE, claim_none)
+    assert not any(hasattr(r, "claims") for r in found), found[:3]
+    return one, none
 
 
 def main() -> None:

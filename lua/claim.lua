@@ -152,7 +152,7 @@ local function take_member(ctx, pick, member, index)
       lease(ctx, id, h, pick.grant, ctx.args[1] .. "." .. fmt(ctx, #rec + 1), member)
       out[#out + 1] = id
       out[#out + 1] = raw
-      rec[#rec + 1] = id .. " " .. token_record(h)
+      rec[#rec + 1] = id .. " " .. token_record(h.f, h.x, h.n, h.rv)
       pick.h = h
       return "leased"
     end

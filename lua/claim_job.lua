@@ -75,7 +75,7 @@ local function main(ctx)
   if bad then return bad end
   lease(ctx, id, h, grant(ctx, worker, lease_ms, now), args[1])
   local claim = {"Claim", job_reply(ctx, id, h), token_reply(id, h)}
-  record(ctx, token_record(h))
+  record(ctx, token_record(h.f, h.x, h.n, h.rv))
   return applied("ClaimApplied", fmt(ctx, now), claim)
 end
 

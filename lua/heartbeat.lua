@@ -54,7 +54,7 @@ local function main(ctx)
   local changes = value and progress_changes(ctx, c.id, c.h, c.now, value, message) or {}
   changes.x = fmt(ctx, c.now + lease_ms)
   move(ctx, c.id, c.h, c.now, changes)
-  record(ctx, token_record(c.h))
+  record(ctx, token_record(c.h.f, c.h.x, c.h.n, c.h.rv))
   return applied("ClaimApplied", fmt(ctx, c.now),
     {"Claim", job_reply(ctx, c.id, c.h), token_reply(c.id, c.h)})
 end

@@ -10,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -244,6 +244,31 @@ def snapshot(q: Quasar) -> dict[str, Any]:
             value = kind
         out[key.decode()] = (kind, value)
     return out
+
+
+def comparable(q: Quasar, hide: Iterable[str] = (), *, field_order: bool = True) -> str:
+    """A namespace's keys and values as text, to compare two namespaces brought to one state by
+    different ways: without the namespace's name, the stream entries' ids, the id of the call
+    that made a job (``ec``) and each text of ``hide`` (ids made at random). A hash keeps its
+    fields in the order they were written unless ``field_order`` is false."""
+    out: dict[str, Any] = {}
+    for key, (kind, found) in snapshot(q).items():
+        value = found
+        if kind == "hash":
+            fields = [(f, b"<call>" if f == b"ec" else v) for f, v in found.items()]
+            value = fields if field_order else sorted(fields)
+        elif kind == "stream":
+            value = [fields for _, fields in q.redis.xrange(key)]
+        elif kind == "list":
+            value = q.redis.lrange(key, 0, -1)
+        out[key.removeprefix(q.keys.root)] = (kind, value)
+    items = []
+    for item in out.items():
+        text = repr(item)
+        for part in hide:
+            text = text.replace(part, "<hidden>")
+        items.append(text)
+    return "\n".join(sorted(items))
 
 
 def raw_job(q: Quasar, job_id: str) -> dict[str, bytes]:

@@ -21,7 +21,17 @@ from quasar_redis import (
     Waiting,
 )
 
-from .helpers import FULL_JOB, T0, applied, claimed, delete_namespace, raw_job, snapshot, where
+from .helpers import (
+    FULL_JOB,
+    T0,
+    applied,
+    claimed,
+    comparable,
+    delete_namespace,
+    raw_job,
+    snapshot,
+    where,
+)
 
 
 def test_enqueue_applies_waiting_with_attempt_and_fence_zero(q: Quasar) -> None:
@@ -304,23 +314,6 @@ _PLAIN_SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
-def _comparable(q: Quasar, job_id: str) -> str:
-    """A namespace's keys and values without its name, the call ids (``ec``), the stream entry
-    ids and the job's id (made at random, unless chosen)."""
-    out: dict[str, Any] = {}
-    root = q.keys.root
-    for key, (kind, found) in snapshot(q).items():
-        value = found
-        if kind == "hash":
-            value = {f: (b"<call>" if f == b"ec" else v) for f, v in found.items()}
-        elif kind == "stream":
-            value = [fields for _, fields in q.redis.xrange(key)]
-        elif kind == "list":
-            value = q.redis.lrange(key, 0, -1)
-        out[key.removeprefix(root)] = (kind, value)
-    return repr(sorted(out.items())).replace(job_id, "<id>")
-
-
 @pytest.mark.parametrize("shape", sorted(_PLAIN_SHAPES))
 def test_a_plain_job_sent_alone_is_written_as_the_general_way_writes_it(
     q: Quasar, redis_client: Any, backend: str, namespace: str, shape: str
@@ -338,6 +331,6 @@ def test_a_plain_job_sent_alone_is_written_as_the_general_way_writes_it(
         assert isinstance(batch, BatchApplied), batch
         two = batch.jobs[1]
         assert dataclasses.replace(two, id=one.id) == one
-        assert _comparable(q, one.id) == _comparable(general, two.id)
+        assert comparable(q, [one.id]) == comparable(general, [two.id])
     finally:
         delete_namespace(redis_client, general_ns)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import redis
 
-from quasar_redis import ClaimsApplied, NewJob, Quasar
+from quasar_redis import ClaimRefused, ClaimsApplied, NewJob, NothingClaimable, Quasar
 
-from .helpers import T0, applied, claimed, delete_namespace, snapshot, wait_for
+from .helpers import T0, applied, claimed, comparable, delete_namespace, wait_for
 from .test_enqueue_cost import ran
 
 LEASE_MS = 30_000
@@ -28,26 +28,12 @@ NOW = T0 + 10
 
 
 def _comparable(q: Quasar) -> str:
-    """A namespace's keys and values without its name, the stream entries' ids and the ids of
-    the calls that made the state (all but "c1", the claim compared)."""
-    out: dict[str, Any] = {}
-    for key, (kind, found) in snapshot(q).items():
-        value = found
-        if kind == "hash":  # (a job made by a call with its own id keeps the call's id: ec)
-            value = sorted((f, b"<call>" if f == b"ec" else v) for f, v in found.items())
-        elif kind == "stream":
-            value = [fields for _, fields in q.redis.xrange(key)]
-        elif kind == "list":
-            value = q.redis.lrange(key, 0, -1)
-        out[key.removeprefix(q.keys.root)] = (kind, value)
-    foreign = [k.removeprefix("call:") for k in out if k.startswith("call:") and k != "call:c1"]
-    items = []
-    for key, value in out.items():
-        item = repr((key, value))
-        for call_id in foreign:
-            item = item.replace(call_id, "<call>")
-        items.append(item)
-    return "\n".join(sorted(items))
+    """The namespace as ``comparable`` gives it, without the ids of the calls that made the state
+    (all but "c1", the claim compared) and with each hash's fields in order of name (the lease's
+    fields are written in another order by each way)."""
+    calls = [k.decode() for k in q.redis.scan_iter(match=f"{q.keys.root}call:*")]
+    made = [k.removeprefix(f"{q.keys.root}call:") for k in calls]
+    return comparable(q, [c for c in made if c != "c1"], field_order=False)
 
 
 def _answer(q: Quasar, call: Callable[[], Any]) -> Any:
@@ -206,13 +192,80 @@ def test_a_plain_claim_meeting_damage_answers_as_the_general_way(
     assert _comparable(plain) == _comparable(general)
 
 
-#: The commands of a plain claim (docs/redis-layout.md): its reads (the call record, paused, the
-#: queue's flow, the heads of delayed and leased, the jobs at the head of ready), then its writes
-#: (the event, ready, each job, leased, the call record). Counted with the call itself (FCALL).
+def _finished(q: Quasar) -> None:
+    applied(q.enqueue("s", id="done", now=T0))
+    token = claimed(q.claim_job("done", "w0", 1_000, now=T0)).token
+    applied(q.complete(token, "w0", now=T0 + 1))
+
+
+#: States of a queue with no ready job, each made at T0, and whether a claim at NOW finds nothing
+#: (else the general way promotes or expires what came due, and may lease it).
+_EMPTY: dict[str, tuple[Callable[[Quasar], Any], bool]] = {
+    "never used": (lambda q: None, True),
+    "every job finished": (_finished, True),
+    "a job due later": (
+        lambda q: applied(q.enqueue("s", id="later", delay_ms=60_000, now=T0)),
+        True,
+    ),
+    "a lease running": (
+        lambda q: (
+            applied(q.enqueue("s", id="held", now=T0)),
+            claimed(q.claim_job("held", "w0", 600_000, now=T0)),
+        ),
+        True,
+    ),
+    "a job due later and a lease running sooner": (
+        lambda q: (
+            applied(q.enqueue("s", id="later", delay_ms=90_000, now=T0)),
+            applied(q.enqueue("s", id="held", now=T0)),
+            claimed(q.claim_job("held", "w0", 60_000, now=T0)),
+        ),
+        True,
+    ),
+    "a job come due": (lambda q: applied(q.enqueue("s", id="due", delay_ms=5, now=T0)), False),
+    "a lease run out": (
+        lambda q: (
+            applied(q.enqueue("s", id="held", now=T0)),
+            claimed(q.claim_job("held", "w0", 5, now=T0)),
+        ),
+        False,
+    ),
+    "paused": (lambda q: q.pause("default"), False),
+    **{
+        f"{name} damaged": (_DAMAGE[name], False)
+        for name in ("call record", "paused", "flow", "delayed", "leased", "ready", "events")
+    },
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_EMPTY))
+def test_a_claim_of_an_empty_queue_answers_as_the_general_way(
+    pair: list[Quasar], shape: str
+) -> None:
+    prepare, nothing = _EMPTY[shape]
+    plain, general = pair
+    for q in pair:
+        prepare(q)
+    assert _comparable(plain) == _comparable(general)
+    one = _plain(plain, "default", 10, "c1")
+    if nothing:
+        assert isinstance(one, ClaimRefused) and isinstance(one.error, NothingClaimable), one
+    assert one == _general(general, "default", 10, "c1")
+    assert _comparable(plain) == _comparable(general)
+    assert _plain(plain, "default", 10, "c1") == _general(general, "default", 10, "c1")
+    assert _comparable(plain) == _comparable(general)
+
+
+#: The commands of a plain claim (docs/redis-layout.md): its reads (the head of ready, the call
+#: record, paused, the queue's flow, the heads of delayed and leased, each job it leases), then
+#: its writes (the event, ready, each job, leased, the call record). Counted with the call itself
+#: (FCALL).
 PLAIN = Counter(
     call=1, time=1, get=1, sismember=1, exists=1, zrange=3, hgetall=1, xadd=1, zrem=1, hset=1,
     zadd=1, set=1,
 )  # fmt: skip
+#: ... and of one that finds no ready job: its reads and the event stream's type.
+EMPTY = Counter(call=1, time=1, get=1, sismember=1, exists=1, zrange=3, type=1)
 
 
 def test_a_plain_claim_runs_its_reads_and_its_writes(counted: redis.Redis, namespace: str) -> None:
@@ -221,6 +274,7 @@ def test_a_plain_claim_runs_its_reads_and_its_writes(counted: redis.Redis, names
     claimed(q.claim("warm", "w", LEASE_MS))  # (Redis 6.2: the claim's script loaded too)
     applied(q.enqueue("s", id="j"))
     assert ran(counted, lambda: claimed(q.claim("default", "w", LEASE_MS))) == PLAIN
+    assert ran(counted, lambda: q.claim("default", "w", LEASE_MS)) == EMPTY
     q.enqueue_many([NewJob("s", id=f"m{i}") for i in range(3)])
     three = Counter(hgetall=2, hset=2)
     assert ran(counted, lambda: q.claim_many("default", "w", LEASE_MS, 10)) == PLAIN + three

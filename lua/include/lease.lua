@@ -23,8 +23,8 @@ end
 
 -- The lease token of a claim as its call record keeps it: "fence expires_at nonce revision" (the
 -- revision too: a newer input may have superseded the job since, include/revise.lua).
-local function token_record(h)
-  return h.f .. " " .. h.x .. " " .. h.n .. " " .. h.rv
+local function token_record(fence, expires_at, nonce, revision)
+  return fence .. " " .. expires_at .. " " .. nonce .. " " .. revision
 end
 
 -- A claim reply rebuilt from a call record: the token the first delivery handed out (its fence,

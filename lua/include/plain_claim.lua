@@ -8,12 +8,14 @@
 -- left, no deadline, group or batch, and every field as claim.lua's load wants it. It leases
 -- them as claim.lua does (the same fields, index entries, event, call record and reply), but
 -- makes none of a call's tables: Lua's collector costs Redis time for every byte a call
--- allocates (see plain_enqueue.lua). Its guarantees are the general way's:
+-- allocates (see plain_enqueue.lua). A queue with no ready job at all gets claim.lua's
+-- NothingClaimable, as the general way answers it (and, as there, nothing written): the claim
+-- of a worker that finds its queue empty. Its guarantees are the general way's:
 --
 -- - Everything before the first write is a read, each a redis.pcall. A claim any of them does
 --   not find plain goes the general way (`fast` returns nil, having written nothing), which
 --   makes it from the same state: due work, a paused queue, a re-sent call, a key of another
---   type, a damaged job, a key or command the caller's ACL refuses, an empty ready index.
+--   type, a damaged job, a key or command the caller's ACL refuses.
 -- - Its writes go to keys whose types its reads found (the job hashes, ready, leased, the call
 --   record: none), but for the event, which comes first: a stream key of another type refuses it
 --   before anything is written. On Redis 7+ each write's command is checked against the caller's
@@ -21,19 +23,33 @@
 --   6.2 has no such check, and refuses a command where a script runs it (as the general way is
 --   refused there).
 
--- uses: core, checks, events, job, flow_control
+-- uses: core, checks, events, job, lease, flow_control
 local CALL_TTL_TEXT, clock, int, NAME_MAX = Core.CALL_TTL_TEXT, Core.clock, Core.int, Core.NAME_MAX
 local num, SMALL_NUM, TEXT_MAX = Core.num, Core.SMALL_NUM, Core.TEXT_MAX
 local valid_name = Checks.valid_name
 local EVENTS_MAX = Events.EVENTS_MAX
-local NUMERIC, not_integer, READY_PREFIX = Job.NUMERIC, Job.not_integer, Job.READY_PREFIX
+local NUMERIC, not_integer, ready_id = Job.NUMERIC, Job.not_integer, Job.ready_id
+local STATUS_OF = Job.STATUS_OF
+local token_record = Lease.token_record
 local GROUPED_MIN = FlowControl.GROUPED_MIN
 
--- Whether the first entry of a sorted set read with WITHSCORES (`first`) is due by `now`, or
--- nil when the read was refused.
-local function head_due(first, now)
-  if first.err then return nil end
-  return first[2] ~= nil and tonumber(first[2]) <= now
+-- Whether the read of a sorted set's first entry WITHSCORES (`first`) went through and found
+-- nothing due by `now`.
+local function none_due(first, now)
+  return not first.err and (first[2] == nil or tonumber(first[2]) > now)
+end
+
+-- claim.lua's NothingClaimable for a queue with no ready job: when the next delayed job or lease
+-- comes due (the earlier head of two read by none_due), or "". The event stream is the one key
+-- the general way checks that no read here has met: one of another type, or refused, declines.
+local function nothing(events, delayed, leased)
+  if events then
+    local kind = redis.pcall("TYPE", events)
+    if kind.ok ~= "stream" and kind.ok ~= "none" then return nil end
+  end
+  local a, b = tonumber(delayed[2]), tonumber(leased[2])
+  local next_at = a and b and math.min(a, b) or a or b
+  return {"NothingClaimable", next_at and string.format("%d", next_at) or ""}
 end
 
 -- The lease of the job loaded as `raw` (its HGETALL reply), the n-th of the call, as HSET
@@ -65,7 +81,7 @@ local function plain_lease(raw, queue, now, grant, n)
   local fence, nonce, x = string.format("%d", num(f) + 1), grant.call_id .. "." .. n, grant.x
   local fields = {"st", "L", "a", string.format("%d", num(a) + 1), "f", fence, "w", grant.worker,
     "x", x, "n", nonce, "att", grant.at}
-  return fields, fence .. " " .. x .. " " .. nonce .. " " .. rv
+  return fields, token_record(fence, x, nonce, rv)
 end
 
 -- claim.lua's call (KEYS, ARGV: see there) when it is plain, or nil, having written nothing,
@@ -82,18 +98,18 @@ local function fast(keys, args)
   if not (timed and now) then return nil end
   local prefix, events = keys[1], keys[2]
   local kq, kcall = prefix .. "q:" .. queue .. ":", prefix .. "call:" .. call_id
-  -- the reads: not re-sent, not paused, no flow, nothing due, plain jobs at the head of ready
-  if redis.pcall("GET", kcall) ~= false or redis.pcall("SISMEMBER", prefix .. "paused", queue) ~= 0
+  -- the reads: the jobs at the head of ready, not re-sent, not paused, no flow, nothing due
+  local ready = redis.pcall("ZRANGE", kq .. "ready", "0", string.format("%d", limit - 1),
+    "WITHSCORES")
+  if ready.err or redis.pcall("GET", kcall) ~= false
+      or redis.pcall("SISMEMBER", prefix .. "paused", queue) ~= 0
       or redis.pcall("EXISTS", kq .. "flow") ~= 0 then
     return nil
   end
-  local due = head_due(redis.pcall("ZRANGE", kq .. "delayed", "0", "0", "WITHSCORES"), now)
-  if due ~= false then return nil end
-  due = head_due(redis.pcall("ZRANGE", kq .. "leased", "0", "0", "WITHSCORES"), now)
-  if due ~= false then return nil end
-  local ready = redis.pcall("ZRANGE", kq .. "ready", "0", string.format("%d", limit - 1),
-    "WITHSCORES")
-  if ready.err or ready[1] == nil then return nil end
+  local delayed = redis.pcall("ZRANGE", kq .. "delayed", "0", "0", "WITHSCORES")
+  local leased = redis.pcall("ZRANGE", kq .. "leased", "0", "0", "WITHSCORES")
+  if not (none_due(delayed, now) and none_due(leased, now)) then return nil end
+  if ready[1] == nil then return nothing(events, delayed, leased) end
   local now_text = string.format("%d", now)
   local x = string.format("%d", now + lease_ms)
   local grant = {worker = worker, x = x, at = now_text, call_id = call_id}
@@ -103,7 +119,7 @@ local function fast(keys, args)
   for i = 1, #ready, 2 do
     if tonumber(ready[i + 1]) >= GROUPED_MIN then return nil end
     local member = ready[i]
-    local id = string.sub(member, READY_PREFIX + 1)
+    local id = ready_id(member)
     if seen[id] then return nil end -- (two entries of one job, left by hand: the general way)
     seen[id] = true
     local raw = redis.pcall("HGETALL", prefix .. "job:" .. id)
@@ -130,7 +146,7 @@ local function fast(keys, args)
   if events then
     local entries = string.format("%d", math.max(1, math.floor(EVENTS_MAX / #jobs)))
     local added = redis.pcall("XADD", events, "MAXLEN", "~", entries, "*", "job",
-      table.concat(jobs, " "), "ev", "executing", "q", queue, "a", table.concat(attempts, " "))
+      table.concat(jobs, " "), "ev", STATUS_OF.L, "q", queue, "a", table.concat(attempts, " "))
     if type(added) == "table" then return nil end
   end
   redis.call("ZREM", kq .. "ready", unpack(members))
