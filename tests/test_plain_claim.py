@@ -156,6 +156,7 @@ _DAMAGE: dict[str, Callable[[Quasar], Any]] = {
     "paused": _spoil(lambda q: q.keys.paused, _string),
     "flow": _spoil(lambda q: f"{q.keys.root}q:default:flow", _string),
     "delayed": _spoil(lambda q: q.keys.queue("default", "delayed"), _string),
+    "delayed_pr": _spoil(lambda q: q.keys.queue("default", "delayed_pr"), _string),
     "leased": _spoil(lambda q: q.keys.queue("default", "leased"), _string),
     "ready": _spoil(lambda q: q.keys.queue("default", "ready"), _string),
     "events": _spoil(lambda q: q.keys.events, _string),
@@ -233,7 +234,16 @@ _EMPTY: dict[str, tuple[Callable[[Quasar], Any], bool]] = {
     "paused": (lambda q: q.pause("default"), False),
     **{
         f"{name} damaged": (_DAMAGE[name], False)
-        for name in ("call record", "paused", "flow", "delayed", "leased", "ready", "events")
+        for name in (
+            "call record",
+            "paused",
+            "flow",
+            "delayed",
+            "delayed_pr",
+            "leased",
+            "ready",
+            "events",
+        )
     },
 }
 
@@ -257,15 +267,15 @@ def test_a_claim_of_an_empty_queue_answers_as_the_general_way(
 
 
 #: The commands of a plain claim (docs/redis-layout.md): its reads (the head of ready, the call
-#: record, paused, the queue's flow, the heads of delayed and leased, each job it leases), then
-#: its writes (the event, ready, each job, leased, the call record). Counted with the call itself
-#: (FCALL).
+#: record, paused, the queue's flow, delayed_pr's type, the heads of delayed and leased, each job
+#: it leases), then its writes (the event, ready, each job, leased, the call record). Counted
+#: with the call itself (FCALL).
 PLAIN = Counter(
-    call=1, time=1, get=1, sismember=1, exists=1, zrange=3, hgetall=1, xadd=1, zrem=1, hset=1,
+    call=1, time=1, get=1, sismember=1, exists=1, zrange=4, hgetall=1, xadd=1, zrem=1, hset=1,
     zadd=1, set=1,
 )  # fmt: skip
 #: ... and of one that finds no ready job: its reads and the event stream's type.
-EMPTY = Counter(call=1, time=1, get=1, sismember=1, exists=1, zrange=3, type=1)
+EMPTY = Counter(call=1, time=1, get=1, sismember=1, exists=1, zrange=4, type=1)
 
 
 def test_a_plain_claim_runs_its_reads_and_its_writes(counted: redis.Redis, namespace: str) -> None:

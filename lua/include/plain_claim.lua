@@ -98,12 +98,15 @@ local function fast(keys, args)
   if not (timed and now) then return nil end
   local prefix, events = keys[1], keys[2]
   local kq, kcall = prefix .. "q:" .. queue .. ":", prefix .. "call:" .. call_id
-  -- the reads: the jobs at the head of ready, not re-sent, not paused, no flow, nothing due
+  -- the reads: the jobs at the head of ready, not re-sent, not paused, no flow, nothing due (by
+  -- the heads of delayed and leased; delayed_pr, which holds what delayed holds by priority, is
+  -- read for its type alone: the general way reads it first, and refuses another type)
   local ready = redis.pcall("ZRANGE", kq .. "ready", "0", string.format("%d", limit - 1),
     "WITHSCORES")
   if ready.err or redis.pcall("GET", kcall) ~= false
       or redis.pcall("SISMEMBER", prefix .. "paused", queue) ~= 0
-      or redis.pcall("EXISTS", kq .. "flow") ~= 0 then
+      or redis.pcall("EXISTS", kq .. "flow") ~= 0
+      or redis.pcall("ZRANGE", kq .. "delayed_pr", "0", "0").err then
     return nil
   end
   local delayed = redis.pcall("ZRANGE", kq .. "delayed", "0", "0", "WITHSCORES")
