@@ -111,7 +111,8 @@ def workload(quasar: Any, q: Any, measured: Measured) -> dict[str, float]:
             q.complete(c.token, "w1", result=1, now=T0 + 2)
 
     figures["complete"] = measured.per_call(SINGLE, complete_singles)
-    figures["claim(1 of 10)"], figures["claim(0 of 10)"] = idle_claims(q, measured)
+    idle = idle_claims(q, Complete, measured)
+    figures["claim(1 of 10)"], figures["claim(0 of 10)"], figures["complete+claim(0)"] = idle
     load("reported", BATCH * ROUNDS)
     held = q.claim_many("reported", "w1", LEASE_MS, BATCH * ROUNDS, now=T0 + 1).claims
 
@@ -124,10 +125,11 @@ def workload(quasar: Any, q: Any, measured: Measured) -> dict[str, float]:
     return figures
 
 
-def idle_claims(q: Any, measured: Measured) -> tuple[float, float]:
-    """The instructions of the claims an idle worker makes: when one job comes (a queue of its
-    own for each, one ready job in it, a claim of up to 10), and when none has (the same queues,
-    empty now)."""
+def idle_claims(q: Any, complete: Any, measured: Measured) -> tuple[float, float, float]:
+    """The instructions of the claims a worker makes at light load: when one job comes (a queue
+    of its own for each, one ready job in it, a claim of up to 10), when none has (the same
+    queues, empty now), and as its job ends (its completion and the claim of the next, which
+    finds none: report_and_claim)."""
     for i in range(SINGLE):
         q.enqueue("s", id=f"o{i}", queue=f"one{i}", payload=b"x" * 100, now=T0)
     woken: list[Any] = []
@@ -146,7 +148,16 @@ def idle_claims(q: Any, measured: Measured) -> tuple[float, float]:
 
     none = measured.per_call(SINGLE, claim_none)
     assert not any(hasattr(r, "claims") for r in found), found[:3]
-    return one, none
+    done: list[Any] = []
+
+    def report_last() -> None:
+        for i, c in enumerate(woken):
+            outcome = complete(c.token, result=1)
+            done.append(q.report_and_claim("w1", [outcome], f"one{i}", LEASE_MS, 10, now=T0 + 2))
+
+    last = measured.per_call(SINGLE, report_last)
+    assert not any(hasattr(r.claim, "claims") for r in done), done[:3]
+    return one, none, last
 
 
 def main() -> None:

@@ -105,16 +105,40 @@ local function claims_replayed(ctx, rec, worker)
   return out
 end
 
-local function next_due(ctx, queue)
+-- NothingClaimable's next_at: when the first job of delayed or lease of leased comes due, as
+-- text, or "" when both are empty. firsts: their heads read WITHSCORES, when the caller has them.
+local function next_due(ctx, queue, firsts)
+  if firsts == nil then -- (both read, so type-checked, by the opening)
+    firsts = {zread(ctx, "ZRANGE", key_q(ctx, queue, "delayed"), "0", "0", "WITHSCORES"),
+      zread(ctx, "ZRANGE", key_q(ctx, queue, "leased"), "0", "0", "WITHSCORES")}
+  end
   local best = nil
-  for _, what in ipairs({"delayed", "leased"}) do -- (both read, so type-checked, by the opening)
-    local first = zread(ctx, "ZRANGE", key_q(ctx, queue, what), "0", "0", "WITHSCORES")
+  for _, first in ipairs(firsts) do
     if first[2] then
       local at = tonumber(first[2])
       if best == nil or at < best then best = at end
     end
   end
   return best and fmt(ctx, best) or ""
+end
+
+-- NothingClaimable's next_at (as next_due gives it) when `queue` has no job ready, nothing due
+-- in delayed or leased and no flow settings, else nil: then the maintenance and the pick of
+-- claim_queue would find nothing, and the claim of an empty queue (a worker's after its last
+-- job, in report_and_claim) costs these reads. delayed_pr holds the jobs of delayed by priority
+-- and is read for its type alone; a key of another type there, at delayed or at flow leaves the
+-- claim to the steps that refuse it.
+local function idle_next(ctx, queue, now)
+  if zread(ctx, "ZRANGE", key_q(ctx, queue, "ready"), "0", "0")[1] ~= nil then return nil end
+  local leased = zread(ctx, "ZRANGE", key_q(ctx, queue, "leased"), "0", "0", "WITHSCORES")
+  local delayed = redis.pcall("ZRANGE", key_q(ctx, queue, "delayed"), "0", "0", "WITHSCORES")
+  if delayed.err or redis.pcall("ZRANGE", key_q(ctx, queue, "delayed_pr"), "0", "0").err
+      or redis.pcall("EXISTS", key_q(ctx, queue, "flow")) ~= 0
+      or (delayed[2] and tonumber(delayed[2]) <= now)
+      or (leased[2] and tonumber(leased[2]) <= now) then
+    return nil
+  end
+  return next_due(ctx, queue, {delayed, leased})
 end
 
 -- The keys a lease writes, type-checked once a call per queue (see writes_error): a job from
@@ -456,6 +480,8 @@ end
 local function claim_queue(ctx, now, queue, worker, lease_ms, limit)
   local bad = paused_error(ctx, queue) or writes_error(ctx, queue, LEASE_WRITES)
   if bad then return bad end
+  local idle = idle_next(ctx, queue, now)
+  if idle then return refuse("NothingClaimable", idle) end
   local _, bad2 = promote_best(ctx, queue, now, limit)
   if bad2 then return bad2 end
   _, bad2 = promote_queue(ctx, queue, now, MAINTENANCE)

@@ -167,6 +167,67 @@ def test_a_damaged_key_on_the_claims_side_does_not_undo_the_outcomes(q: Quasar) 
     q.redis.delete(q.keys.queue("other", "ready"))
 
 
+#: What the claim side finds in queue "other", each made at T0 with nothing ready there, and what
+#: it does at T0 + 1: answer NothingClaimable with that next_at (an int, or None), or lease the job
+#: of that id (due by then, or its lease run out: expired, and due again at once).
+_QUIET: dict[str, tuple[Any, int | str | None]] = {
+    "nothing": (lambda q: None, None),
+    "a job due later": (
+        lambda q: q.enqueue("s", id="l", queue="other", delay_ms=500, now=T0),
+        T0 + 500,
+    ),
+    "a lease running": (
+        lambda q: (
+            q.enqueue("s", id="h", queue="other", now=T0),
+            q.claim_job("h", "w0", 900, now=T0),
+        ),
+        T0 + 900,
+    ),
+    "a lease running and a job due before it ends": (
+        lambda q: (
+            q.enqueue("s", id="h", queue="other", now=T0),
+            q.claim_job("h", "w0", 900, now=T0),
+            q.enqueue("s", id="l", queue="other", delay_ms=300, now=T0),
+        ),
+        T0 + 300,
+    ),
+    "a job come due": (lambda q: q.enqueue("s", id="l", queue="other", delay_ms=1, now=T0), "l"),
+    "a lease run out": (
+        lambda q: (
+            q.enqueue("s", id="h", queue="other", max_attempts=5, now=T0),
+            q.claim_job("h", "w0", 1, now=T0),
+        ),
+        "h",
+    ),
+}
+
+
+@pytest.mark.parametrize("state", sorted(_QUIET))
+def test_a_claim_of_a_queue_with_nothing_ready_keeps_its_maintenance(q: Quasar, state: str) -> None:
+    # A claim that finds nothing ready answers from the heads of delayed and leased, unless
+    # something there is due: then the claim promotes or expires it as every claim does.
+    (token,) = leases(q, ["a"])
+    prepare, answer = _QUIET[state]
+    prepare(q)
+    result = q.report_and_claim("w", [Complete(token)], "other", 1000, 5, now=T0 + 1)
+    assert result.outcomes == (OutcomeApplied("a", "Succeeded"),)
+    if isinstance(answer, str):
+        assert claimed_ids(result) == [answer]
+    else:
+        assert result.claim == ClaimRefused(NothingClaimable(answer))
+
+
+@pytest.mark.parametrize("index", ["ready", "delayed", "delayed_pr", "leased", "flow"])
+def test_a_damaged_key_of_a_queue_with_nothing_ready_is_named(q: Quasar, index: str) -> None:
+    (token,) = leases(q, ["a"])
+    key = f"{q.keys.root}q:other:flow" if index == "flow" else q.keys.queue("other", index)
+    q.redis.set(key, "oops")
+    result = q.report_and_claim("w", [Complete(token)], "other", 1000, 1, now=T0 + 1)
+    assert result.outcomes == (OutcomeApplied("a", "Succeeded"),)
+    assert isinstance(result.claim, CorruptKeyError) and result.claim.key == key, result.claim
+    q.redis.delete(key)
+
+
 def test_the_asyncio_client_reports_and_claims(q: Quasar, backend: str) -> None:
     tokens = leases(q, ["a", "b"])
     q.enqueue("s", id="n", now=T0)
