@@ -26,10 +26,12 @@ from quasar_redis import (
     BatchApplied,
     CancelApplied,
     Cancelled,
+    ClaimRefused,
     Complete,
     Failed,
     JobFailedError,
     NewJob,
+    NothingClaimable,
     Quasar,
     Succeeded,
     Task,
@@ -757,6 +759,8 @@ def test_a_plain_claim_needs_no_command_it_does_not_run(users: Users, kind: str)
     with clients(kind, users.make(["worker"], without=("+del", "+zrangebyscore"))) as make:
         w = make(users.namespace)
         assert claimed(w.claim("default", "w", 60_000)).job.id == "j"
+        # ... nor to a claim of a queue with nothing in it (its reads alone: nothing to lease)
+        assert w.claim("idle", "w", 60_000) == ClaimRefused(NothingClaimable(None))
         before = snapshot(users.admin, users.namespace)
         if CHECKED:
             refused(lambda: w.claim("default", "w", 60_000), "+del")  # (a deadline: general)
