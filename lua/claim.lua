@@ -57,6 +57,7 @@ local promote_best, promote_queue = PromoteDue.promote_best, PromoteDue.promote_
 local expire_queue, expire_unstarted = SweepExpired.expire_queue, SweepExpired.expire_unstarted
 local fire_due = Callbacks.fire_due
 local fast = PlainClaim.fast -- (a claim that needs none of the general way's work: see there)
+local quiet = PlainClaim.quiet
 
 local MAINTENANCE = 100
 -- Entries of a ready index a claim drops, re-indexes or skips as damaged, at most (and, in a
@@ -120,25 +121,6 @@ local function next_due(ctx, queue, firsts)
     end
   end
   return best and fmt(ctx, best) or ""
-end
-
--- NothingClaimable's next_at (as next_due gives it) when `queue` has no job ready, nothing due
--- in delayed or leased and no flow settings, else nil: then the maintenance and the pick of
--- claim_queue would find nothing, and the claim of an empty queue (a worker's after its last
--- job, in report_and_claim) costs these reads. delayed_pr holds the jobs of delayed by priority
--- and is read for its type alone; a key of another type there, at delayed or at flow leaves the
--- claim to the steps that refuse it.
-local function idle_next(ctx, queue, now)
-  if zread(ctx, "ZRANGE", key_q(ctx, queue, "ready"), "0", "0")[1] ~= nil then return nil end
-  local leased = zread(ctx, "ZRANGE", key_q(ctx, queue, "leased"), "0", "0", "WITHSCORES")
-  local delayed = redis.pcall("ZRANGE", key_q(ctx, queue, "delayed"), "0", "0", "WITHSCORES")
-  if delayed.err or redis.pcall("ZRANGE", key_q(ctx, queue, "delayed_pr"), "0", "0").err
-      or redis.pcall("EXISTS", key_q(ctx, queue, "flow")) ~= 0
-      or (delayed[2] and tonumber(delayed[2]) <= now)
-      or (leased[2] and tonumber(leased[2]) <= now) then
-    return nil
-  end
-  return next_due(ctx, queue, {delayed, leased})
 end
 
 -- The keys a lease writes, type-checked once a call per queue (see writes_error): a job from
@@ -480,8 +462,13 @@ end
 local function claim_queue(ctx, now, queue, worker, lease_ms, limit)
   local bad = paused_error(ctx, queue) or writes_error(ctx, queue, LEASE_WRITES)
   if bad then return bad end
-  local idle = idle_next(ctx, queue, now)
-  if idle then return refuse("NothingClaimable", idle) end
+  -- Nothing ready, nothing due, no flow settings (a worker's claim after its last job, in
+  -- report_and_claim): the maintenance and the pick below would find nothing. A key of another
+  -- type among those quiet reads leaves the claim to the steps below, which refuse it.
+  if zread(ctx, "ZRANGE", key_q(ctx, queue, "ready"), "0", "0")[1] == nil then
+    local delayed, leased = quiet(key_q(ctx, queue, ""), now)
+    if delayed then return refuse("NothingClaimable", next_due(ctx, queue, {delayed, leased})) end
+  end
   local _, bad2 = promote_best(ctx, queue, now, limit)
   if bad2 then return bad2 end
   _, bad2 = promote_queue(ctx, queue, now, MAINTENANCE)

@@ -33,14 +33,28 @@ local STATUS_OF = Job.STATUS_OF
 local token_record = Lease.token_record
 local GROUPED_MIN = FlowControl.GROUPED_MIN
 
--- Whether the read of a sorted set's first entry WITHSCORES (`first`) went through and found
--- nothing due by `now`.
-local function none_due(first, now)
-  return not first.err and (first[2] == nil or tonumber(first[2]) > now)
+-- The heads of delayed and leased (their first entries read WITHSCORES) when the queue whose
+-- keys start with `kq` has nothing due in either and no flow settings, else nil: what a claim
+-- needs to know besides ready to skip the general way's maintenance (claim.lua's claim_queue
+-- skips it so too). Each read a redis.pcall: one refused (a key of another type, the ACL) is nil.
+-- delayed_pr, which holds what delayed holds by priority, is read for its type alone: the
+-- general way reads it first, and refuses another type.
+local function quiet(kq, now)
+  if redis.pcall("EXISTS", kq .. "flow") ~= 0
+      or redis.pcall("ZRANGE", kq .. "delayed_pr", "0", "0").err then
+    return nil
+  end
+  local delayed = redis.pcall("ZRANGE", kq .. "delayed", "0", "0", "WITHSCORES")
+  local leased = redis.pcall("ZRANGE", kq .. "leased", "0", "0", "WITHSCORES")
+  if delayed.err or leased.err or (delayed[2] and tonumber(delayed[2]) <= now)
+      or (leased[2] and tonumber(leased[2]) <= now) then
+    return nil
+  end
+  return delayed, leased
 end
 
 -- claim.lua's NothingClaimable for a queue with no ready job: when the next delayed job or lease
--- comes due (the earlier head of two read by none_due), or "". The event stream is the one key
+-- comes due (the earlier of the heads quiet read), or "". The event stream is the one key
 -- the general way checks that no read here has met: one of another type, or refused, declines.
 local function nothing(events, delayed, leased)
   if events then
@@ -98,20 +112,15 @@ local function fast(keys, args)
   if not (timed and now) then return nil end
   local prefix, events = keys[1], keys[2]
   local kq, kcall = prefix .. "q:" .. queue .. ":", prefix .. "call:" .. call_id
-  -- the reads: the jobs at the head of ready, not re-sent, not paused, no flow, nothing due (by
-  -- the heads of delayed and leased; delayed_pr, which holds what delayed holds by priority, is
-  -- read for its type alone: the general way reads it first, and refuses another type)
+  -- the reads: the jobs at the head of ready, not re-sent, not paused, then quiet's
   local ready = redis.pcall("ZRANGE", kq .. "ready", "0", string.format("%d", limit - 1),
     "WITHSCORES")
   if ready.err or redis.pcall("GET", kcall) ~= false
-      or redis.pcall("SISMEMBER", prefix .. "paused", queue) ~= 0
-      or redis.pcall("EXISTS", kq .. "flow") ~= 0
-      or redis.pcall("ZRANGE", kq .. "delayed_pr", "0", "0").err then
+      or redis.pcall("SISMEMBER", prefix .. "paused", queue) ~= 0 then
     return nil
   end
-  local delayed = redis.pcall("ZRANGE", kq .. "delayed", "0", "0", "WITHSCORES")
-  local leased = redis.pcall("ZRANGE", kq .. "leased", "0", "0", "WITHSCORES")
-  if not (none_due(delayed, now) and none_due(leased, now)) then return nil end
+  local delayed, leased = quiet(kq, now)
+  if delayed == nil then return nil end
   if ready[1] == nil then return nothing(events, delayed, leased) end
   local now_text = string.format("%d", now)
   local x = string.format("%d", now + lease_ms)
