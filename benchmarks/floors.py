@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import tempfile
@@ -58,30 +57,16 @@ if str(ROOT) not in sys.path:
 from benchmarks import probe, report  # noqa: E402 - after the path is set
 from benchmarks.harness import MINIMAL_SCRIPT, Server, cpu_us  # noqa: E402
 from benchmarks.run import RedisServer  # noqa: E402
+from benchmarks.systems.quasar import AT, BARE_ENQUEUE, bare_job  # noqa: E402
 from quasar_redis import NewJob, Quasar  # noqa: E402
 from quasar_redis import _types as t  # noqa: E402
 from quasar_redis._call_codec import payload_of  # noqa: E402
-from quasar_redis._codec import encode  # noqa: E402
 from quasar_redis.aio import AsyncQuasar  # noqa: E402
 
 QUEUE = "bench"
 ROOT_KEY = "quasar:{floor}:"
-AT = "1796076590723"  # an available_at of 2026, as the bare scripts write it
 # What a timed part gives: jobs/s, Redis µs a job inside its commands, Redis CPU µs a job.
 Figures = tuple[float, float, float]
-
-# The job as enqueue writes it for the benchmark's job: stage, queue, state, available_at, enqueue
-# sequence, the payload in chunks of 64 bytes, and its ready entry (an 11-byte prefix, then the
-# id). ARGV: id, payload, member prefix, sequence per job, then available_at.
-BARE_ENQUEUE = """
-for i = 1, #ARGV - 1, 4 do
-  local id, p = ARGV[i], ARGV[i + 1]
-  redis.call('HSET', KEYS[1] .. id, 's', 'noop', 'q', 'bench', 'st', 'W', 'at', ARGV[#ARGV],
-    'sq', ARGV[i + 3], 'p', string.sub(p, 1, 64), 'p2', string.sub(p, 65))
-  redis.call('ZADD', KEYS[2], 0, ARGV[i + 2] .. id)
-end
-return 1
-"""
 
 # One job's whole contract at its barest: the commands of quasar's single enqueue, in its order
 # (the clock, the duplicate check, the sequence, the queue set, the hash, the ready entry, the
@@ -196,8 +181,7 @@ class Floors:
     def bare_args(self, lo: int, hi: int) -> list[object]:
         args: list[object] = []
         for i in range(lo, hi):
-            payload = encode(payload_of([self.datas[i]], {}))
-            args += [os.urandom(8).hex(), payload, os.urandom(11), i + 1]
+            args += bare_job(self.datas[i], i + 1)
         return [*args, AT]
 
     def single_call(self, which: str, i: int) -> tuple[list[str], list[object]]:

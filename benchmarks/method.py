@@ -49,7 +49,9 @@ What Redis itself reaches on the same server with a minimal Lua script, `{script
 a fresh key and a 100-byte value each time: by redis-py one call at a time, by redis-py in
 pipelines of 100 calls, and by `redis-benchmark` ({s_ceiling_clients} clients, {s_ceiling_benchmark}
 calls). No job queue can beat these: every enqueue is at least one such script call, every
-processed job at least two (claim and complete).
+processed job at least two (claim and complete). Its memory is not a floor for a job's: a value
+over `hash-max-listpack-value` (64 bytes by default) turns its hash into a hash table, where
+quasar keeps a payload in 64-byte chunks and its hash in the smaller listpack encoding.
 
 {ceiling}
 
@@ -67,8 +69,10 @@ HSET+ZADD entry).
 Most producers enqueue one job per web request. What quasar's one-at-a-time path is held to,
 each as measured in this run: a single enqueue through a task (`task.enqueue`, `await
 task.aenqueue`) against every peer and against the ceiling's one call at a time; the Redis CPU it
-costs against the ceiling's script (a bare `HSET` of the payload and a `ZADD`, one call); its
-enqueue-to-start p99 against huey's; the memory of a waiting job.
+costs against the bare single write of `benchmarks/floors.py`, run on the same server right after
+it: a script that writes the same jobs' hashes and `ready` entries as quasar lays them out, one
+job a call, and nothing else (no checks, sequence, wake-up or event); its enqueue-to-start p99
+against huey's; the memory of a waiting job, beside what the bare single write's jobs take.
 
 {one_at_a_time}
 
@@ -137,8 +141,8 @@ through `logging`, which has no handler here.
 - **Memory per waiting job**: `used_memory` less the clients' buffers (`mem_clients_normal`,
   which move by tens of kilobytes with the traffic) after the one-at-a-time enqueue minus
   before, divided by the jobs. It counts everything a system keeps per enqueued job: for quasar
-  the job hash, its index entry, the call record kept for re-sent calls (it expires) and an
-  entry of the event stream (it keeps about the last 10,000 job changes).
+  the job hash, its `ready` entry and an entry of the event stream (it keeps about the last
+  10,000 job changes).
 - **Redis CPU**: the change of `used_cpu_sys + used_cpu_user` (INFO) divided by the jobs: over
   the one-at-a-time enqueue, and over a process figure from the worker's start to its end (so it
   includes the worker's start-up, polling and maintenance). The time spent inside commands

@@ -30,6 +30,8 @@ QUASAR_FIGURES = (
     "latency_p99_ms",
     "memory_bytes_per_job",
     "redis_cpu_us_per_enqueue",
+    "bare_write_redis_cpu_us_per_call",
+    "bare_write_memory_bytes_per_job",
     "redis_cpu_us_per_job_default",
     "redis_cpu_us_per_job_tuned",
     "claim_small_us",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import redis
 
 from benchmarks import probe
+from benchmarks.harness import cpu_us
 from benchmarks.systems.base import QUEUE, System
 from quasar_redis import (
     App,
@@ -19,6 +21,7 @@ from quasar_redis import (
     Quasar,
 )
 from quasar_redis._call_codec import payload_of
+from quasar_redis._codec import encode
 from quasar_redis.worker import Worker
 
 if TYPE_CHECKING:
@@ -29,10 +32,31 @@ STAGE = "noop"
 CONCURRENCY = {"default": 10, "tuned": 50}
 PREFETCH: dict[str, int | Literal["auto"]] = {"default": "auto", "tuned": 50}
 FILL_CHUNK = 1000
+AT = "1796076590723"  # an available_at of 2026, as the bare scripts write it
+
+# The bare single write: the job as enqueue writes it for the benchmark's job (stage, queue,
+# state, available_at, enqueue sequence, the payload in chunks of 64 bytes) and its ready entry
+# (an 11-byte prefix, then the id), with nothing else. ARGV: id, payload, member prefix and
+# sequence per job, then available_at. floors.py runs it in batches too.
+BARE_ENQUEUE = """
+for i = 1, #ARGV - 1, 4 do
+  local id, p = ARGV[i], ARGV[i + 1]
+  redis.call('HSET', KEYS[1] .. id, 's', 'noop', 'q', 'bench', 'st', 'W', 'at', ARGV[#ARGV],
+    'sq', ARGV[i + 3], 'p', string.sub(p, 1, 64), 'p2', string.sub(p, 65))
+  redis.call('ZADD', KEYS[2], 0, ARGV[i + 2] .. id)
+end
+return 1
+"""
 
 
 def job(data: str) -> NewJob:
     return NewJob(STAGE, payload_of([data], {}), queue=QUEUE)
+
+
+def bare_job(data: str, seq: int) -> list[object]:
+    """BARE_ENQUEUE's arguments for one job: a 16-character id, the payload as enqueue encodes
+    it, the ready member's 11-byte prefix, the sequence."""
+    return [os.urandom(8).hex(), encode(payload_of([data], {})), os.urandom(11), seq]
 
 
 class QuasarSystem(System):
@@ -94,6 +118,28 @@ class QuasarSystem(System):
             probe.record(data)
 
         Worker(app, [QUEUE], concurrency=CONCURRENCY[variant], prefetch=PREFETCH[variant]).run()
+
+    # the floor of one enqueue: its own writes, bare ----------------------------------------------
+
+    def bare_write(self, harness: Harness, datas: Sequence[str]) -> dict[str, float | None]:
+        """The bare single write of floors.py, one job a call, after the one-at-a-time enqueue
+        of the same jobs on the same server: Redis CPU µs a call and memory bytes a job."""
+        script = self.client.redis.register_script(BARE_ENQUEUE)
+        root = f"quasar:{{{NAMESPACE}}}:"
+        keys = [root + "job:", root + f"q:{QUEUE}:ready"]
+        calls = [[*bare_job(d, i + 1), AT] for i, d in enumerate(datas)]
+        script(keys=keys, args=calls[0])  # (loaded)
+        harness.server.flush()
+        before = harness.server.snapshot()
+        for args in calls:
+            script(keys=keys, args=args)
+        after = harness.server.snapshot()
+        n = len(calls)
+        harness.server.flush()
+        return {
+            "bare_write_redis_cpu_us_per_call": cpu_us(before, after, n),
+            "bare_write_memory_bytes_per_job": (after.used_memory - before.used_memory) / n,
+        }
 
     # claim cost: O(log N) in the number of waiting jobs -----------------------------------------
 
