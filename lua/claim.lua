@@ -320,8 +320,8 @@ end
 -- turn, the group at the head of groups, or the queue's own jobs (those without a group) when
 -- their turn (uturn) comes first. The turns are read a batch at a time (a group given its turn
 -- goes after every group read: its new turn is the highest) and written once per batch; the
--- queue's own jobs are read once. Returns when the queue's rate lets the next job start (µs),
--- when it stopped for it.
+-- queue's own jobs are read once, and again after a job dropped (below). Returns when the
+-- queue's rate lets the next job start (µs), when it stopped for it.
 local function claim_flowed(ctx, pick, fl)
   local queue, now = pick.queue, pick.now
   local now_us = now * 1000
@@ -352,12 +352,16 @@ local function claim_flowed(ctx, pick, fl)
     f.touched[queue] = nil
     for g in pairs(touched) do join(ctx, queue, g, fmt(ctx, t.turn)) end
   end
-  -- the queue's own ready jobs (they come first in ready), read once
-  local own = zread(ctx, "ZRANGE", key_q(ctx, queue, "ready"), "0",
-    fmt(ctx, pick.limit + REPAIR_MAX - 1), "WITHSCORES")
-  local own_at = 1
   local heads, head_at = {}, 1
   local budget, leased = REPAIR_MAX, 0
+  -- the queue's own ready jobs (they come first in ready), read once, and again after this
+  -- claim dropped a job (one expired at its deadline may have made others ready by a cascade,
+  -- ahead of those read)
+  local function own_jobs()
+    return zread(ctx, "ZRANGE", key_q(ctx, queue, "ready"), "0",
+      fmt(ctx, pick.limit - #pick.rec + budget - 1), "WITHSCORES")
+  end
+  local own, own_at, dropped = own_jobs(), 1, false
   while #pick.rec < pick.limit and budget > 0 do
     local at = math.max(allowed_at(math.max(tat, now_us), tolerance), queue_hold)
     if at > now_us then
@@ -370,6 +374,7 @@ local function claim_flowed(ctx, pick, fl)
         "WITHSCORES")
       head_at = 1
     end
+    if dropped then own, own_at, dropped = own_jobs(), 1, false end
     local mine = own[own_at] and tonumber(own[own_at + 1]) < GROUPED_MIN and own[own_at] or nil
     local got
     if mine and (heads[head_at] == nil or uturn <= tonumber(heads[head_at + 1])) then
@@ -390,6 +395,7 @@ local function claim_flowed(ctx, pick, fl)
       if interval then tat = math.max(tat, now_us) + interval end
     else
       budget = budget - 1
+      dropped = dropped or got == "dropped"
     end
   end
   write_turns(ctx, queue, t)

@@ -21,6 +21,7 @@ from quasar_redis import (
     Complete,
     ConfigurationError,
     CorruptKeyError,
+    Expired,
     InvalidArgument,
     InvalidJob,
     InvalidTaskCall,
@@ -139,6 +140,25 @@ def test_groups_interleave_in_a_many_claim_and_one_by_one_alike(q: Quasar) -> No
     for i in range(6):
         one_by_one += claim_ids(q, T0 + i, limit=1)
     assert [group_of(j) for j in one_by_one] == ["x", "y"] * 3
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_a_job_freed_by_a_grouped_job_the_claim_expires_is_leased_in_its_place(
+    q: Quasar, limit: int
+) -> None:
+    # "gone", of group "g", never started by its deadline: the claim expires it at its turn, and
+    # "freed", which depends on it and runs whatever happens to it, is ready at once: it sorts
+    # before "later", which the claim read before it freed "freed".
+    enqueue(q, "gone", "g", available_at=T0 + 300, deadline=T0 + 301)
+    enqueue(q, "first", priority=-1)
+    enqueue(q, "freed", dependencies=["gone"], on_dependency_failure="run", now=T0 + 200)
+    enqueue(q, "later", now=T0 + 400)
+    leased = []
+    while got := claim_ids(q, T0 + 500, limit):
+        leased += got
+    assert leased == ["first", "freed", "later"]
+    info = q.get_job("gone")
+    assert info is not None and isinstance(info.job.state, Expired)
 
 
 # --- 2. a queue with neither groups nor limits ---------------------------------------------------
