@@ -62,6 +62,44 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster | AsyncRedisCluster)
 
 
+#: The smallest cap on a redis-py pool's connections with which it keeps one for quasar's own
+#: calls (redis-py's default cap: 100 from redis-py 8, 2**31 before). A pool capped lower shares
+#: every connection it has.
+KEPT_POOL_MIN = 100
+
+
+#: Where a pool holds its ``Kept`` (one per pool: see ``kept_of``).
+KEPT_ATTRIBUTE = "_quasar_kept"
+
+
+def kept_of(pool: Any, plain: type, lock: Any = None) -> Kept | None:
+    """The connection kept out of ``pool`` for the calls of every client over it, or None: a
+    pool that is not redis-py's ``plain`` one (a blocking pool, Sentinel's) or is capped below
+    ``KEPT_POOL_MIN`` keeps none. One per pool, however many clients are made over it (a client
+    made per request over one redis-py client keeps no more); ``lock`` is its first maker's."""
+    if type(pool) is not plain or getattr(pool, "max_connections", 0) < KEPT_POOL_MIN:
+        return None
+    kept: Kept = vars(pool).setdefault(KEPT_ATTRIBUTE, Kept(lock))  # (atomic: one per pool)
+    return kept
+
+
+class Kept:
+    """The connection a pool keeps out of its lending for quasar's own calls: lending a
+    connection and taking it back costs redis-py about 6 µs a command (its lock, its checks, its
+    events), a tenth of a lone call's round trip on a fast host. Each command takes it while no
+    other command holds it, and one the pool lends otherwise; the pool still counts it as lent,
+    so closing the pool closes it. A blocking client's is taken again in a forked process
+    (``owner``: the process it was taken in)."""
+
+    __slots__ = ("busy", "conn", "lock", "owner")
+
+    def __init__(self, lock: Any = None) -> None:
+        self.conn: Any = None
+        self.owner: object = None
+        self.busy = False
+        self.lock = lock
+
+
 def needs_command_name(pool: Any) -> bool:
     """Whether ``pool.get_connection`` needs the command's name (redis-py before 5.3)."""
     params = inspect.signature(pool.get_connection).parameters

@@ -13,7 +13,14 @@ import redis.asyncio
 import redis.exceptions as rex
 
 from . import _types as t
-from ._base import ClientBase, ClientOptions, is_cluster, needs_command_name
+from ._base import (
+    ClientBase,
+    ClientOptions,
+    Kept,
+    is_cluster,
+    kept_of,
+    needs_command_name,
+)
 from ._calls import Call, NewJob
 from ._coalescing import Coalescing, Pending
 from ._connect import async_client
@@ -339,21 +346,53 @@ def _packed_sender(client: Any) -> Callable[[Command], Coroutine[Any, Any, Any]]
 
     redis-py's asyncio connection packs a command in Python, joining a growing buffer for every
     argument: about 16 µs a job for the 14 arguments a coalesced enqueue sends per job (hiredis
-    packs the same in a fifth of that). This sends the packed bytes on a connection of the
-    client's pool with the client's own retry policy, as ``execute_command`` does; a cluster
-    client or a single-connection client keeps ``execute_command``.
+    packs the same in a fifth of that). ``PackedSender`` sends the packed bytes instead; a
+    cluster client or a single-connection client keeps ``execute_command``.
     """
     if type(client) is not redis.asyncio.Redis:
         return None
     if client.single_connection_client:
         return None
-    pool: Any = client.connection_pool
-    takes_name = needs_command_name(pool)
+    return PackedSender(client.connection_pool)
 
-    async def send(command: tuple[Any, ...]) -> Any:
+
+class PackedSender:
+    """Sends a command packed by hiredis with the client's own retry policy, as
+    ``execute_command`` does, on the connection its pool keeps for quasar's calls (``Kept``) when
+    no other command holds it, else on one the pool lends."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.takes_name = needs_command_name(pool)
+        self.kept = kept_of(pool, redis.asyncio.ConnectionPool)
+
+    async def __call__(self, command: Command) -> Any:
         packed = hiredis.pack_command(command)
-        conn = await (pool.get_connection(command[0]) if takes_name else pool.get_connection())
+        kept = self.kept
+        if kept is not None and not kept.busy:
+            kept.busy = True
+            try:
+                return await self.on_kept(kept, command, packed)
+            finally:
+                kept.busy = False
+        conn = await self.lend(command[0])
+        try:
+            return await self.on(conn, packed)
+        finally:
+            await self.pool.release(conn)
 
+    async def lend(self, name: Any) -> Any:
+        pool = self.pool
+        return await (pool.get_connection(name) if self.takes_name else pool.get_connection())
+
+    async def on_kept(self, kept: Kept, command: Command, packed: bytes) -> Any:
+        conn = kept.conn
+        if conn is None:
+            conn = kept.conn = await self.lend(command[0])
+        return await self.on(conn, packed)  # (redis-py disconnects a command stopped mid-way)
+
+    @staticmethod
+    async def on(conn: Any, packed: bytes) -> Any:
         async def once() -> Any:
             await _write(conn, packed)
             return await conn.read_response()
@@ -361,12 +400,7 @@ def _packed_sender(client: Any) -> Callable[[Command], Coroutine[Any, Any, Any]]
         async def fail(_: Exception) -> None:
             await conn.disconnect()
 
-        try:
-            return await conn.retry.call_with_retry(once, fail)
-        finally:
-            await pool.release(conn)
-
-    return send
+        return await conn.retry.call_with_retry(once, fail)
 
 
 #: Whether ``asyncio.wait_for`` runs what it times in a task of its own (Python before 3.12).

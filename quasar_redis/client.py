@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -10,7 +12,7 @@ import hiredis
 import redis
 
 from . import _types as t
-from ._base import ClientBase, is_cluster, needs_command_name
+from ._base import ClientBase, Kept, is_cluster, kept_of, needs_command_name
 from ._calls import Call, NewJob
 from ._connect import sync_client
 from ._durable import Replicated
@@ -199,20 +201,52 @@ def _packed_sender(client: Any) -> Callable[[Command], Any] | None:
 
     redis-py's ``execute_command`` costs far more than the round trip's own system calls (its
     argument handling, packing in Python, per-command bookkeeping): on a 2-core machine about
-    110 µs of client CPU for a PING against 20 µs for the socket calls. This sends the packed
-    bytes on a connection of the client's pool under the client's own retry policy, as
-    ``execute_command`` does (a connection that asks to reconnect is reconnected after); a cluster
-    client, a single-connection client and fakeredis keep ``execute_command``.
+    110 µs of client CPU for a PING against 20 µs for the socket calls. ``PackedSender`` sends
+    the packed bytes instead; a cluster client, a single-connection client and fakeredis keep
+    ``execute_command``.
     """
     if type(client) is not redis.Redis or client.connection is not None:
         return None
-    pool: Any = client.connection_pool
-    takes_name = needs_command_name(pool)
+    return PackedSender(client.connection_pool)
 
-    def send(command: Command) -> Any:
+
+class PackedSender:
+    """Sends a command packed by hiredis under the client's own retry policy, as
+    ``execute_command`` does (a connection that asks to reconnect is reconnected after), on the
+    connection its pool keeps for quasar's calls (``Kept``) when no other thread's command holds
+    it, else on one the pool lends."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.takes_name = needs_command_name(pool)
+        self.kept = kept_of(pool, redis.ConnectionPool, threading.Lock())
+
+    def __call__(self, command: Command) -> Any:
         packed = hiredis.pack_command(command)
-        conn = pool.get_connection(command[0]) if takes_name else pool.get_connection()
+        kept = self.kept
+        if kept is not None and kept.lock.acquire(blocking=False):
+            try:
+                return self.on_kept(kept, command, packed)
+            finally:
+                kept.lock.release()
+        conn = self.lend(command[0])
+        try:
+            return self.on(conn, packed)
+        finally:
+            self.pool.release(conn)
 
+    def lend(self, name: Any) -> Any:
+        return self.pool.get_connection(name) if self.takes_name else self.pool.get_connection()
+
+    def on_kept(self, kept: Kept, command: Command, packed: bytes) -> Any:
+        conn, pid = kept.conn, os.getpid()
+        if conn is None or kept.owner != pid:  # (after a fork: the parent's socket)
+            conn = kept.conn = self.lend(command[0])
+            kept.owner = pid
+        return self.on(conn, packed)  # (redis-py disconnects a command stopped mid-way)
+
+    @staticmethod
+    def on(conn: Any, packed: bytes) -> Any:
         def once() -> Any:
             conn.send_packed_command([packed])  # (bytes as they are: a list of buffers)
             return conn.read_response()
@@ -220,12 +254,7 @@ def _packed_sender(client: Any) -> Callable[[Command], Any] | None:
         try:
             return conn.retry.call_with_retry(once, lambda _: conn.disconnect())
         finally:
-            try:
-                reconnect = getattr(conn, "should_reconnect", None)
-                if reconnect is not None and reconnect():  # (redis-py 7+: a server maintenance)
-                    conn.disconnect()
-                    conn.connect()
-            finally:
-                pool.release(conn)
-
-    return send
+            reconnect = getattr(conn, "should_reconnect", None)
+            if reconnect is not None and reconnect():  # (redis-py 7+: a server maintenance)
+                conn.disconnect()
+                conn.connect()

@@ -1,0 +1,274 @@
+"""The connection a redis-py pool keeps out of its lending for quasar's calls, one at a time (real
+Redis: fakeredis has no connections to keep).
+
+A lone command goes on that connection without the pool's lending and taking back; a command
+sent while another holds it takes one the pool lends. What could go wrong with a connection that
+outlives its command is shown not to: a reply left unread by a call that was stopped mid-way
+never answers the next call, threads and tasks get their own replies, a forked process never
+writes on its parent's socket, clients made one after another over one redis-py client keep one
+connection between them, and a pool with a cap of its own keeps all its connections to share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import uuid
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from quasar_redis import AsyncQuasar, Quasar
+
+from .helpers import REDIS_URL, real_redis, wait_for
+
+
+@pytest.fixture
+def admin() -> Iterator[redis.Redis]:
+    client = real_redis()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def sync_client(admin: redis.Redis) -> Iterator[Quasar]:
+    q = Quasar(redis.Redis.from_url(REDIS_URL), f"kept-{uuid.uuid4().hex[:8]}")
+    yield q
+    q.redis.close()
+
+
+def sender(q: Quasar | AsyncQuasar) -> Any:
+    """The client's sender of packed commands (a plain redis-py client has one)."""
+    assert q._packed is not None
+    return q._packed
+
+
+def client_id(reply: Any) -> int:
+    return int(reply)
+
+
+def blocked_in(admin: redis.Redis, conn_id: int, command: str) -> bool:
+    """Whether the connection ``conn_id`` is blocked in ``command`` on the server."""
+    return any(
+        c.get("cmd") == command and "b" in c.get("flags", "")
+        for c in admin.client_list(client_id=[conn_id])
+    )
+
+
+def test_lone_calls_go_on_the_one_connection_the_pool_keeps(sync_client: Quasar) -> None:
+    q = sync_client
+    first = client_id(q._send(("CLIENT", "ID")))
+    assert {client_id(q._send(("CLIENT", "ID"))) for _ in range(5)} == {first}
+    # an error reply is read whole: the connection stays
+    with pytest.raises(redis.ResponseError):
+        q._send(("NO-SUCH-COMMAND",))
+    assert client_id(q._send(("CLIENT", "ID"))) == first
+    # the pool counts it as lent: the client's close closes it
+    pool: Any = q.redis.connection_pool
+    kept = sender(q).kept.conn
+    assert kept in pool._in_use_connections
+    q.redis.close()
+    assert kept._sock is None
+    assert client_id(q._send(("CLIENT", "ID"))) != first  # (connected again when next used)
+
+
+def test_an_asyncio_call_cancelled_mid_way_leaves_no_reply_for_the_next(
+    admin: redis.Redis,
+) -> None:
+    key = f"kept-{uuid.uuid4().hex[:8]}:list"
+
+    async def run() -> None:
+        q = AsyncQuasar(redis.asyncio.Redis.from_url(REDIS_URL), "kept")
+        try:
+            before = client_id(await q._send(("CLIENT", "ID")))
+            waiting = asyncio.ensure_future(q._send(("BLPOP", key, "30")))
+            while not blocked_in(admin, before, "blpop"):  # (its own precondition: blocked)
+                assert not waiting.done()
+                await asyncio.sleep(0.01)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            admin.rpush(key, "late")  # the reply the cancelled call would have read
+            assert await q._send(("ECHO", "next")) == b"next"
+            assert client_id(await q._send(("CLIENT", "ID"))) != before
+        finally:
+            await q.redis.aclose()
+            admin.delete(key)
+
+    asyncio.run(run())
+
+
+class Interrupted(BaseException):
+    pass
+
+
+def test_a_blocking_call_interrupted_mid_way_leaves_no_reply_for_the_next(
+    sync_client: Quasar, admin: redis.Redis
+) -> None:
+    q = sync_client
+    key = f"{q.namespace}:list"
+    before = client_id(q._send(("CLIENT", "ID")))
+    main = threading.get_ident()
+
+    def interrupt() -> None:
+        wait_for(lambda: blocked_in(admin, before, "blpop"), 10, "the call to block")
+        signal.pthread_kill(main, signal.SIGUSR1)
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        helper = threading.Thread(target=interrupt)
+        helper.start()
+        with pytest.raises(Interrupted):
+            q._send(("BLPOP", key, "30"))
+        helper.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    admin.rpush(key, "late")
+    try:
+        assert q._send(("ECHO", "next")) == b"next"
+        assert client_id(q._send(("CLIENT", "ID"))) != before
+    finally:
+        admin.delete(key)
+
+
+def test_threads_sharing_a_client_each_get_their_own_replies(sync_client: Quasar) -> None:
+    q = sync_client
+    wrong: list[tuple[bytes, Any]] = []
+
+    def echo(n: int) -> None:
+        for i in range(200):
+            sent = f"{n}-{i}".encode()
+            got = q._send(("ECHO", sent))
+            if got != sent:
+                wrong.append((sent, got))
+
+    threads = [threading.Thread(target=echo, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+    pool: Any = q.redis.connection_pool
+    assert len(pool._in_use_connections) == 1  # the kept one; the rest went back to the pool
+    assert len(pool._available_connections) <= 8
+
+
+def test_concurrent_asyncio_calls_each_get_their_own_replies() -> None:
+    async def run() -> list[tuple[bytes, Any]]:
+        q = AsyncQuasar(redis.asyncio.Redis.from_url(REDIS_URL), "kept")
+        try:
+            sent = [f"m{i}".encode() for i in range(50)]
+            for _ in range(5):
+                got = await asyncio.gather(*[q._send(("ECHO", m)) for m in sent])
+                if list(got) != sent:
+                    return list(zip(sent, got, strict=True))
+            return []
+        finally:
+            await q.redis.aclose()
+
+    real_redis().close()  # (skip, or fail under QUASAR_REQUIRE_REDIS=1, without a server)
+    assert asyncio.run(run()) == []
+
+
+def test_clients_made_over_one_redis_client_keep_one_connection_between_them(
+    admin: redis.Redis,
+) -> None:
+    shared = redis.Redis.from_url(REDIS_URL)  # (a pool capped at redis-py's default: 100)
+    pool: Any = shared.connection_pool
+    try:
+        ids = set()
+        for i in range(2 * pool.max_connections):  # a client made per request, say
+            q = Quasar(shared, f"kept-{i}")
+            ids.add(client_id(q._send(("CLIENT", "ID"))))
+            shared.ping()  # (redis-py's own commands beside them)
+        assert len(ids) == 1
+        assert len(pool._in_use_connections) == 1
+    finally:
+        shared.close()
+
+    async def run() -> None:
+        shared = redis.asyncio.Redis.from_url(REDIS_URL)
+        pool: Any = shared.connection_pool
+        try:
+            ids = set()
+            for i in range(2 * pool.max_connections):
+                q = AsyncQuasar(shared, f"kept-{i}")
+                ids.add(client_id(await q._send(("CLIENT", "ID"))))
+                await shared.ping()
+            assert len(ids) == 1
+            assert len(pool._in_use_connections) == 1
+        finally:
+            await shared.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_forked_process_takes_a_connection_of_its_own(sync_client: Quasar) -> None:
+    q = sync_client
+    parent = client_id(q._send(("CLIENT", "ID")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (fork with threads: not here)
+        pid = os.fork()
+    if pid == 0:  # the child: its own connection, never the parent's socket
+        code = 1
+        try:
+            code = 0 if client_id(q._send(("CLIENT", "ID"))) != parent else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert client_id(q._send(("CLIENT", "ID"))) == parent
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        lambda: redis.ConnectionPool.from_url(REDIS_URL, max_connections=10),
+        lambda: redis.BlockingConnectionPool.from_url(REDIS_URL),
+    ],
+    ids=["capped", "blocking"],
+)
+def test_a_pool_with_a_cap_of_its_own_keeps_every_connection_to_share(pool: Any) -> None:
+    real_redis().close()
+    made = pool()
+    q = Quasar(redis.Redis(connection_pool=made), "kept")
+    try:
+        assert sender(q).kept is None
+        assert q._send(("PING",)) in (True, b"PONG")
+        if isinstance(made, redis.BlockingConnectionPool):  # (every connection back in its queue)
+            assert made.pool.qsize() == made.max_connections
+        else:
+            assert len(made._in_use_connections) == 0
+    finally:
+        made.disconnect()
+    plain = Quasar(redis.Redis.from_url(REDIS_URL), "kept")
+    assert sender(plain).kept is not None
+    plain.redis.close()
+
+
+def test_an_asyncio_pool_with_a_cap_of_its_own_keeps_every_connection_to_share() -> None:
+    real_redis().close()
+
+    async def run() -> None:
+        made = redis.asyncio.ConnectionPool.from_url(REDIS_URL, max_connections=10)
+        q = AsyncQuasar(redis.asyncio.Redis(connection_pool=made), "kept")
+        try:
+            assert sender(q).kept is None
+            assert await q._send(("PING",))
+            assert len(made._in_use_connections) == 0
+        finally:
+            await made.disconnect()
+        plain = AsyncQuasar(redis.asyncio.Redis.from_url(REDIS_URL), "kept")
+        assert sender(plain).kept is not None
+        await plain.redis.aclose()
+
+    asyncio.run(run())
