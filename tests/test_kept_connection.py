@@ -23,6 +23,9 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from quasar_redis import AsyncQuasar, Quasar
 
@@ -100,6 +103,45 @@ def test_an_asyncio_call_cancelled_mid_way_leaves_no_reply_for_the_next(
         finally:
             await q.redis.aclose()
             admin.delete(key)
+
+    asyncio.run(run())
+
+
+def closed_by_the_server(admin: redis.Redis, conn_id: int) -> None:
+    """The server closes the connection ``conn_id`` (as a restart would), and has let it go."""
+    admin.client_kill_filter(_id=str(conn_id))
+    wait_for(lambda: not admin.client_list(client_id=[conn_id]), 10, "the connection to close")
+
+
+def test_a_kept_connection_the_server_closed_is_connected_again_before_the_next_call(
+    admin: redis.Redis,
+) -> None:
+    # No retries: a call sent on the closed socket would fail; like a connection the pool lends,
+    # the kept one is checked (and connected again) first.
+    q = Quasar(redis.Redis.from_url(REDIS_URL, retry=Retry(NoBackoff(), 0)), "kept")
+    try:
+        before = client_id(q._send(("CLIENT", "ID")))
+        closed_by_the_server(admin, before)
+        assert q._send(("ECHO", "next")) == b"next"
+        assert client_id(q._send(("CLIENT", "ID"))) != before
+    finally:
+        q.redis.close()
+
+    async def run() -> None:
+        client = redis.asyncio.Redis.from_url(REDIS_URL, retry=AsyncRetry(NoBackoff(), 0))
+        q = AsyncQuasar(client, "kept")
+        try:
+            before = client_id(await q._send(("CLIENT", "ID")))
+            closed_by_the_server(admin, before)
+            reader = sender(q).kept.conn._reader
+            deadline = asyncio.get_running_loop().time() + 10
+            while not reader.at_eof():  # (the client's event loop reads the close, as it idles)
+                assert asyncio.get_running_loop().time() < deadline, "the close never read"
+                await asyncio.sleep(0.01)
+            assert await q._send(("ECHO", "next")) == b"next"
+            assert client_id(await q._send(("CLIENT", "ID"))) != before
+        finally:
+            await client.aclose()
 
     asyncio.run(run())
 
