@@ -6,6 +6,7 @@ import inspect
 import sys
 from typing import Any, ClassVar, TypedDict, TypeVar
 
+import redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
@@ -74,10 +75,13 @@ KEPT_ATTRIBUTE = "_quasar_kept"
 
 def kept_of(pool: Any, plain: type, lock: Any = None) -> Kept | None:
     """The connection kept out of ``pool`` for the calls of every client over it, or None: a
-    pool that is not redis-py's ``plain`` one (a blocking pool, Sentinel's) or is capped below
-    ``KEPT_POOL_MIN`` keeps none. One per pool, however many clients are made over it (a client
-    made per request over one redis-py client keeps no more); ``lock`` is its first maker's."""
+    pool that is not redis-py's ``plain`` one (a blocking pool, Sentinel's), is capped below
+    ``KEPT_POOL_MIN``, or of a redis-py whose pools lack ``ensure_connection`` keeps none. One per
+    pool, however many clients are made over it (a client made per request over one redis-py
+    client keeps no more); ``lock`` is its first maker's."""
     if type(pool) is not plain or getattr(pool, "max_connections", 0) < KEPT_POOL_MIN:
+        return None
+    if not hasattr(redis.ConnectionPool, "ensure_connection"):  # (an older redis-py: none)
         return None
     kept: Kept = vars(pool).setdefault(KEPT_ATTRIBUTE, Kept(lock))  # (atomic: one per pool)
     return kept
