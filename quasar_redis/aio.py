@@ -365,7 +365,6 @@ class PackedSender:
         self.pool = pool
         self.takes_name = needs_command_name(pool)
         self.kept = kept_of(pool, redis.asyncio.ConnectionPool)
-        self.ensure = getattr(pool, "ensure_connection", None)
 
     async def __call__(self, command: Command) -> Any:
         packed = hiredis.pack_command(command)
@@ -390,24 +389,9 @@ class PackedSender:
         conn = kept.conn
         if conn is None:
             conn = kept.conn = await self.lend(command[0])
-        else:
-            await self.ready(conn)
+        else:  # (checked as the pool checks what it lends: one closed meanwhile, connected again)
+            await self.pool.ensure_connection(conn)
         return await self.on(conn, packed)  # (redis-py disconnects a command stopped mid-way)
-
-    async def ready(self, conn: Any) -> None:
-        """The kept connection as the pool would lend it: connected, with nothing to read (a
-        server restarted or a connection it closed meanwhile: connected again, no retry spent)."""
-        if self.ensure is not None:
-            await self.ensure(conn)
-            return
-        await conn.connect()  # (redis-py before 5.1: the check its pool makes when it lends)
-        try:
-            stale = await conn.can_read_destructive()
-        except (rex.ConnectionError, rex.TimeoutError, OSError):
-            stale = True
-        if stale:
-            await conn.disconnect()
-            await conn.connect()
 
     @staticmethod
     async def on(conn: Any, packed: bytes) -> Any:

@@ -10,7 +10,6 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import hiredis
 import redis
-import redis.exceptions as rex
 
 from . import _types as t
 from ._base import ClientBase, Kept, is_cluster, kept_of, needs_command_name
@@ -221,7 +220,6 @@ class PackedSender:
         self.pool = pool
         self.takes_name = needs_command_name(pool)
         self.kept = kept_of(pool, redis.ConnectionPool, threading.Lock())
-        self.ensure = getattr(pool, "ensure_connection", None)
 
     def __call__(self, command: Command) -> Any:
         packed = hiredis.pack_command(command)
@@ -245,24 +243,9 @@ class PackedSender:
         if conn is None or kept.owner != pid:  # (after a fork: the parent's socket)
             conn = kept.conn = self.lend(command[0])
             kept.owner = pid
-        else:
-            self.ready(conn)
+        else:  # (checked as the pool checks what it lends: one closed meanwhile, connected again)
+            self.pool.ensure_connection(conn)
         return self.on(conn, packed)  # (redis-py disconnects a command stopped mid-way)
-
-    def ready(self, conn: Any) -> None:
-        """The kept connection as the pool would lend it: connected, with nothing to read (a
-        server restarted or a connection it closed meanwhile: connected again, no retry spent)."""
-        if self.ensure is not None:
-            self.ensure(conn)
-            return
-        conn.connect()  # (redis-py before 5.1: the check its pool makes when it lends)
-        try:
-            stale = conn.can_read()
-        except (rex.ConnectionError, rex.TimeoutError, OSError):
-            stale = True
-        if stale:
-            conn.disconnect()
-            conn.connect()
 
     @staticmethod
     def on(conn: Any, packed: bytes) -> Any:
