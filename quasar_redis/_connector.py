@@ -15,6 +15,7 @@ from ._environment import environment_url, redis_url
 from ._urls import MEMORY_URL
 from .aio import AsyncQuasar
 from .client import Quasar
+from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ._memory import MemoryServer
@@ -40,6 +41,13 @@ class Connector:
     """
 
     def __init__(self, url: str | None = None) -> None:
+        if url is not None and not isinstance(url, str):
+            raise ConfigurationError(
+                f"the Redis URL must be text such as 'redis://127.0.0.1:6379/0', not a "
+                f"{type(url).__module__}.{type(url).__qualname__}: give the server's URL; a "
+                "redis-py client you already have goes to Quasar(client, namespace) or "
+                "AsyncQuasar(client, namespace)"
+            )
         self._url = url  # (None: the environment's, read at the first connection)
         self._server: MemoryServer | None = None
         self._making = threading.Lock()  # (one embedded server, whichever thread asks first)

@@ -59,6 +59,20 @@ def test_an_app_without_a_url_refuses_its_first_connection_and_names_the_variabl
         App().client.redis.ping()
 
 
+def test_a_url_that_is_not_text_is_refused_at_once_and_says_what_to_give() -> None:
+    client = real_redis()
+    try:
+        for wrong in (client, b"redis://127.0.0.1:6379/0", 6379):
+            for make in (App, Connector):
+                with pytest.raises(ConfigurationError) as refused:
+                    make(wrong)  # type: ignore[arg-type]
+                text = str(refused.value)
+                assert type(wrong).__qualname__ in text
+                assert "redis://" in text and "Quasar(client, namespace)" in text
+    finally:
+        client.close()
+
+
 def test_quasar_redis_url_comes_before_redis_url(
     no_url: pytest.MonkeyPatch, on_real_redis: str, namespace: str
 ) -> None:
