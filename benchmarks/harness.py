@@ -328,6 +328,10 @@ class Harness:
         if bare_write is not None:  # (quasar's: its own writes of the same jobs, bare)
             self.server.flush()
             f.update(bare_write(self, self.datas(n)))
+        paired = getattr(sysm, "paired_ceiling", None)
+        if paired is not None:  # (quasar's: its one-at-a-time calls and the ceiling's, in turns)
+            self.server.flush()
+            f.update(await paired(self, self.datas(s.enqueue)))
 
         f["enqueue_async_one_per_s"] = None
         if sysm.async_api:

@@ -68,7 +68,10 @@ HSET+ZADD entry).
 
 Most producers enqueue one job per web request. What quasar's one-at-a-time path is held to,
 each as measured in this run: a single enqueue through a task (`task.enqueue`, `await
-task.aenqueue`) against every peer and against the ceiling's one call at a time; the Redis CPU it
+task.aenqueue`) against every peer and against the ceiling's one call at a time (the two taking
+turns on the same server, in blocks of 100 calls, A B B A, so that whatever else the machine runs
+meanwhile weighs on both alike; the ratio of the two phases measured apart, minutes from each
+other, is given beside it); the Redis CPU it
 costs against the bare single write of `benchmarks/floors.py`, run on the same server right after
 it: a script that writes the same jobs' hashes and `ready` entries as quasar lays them out, one
 job a call, and nothing else (no checks, sequence, wake-up or event); its enqueue-to-start p99

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import redis
+import redis.asyncio
 
 from benchmarks import probe
-from benchmarks.harness import cpu_us
+from benchmarks.harness import MINIMAL_SCRIPT, cpu_us
 from benchmarks.systems.base import QUEUE, System
 from quasar_redis import (
     App,
@@ -33,6 +34,7 @@ CONCURRENCY = {"default": 10, "tuned": 50}
 PREFETCH: dict[str, int | Literal["auto"]] = {"default": "auto", "tuned": 50}
 FILL_CHUNK = 1000
 AT = "1796076590723"  # an available_at of 2026, as the bare scripts write it
+PAIR_BLOCK = 100  # the calls of one turn when the enqueue and the ceiling's call take turns
 
 # The bare single write: the job as enqueue writes it for the benchmark's job (stage, queue,
 # state, available_at, enqueue sequence, the payload in chunks of 64 bytes) and its ready entry
@@ -141,6 +143,53 @@ class QuasarSystem(System):
             "bare_write_memory_bytes_per_job": (after.used_memory - before.used_memory) / n,
         }
 
+    # the ceiling's one call at a time, taking turns with the enqueue ------------------------------
+
+    async def paired_ceiling(
+        self, harness: Harness, datas: Sequence[str]
+    ) -> dict[str, float | None]:
+        """The one-at-a-time enqueue (``task.enqueue``, then ``await task.aenqueue``) and the
+        ceiling's one call at a time (redis-py's EVALSHA, then redis.asyncio's), taking turns in
+        blocks of PAIR_BLOCK calls on the same server, in the order ABBA: whatever else the
+        machine runs meanwhile weighs on both alike. Each side's calls a second over its own
+        blocks; the ratio is quasar's ÷ the ceiling's."""
+        server = harness.server
+        payload = "x" * probe.PAYLOAD_BYTES
+        sync_r = redis.Redis.from_url(server.url)
+        async_r = redis.asyncio.Redis.from_url(server.url)
+        try:
+            sha = sync_r.script_load(MINIMAL_SCRIPT)
+
+            async def sync_ceiling(i: int) -> None:
+                sync_r.evalsha(sha, 2, f"job:{i}", "ready", payload, i)
+
+            async def sync_quasar(i: int) -> None:
+                self.enqueue_sync(datas[i])
+
+            async def async_ceiling(i: int) -> None:
+                await async_r.evalsha(sha, 2, f"job:{i}", "ready", payload, i)
+
+            async def async_quasar(i: int) -> None:
+                await self.enqueue_async(datas[i])
+
+            out: dict[str, float | None] = {}
+            for name, mine, theirs in (
+                ("sync", sync_quasar, sync_ceiling),
+                ("async", async_quasar, async_ceiling),
+            ):
+                await mine(0)  # (warm: connections open, scripts loaded)
+                await theirs(0)
+                server.flush()
+                n, quasar_s, ceiling_s = await in_turns(mine, theirs, len(datas))
+                server.flush()
+                out[f"paired_{name}_enqueue_per_s"] = n / quasar_s
+                out[f"paired_{name}_ceiling_per_s"] = n / ceiling_s
+                out[f"paired_{name}_ratio"] = ceiling_s / quasar_s
+            return out
+        finally:
+            sync_r.close()
+            await async_r.aclose()
+
     # claim cost: O(log N) in the number of waiting jobs -----------------------------------------
 
     async def claim_cost(self, harness: Harness) -> dict[str, float | None]:
@@ -195,6 +244,24 @@ class QuasarSystem(System):
             calls = after.script_calls - before.script_calls
             server_us.append((after.script_usec - before.script_usec) / max(calls, 1))
         return statistics.median(client_us), statistics.median(server_us)
+
+
+async def in_turns(
+    a: Callable[[int], Awaitable[None]], b: Callable[[int], Awaitable[None]], n: int
+) -> tuple[int, float, float]:
+    """(calls of each, a's seconds, b's seconds): ``a`` and ``b`` each called with 0 .. n-1 (n
+    rounded down to whole turns), in blocks of PAIR_BLOCK calls, two blocks a turn, a then b in
+    even turns and b then a in odd ones."""
+    n -= n % (2 * PAIR_BLOCK)
+    spent = [0.0, 0.0]
+    for turn, base in enumerate(range(0, n, PAIR_BLOCK)):
+        for side in (0, 1) if turn % 2 == 0 else (1, 0):
+            one = (a, b)[side]
+            start = time.perf_counter()
+            for i in range(base, base + PAIR_BLOCK):
+                await one(i)
+            spent[side] += time.perf_counter() - start
+    return n, spent[0], spent[1]
 
 
 SYSTEM = QuasarSystem
