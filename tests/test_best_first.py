@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from quasar_redis import (
     BatchApplied,
     ClaimRefused,
@@ -157,3 +159,34 @@ def test_run_out_leases_beyond_the_bound_wait_for_the_next_claim(q: Quasar) -> N
     assert claim_id(q, later) == "l000"  # the bound: 100 expired, the urgent one not yet
     assert claim_id(q, later) == "urgent"
     assert claim_ids(q, later, 1000) == [f"l{i:03d}" for i in range(1, 100)]
+
+
+@pytest.mark.parametrize(
+    ("limit", "claims"), [(2, [["first", "freed"], ["later"]]), (3, [["first", "later", "freed"]])]
+)
+def test_a_job_a_claim_frees_as_it_goes_follows_the_jobs_it_had_read(
+    q: Quasar, limit: int, claims: list[list[str]]
+) -> None:
+    """The fourth bound: "gone" is past its deadline when the claim meets it, so the claim expires
+    it, and "freed" (which runs whatever becomes of "gone") enters ready then. A claim of 3 had
+    read "later" already and leases it first, though "freed" sorts before it; a claim of 2 had
+    read only "first" and "gone", and leases "freed" in its order."""
+    enqueue(
+        q,
+        [
+            NewJob("s", id="gone", available_at=T0 + 300, deadline=T0 + 301),
+            NewJob("s", id="first", priority=-1),
+            NewJob(
+                "s",
+                id="freed",
+                dependencies=["gone"],
+                on_dependency_failure="run",
+                available_at=T0 + 200,
+            ),
+            NewJob("s", id="later", available_at=T0 + 400),
+        ],
+    )
+    assert [claim_ids(q, T0 + 500, limit) for _ in claims] == claims
+    assert isinstance(q.claim("default", "w", LEASE, now=T0 + 500), ClaimRefused)
+    gone = q.get_job("gone")
+    assert gone is not None and gone.status is Status.EXPIRED
