@@ -468,15 +468,25 @@ def shm_dir() -> str | None:
 # --- the ceiling ---------------------------------------------------------------------------------
 
 
-async def _async_one_at_a_time(url: str, sha: str, payload: str, n: int) -> float:
+#: The ceiling's value: a payload of the benchmark's size.
+CEILING_PAYLOAD = "x" * probe.PAYLOAD_BYTES
+
+
+def ceiling_args(i: int) -> tuple[Any, ...]:
+    """MINIMAL_SCRIPT's keys and arguments for its ``i``-th call (after its sha): a fresh key a
+    call, one shared index."""
+    return (2, f"job:{i}", "ready", CEILING_PAYLOAD, i)
+
+
+async def _async_one_at_a_time(url: str, sha: str, n: int) -> float:
     """Seconds for ``n`` EVALSHA calls of the ceiling's script by redis.asyncio, each awaited
     before the next."""
     r = redis.asyncio.Redis.from_url(url)
     try:
-        await r.evalsha(sha, 2, "warm", "ready", payload, 0)
+        await r.evalsha(sha, *ceiling_args(-1))
         start = time.perf_counter()
         for i in range(n):
-            await r.evalsha(sha, 2, f"job:{i}", "ready", payload, i)
+            await r.evalsha(sha, *ceiling_args(i))
         return time.perf_counter() - start
     finally:
         await r.aclose()
@@ -488,17 +498,16 @@ def ceiling(server: Server, sizes: Sizes) -> Measurement:
     r = server.redis
     out = Measurement("ceiling")
     f = out.figures
-    payload = "x" * probe.PAYLOAD_BYTES
     server.flush()
     sha = r.script_load(MINIMAL_SCRIPT)
-    r.evalsha(sha, 2, "warm", "ready", payload, 0)
+    r.evalsha(sha, *ceiling_args(-1))
     server.flush()
 
     n = sizes.ceiling_one
     before = server.snapshot()
     start = time.perf_counter()
     for i in range(n):
-        r.evalsha(sha, 2, f"job:{i}", "ready", payload, i)
+        r.evalsha(sha, *ceiling_args(i))
     seconds = time.perf_counter() - start
     after = server.snapshot()
     f["ceiling_evalsha_per_s"] = n / seconds
@@ -510,7 +519,7 @@ def ceiling(server: Server, sizes: Sizes) -> Measurement:
     server.flush()
 
     n = sizes.ceiling_one
-    f["ceiling_async_evalsha_per_s"] = n / asyncio.run(_async_one_at_a_time(url, sha, payload, n))
+    f["ceiling_async_evalsha_per_s"] = n / asyncio.run(_async_one_at_a_time(url, sha, n))
     server.flush()
 
     n = sizes.ceiling_pipelined
@@ -518,12 +527,12 @@ def ceiling(server: Server, sizes: Sizes) -> Measurement:
     for base in range(0, n, 100):
         pipe = r.pipeline(transaction=False)
         for i in range(base, min(n, base + 100)):
-            pipe.evalsha(sha, 2, f"job:{i}", "ready", payload, i)
+            pipe.evalsha(sha, *ceiling_args(i))
         pipe.execute()
     f["ceiling_pipelined_per_s"] = n / (time.perf_counter() - start)
     server.flush()
 
-    f["ceiling_redis_benchmark_per_s"] = redis_benchmark(url, sha, payload, sizes)
+    f["ceiling_redis_benchmark_per_s"] = redis_benchmark(url, sha, CEILING_PAYLOAD, sizes)
     server.flush()
     out.details.update(
         {

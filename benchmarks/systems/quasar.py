@@ -12,7 +12,7 @@ import redis
 import redis.asyncio
 
 from benchmarks import probe
-from benchmarks.harness import MINIMAL_SCRIPT, cpu_us
+from benchmarks.harness import MINIMAL_SCRIPT, ceiling_args, cpu_us
 from benchmarks.systems.base import QUEUE, System
 from quasar_redis import (
     App,
@@ -154,20 +154,19 @@ class QuasarSystem(System):
         machine runs meanwhile weighs on both alike. Each side's calls a second over its own
         blocks; the ratio is quasar's ÷ the ceiling's."""
         server = harness.server
-        payload = "x" * probe.PAYLOAD_BYTES
         sync_r = redis.Redis.from_url(server.url)
         async_r = redis.asyncio.Redis.from_url(server.url)
         try:
             sha = sync_r.script_load(MINIMAL_SCRIPT)
 
             async def sync_ceiling(i: int) -> None:
-                sync_r.evalsha(sha, 2, f"job:{i}", "ready", payload, i)
+                sync_r.evalsha(sha, *ceiling_args(i))
 
             async def sync_quasar(i: int) -> None:
                 self.enqueue_sync(datas[i])
 
             async def async_ceiling(i: int) -> None:
-                await async_r.evalsha(sha, 2, f"job:{i}", "ready", payload, i)
+                await async_r.evalsha(sha, *ceiling_args(i))
 
             async def async_quasar(i: int) -> None:
                 await self.enqueue_async(datas[i])
@@ -253,6 +252,8 @@ async def in_turns(
     rounded down to whole turns), in blocks of PAIR_BLOCK calls, two blocks a turn, a then b in
     even turns and b then a in odd ones."""
     n -= n % (2 * PAIR_BLOCK)
+    if n == 0:
+        raise ValueError(f"taking turns needs at least {2 * PAIR_BLOCK} calls of each")
     spent = [0.0, 0.0]
     for turn, base in enumerate(range(0, n, PAIR_BLOCK)):
         for side in (0, 1) if turn % 2 == 0 else (1, 0):
