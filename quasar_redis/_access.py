@@ -10,18 +10,20 @@ for a long first command) and as several classes (``AuthenticationError``, itsel
 decides what an error means (``_sending.map_error``, the worker's start and claim loop, the
 operator commands): none of them is an outage, so none is tried again. A refused SELECT comes
 as ``DatabaseOutOfRange`` from a pool ``_reconnects`` watches, with how many databases the
-server has, asked on the connection it refused.
+server has, asked on the connection it refused. ``permission_denied`` reads what the server
+says of a command or key a user's ACL refuses a script call.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import redis.connection
 import redis.exceptions as rex
 
 from ._urls import target
-from .errors import AuthenticationError, NoSuchDatabase, QuasarError
+from .errors import AuthenticationError, NoSuchDatabase, PermissionDenied, QuasarError
 
 #: How Redis's words of a refusal may start, before the words themselves.
 PREFIXES = ("err ", "protocol error: ")
@@ -163,4 +165,43 @@ def refusal(exc: BaseException, database: int | None = None) -> QuasarError | No
         return AuthenticationError(f"Redis refused the credentials ({text})")
     if out_of_range(exc):
         return no_such_database(database, getattr(exc, "databases", None))
+    return None
+
+
+#: How Redis words a command a script ran, or a key it touched, that the user's ACL refuses
+#: (Redis 6.2, and 7+ on a command the script did not list up front), and how Valkey does.
+SCRIPT_REFUSALS = ("the user executing the script can't", "no permissions to access", "acl failure")
+
+#: What a user refused the scripts themselves can do.
+LOADING_HINT = (
+    ": an admin user loads the scripts once (quasar acl load, or load_scripts() on a client), "
+    "and `quasar acl setuser` prints the rules of each role (docs/security.md)"
+)
+
+
+def _permission(text: str) -> str | None:
+    """The ACL rule a refusal asks for: ours say "(grant +xadd)", Redis's own "to run the
+    'xadd' command" (``function|load`` for a subcommand)."""
+    found = re.search(r"\(grant (\S+)\)", text) or re.search(r"to run the '([\w|]+)' command", text)
+    if found is None:
+        return None
+    rule = found.group(1)
+    return rule if rule[0] in "+~" else f"+{rule.lower()}"
+
+
+def permission_denied(exc: BaseException) -> PermissionDenied | None:
+    """The ``PermissionDenied`` an error of a script call means, naming what is missing."""
+    text = str(exc)
+    lower = text.lower()
+    if isinstance(exc, rex.NoPermissionError) or lower.startswith("noperm"):
+        text = text.removeprefix("NOPERM ")
+        if any(f"'{c}" in lower for c in ("fcall", "function", "evalsha", "script")):
+            text += LOADING_HINT
+        return PermissionDenied(text, _permission(text))
+    if isinstance(exc, rex.ResponseError) and any(r in lower for r in SCRIPT_REFUSALS):
+        return PermissionDenied(
+            f"the Redis user may not run a command, or use a key, that a script needs ({text}): "
+            "`quasar acl setuser` prints the rules of each role (docs/security.md)",
+            _permission(text),
+        )
     return None

@@ -10,8 +10,11 @@ import redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from ._calls import CallBuilder, Limits, NewJob
+from . import _types as t
+from ._calls import Call, CallBuilder, Limits, NewJob
+from ._codec import EncodeError, encode
 from ._durable import Durable, check_durable
+from ._enqueue_calls import Prepared
 from ._keys import KeySpace
 from ._partitioned_calls import PartitionedCalls
 from ._partitions import check_partitions
@@ -206,3 +209,16 @@ class ClientBase(Sending):
     @property
     def namespace(self) -> str:
         return self.keys.namespace
+
+    def _prepared_call(self, prepared: Prepared, payload: Any) -> Call[t.JobResult] | None:
+        """The call of one job of ``prepared`` with ``payload``, to send at once as the first
+        send of ``_sending`` would (its common reply read by ``created_id``, any other by
+        ``_sending`` given it); None when the call goes the general way: the eviction policy to
+        ask first, durable mode, a payload msgpack cannot encode."""
+        if not self._policy_checked or self.durable is not None:
+            return None
+        try:
+            data = encode(payload)
+        except EncodeError:
+            return None
+        return self.calls.prepared(prepared, data)

@@ -160,6 +160,11 @@ class BuilderBase:
         """A job id made for a job enqueued without one."""
         return new_call_id()
 
+    def _new_ids(self) -> tuple[str, str]:
+        """A call's id and ``_new_id``'s, made at once."""
+        made = os.urandom(16).hex()
+        return made[:16], made[16:]
+
     def _call(self, name: str, args: Sequence[Arg], parse: Callable[[Any], T]) -> Call[T]:
         return Call(self._scripts[name], (new_call_id(), *args), parse)
 

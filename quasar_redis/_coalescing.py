@@ -40,7 +40,7 @@ def _halves(batch: list[Pending]) -> tuple[list[Pending], ...]:
     return batch[:half], batch[half:]
 
 
-def _alone(loop: asyncio.AbstractEventLoop) -> bool:
+def alone(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether no other callback is to run in this turn of ``loop`` (so no other enqueue can
     join a batch made now). asyncio's own loops keep the ready callbacks in ``_ready``; on a
     loop that does not (uvloop), never known: False, and calls are coalesced as always."""
@@ -63,7 +63,7 @@ class Coalescing:
 
     async def _coalesced(self, job: NewJob) -> t.JobResult:
         loop = asyncio.get_running_loop()
-        if not self._pending and _alone(loop):
+        if not self._pending and alone(loop):
             # Nothing else runs in this turn, so its batch would hold this job alone: the same
             # call, sent now, without the turns a batch waits for its flush and task.
             self._lone += 1

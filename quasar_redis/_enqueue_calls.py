@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from . import _types as t
@@ -19,7 +21,14 @@ from ._replies import (
     parse_slim_each,
     parse_slim_one,
 )
+from ._schema import ENQUEUE_ITEM
 from ._scripts import scripts
+
+_ID, _PAYLOAD = ENQUEUE_ITEM.index("id"), ENQUEUE_ITEM.index("payload")
+_HEAD = 6  # (``_enqueue_head``'s arguments)
+_LONE_ID = 1 + _HEAD + _ID  # (a call's id, the head, then the job's group)
+#: The reply of an enqueue of one job that created it: ``{"BatchApplied", now, pending}``.
+_APPLIED = b"BatchApplied"
 
 
 def _job_group(
@@ -75,6 +84,61 @@ def _job_group(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One kind of job's enqueue with all its arguments but the job's id and payload worked out
+    once (a task's queue, priority, attempts, times, policy, batch): what every call of it sends
+    around those two. Made by ``prepare``; each client sends it by ``_enqueue_prepared``."""
+
+    job: NewJob  #: the job, its payload None
+    before: tuple[Arg, ...]  #: the job's arguments between its id and its payload
+    after: tuple[Arg, ...]  #: the job's arguments after its payload
+
+    def new(self, payload: Any) -> NewJob:
+        """The job of one call, with ``payload``: what the general path enqueues."""
+        return replace(self.job, payload=payload)
+
+
+def prepare(job: NewJob) -> Prepared | None:
+    """``job``'s enqueue worked out but for its id and payload, when nothing else of it varies
+    from call to call (no id, dependencies, dedup key or group of its own; every other field
+    sendable); else None: each call goes the general way."""
+    if job.id is not None or job.dependencies or job.dedup is not None or job.group is not None:
+        return None
+    group = _job_group(replace(job, payload=None), str)
+    if isinstance(group, t.InvalidJob):
+        return None
+    return Prepared(job, group[_ID + 1 : _PAYLOAD], group[_PAYLOAD + 1 :])
+
+
+def created_id(call: Call[Any], reply: Any) -> str | None:
+    """The id of the job ``call`` (``EnqueueCalls.prepared``'s) created, when ``reply`` is the
+    common reply of that: ``{"BatchApplied", now, pending}``; else None, and the general
+    reading (``parse_slim_one``) makes its result."""
+    if (
+        type(reply) is list
+        and len(reply) == 3
+        and reply[0] == _APPLIED
+        and type(reply[2]) is bytes
+        and reply[1] != b""
+    ):
+        return str(call.args[_LONE_ID])
+    return None
+
+
+def applied_id(result: t.JobResult) -> str | t.JobRefused:
+    """The id of the job ``result`` applied (a prepared job is always a new one), or the
+    refusal."""
+    return result.job.id if isinstance(result, t.JobApplied) else result
+
+
+_build_call = t.builder(Call)
+
+
+def _parse_lone(group: tuple[Arg, ...]) -> Callable[[Any], t.JobResult]:
+    return parse_slim_one(group, str(group[0]))
+
+
 class EnqueueCalls(BuilderBase):
     """Builds the calls that enqueue jobs."""
 
@@ -86,6 +150,7 @@ class EnqueueCalls(BuilderBase):
         return None
 
     def _enqueue_head(self, n: int, now: int | None, mode: str, reply: str) -> tuple[Arg, ...]:
+        """The ``_HEAD`` arguments an enqueue sends before its jobs'."""
         limits = self.limits
         return (
             now_arg(now),
@@ -173,6 +238,19 @@ class EnqueueCalls(BuilderBase):
         early = [local[i] for i in range(len(jobs))] if not sent else None
         args = [arg for group in groups for arg in group]
         return Call(self._scripts["enqueue"], (new_call_id(), *head, *args), parse, early)
+
+    def prepared(self, prepared: Prepared, payload: bytes) -> Call[t.JobResult]:
+        """``enqueue``'s call of one job of ``prepared`` with ``payload`` (encoded), its id made
+        here."""
+        call_id, job_id = self._new_ids()
+        group = (job_id, *prepared.before, payload, *prepared.after)
+        args = (call_id, *self._lone_head, *group)
+        return _build_call(self._scripts["enqueue"], args, _parse_lone(group), None, None, (), None)
+
+    @cached_property
+    def _lone_head(self) -> tuple[Arg, ...]:
+        """The head of ``enqueue``'s call of one job, at the server's now."""
+        return self._enqueue_head(1, None, "all", "slim")
 
     def enqueue(self, job: NewJob, now: int | None = None) -> Call[t.JobResult]:
         """One job: ``enqueue_many`` of it alone (mode "all"), answered with its own result.

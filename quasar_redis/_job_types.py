@@ -39,11 +39,13 @@ def builder(cls: type[_T]) -> Callable[..., _T]:
     params = "".join(f", {n}" for n in names)
     stores = "".join(f"\n        self.{n} = {n}" for n in names) or "\n        pass"
     source = (
-        f"class Twin:\n    __slots__ = {tuple(names)!r}\n    def __init__(self{params}):{stores}\n"
+        f"class Twin(*bases):\n    __slots__ = {tuple(names)!r}\n"
+        f"    def __init__(self{params}):{stores}\n"
         f"def build({params[2:]}):\n    made = Twin({params[2:]})\n    made.__class__ = cls\n"
         "    return made\n"
     )
-    space: dict[str, Any] = {"cls": cls}
+    bases = getattr(cls, "__orig_bases__", cls.__bases__)  # (a Generic[T] one: its own base)
+    space: dict[str, Any] = {"cls": cls, "bases": bases}
     exec(source, space)  # only field names, which are identifiers, go into the source
     build: Callable[..., _T] = space["build"]
     try:

@@ -59,6 +59,10 @@ class PartCalls(CallBuilder):
     def _new_id(self) -> str:
         return self._id_prefix + new_call_id()
 
+    def _new_ids(self) -> tuple[str, str]:
+        call_id, job_id = super()._new_ids()
+        return call_id, self._id_prefix + job_id
+
 
 def _unsent(reply: Any) -> Any:
     raise AssertionError("a spread call is sent by its parts")

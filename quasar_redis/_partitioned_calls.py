@@ -16,6 +16,7 @@ from ._batch import BatchOpenRefused, BatchOpenResult
 from ._call_base import Call, NewJob, new_call_id
 from ._calls import CallBuilder
 from ._dedup import OnDuplicate
+from ._enqueue_calls import Prepared
 from ._partition_ops import Flow, PartitionOps, by_job, early, spread
 from ._partitions import in_order, made_in, merge_batches, partition_of, placement
 from ._replies import first_claim
@@ -64,6 +65,16 @@ class PartitionedCalls(PartitionOps):
         if not isinstance(where, int):
             return early(self.parts[0].enqueue(job, now), t.JobRefused(where))
         return self._at(where, lambda b: b.enqueue(job, now))
+
+    def prepared(self, prepared: Prepared, payload: bytes) -> Call[t.JobResult]:
+        """Where ``enqueue`` would send the job: its flow key's or batch's partition, else each
+        partition in turn."""
+        where = placement(prepared.job, self.count)
+        if where is None:
+            where = self._any()
+        if not isinstance(where, int):
+            return self.enqueue(prepared.new(payload))  # (refused before it is sent)
+        return self._at(where, lambda b: b.prepared(prepared, payload))
 
     def enqueue_many(
         self,

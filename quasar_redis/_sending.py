@@ -28,14 +28,13 @@ scripts from now on; a script missing (NOSCRIPT), then ``SCRIPT LOAD``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import redis.exceptions as rex
 
-from ._access import database_of, refusal
+from ._access import database_of, permission_denied, refusal
 from ._calls import Call, CallBuilder
 from ._durable import Durable, Replicated, confirm, fewest, split, writes
 from ._partitions import checking_record
@@ -43,7 +42,6 @@ from ._policy import evicting, eviction_refused, policy_of, warn_policy
 from ._replies import work_left
 from ._scripts import Library, Script, scripts
 from .errors import (
-    PermissionDenied,
     ProtocolError,
     RedisFull,
     RedisUnavailable,
@@ -77,6 +75,8 @@ Flow = Generator[Step, Any, T]
 # How many times a call is sent at most: first, after loading the library, after falling back to
 # scripts and loading them.
 SENDS = 3
+#: ``Sending._sending``'s ``sent`` when the call has not been sent yet.
+NOT_SENT: Any = object()
 
 CONNECTION_ERRORS = (rex.ConnectionError, rex.TimeoutError)
 #: What redis-py's cluster client raises once its own retries are spent while a slot has no
@@ -105,45 +105,6 @@ def functions_unusable(exc: BaseException) -> bool:
     return isinstance(exc, rex.ResponseError) and text.startswith(
         ("unknown command", "err unknown command")
     )
-
-
-#: How Redis words a command a script ran, or a key it touched, that the user's ACL refuses
-#: (Redis 6.2, and 7+ on a command the script did not list up front), and how Valkey does.
-SCRIPT_REFUSALS = ("the user executing the script can't", "no permissions to access", "acl failure")
-
-#: What a user refused the scripts themselves can do.
-LOADING_HINT = (
-    ": an admin user loads the scripts once (quasar acl load, or load_scripts() on a client), "
-    "and `quasar acl setuser` prints the rules of each role (docs/security.md)"
-)
-
-
-def _permission(text: str) -> str | None:
-    """The ACL rule a refusal asks for: ours say "(grant +xadd)", Redis's own "to run the
-    'xadd' command" (``function|load`` for a subcommand)."""
-    found = re.search(r"\(grant (\S+)\)", text) or re.search(r"to run the '([\w|]+)' command", text)
-    if found is None:
-        return None
-    rule = found.group(1)
-    return rule if rule[0] in "+~" else f"+{rule.lower()}"
-
-
-def permission_denied(exc: BaseException) -> PermissionDenied | None:
-    """The ``PermissionDenied`` an error of a script call means, naming what is missing."""
-    text = str(exc)
-    lower = text.lower()
-    if isinstance(exc, rex.NoPermissionError) or lower.startswith("noperm"):
-        text = text.removeprefix("NOPERM ")
-        if any(f"'{c}" in lower for c in ("fcall", "function", "evalsha", "script")):
-            text += LOADING_HINT
-        return PermissionDenied(text, _permission(text))
-    if isinstance(exc, rex.ResponseError) and any(r in lower for r in SCRIPT_REFUSALS):
-        return PermissionDenied(
-            f"the Redis user may not run a command, or use a key, that a script needs ({text}): "
-            "`quasar acl setuser` prints the rules of each role (docs/security.md)",
-            _permission(text),
-        )
-    return None
 
 
 @dataclass
@@ -302,33 +263,42 @@ class Sending:
             return ("FCALL", call.script.function, len(keys), *keys, *call.args)
         return ("EVALSHA", call.script.sha, len(keys), *keys, *call.args)
 
-    def _sending(self, call: Call[T]) -> Flow[T]:
-        """One call: sent, and sent again once what the server lacks is loaded."""
+    def _sending(self, call: Call[T], sent: Any = NOT_SENT) -> Flow[T]:
+        """One call: sent, and sent again once what the server lacks is loaded. ``sent``: the
+        reply (or exception) of the call sent already as the first send would have sent it
+        (``_lean_enqueue``), read here as that send's."""
         if call.early is not None:
             return call.early
-        if not self._policy_checked:
+        if not self._policy_checked and sent is NOT_SENT:
             yield from self._checking_policy(call)
         if call.spread is not None:
             return (yield from call.spread(self))
         durable = self._durable_of((call,))
         for attempt in range(SENDS):
-            if durable is None:  # (the hot path: the command alone, as one step)
+            if sent is not NOT_SENT:
+                reply, acked, sent = sent, None, NOT_SENT
+            elif durable is None:  # (the hot path: the command alone, as one step)
                 reply, acked = (yield self._command(call)), None
             else:
                 got, acked = yield from self._sending_once([self._command(call)], durable)
                 reply = got[0] if isinstance(got, list) else got
             if not isinstance(reply, Exception):
                 return (yield from self._finishing(call, reply, durable, acked))
-            if isinstance(reply, CONNECTION_ERRORS):
-                self._server_changed()
-            plan = recovery([(reply, call)])
-            if not plan or attempt == SENDS - 1:
-                raise self._error(reply) from reply
-            try:
-                yield from self._recovering(plan)
-            except Exception as exc:
-                raise self._error(exc) from exc
+            yield from self._failed(call, reply, attempt == SENDS - 1)
         raise AssertionError("unreachable")
+
+    def _failed(self, call: Call[Any], exc: Exception, last: bool) -> Flow[None]:
+        """``call`` failed with ``exc``: what the server lacks loaded before the next send, or
+        our error raised (nothing to load, or the ``last`` send)."""
+        if isinstance(exc, CONNECTION_ERRORS):
+            self._server_changed()
+        plan = recovery([(exc, call)])
+        if not plan or last:
+            raise self._error(exc) from exc
+        try:
+            yield from self._recovering(plan)
+        except Exception as error:
+            raise self._error(error) from error
 
     def _sending_many(self, calls: Sequence[Call[Any]]) -> Flow[list[Any]]:
         """Many calls in one pipeline; those that met a missing library or script sent again.

@@ -17,6 +17,7 @@ from ._binding import CallCheck, did_you_mean, script_name_problem
 from ._calls import NewJob
 from ._codec import encode
 from ._dedup import Dedup, derived_key
+from ._enqueue_calls import Prepared, prepare
 from ._handles import JobHandle
 from ._ids import id_error
 from ._keys import check_name
@@ -221,6 +222,41 @@ class Task(Generic[P, R]):
             o.batch,
         )
 
+    @cached_property
+    def _prepared(self) -> Prepared | None:
+        """Every call's enqueue worked out but for its id and payload, when nothing else of a
+        call's job varies (no id, dependencies, dedup key or group of its options; see
+        ``prepare``); else None, and each call builds its job."""
+        o = self.options_
+        if o.id is not None or o.depends_on or o.dedup is not None or o.group is not None:
+            return None
+        if self.group_by is not None:
+            return None
+        try:
+            fixed = self._fixed
+        except InvalidTaskCall:  # (a time that is not finite: each call raises it)
+            return None
+        queue, revision, priority, attempts, at, delay, policy, flow, deadline, expires = fixed
+        job = NewJob(self.name, None, None, queue, "inline", revision, (), priority, attempts)
+        return prepare(
+            replace(
+                job,
+                available_at=at,
+                delay_ms=delay,
+                on_dependency_failure=policy,
+                flow=flow,
+                deadline=deadline,
+                expires_in_ms=expires,
+                batch=o.batch,
+            )
+        )
+
+    def _handle(self, prepared: Prepared, got: str | t.JobRefused) -> JobHandle:
+        """The handle of the job ``_enqueue_prepared`` answered ``got`` for."""
+        if isinstance(got, str):
+            return JobHandle(self.app, got)
+        return self.app.handle_of(prepared.job, got)
+
     def _group(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
         """The call's group by the task's ``group_by``: a text or an integer, or
         ``InvalidTaskCall``."""
@@ -260,6 +296,10 @@ class Task(Generic[P, R]):
         tracing on, inside a ``send`` span whose trace the job's run continues."""
         tracer = self.app.tracer()
         if tracer is None:
+            prepared = self._prepared
+            if prepared is not None:  # (the common call: only its payload its own)
+                payload = self.app.encode_call(self, args, kwargs)
+                return self._handle(prepared, self.app.client._enqueue_prepared(prepared, payload))
             new = self._new_job(args, kwargs, None)
             return self.app.handle_of(new, self.app.client.enqueue_job(new))
         with self._sending(tracer) as span:
@@ -272,6 +312,11 @@ class Task(Generic[P, R]):
         """``enqueue`` for asyncio code."""
         tracer = self.app.tracer()
         if tracer is None:
+            prepared = self._prepared
+            if prepared is not None:
+                payload = self.app.encode_call(self, args, kwargs)
+                got = await self.app.aclient()._enqueue_prepared(prepared, payload)
+                return self._handle(prepared, got)
             new = self._new_job(args, kwargs, None)
             return self.app.handle_of(new, await self.app.aclient().enqueue_job(new))
         with self._sending(tracer) as span:

@@ -22,9 +22,10 @@ from ._base import (
     needs_command_name,
 )
 from ._calls import Call, NewJob
-from ._coalescing import Coalescing, Pending
+from ._coalescing import Coalescing, Pending, alone
 from ._connect import async_client
 from ._durable import Replicated
+from ._enqueue_calls import Prepared, applied_id, created_id
 from ._operations import JobOptions, Operations, public
 from ._partition_ops import PartitionOps, keys_of, wake_lists
 from ._pinned import apinned_parts
@@ -203,6 +204,27 @@ class AsyncQuasar(Coalescing, ClientBase):
         if now is None and self.coalesce:
             return await self._coalesced(job)
         return await self.execute(self.calls.enqueue(job, now))
+
+    async def _enqueue_prepared(self, prepared: Prepared, payload: Any) -> str | t.JobRefused:
+        """``Quasar._enqueue_prepared`` for asyncio: an enqueue alone in its turn of the event
+        loop (nothing to coalesce it with) is sent at once; others are coalesced."""
+        if self.coalesce and (self._pending or not alone(asyncio.get_running_loop())):
+            return applied_id(await self._coalesced(prepared.new(payload)))
+        call = self._prepared_call(prepared, payload)
+        if call is None:
+            return applied_id(await self.enqueue_job(prepared.new(payload)))
+        self._lone += 1
+        try:
+            try:
+                reply = await self._send(self._command(call))
+            except Exception as exc:
+                reply = exc
+            job_id = created_id(call, reply)
+            if job_id is not None:
+                return job_id
+            return applied_id(await self._drive(self._sending(call, reply)))
+        finally:
+            self._lone -= 1
 
     enqueue_many = coroutine(Operations.enqueue_many)
     enqueue_each = coroutine(Operations.enqueue_each)

@@ -16,6 +16,7 @@ from ._base import ClientBase, Kept, is_cluster, kept_of, needs_command_name
 from ._calls import Call, NewJob
 from ._connect import sync_client
 from ._durable import Replicated
+from ._enqueue_calls import Prepared, applied_id, created_id
 from ._operations import JobOptions, Operations, public
 from ._pinned import pinned_parts
 from ._sending import Ask, Command, Flow, Pipeline, Step
@@ -143,6 +144,22 @@ class Quasar(ClientBase):
     def enqueue_job(self, job: NewJob, *, now: int | None = None) -> t.JobResult:
         """Enqueue one job described by a ``NewJob``."""
         return self.execute(self.calls.enqueue(job, now))
+
+    def _enqueue_prepared(self, prepared: Prepared, payload: Any) -> str | t.JobRefused:
+        """Enqueue one job of ``prepared`` (``prepare``) with ``payload``: the new job's id, or
+        its refusal. What a task's ``enqueue`` sends: the call sent at once, its common reply
+        read without a ``Job`` made of it."""
+        call = self._prepared_call(prepared, payload)
+        if call is None:
+            return applied_id(self.enqueue_job(prepared.new(payload)))
+        try:
+            reply = self._send(self._command(call))
+        except Exception as exc:
+            reply = exc
+        job_id = created_id(call, reply)
+        if job_id is not None:
+            return job_id
+        return applied_id(self._drive(self._sending(call, reply)))
 
     enqueue_many = blocking(Operations.enqueue_many)
     enqueue_each = blocking(Operations.enqueue_each)

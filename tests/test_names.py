@@ -16,6 +16,7 @@ import pytest
 
 from quasar_redis import AsyncQuasar, Complete, LeaseToken, NewJob, Quasar, Schedule
 from quasar_redis._calls import Call, CallBuilder, WorkerEntry
+from quasar_redis._enqueue_calls import prepare
 from quasar_redis._keys import KeySpace
 from quasar_redis._operations import Operations
 from quasar_redis._scripts import names, scripts
@@ -25,6 +26,7 @@ from quasar_redis._scripts import names, scripts
 SHARES = {
     "enqueue_many": "enqueue",  # a batch, all or nothing: the script's "all" mode
     "enqueue_each": "enqueue",  # a batch, each job on its own: the script's "each" mode
+    "prepared": "enqueue",  # one job worked out once but for its id and payload (a task's)
     "claim_many": "claim",  # claim is claim_many of one job, its reply the first claim
     "page_jobs": "list_jobs",  # list_jobs' pages by cursor instead of offset
     "carry_on": "resume_cascades",  # the cascade work of one call (its id) instead of any
@@ -50,6 +52,7 @@ TOKEN = LeaseToken("j", 0, "w", 1, 2_000_000_000_000, "n")
 #: A value for each parameter of a builder method that has no default.
 SAMPLES: dict[str, Any] = {
     "job": NewJob("s"),
+    "prepared": prepare(NewJob("s")),
     "jobs": [NewJob("s")],
     "queue": "default",
     "group": "g",
