@@ -84,6 +84,9 @@ def _job_group(
     )
 
 
+_build_job = t.builder(NewJob)
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """One kind of job's enqueue with all its arguments but the job's id and payload worked out
@@ -95,8 +98,29 @@ class Prepared:
     after: tuple[Arg, ...]  #: the job's arguments after its payload
 
     def new(self, payload: Any) -> NewJob:
-        """The job of one call, with ``payload``: what the general path enqueues."""
-        return replace(self.job, payload=payload)
+        """The job of one call, with ``payload``: what the general way enqueues (a coalesced
+        call's, built as fast as a task builds one)."""
+        job = self.job
+        return _build_job(
+            job.stage,
+            payload,
+            None,
+            job.queue,
+            job.input_ref,
+            job.input_revision,
+            (),
+            job.priority,
+            job.max_attempts,
+            job.available_at,
+            job.delay_ms,
+            job.on_dependency_failure,
+            job.flow,
+            job.deadline,
+            job.expires_in_ms,
+            None,
+            None,
+            job.batch,
+        )
 
 
 def prepare(job: NewJob) -> Prepared | None:

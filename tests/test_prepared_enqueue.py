@@ -146,6 +146,35 @@ def test_only_a_job_whose_every_call_is_alike_is_prepared() -> None:
     assert prepare(NewJob("s", flow="")) is None
 
 
+def test_a_prepared_jobs_call_is_the_job_it_was_prepared_from_with_its_payload() -> None:
+    # What a coalesced call of a prepared job enqueues the general way: every field the same.
+    job = NewJob(
+        "s",
+        None,
+        queue="q",
+        input_ref="s3://b/k",
+        input_revision=4,
+        priority=-2,
+        max_attempts=9,
+        available_at=T0,
+        delay_ms=7,
+        on_dependency_failure="run",
+        flow="f1",
+        deadline=T0 + 1,
+        expires_in_ms=11,
+        batch="b1",
+    )
+    prepared = prepare(job)
+    assert prepared is not None
+    assert prepared.new({"n": 1}) == dataclasses.replace(job, payload={"n": 1})
+    # (every field a prepared job may hold is set above, off its default)
+    plain = NewJob("s")
+    unset = {
+        f.name for f in dataclasses.fields(NewJob) if getattr(job, f.name) == getattr(plain, f.name)
+    }
+    assert unset == {"stage", "payload", "id", "dependencies", "dedup", "group"}
+
+
 def test_a_refusal_in_the_reply_is_read_the_general_way_and_writes_nothing(
     q: Quasar, redis_client: Any, namespace: str
 ) -> None:
