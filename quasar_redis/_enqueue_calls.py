@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -85,6 +85,8 @@ def _job_group(
 
 
 _build_job = t.builder(NewJob)
+#: ``NewJob``'s fields after its stage and payload.
+_AFTER_PAYLOAD = tuple(f.name for f in fields(NewJob))[2:]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,31 +98,12 @@ class Prepared:
     job: NewJob  #: the job, its payload None
     before: tuple[Arg, ...]  #: the job's arguments between its id and its payload
     after: tuple[Arg, ...]  #: the job's arguments after its payload
+    fields: tuple[Any, ...]  #: the job's fields after its payload, in ``NewJob``'s order
 
     def new(self, payload: Any) -> NewJob:
         """The job of one call, with ``payload``: what the general way enqueues (a coalesced
-        call's, built as fast as a task builds one)."""
-        job = self.job
-        return _build_job(
-            job.stage,
-            payload,
-            None,
-            job.queue,
-            job.input_ref,
-            job.input_revision,
-            (),
-            job.priority,
-            job.max_attempts,
-            job.available_at,
-            job.delay_ms,
-            job.on_dependency_failure,
-            job.flow,
-            job.deadline,
-            job.expires_in_ms,
-            None,
-            None,
-            job.batch,
-        )
+        call's, built positionally: ``dataclasses.replace`` costs eight times as much)."""
+        return _build_job(self.job.stage, payload, *self.fields)
 
 
 def prepare(job: NewJob) -> Prepared | None:
@@ -132,7 +115,8 @@ def prepare(job: NewJob) -> Prepared | None:
     group = _job_group(replace(job, payload=None), str)
     if isinstance(group, t.InvalidJob):
         return None
-    return Prepared(job, group[_ID + 1 : _PAYLOAD], group[_PAYLOAD + 1 :])
+    rest = tuple(getattr(job, name) for name in _AFTER_PAYLOAD)
+    return Prepared(job, group[_ID + 1 : _PAYLOAD], group[_PAYLOAD + 1 :], rest)
 
 
 def created_id(call: Call[Any], reply: Any) -> str | None:

@@ -266,7 +266,7 @@ class Sending:
     def _sending(self, call: Call[T], sent: Any = NOT_SENT) -> Flow[T]:
         """One call: sent, and sent again once what the server lacks is loaded. ``sent``: the
         reply (or exception) of the call sent already as the first send would have sent it
-        (``_lean_enqueue``), read here as that send's."""
+        (``_enqueue_prepared``), read here as that send's."""
         if call.early is not None:
             return call.early
         if not self._policy_checked and sent is NOT_SENT:

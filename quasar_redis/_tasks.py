@@ -192,15 +192,27 @@ class Task(Generic[P, R]):
                 if value is not None and (problem := id_error(value, what)) is not None:
                     raise InvalidTaskCall(self.name, t.InvalidJob(problem))
         payload = self.app.encode_call(self, args, kwargs, trace, receives)
-        queue, revision, priority, attempts, at, delay, policy, flow, deadline, expires = (
-            self._fixed
-        )
+        fixed = self._fixed
         dedup = o.dedup
         if dedup is not None and dedup.key is None:
             dedup = self._dedup(args, kwargs, payload, trace)
         group = o.group
         if group is None and self.group_by is not None:
             group = self._group(args, kwargs)
+        return self._job(fixed, payload, deps, dedup, group)
+
+    def _job(
+        self,
+        fixed: tuple[Any, ...],
+        payload: Any,
+        deps: Sequence[str],
+        dedup: Dedup | None,
+        group: str | None,
+    ) -> NewJob:
+        """The job of a call: ``payload`` and what is the call's own (its dependencies, dedup
+        key, group), the rest from the task and its options (``fixed``: ``_fixed``)."""
+        queue, revision, priority, attempts, at, delay, policy, flow, deadline, expires = fixed
+        o = self.options_
         return _build_job(
             self.name,
             payload,
@@ -236,20 +248,7 @@ class Task(Generic[P, R]):
             fixed = self._fixed
         except InvalidTaskCall:  # (a time that is not finite: each call raises it)
             return None
-        queue, revision, priority, attempts, at, delay, policy, flow, deadline, expires = fixed
-        job = NewJob(self.name, None, None, queue, "inline", revision, (), priority, attempts)
-        return prepare(
-            replace(
-                job,
-                available_at=at,
-                delay_ms=delay,
-                on_dependency_failure=policy,
-                flow=flow,
-                deadline=deadline,
-                expires_in_ms=expires,
-                batch=o.batch,
-            )
-        )
+        return prepare(self._job(fixed, None, (), None, None))
 
     def _handle(self, prepared: Prepared, got: str | t.JobRefused) -> JobHandle:
         """The handle of the job ``_enqueue_prepared`` answered ``got`` for."""
