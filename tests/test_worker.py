@@ -53,10 +53,11 @@ from quasar_redis import (
     Worker,
     current_job,
 )
+from quasar_redis import _types as t
 from quasar_redis._call_codec import payload_of
 from quasar_redis.errors import RedisUnavailable
 from quasar_redis.worker import Lease, LeaseKeeper, _prefetch, _running
-from quasar_redis.worker._claiming import Claimer
+from quasar_redis.worker._claiming import Claimer, Woken
 from quasar_redis.worker._running import Runner
 
 from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
@@ -866,6 +867,95 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
         assert ended == [True, False], ended
     else:  # fakeredis: the wait alone, then a claim
         assert claimed_by_wait == []
+
+
+def test_jobs_of_the_waits_claim_start_before_the_idle_wait_ends_its_other_waits(
+    app: App, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The wait's answer starts its jobs in the event loop's turn it comes in, not turns later
+    # once the idle wait has woken, cancelled its stop and poke waits and decided: latency.
+    events: list[str] = []
+    start_claimed, answered, idle = Claimer.start_claimed, Claimer._answered, Claimer.idle
+    idling = threading.Event()
+
+    def starts(self: Claimer, queue: str, want: int, claims: Any) -> int:
+        events.extend("start" for _ in claims)
+        return start_claimed(self, queue, want, claims)
+
+    def decides(self: Claimer, *args: Any) -> bool:
+        events.append("decided")
+        return answered(self, *args)
+
+    async def waits(self: Claimer, lane: int, next_at: int | None) -> None:
+        idling.set()
+        await idle(self, lane, next_at)
+
+    monkeypatch.setattr(Claimer, "start_claimed", starts)
+    monkeypatch.setattr(Claimer, "_answered", decides)
+    monkeypatch.setattr(Claimer, "idle", waits)
+
+    async def hello() -> str:
+        return "hi"
+
+    task = declare(app, hello)
+    with worker_of(app, idle_wait=15.0, maintenance_interval=60.0):
+        assert idling.wait(10), "the worker did not find the queue empty"
+        handle = task.enqueue()
+        assert handle.result(timeout=10) == "hi"
+    if backend == "redis":  # the wait carried the claim
+        assert events[:2] == ["start", "decided"], events
+    else:  # fakeredis: the wait alone, then a claim of its own
+        assert events[:2] == ["decided", "start"], events
+
+
+def test_a_waits_claim_starts_its_jobs_once_whichever_takes_its_answer_first() -> None:
+    started: list[Any] = []
+
+    class Starts:
+        def start_claimed(self, queue: str, want: int, claims: Any) -> int:
+            started.append((queue, want, list(claims)))
+            return len(claims)
+
+    async def scenarios() -> None:
+        loop = asyncio.get_running_loop()
+        claim: Any = object()
+        applied = t.ClaimsApplied(claims=(claim,))
+
+        def answered(result: Any) -> asyncio.Future[Any]:
+            pop: asyncio.Future[Any] = loop.create_future()
+            pop.set_result((True, result))
+            return pop
+
+        # its answer first, then the idle wait: started once, by the answer
+        woken = Woken(Starts(), "q", 10)  # type: ignore[arg-type]
+        woken.answer(answered(applied))
+        assert len(started) == 1
+        woken.decided = True
+        await woken.start(applied)
+        assert len(started) == 1
+        # the idle wait took the answer before its callback ran: started once, by the wait
+        woken = Woken(Starts(), "q", 10)  # type: ignore[arg-type]
+        woken.decided = True
+        woken.answer(answered(applied))
+        assert len(started) == 1
+        await woken.start(applied)
+        assert started[-1] == ("q", 10, [claim]) and len(started) == 2
+        # a wait given up on (cut short), answered late: left to Claimer._late
+        woken = Woken(Starts(), "q", 10)  # type: ignore[arg-type]
+        woken.decided = True
+        woken.answer(answered(applied))
+        # no jobs, a refusal, an error or a cancelled wait start nothing
+        for result in (t.NothingClaimable(next_at=None), RedisUnavailable("gone")):
+            Woken(Starts(), "q", 10).answer(answered(result))  # type: ignore[arg-type]
+        failed: asyncio.Future[Any] = loop.create_future()
+        failed.set_exception(RedisUnavailable("gone"))
+        cancelled: asyncio.Future[Any] = loop.create_future()
+        cancelled.cancel()
+        for pop in (failed, cancelled):
+            Woken(Starts(), "q", 10).answer(pop)  # type: ignore[arg-type]
+        assert len(started) == 2
+
+    asyncio.run(scenarios())
 
 
 def test_a_cut_short_wait_whose_claim_runs_after_its_resend_starts_its_jobs(

@@ -222,7 +222,7 @@ class Claimer:
                 claims: Sequence[t.Claim] = result.claims
                 if unanswered is not None:  # a re-sent call: its jobs may have started already
                     claims = self.resends.not_started(call.call_id, claims)
-                got += self._start_claimed(queue, want, claims)
+                got += self.start_claimed(queue, want, claims)
             elif isinstance(result.error, t.NothingClaimable) and result.error.next_at:
                 next_at = min(next_at or result.error.next_at, result.error.next_at)
             if got >= free:
@@ -259,8 +259,10 @@ class Claimer:
 
         On a plain asyncio client the wait carries the next claim of the first queue: Redis runs
         it the moment the wait ends, so a job enqueued to an idle worker is claimed in the round
-        trip that wakes it (``AsyncQuasar.wait_and_claim``). A stop or a poke ends the wait early
-        (``AsyncQuasar.unblock``: the claim still runs, and its jobs start or are handed back).
+        trip that wakes it (``AsyncQuasar.wait_and_claim``), and starts in the event loop's turn
+        after its answer (``Woken``), before this wait has ended its other waits. A stop or a
+        poke ends the wait early (``AsyncQuasar.unblock``: the claim still runs, and its jobs
+        start or are handed back).
         """
         timeout = self.idle_wait
         if next_at is not None:
@@ -280,6 +282,9 @@ class Claimer:
             wait = self.client.wait_for_work(self.queues, max(timeout, 0.001))
         self.asked += asked
         pop = asyncio.ensure_future(wait)
+        woken = Woken(self, queue, asked)
+        if claim is not None:
+            pop.add_done_callback(woken.answer)
         stop = asyncio.ensure_future(self.stopping.wait())
         poke = asyncio.ensure_future(self.poke.wait())
         try:
@@ -293,9 +298,10 @@ class Claimer:
                 if not fut.done():
                     fut.cancel()
             answered = self._answered(pop, lane, queue, claim)
+            woken.decided = True
             await asyncio.gather(stop, poke, return_exceptions=True)
         if answered and claim is not None:
-            await self._woken(queue, asked, pop.result()[1])
+            await woken.start(pop.result()[1])
         elif pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
             denied = access_denied(pop.exception())
             if denied is not None:
@@ -328,21 +334,45 @@ class Claimer:
             return
         result = pop.result()[1]
         if isinstance(result, t.ClaimsApplied):
-            self._start_claimed(queue, 0, self.resends.not_started(call_id, result.claims))
+            self.start_claimed(queue, 0, self.resends.not_started(call_id, result.claims))
 
-    async def _woken(self, queue: str, want: int, result: Any) -> None:
-        """The claim that went with the wait: its jobs start (before the next claim goes out).
-        A refusal or an error is left to the claim that follows, which meets it again."""
-        if isinstance(result, t.ClaimsApplied) and self._start_claimed(queue, want, result.claims):
-            await asyncio.sleep(0)
-
-    def _start_claimed(self, queue: str, want: int, claims: Sequence[t.Claim]) -> int:
+    def start_claimed(self, queue: str, want: int, claims: Sequence[t.Claim]) -> int:
         """Starts the jobs a claim of ``want`` leased; a full claim wakes another idle worker."""
         if claims:
             self.runner.start_all(claims)
             if len(claims) == want:
                 self.background.wake(queue)
         return len(claims)
+
+
+class Woken:
+    """The jobs of the claim an idle wait carried, started once: in the event loop's turn its
+    answer comes in (``answer``, a callback of the wait, while the wait is undecided), or else
+    by the idle wait once it has taken that answer as its own (``start``). A wait the idle wait
+    gave up on (cut short) leaves its jobs to ``Claimer._late``. A refusal or an error is left
+    to the claim that follows, which meets it again."""
+
+    __slots__ = ("claimer", "decided", "queue", "started", "want")
+
+    def __init__(self, claimer: Claimer, queue: str, want: int) -> None:
+        self.claimer, self.queue, self.want = claimer, queue, want
+        self.decided = False  # the idle wait has taken the answer, or given up on it
+        self.started = False
+
+    def answer(self, pop: asyncio.Future[Any]) -> None:
+        if self.decided or pop.cancelled() or pop.exception() is not None:
+            return
+        self._start(pop.result()[1])
+
+    async def start(self, result: Any) -> None:
+        if self._start(result):
+            await asyncio.sleep(0)  # (they begin before the next claim goes out)
+
+    def _start(self, result: Any) -> int:
+        if self.started or not isinstance(result, t.ClaimsApplied):
+            return 0
+        self.started = True
+        return self.claimer.start_claimed(self.queue, self.want, result.claims)
 
 
 class Blocked:
