@@ -214,11 +214,13 @@ class ClientBase(Sending):
         """The call of one job of ``prepared`` with ``payload``, to send at once as the first
         send of ``_sending`` would (its common reply read by ``created_id``, any other by
         ``_sending`` given it); None when the call goes the general way: the eviction policy to
-        ask first, durable mode, a payload msgpack cannot encode."""
+        ask first, durable mode, a payload msgpack cannot encode, a job no partition takes
+        (refused without Redis)."""
         if not self._policy_checked or self.durable is not None:
             return None
         try:
             data = encode(payload)
         except EncodeError:
             return None
-        return self.calls.prepared(prepared, data)
+        call = self.calls.prepared(prepared, data)
+        return call if call.early is None else None

@@ -73,7 +73,7 @@ class PartitionedCalls(PartitionOps):
         if where is None:
             where = self._any()
         if not isinstance(where, int):
-            return self.enqueue(prepared.new(payload))  # (refused before it is sent)
+            return self.enqueue(prepared.new(payload))  # (answered without Redis)
         return self._at(where, lambda b: b.prepared(prepared, payload))
 
     def enqueue_many(

@@ -22,6 +22,7 @@ PAGE = ROOT / "docs" / "performance.md"
 MEASURED = [
     "lua",
     "quasar_redis/_tasks.py",
+    "quasar_redis/_base.py",
     "quasar_redis/_enqueue_calls.py",
     "quasar_redis/_call_base.py",
     "quasar_redis/_call_codec.py",

@@ -19,6 +19,7 @@ from quasar_redis import (
     App,
     AsyncQuasar,
     Connector,
+    CrossPartition,
     Durable,
     JobRefused,
     JobRefusedError,
@@ -27,6 +28,7 @@ from quasar_redis import (
     RedisUnavailable,
 )
 from quasar_redis._enqueue_calls import created_id, prepare
+from quasar_redis._partitions import hashed
 
 from .helpers import REDIS_URL, applied, comparable, delete_namespace, raw_job, snapshot
 
@@ -345,6 +347,30 @@ def test_a_partitioned_namespace_places_prepared_jobs_as_enqueue_does(
     places = {str(q._enqueue_prepared(flowed, i)).split("~")[0] for i in range(3)}
     assert places == {general.id.split("~")[0]}
     assert q.counts("default").available == 10
+
+
+def test_a_prepared_job_of_no_partition_is_refused_as_enqueue_refuses_it(
+    redis_client: Any, backend: str, namespace: str
+) -> None:
+    # A task's flow key and batch of two partitions: no partition takes the job, and the
+    # prepared way refuses it before sending, as the general way does.
+    q = Quasar(redis_client, namespace, functions=backend == "redis", partitions=3)
+    flow = next(f"tenant-{n}" for n in range(50) if hashed(f"tenant-{n}", 3) == 0)
+    prepared = prepare(NewJob("s", flow=flow, batch="1~b"))
+    assert prepared is not None
+    _ready(q)
+    before, sent, send = snapshot(q), [], q._send
+
+    def counting(command: Any) -> Any:
+        sent.append(command[0])
+        return send(command)
+
+    q._send = counting
+    got = q._enqueue_prepared(prepared, 1)
+    assert sent == []  # (refused before it is sent)
+    assert got == q.enqueue_job(prepared.new(1))
+    assert got == JobRefused(CrossPartition("1~b", 1, 0))
+    assert snapshot(q) == before
 
 
 def test_an_async_task_call_alone_goes_at_once_and_concurrent_ones_are_coalesced(
