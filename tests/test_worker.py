@@ -911,7 +911,14 @@ def test_jobs_of_the_waits_claim_start_before_the_idle_wait_ends_its_other_waits
 def test_a_waits_claim_starts_its_jobs_once_whichever_takes_its_answer_first() -> None:
     started: list[Any] = []
 
-    class Starts:
+    class Claims:  # (what Woken uses of a Claimer)
+        def __init__(self) -> None:
+            self.asked, self.carrying = 10, 0
+            self.reporter, self.stopping = self, asyncio.Event()
+
+        def resume_carrying(self) -> None:
+            self.carrying += 1
+
         def start_claimed(self, queue: str, want: int, claims: Any) -> int:
             started.append((queue, want, list(claims)))
             return len(claims)
@@ -926,33 +933,37 @@ def test_a_waits_claim_starts_its_jobs_once_whichever_takes_its_answer_first() -
             pop.set_result((True, result))
             return pop
 
-        # its answer first, then the idle wait: started once, by the answer
-        woken = Woken(Starts(), "q", 10)  # type: ignore[arg-type]
-        woken.answer(answered(applied))
+        def woken() -> tuple[Woken, Claims]:
+            claims = Claims()
+            return Woken(claims, "q", 10), claims  # type: ignore[arg-type]
+
+        # its answer in while the idle wait is undecided: its jobs start, and its slots and the
+        # outcomes' carrying are let go at once; the idle wait does not start them again
+        first, claims = woken()
+        first.answer(answered(applied))
+        assert started == [("q", 10, [claim])] and (claims.asked, claims.carrying) == (0, 1)
+        first.decided = True
+        await first.end(answered(applied), True)
+        assert len(started) == 1 and (claims.asked, claims.carrying) == (0, 1)
+        # the idle wait took the answer first (and let go itself): started once, by it
+        second, claims = woken()
+        second.decided = True
+        second.answer(answered(applied))
         assert len(started) == 1
-        woken.decided = True
-        await woken.start(applied)
-        assert len(started) == 1
-        # the idle wait took the answer before its callback ran: started once, by the wait
-        woken = Woken(Starts(), "q", 10)  # type: ignore[arg-type]
-        woken.decided = True
-        woken.answer(answered(applied))
-        assert len(started) == 1
-        await woken.start(applied)
-        assert started[-1] == ("q", 10, [claim]) and len(started) == 2
+        await second.end(answered(applied), True)
+        assert len(started) == 2 and (claims.asked, claims.carrying) == (10, 0)
         # a wait given up on (cut short), answered late: left to Claimer._late
-        woken = Woken(Starts(), "q", 10)  # type: ignore[arg-type]
-        woken.decided = True
-        woken.answer(answered(applied))
+        third, _ = woken()
+        third.decided = True
+        third.answer(answered(applied))
+        await third.end(answered(applied), False)
         # no jobs, a refusal, an error or a cancelled wait start nothing
-        for result in (t.NothingClaimable(next_at=None), RedisUnavailable("gone")):
-            Woken(Starts(), "q", 10).answer(answered(result))  # type: ignore[arg-type]
         failed: asyncio.Future[Any] = loop.create_future()
         failed.set_exception(RedisUnavailable("gone"))
         cancelled: asyncio.Future[Any] = loop.create_future()
         cancelled.cancel()
-        for pop in (failed, cancelled):
-            Woken(Starts(), "q", 10).answer(pop)  # type: ignore[arg-type]
+        for pop in (answered(t.ClaimRefused(t.NothingClaimable(next_at=None))), failed, cancelled):
+            woken()[0].answer(pop)
         assert len(started) == 2
 
     asyncio.run(scenarios())

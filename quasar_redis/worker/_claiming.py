@@ -175,11 +175,7 @@ class Claimer:
             elif self.runner.let_go == let_go:
                 self._finish("nothing left to claim (burst)")
             return
-        self.reporter.pause_carrying()
-        try:
-            await self.idle(lane, next_at)
-        finally:
-            self.reporter.resume_carrying()
+        await self.idle(lane, next_at)
 
     def _all_done(self) -> bool:
         """No job held (none waiting, running or reporting) and no claim in flight."""
@@ -260,7 +256,7 @@ class Claimer:
         On a plain asyncio client the wait carries the next claim of the first queue: Redis runs
         it the moment the wait ends, so a job enqueued to an idle worker is claimed in the round
         trip that wakes it (``AsyncQuasar.wait_and_claim``), and starts in the event loop's turn
-        after its answer (``Woken``), before this wait has ended its other waits. A stop or a
+        its answer comes in (``Woken``), before this wait has ended its other waits. A stop or a
         poke ends the wait early (``AsyncQuasar.unblock``: the claim still runs, and its jobs
         start or are handed back).
         """
@@ -271,28 +267,29 @@ class Claimer:
         free, queue = self.free(), self.queues[0]
         claim: Call[t.ClaimsResult] | None = None
         waiting = Blocked()  # the waiting connection's client id, once it waits
-        asked = 0
+        woken = Woken(self, queue, 0)
         if free > 0 and self.client.can_wait_and_claim:
-            asked = min(free, 1000)
-            claim = self.client.calls.claim_many(queue, self.worker_id, self.lease_ms, asked)
+            woken.want = min(free, 1000)
+            claim = self.client.calls.claim_many(queue, self.worker_id, self.lease_ms, woken.want)
             wait: Any = self.client.wait_and_claim(
                 self.queues, max(timeout, 0.001), claim, waiting.said
             )
         else:
             wait = self.client.wait_for_work(self.queues, max(timeout, 0.001))
-        self.asked += asked
         pop = asyncio.ensure_future(wait)
-        woken = Woken(self, queue, asked)
         if claim is not None:
             pop.add_done_callback(woken.answer)
         stop = asyncio.ensure_future(self.stopping.wait())
         poke = asyncio.ensure_future(self.poke.wait())
+        self.asked += woken.want
+        self.reporter.pause_carrying()  # (both until the jobs of its answer start, or it ends)
         try:
             await asyncio.wait({pop, stop, poke}, return_when=asyncio.FIRST_COMPLETED)
             if not pop.done() and claim is not None:
                 await waiting.end(pop, self.client)
         finally:
-            self.asked -= asked
+            if not woken.started:  # (else let go as its jobs started)
+                woken.let_go()
             self.poke.clear()
             for fut in (pop, stop, poke):
                 if not fut.done():
@@ -300,13 +297,7 @@ class Claimer:
             answered = self._answered(pop, lane, queue, claim)
             woken.decided = True
             await asyncio.gather(stop, poke, return_exceptions=True)
-        if answered and claim is not None:
-            await woken.start(pop.result()[1])
-        elif pop.done() and not pop.cancelled() and isinstance(pop.exception(), Exception):
-            denied = access_denied(pop.exception())
-            if denied is not None:
-                raise denied
-            await pause(self.stopping, 0.1)  # Redis trouble: the claim that follows reports it
+        await woken.end(pop, answered and claim is not None)
 
     def _answered(
         self, pop: asyncio.Future[Any], lane: int, queue: str, claim: Call[Any] | None
@@ -347,10 +338,10 @@ class Claimer:
 
 class Woken:
     """The jobs of the claim an idle wait carried, started once: in the event loop's turn its
-    answer comes in (``answer``, a callback of the wait, while the wait is undecided), or else
-    by the idle wait once it has taken that answer as its own (``start``). A wait the idle wait
-    gave up on (cut short) leaves its jobs to ``Claimer._late``. A refusal or an error is left
-    to the claim that follows, which meets it again."""
+    answer comes in (``answer``, a callback of the wait, while the idle wait is undecided), or
+    else by the idle wait once it has taken that answer as its own (``end``). A wait the idle
+    wait gave up on (cut short) leaves its jobs to ``Claimer._late``. A refusal or an error is
+    left to the claim that follows, which meets it again."""
 
     __slots__ = ("claimer", "decided", "queue", "started", "want")
 
@@ -360,19 +351,36 @@ class Woken:
         self.started = False
 
     def answer(self, pop: asyncio.Future[Any]) -> None:
-        if self.decided or pop.cancelled() or pop.exception() is not None:
-            return
-        self._start(pop.result()[1])
+        if not (self.decided or pop.cancelled() or pop.exception() is not None):
+            self._start(pop.result()[1])
 
-    async def start(self, result: Any) -> None:
-        if self._start(result):
-            await asyncio.sleep(0)  # (they begin before the next claim goes out)
+    async def end(self, pop: asyncio.Future[Any], answered: bool) -> None:
+        """After the idle wait: the jobs of its answer start, if they have not; a refusal of
+        our access raises; other Redis trouble pauses (the claim that follows reports it)."""
+        if answered:
+            if not self.started and self._start(pop.result()[1]):
+                await asyncio.sleep(0)  # (they begin before the next claim goes out)
+            return
+        error = pop.exception() if pop.done() and not pop.cancelled() else None
+        if isinstance(error, Exception):
+            denied = access_denied(error)
+            if denied is not None:
+                raise denied
+            await pause(self.claimer.stopping, 0.1)
 
     def _start(self, result: Any) -> int:
         if self.started or not isinstance(result, t.ClaimsApplied):
             return 0
         self.started = True
+        if not self.decided:
+            self.let_go()
         return self.claimer.start_claimed(self.queue, self.want, result.claims)
+
+    def let_go(self) -> None:
+        """The idle wait is over as far as the claim loops go: the slots its claim asked for
+        are free again (its jobs hold theirs), and outcomes wait for the claim that follows."""
+        self.claimer.asked -= self.want
+        self.claimer.reporter.resume_carrying()
 
 
 class Blocked:
