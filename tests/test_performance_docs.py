@@ -1,8 +1,9 @@
 """docs/performance.md is written by the benchmark (``benchmarks/run.py --write-docs``) and names
 the commit it measured. Its figures stay true only while what they measure is unchanged: the Lua
-that runs in Redis and the client's path from a task's ``enqueue`` to the socket and back. A
-change to either after the measured commit makes the page stale, and this test says so: rerun
-the benchmark on a quiet machine and commit what it writes."""
+that runs in Redis, the client's path from a task's ``enqueue`` to the socket and back, and the
+worker that claims and runs the jobs (the processing and enqueue-to-start figures). A change to
+any of them after the measured commit makes the page stale, and this test says so: rerun the
+benchmark on a quiet machine and commit what it writes."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from .helpers import REQUIRE
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "performance.md"
 
-#: what the published figures measure: every Lua file, and the client's sending path
+#: what the published figures measure: every Lua file, the client's sending path, the worker
 MEASURED = [
     "lua",
+    "quasar_redis/worker",
     "quasar_redis/_tasks.py",
     "quasar_redis/_base.py",
     "quasar_redis/_enqueue_calls.py",
