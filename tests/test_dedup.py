@@ -192,6 +192,27 @@ def test_a_debounce_and_a_supersede_of_one_job_in_one_batch_apply_in_its_order(
     assert where(q, held) == {"ready"}
 
 
+@pytest.mark.parametrize("each", [False, True])
+def test_a_debounce_after_a_supersede_in_one_batch_leaves_none_of_its_long_payload(
+    q: Quasar, each: bool
+) -> None:
+    """A batch supersedes a waiting job with a payload stored in chunks, then debounces it with
+    a short one: the job holds the short payload alone, as if the two were sent one after the
+    other (the debounce drops the chunks the supersede wrote, not only those it found first)."""
+    held = fresh(q.enqueue("s", {"v": 0}, id="held", dedup=Debounce("k", 1_000), now=T0))
+    supersede = NewJob("s", b"\x00" * 63, id=held, input_revision=1)  # (65 bytes: two chunks)
+    debounce = NewJob("s", 0, id="other", dedup=Debounce("k", 1_000))
+    if each:
+        results = q.enqueue_each([supersede, debounce], now=T0 + 1)
+        assert all(isinstance(r, JobApplied) for r in results), results
+    else:
+        assert isinstance(q.enqueue_many([supersede, debounce], now=T0 + 1), BatchApplied)
+    info = q.get_job(held)
+    assert info is not None and info.job.payload == 0 and info.job.input_revision == 1
+    fields = q.redis.hkeys(q.keys.job(held))
+    assert not [f for f in fields if re.fullmatch(rb"p\d+", f)], fields  # no chunk left
+
+
 def test_debounce_replaces_a_long_payload_by_a_short_one(q: Quasar) -> None:
     key = Debounce("d", window_ms=1_000)
     first = fresh(q.enqueue("s", "x" * 500, dedup=key, now=T0))  # stored in chunks

@@ -96,9 +96,12 @@ end
 
 -- The job a debounced enqueue `a` replaces: its payload and available_at become a's, its id,
 -- attempts and the rest stay; it goes back to its index and an event says its status. Returns
--- the job as it is now (loaded again: the old payload's chunks are gone).
+-- the job as it is now (loaded again: the old payload's chunks are gone). Its fields are read
+-- again first: a job of the same call before `a` may have rewritten it since the checks (a
+-- supersede, whose payload may take more chunks than the one the checks found).
 local function debounce(ctx, a, now)
-  local id, h = a.held, a.held_h
+  local id = a.held
+  local h = load_job(ctx, id) or a.held_h
   local chunks = {}
   for i = 2, 16 do
     if h["p" .. i] then chunks[#chunks + 1] = "p" .. i end
