@@ -158,16 +158,23 @@ def free_port() -> int:
     raise RuntimeError(f"no free port found below {outgoing_from}")
 
 
-def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.01) -> T:
+def wait_for(
+    check: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    every: float = 0.01,
+    describe: Callable[[], object] | None = None,
+) -> T:
     """``check()``'s first truthy value, asked every ``every`` seconds; fails after ``timeout``
-    seconds, saying ``what``."""
+    seconds, saying ``what`` (and what ``describe()`` then says: the state the wait saw)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            seen = "" if describe is None else f"; found {describe()!r}"
+            pytest.fail(f"timed out after {timeout}s waiting for {what}{seen}")
         time.sleep(every)
 
 

@@ -483,10 +483,20 @@ def test_a_rate_limited_group_waits_while_the_others_run(app: App) -> None:
 
     with Worker(app, queues=[Q], maintenance_interval=0.1, idle_wait=0.2):
         first = limited.enqueue("acct", "slow-down")
-        wait_for(released, 30, "the rate limited job to be handed back")
+        wait_for(
+            released,
+            30,
+            "the rate limited job to be handed back",
+            describe=lambda: (first.info(), raised),
+        )
         # (it waits its 60 s delay: the group has a ready job again once another comes)
         after = limited.enqueue("acct", "after")
-        info = wait_for(waiting, 30, "the rate limited group to wait")
+        info = wait_for(
+            waiting,
+            30,
+            "the rate limited group to wait",
+            describe=lambda: (app.client.flow(Q, group="acct"), after.info(), raised),
+        )
         other = limited.enqueue("other", "free")
         assert other.result(timeout=30) == "free"
         assert waiting() is not None
