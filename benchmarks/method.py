@@ -140,7 +140,9 @@ through `logging`, which has no handler here.
 - **Latency**: a worker is started and left idle (a warm-up job runs, then 0.5 s passes); then
   {s_latency} jobs are enqueued one every {interval_ms:g} ms. Each job's latency is the time its
   task starts minus the time just before its enqueue call (same machine, same clock), so it
-  includes the enqueue round trip and the worker's pick-up delay.
+  includes the enqueue round trip and the worker's pick-up delay. p50 and p99 are nearest-rank
+  percentiles of a run's jobs (the p99 of {s_latency}: the {p99_rank} slowest), and the figure is
+  the median of the runs'.
 - **Memory per waiting job**: `used_memory` less the clients' buffers (`mem_clients_normal`,
   which move by tens of kilobytes with the traffic) after the one-at-a-time enqueue minus
   before, divided by the jobs. It counts everything a system keeps per enqueued job: for quasar

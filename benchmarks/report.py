@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -448,6 +449,14 @@ def write_docs(results: dict[str, Any], python: Path, results_file: Path) -> Non
     write_readme(results)
 
 
+def slowest_rank(n: int, q: float) -> str:
+    """Where the nearest-rank ``q`` percentile of ``n`` values stands from the slowest: "11th"."""
+    rank = n - max(1, math.ceil(q * n)) + 1
+    suffixes = {1: "st", 2: "nd", 3: "rd"}
+    suffix = "th" if rank % 100 in (11, 12, 13) else suffixes.get(rank % 10, "th")
+    return f"{rank}{suffix}"
+
+
 def performance_md(results: dict[str, Any]) -> str:
     m = results["machine"]
     s = results.get("sizes", {})
@@ -455,6 +464,7 @@ def performance_md(results: dict[str, Any]) -> str:
     return METHOD.format(
         script=results["ceiling"]["details"].get("script", "?"),
         interval_ms=s.get("latency_interval", 0) * 1000,
+        p99_rank=slowest_rank(int(s.get("latency", 0)), 0.99),
         nproc=m["nproc"],
         command=results["command"],
         date=results["date"],

@@ -19,7 +19,7 @@ class Sizes:
     fill_cap: float = 5.0
     phase_cap: float = 4.0
     process_cap: float = 6.0
-    latency: int = 400
+    latency: int = 1000
     latency_interval: float = 0.005
     claim_small: int = 1000
     claim_large: int = 1_000_000

@@ -358,7 +358,7 @@ class Woken:
         """After the idle wait: the jobs of its answer start, if they have not; a refusal of
         our access raises; other Redis trouble pauses (the claim that follows reports it)."""
         if answered:
-            if not self.started and self._start(pop.result()[1]):
+            if self._start(pop.result()[1]):
                 await asyncio.sleep(0)  # (they begin before the next claim goes out)
             return
         error = pop.exception() if pop.done() and not pop.cancelled() else None
