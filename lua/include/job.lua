@@ -20,6 +20,10 @@ local STATE_NEEDS = {W = "at", R = "at", L = "x", S = "fin", F = "fin", C = "fin
 local CHUNK = 64
 local BLOB_CHUNKS = 16
 local BLOBS = {p = true, res = true}
+-- The fields a payload may be stored in after its first (field_args: p2 .. p16, BLOB_CHUNKS in
+-- all): a new payload drops every one of them, whichever the old one filled.
+local PAYLOAD_CHUNKS = {"p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12",
+  "p13", "p14", "p15", "p16"}
 local function corrupt(id, reason) return refuse("CorruptJob", id, reason) end
 
 -- Decimal digits only (what fmt writes), at most 15 of them (so within MAXINT), without number

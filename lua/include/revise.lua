@@ -14,12 +14,7 @@
 local fmt, num, refuse, TERMINAL = Core.fmt, Core.num, Core.refuse, Core.TERMINAL
 local key_job = Core.key_job
 local emit = Events.emit
-local move, status_name = Job.move, Job.status_name
-
--- The chunks a payload may be stored in after its first (job.lua's field_args: p2 .. p16), and
--- the attempt, all dropped when the input is replaced (a field at its default is not stored).
-local DROPPED = {"a", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12", "p13",
-  "p14", "p15", "p16"}
+local move, status_name, PAYLOAD_CHUNKS = Job.move, Job.status_name, Job.PAYLOAD_CHUNKS
 
 -- Enqueue's answer for job `id` found stored as h, asked again with revision rv (a number): nil
 -- when it supersedes (a live job, a higher revision); StaleRevision(id, stored) for a lower one;
@@ -45,8 +40,9 @@ end
 -- the status it enters is an event even when its state stays.
 local function rewrite(ctx, id, h, now, changes)
   if changes.p ~= nil then
-    redis.call("HDEL", key_job(ctx, id), unpack(DROPPED))
-    for _, f in ipairs(DROPPED) do h[f] = nil end
+    -- (the attempt back at its default, which is not stored, and every chunk of the payload)
+    redis.call("HDEL", key_job(ctx, id), "a", unpack(PAYLOAD_CHUNKS))
+    for _, f in ipairs(PAYLOAD_CHUNKS) do h[f] = nil end
     h.a = "0"
   end
   local before = h.st

@@ -19,7 +19,7 @@ local fmt, invalid, key_job, refuse = Core.fmt, Core.invalid, Core.key_job, Core
 local TERMINAL = Core.TERMINAL
 local id_error, time_error, writes_error = Checks.id_error, Checks.time_error, Checks.writes_error
 local blocked, load_job, move = Job.blocked, Job.load_job, Job.move
-local status_name = Job.status_name
+local status_name, PAYLOAD_CHUNKS = Job.status_name, Job.PAYLOAD_CHUNKS
 local emit = Events.emit
 
 -- Whether each mode takes a window (a positive one) or none ("0").
@@ -94,19 +94,15 @@ local function unique_take(ctx, a)
   redis.call("SET", key_unique(ctx, a.u.key), a.id)
 end
 
--- The job a debounced enqueue `a` replaces: its payload and available_at become a's, its id,
--- attempts and the rest stay; it goes back to its index and an event says its status. Returns
--- the job as it is now (loaded again: the old payload's chunks are gone). Its fields are read
--- again first: a job of the same call before `a` may have rewritten it since the checks (a
--- supersede, whose payload may take more chunks than the one the checks found).
+-- The job a debounced enqueue `a` replaces (a.held_h: as this call left it, enqueue.lua's
+-- held_job): its payload and available_at become a's, its id, attempts and the rest stay; it
+-- goes back to its index and an event says its status. Every chunk a payload may take is
+-- dropped, not only those a.held_h names: a job of the same call before `a` (a supersede) may
+-- have written more. Returns the job as it is now (loaded again: the old chunks are gone).
 local function debounce(ctx, a, now)
-  local id = a.held
-  local h = load_job(ctx, id) or a.held_h
-  local chunks = {}
-  for i = 2, 16 do
-    if h["p" .. i] then chunks[#chunks + 1] = "p" .. i end
-  end
-  if chunks[1] then redis.call("HDEL", key_job(ctx, id), unpack(chunks)) end
+  local id, h = a.held, a.held_h
+  redis.call("HDEL", key_job(ctx, id), unpack(PAYLOAD_CHUNKS))
+  for _, f in ipairs(PAYLOAD_CHUNKS) do h[f] = nil end
   move(ctx, id, h, now, {p = a.payload, at = fmt(ctx, a.at)})
   emit(ctx, id, h, status_name(h, now))
   return load_job(ctx, id)
