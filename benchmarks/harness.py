@@ -18,7 +18,6 @@ import contextlib
 import ctypes
 import importlib
 import json
-import math
 import os
 import platform
 import shutil
@@ -38,6 +37,7 @@ import redis
 import redis.asyncio
 
 from benchmarks import probe
+from benchmarks.report import nearest_rank
 from benchmarks.sizes import Sizes
 from benchmarks.systems.base import System
 
@@ -133,8 +133,7 @@ def command_us(before: Snapshot, after: Snapshot, n: int) -> float:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+    return sorted(values)[nearest_rank(len(values), q) - 1]
 
 
 # --- timed loops -------------------------------------------------------------------------------

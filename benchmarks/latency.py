@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import RedisServer  # noqa: E402 - after the path is set
+from benchmarks.report import nearest_rank  # noqa: E402 - after the path is set
+from benchmarks.run import RedisServer  # noqa: E402
 from quasar_redis import App, aio  # noqa: E402
 from quasar_redis.worker import Worker  # noqa: E402
 
@@ -98,8 +99,7 @@ def leased(result: Any) -> list[str]:
 
 
 def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, int(q * len(ordered) + 0.999999) - 1)]
+    return sorted(values)[nearest_rank(len(values), q) - 1]
 
 
 def one_run(url: str, jobs: int, interval: float, folder: Path) -> dict[str, Any]:

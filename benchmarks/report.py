@@ -449,9 +449,15 @@ def write_docs(results: dict[str, Any], python: Path, results_file: Path) -> Non
     write_readme(results)
 
 
+def nearest_rank(n: int, q: float) -> int:
+    """The place (1 for the smallest) of the nearest-rank ``q`` percentile among ``n`` values:
+    the latency figures' percentiles (harness.py, latency.py)."""
+    return max(1, math.ceil(q * n))
+
+
 def slowest_rank(n: int, q: float) -> str:
     """Where the nearest-rank ``q`` percentile of ``n`` values stands from the slowest: "11th"."""
-    rank = n - max(1, math.ceil(q * n)) + 1
+    rank = n - nearest_rank(n, q) + 1
     suffixes = {1: "st", 2: "nd", 3: "rd"}
     suffix = "th" if rank % 100 in (11, 12, 13) else suffixes.get(rank % 10, "th")
     return f"{rank}{suffix}"
