@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import hiredis
 import redis.asyncio
-import redis.exceptions as rex
 
 from . import _types as t
 from ._base import (
@@ -31,6 +29,7 @@ from ._partition_ops import PartitionOps, keys_of, wake_lists
 from ._pinned import apinned_parts
 from ._replies import work_left
 from ._sending import Ask, Command, Flow, Pipeline, Step
+from ._wait_line import WaitLines, wait_on, wait_pooled
 from ._waits import block_slice, first_of
 from .errors import QuasarError
 
@@ -109,6 +108,7 @@ class AsyncQuasar(Coalescing, ClientBase):
         self._send = self._packed or self._execute_command
         # (redis-py before 5.3 wants a command's name to lend a connection)
         self._named = self._packed is not None and needs_command_name(self.redis.connection_pool)
+        self._lines = WaitLines(self.redis.connection_pool, self._named)
 
     # plumbing -------------------------------------------------------------------------------------
 
@@ -176,7 +176,9 @@ class AsyncQuasar(Coalescing, ClientBase):
         return await self._drive(self._asking_policy())
 
     async def aclose(self) -> None:
-        """Close the redis-py client if ``from_url`` made it; one passed in stays open."""
+        """Close the redis-py client if ``from_url`` made it; one passed in stays open (the
+        connections of the worker's waits close either way)."""
+        await self._lines.close()
         if self._owns_redis:
             await self.redis.aclose()
 
@@ -305,29 +307,14 @@ class AsyncQuasar(Coalescing, ClientBase):
         assert self._packed is not None
         if not self._policy_checked:
             await self._drive(self._checking_policy())
-        pool: Any = self.redis.connection_pool
-        conn = await (pool.get_connection("BLPOP") if self._named else pool.get_connection())
         wait: Any = ("BLPOP", *(self.keys.wake(q) for q in queues), str(timeout))
-        commands: list[Any] = [("CLIENT", "ID"), wait, self._command(call)]
-        clean = False
-        try:
-            await conn.send_packed_command(b"".join(map(hiredis.pack_command, commands)))
-            with contextlib.suppress(rex.ResponseError):  # CLIENT refused (an ACL): no early end
-                on_blocked(int(await conn.read_response()))
-            socket_timeout = conn.socket_timeout
-            popped = await conn.read_response(
-                timeout=None if socket_timeout is None else timeout + socket_timeout
-            )
-            reply: Any
-            try:
-                reply = await conn.read_response()
-            except rex.ResponseError as exc:  # (the library missing: the next call loads it)
-                reply = exc
-            clean = True
-        finally:
-            if not clean:
-                await conn.disconnect(nowait=True)
-            await pool.release(conn)
+        packed = b"".join(map(hiredis.pack_command, (("CLIENT", "ID"), wait, self._command(call))))
+        line = await self._lines.take()
+        if line is None:
+            pool, named = self.redis.connection_pool, self._named
+            popped, reply = await wait_pooled(pool, named, packed, timeout, on_blocked)
+        else:
+            popped, reply = await wait_on(line, self._lines, packed, timeout, on_blocked)
         if isinstance(reply, Exception):
             return popped is not None, self._error(reply)
         try:

@@ -28,6 +28,7 @@ from quasar_redis import App, Connector, Quasar
 
 from .clients import KINDS, clients
 from .helpers import REDIS_URL, delete_namespace, real_redis, report_header
+from .proxy import HOST, Proxy
 from .servers import RedisServer, server_in
 
 BACKENDS = ("fake", "redis")
@@ -41,6 +42,29 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 @pytest.fixture
 def namespace() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+def _cleaned_after(url: str, namespace: str) -> Iterator[redis.Redis]:
+    client = real_redis(url)
+    try:
+        yield client
+    finally:
+        delete_namespace(client, namespace)
+        client.close()
+
+
+@pytest.fixture
+def upstream(namespace: str) -> Iterator[redis.Redis]:
+    """A client of the real Redis of the tests, its namespace's keys deleted afterwards."""
+    yield from _cleaned_after(REDIS_URL, namespace)
+
+
+@pytest.fixture
+def proxy(upstream: redis.Redis) -> Iterator[Proxy]:
+    """A proxy in front of ``upstream`` (``tests/proxy.py``): cuts connections where told."""
+    kwargs = upstream.connection_pool.connection_kwargs
+    with Proxy(str(kwargs.get("host", HOST)), int(kwargs.get("port", 6379))) as running:
+        yield running
 
 
 @pytest.fixture(params=BACKENDS)
@@ -59,12 +83,7 @@ def private_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSe
 @pytest.fixture
 def counted(private_server: RedisServer, namespace: str) -> Iterator[redis.Redis]:
     """A client of the private server (for a test that counts the commands Redis runs)."""
-    client = real_redis(private_server.url)
-    try:
-        yield client
-    finally:
-        delete_namespace(client, namespace)
-        client.close()
+    yield from _cleaned_after(private_server.url, namespace)
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ from quasar_redis import (
 from quasar_redis._calls import Call
 from quasar_redis._scripts import library, scripts
 
-from .helpers import applied, claimed, delete_namespace, has_functions, real_redis, snapshot
+from .helpers import applied, claimed, has_functions, snapshot
 from .proxy import HOST, Proxy, has
 
 T = TypeVar("T")
@@ -138,23 +138,6 @@ def check_delivered_twice(proxy: Proxy, command: bytes) -> None:
     assert len(sent) == 2, f"{command!r} must reach Redis twice, reached it {len(sent)} times"
     assert sent[0] == sent[1], "the re-send must carry the same call (same call id)"
     assert not proxy.errors, proxy.errors
-
-
-@pytest.fixture
-def upstream(namespace: str) -> Iterator[redis.Redis]:
-    client = real_redis()
-    try:
-        yield client
-    finally:
-        delete_namespace(client, namespace)
-        client.close()
-
-
-@pytest.fixture
-def proxy(upstream: redis.Redis) -> Iterator[Proxy]:
-    kwargs = upstream.connection_pool.connection_kwargs
-    with Proxy(str(kwargs.get("host", HOST)), int(kwargs.get("port", 6379))) as running:
-        yield running
 
 
 @pytest.fixture(params=["functions", "scripts"])

@@ -1,0 +1,212 @@
+"""The connection an asyncio worker's idle waits go out on (``quasar_redis._wait_line``), on a
+real Redis (fakeredis has no connections): a wait's claim comes back on it and it is kept for the
+next wait, as lent by the pool; a connection the server closed between waits is replaced; one
+lost during a wait raises what redis-py raises, and the claim's re-sent call replays what it
+leased; a cancelled wait closes its connection; closing the client closes them; and a pool that
+is not redis-py's plain one, or is capped low, lends a connection for each wait as before. Each
+over RESP2 and RESP3."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+import redis.exceptions as rex
+
+from quasar_redis import AsyncQuasar
+from quasar_redis import _types as t
+
+from .helpers import REDIS_URL, wait_for
+from .proxy import HOST, Proxy, has
+
+QUEUE = "q"
+
+
+@pytest.fixture(params=[2, 3])
+def resp(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+def client_ids(admin: redis.Redis) -> set[int]:
+    return {int(c["id"]) for c in admin.client_list()}
+
+
+async def wait_once(
+    q: AsyncQuasar, timeout: float = 0.2, ids: list[int] | None = None
+) -> tuple[bool, Any]:
+    call = q.calls.claim_many(QUEUE, "w1", 30_000, 10)
+    return await q.wait_and_claim([QUEUE], timeout, call, (ids if ids is not None else []).append)
+
+
+@contextlib.asynccontextmanager
+async def client(namespace: str, resp: int, url: str = REDIS_URL) -> AsyncIterator[AsyncQuasar]:
+    """A client over a redis-py client of its own (RESP ``resp``), closed afterwards, once a call
+    has found how the server runs scripts (functions, or EVALSHA on Redis 6.2): a wait sent
+    first would meet the refusal that finds it."""
+    q = AsyncQuasar(redis.asyncio.Redis.from_url(url, protocol=resp), namespace)
+    try:
+        await q.counts(QUEUE)
+        yield q
+    finally:
+        await q.aclose()
+        await q.redis.aclose()
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    """Let the event loop run until ``check()`` holds (``what``), at most ``timeout`` s."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"not within {timeout} s: {what}"
+        await asyncio.sleep(0.01)
+
+
+def in_use(q: AsyncQuasar) -> set[Any]:
+    pool: Any = q.redis.connection_pool
+    return set(pool._in_use_connections)
+
+
+def test_a_wait_claims_on_a_connection_kept_for_the_next_wait(
+    upstream: redis.Redis, namespace: str, resp: int
+) -> None:
+    async def scenario() -> None:
+        async with client(namespace, resp) as q:
+            job = await q.enqueue("s", b"\x90", queue=QUEUE)
+            assert isinstance(job, t.JobApplied)
+            ids: list[int] = []
+            popped, claimed = await wait_once(q, ids=ids)
+            assert popped
+            assert isinstance(claimed, t.ClaimsApplied)
+            assert [c.job.id for c in claimed.claims] == [job.job.id]
+            [line] = q._lines.idle
+            assert line.conn in in_use(q)  # (lent by the pool while kept)
+            popped, nothing = await wait_once(q, ids=ids)
+            assert not popped
+            assert isinstance(nothing, t.ClaimRefused)
+            assert isinstance(nothing.error, t.NothingClaimable)
+            assert q._lines.idle == [line]
+            assert ids[0] == ids[1]  # the same connection both times
+            assert ids[0] in client_ids(upstream)
+        wait_for(lambda: ids[0] not in client_ids(upstream), 5, "the wait's connection closed")
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_the_server_closed_between_waits_is_replaced(
+    upstream: redis.Redis, namespace: str, resp: int
+) -> None:
+    async def scenario() -> None:
+        async with client(namespace, resp) as q:
+            ids: list[int] = []
+            await q.enqueue("s", b"\x90", queue=QUEUE)  # (the client's own connection, lent)
+            await wait_once(q, ids=ids)
+            [line] = q._lines.idle
+            lent = len(in_use(q))
+            upstream.client_kill_filter(_id=str(ids[0]))
+            await until(lambda: not line.alive, "the event loop noticed the close")
+            await q.enqueue("s", b"\x90", queue=QUEUE)
+            popped, claimed = await wait_once(q, ids=ids)
+            assert popped and isinstance(claimed, t.ClaimsApplied)
+            assert ids[1] != ids[0]
+            assert q._lines.idle != [line]
+            assert len(in_use(q)) == lent  # the closed one went back to the pool
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_lost_during_a_wait_raises_and_the_resent_claim_replays(
+    upstream: redis.Redis, namespace: str, proxy: Proxy, resp: int
+) -> None:
+    db = int(upstream.connection_pool.connection_kwargs.get("db", 0))
+    url = f"redis://{HOST}:{proxy.port}/{db}"
+
+    async def scenario() -> None:
+        async with client(namespace, resp, url) as q:
+            job = await q.enqueue("s", b"\x90", queue=QUEUE)
+            assert isinstance(job, t.JobApplied)
+            call = q.calls.claim_many(QUEUE, "w1", 30_000, 10)
+            proxy.cut_after_next(has(b"BLPOP"))  # the claim runs; its reply never comes
+            with pytest.raises(rex.ConnectionError):
+                await q.wait_and_claim([QUEUE], 0.2, call, lambda _: None)
+            assert not q._lines.idle
+            again = await q.execute(call)  # the same call id: its record answers
+            assert isinstance(again, t.ClaimsApplied)
+            assert [c.job.id for c in again.claims] == [job.job.id]
+            _, nothing = await wait_once(q)  # a new connection waits
+            assert isinstance(nothing, t.ClaimRefused)
+            assert len(q._lines.idle) == 1
+            assert not proxy.errors, proxy.errors
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_wait_closes_its_connection(
+    upstream: redis.Redis, namespace: str, resp: int
+) -> None:
+    async def scenario() -> None:
+        async with client(namespace, resp) as q:
+            ids: list[int] = []
+            waiting = asyncio.ensure_future(wait_once(q, timeout=10.0, ids=ids))
+            await until(lambda: bool(ids), "the wait said its connection's id")
+            assert ids[0] in client_ids(upstream)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert not q._lines.idle
+            wait_for(lambda: ids[0] not in client_ids(upstream), 5, "the wait's connection closed")
+            _, nothing = await wait_once(q, ids=ids)  # and the next wait has one again
+            assert isinstance(nothing, t.ClaimRefused)
+            assert ids[1] != ids[0]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: redis.asyncio.BlockingConnectionPool.from_url(REDIS_URL, max_connections=200),
+        lambda: redis.asyncio.ConnectionPool.from_url(REDIS_URL, max_connections=10),
+    ],
+    ids=["blocking-pool", "capped-pool"],
+)
+def test_a_pool_not_plain_or_capped_low_lends_a_connection_for_each_wait(
+    upstream: redis.Redis, namespace: str, make: Any
+) -> None:
+    async def scenario() -> None:
+        pool = make()
+        q = AsyncQuasar(redis.asyncio.Redis(connection_pool=pool), namespace)
+        try:
+            await q.counts(QUEUE)
+            await q.enqueue("s", b"\x90", queue=QUEUE)
+            popped, claimed = await wait_once(q)
+            assert popped and isinstance(claimed, t.ClaimsApplied)
+            assert not q._lines.usable and not q._lines.idle
+            assert not pool._in_use_connections  # the wait's connection went back
+        finally:
+            await q.aclose()
+            await q.redis.aclose()
+            await pool.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_closing_the_redis_client_closes_a_kept_connection_at_once(
+    upstream: redis.Redis, namespace: str, resp: int
+) -> None:
+    # The pool counts the kept connection as lent: its own disconnect closes it, and does not
+    # wait on the reader redis-py no longer feeds.
+    async def scenario() -> None:
+        r = redis.asyncio.Redis.from_url(REDIS_URL, protocol=resp, socket_connect_timeout=30)
+        q = AsyncQuasar(r, namespace)
+        await q.counts(QUEUE)
+        ids: list[int] = []
+        await wait_once(q, ids=ids)
+        assert len(q._lines.idle) == 1
+        await asyncio.wait_for(r.aclose(), timeout=3)
+        wait_for(lambda: ids[0] not in client_ids(upstream), 5, "the kept connection closed")
+
+    asyncio.run(scenario())
