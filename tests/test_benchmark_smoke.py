@@ -110,6 +110,20 @@ def test_latency_cuts_every_job_into_its_parts() -> None:
     assert "the slowest 1% (1 jobs)" in done.stdout, done.stdout
 
 
+def test_pickup_times_every_way_from_the_floor_to_the_worker() -> None:
+    # benchmarks/pickup.py: its own server and a consumer process per way; every job of every
+    # way started, and each way has its row of p50 and p99.
+    done = run_script("pickup", "--jobs", "40", "--rounds", "1")
+    rows = {
+        line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+        for line in done.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| way")
+    }
+    assert list(rows) == ["floor", "enqueue", "claim", "asyncio", "protocol", "worker"], done
+    for way, (p50, p99) in rows.items():
+        assert 0 < float(p50) <= float(p99), (way, p50, p99)
+
+
 FLOOR_ROWS = (
     "single: quasar enqueue",
     "single: bare HSET + ZADD script",
