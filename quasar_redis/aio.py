@@ -108,7 +108,8 @@ class AsyncQuasar(Coalescing, ClientBase):
         self._send = self._packed or self._execute_command
         # (redis-py before 5.3 wants a command's name to lend a connection)
         self._named = self._packed is not None and needs_command_name(self.redis.connection_pool)
-        self._lines = WaitLines(self.redis.connection_pool, self._named)
+        # (a cluster client has no pool of its own: it never takes this way)
+        self._lines = WaitLines(getattr(self.redis, "connection_pool", None), self._named)
 
     # plumbing -------------------------------------------------------------------------------------
 

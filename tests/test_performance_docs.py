@@ -35,6 +35,7 @@ MEASURED = [
     "quasar_redis/_coalescing.py",
     "quasar_redis/client.py",
     "quasar_redis/aio.py",
+    "quasar_redis/_wait_line.py",
     "quasar_redis/app.py",
 ]
 
