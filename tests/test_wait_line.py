@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -43,14 +44,19 @@ async def wait_once(
     return await q.wait_and_claim([QUEUE], timeout, call, (ids if ids is not None else []).append)
 
 
+async def settle(q: AsyncQuasar) -> None:
+    """A claim sent alone first: it finds how the server runs scripts (functions, or EVALSHA on
+    Redis 6.2) and loads the claim's, which a wait does not (a wait sent first meets the
+    refusal that finds it, whatever ran on the server before)."""
+    await q.execute(q.calls.claim_many(QUEUE, "w1", 30_000, 1))
+
+
 @contextlib.asynccontextmanager
 async def client(namespace: str, resp: int, url: str = REDIS_URL) -> AsyncIterator[AsyncQuasar]:
-    """A client over a redis-py client of its own (RESP ``resp``), closed afterwards, once a call
-    has found how the server runs scripts (functions, or EVALSHA on Redis 6.2): a wait sent
-    first would meet the refusal that finds it."""
+    """A client over a redis-py client of its own (RESP ``resp``), closed afterwards, settled."""
     q = AsyncQuasar(redis.asyncio.Redis.from_url(url, protocol=resp), namespace)
     try:
-        await q.counts(QUEUE)
+        await settle(q)
         yield q
     finally:
         await q.aclose()
@@ -180,7 +186,7 @@ def test_a_pool_not_plain_or_capped_low_lends_a_connection_for_each_wait(
         pool = make()
         q = AsyncQuasar(redis.asyncio.Redis(connection_pool=pool), namespace)
         try:
-            await q.counts(QUEUE)
+            await settle(q)
             await q.enqueue("s", b"\x90", queue=QUEUE)
             popped, claimed = await wait_once(q)
             assert popped and isinstance(claimed, t.ClaimsApplied)
@@ -202,11 +208,39 @@ def test_closing_the_redis_client_closes_a_kept_connection_at_once(
     async def scenario() -> None:
         r = redis.asyncio.Redis.from_url(REDIS_URL, protocol=resp, socket_connect_timeout=30)
         q = AsyncQuasar(r, namespace)
-        await q.counts(QUEUE)
+        await settle(q)
         ids: list[int] = []
         await wait_once(q, ids=ids)
         assert len(q._lines.idle) == 1
         await asyncio.wait_for(r.aclose(), timeout=3)
         wait_for(lambda: ids[0] not in client_ids(upstream), 5, "the kept connection closed")
+
+    asyncio.run(scenario())
+
+
+def test_a_wait_whose_replies_do_not_come_in_time_raises_and_closes_its_connection(
+    upstream: redis.Redis, namespace: str, proxy: Proxy, resp: int
+) -> None:
+    # The proxy holds the wait back past the client's socket timeout: the wait raises redis-py's
+    # TimeoutError, as the pool's way does, and its connection is closed, not kept.
+    db = int(upstream.connection_pool.connection_kwargs.get("db", 0))
+    url = f"redis://{HOST}:{proxy.port}/{db}?socket_timeout=0.3"
+    held = threading.Event()
+
+    def hold() -> None:
+        held.wait(5)
+
+    async def scenario() -> None:
+        async with client(namespace, resp, url) as q:
+            proxy.before_next(has(b"BLPOP"), hold)
+            try:
+                with pytest.raises(rex.TimeoutError):
+                    await wait_once(q, timeout=0.1)
+            finally:
+                held.set()
+            assert not q._lines.idle
+            _, nothing = await wait_once(q)  # a new connection waits
+            assert isinstance(nothing, t.ClaimRefused)
+            assert len(q._lines.idle) == 1
 
     asyncio.run(scenario())
