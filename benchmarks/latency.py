@@ -52,11 +52,20 @@ def worker_main(url: str, out: str) -> None:
     started: dict[str, float] = {}
     plain_wait = aio.AsyncQuasar.wait_and_claim
 
-    async def timed_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        woke, result = await plain_wait(self, *args, **kwargs)
+    async def timed_wait(
+        self: Any, queues: Any, timeout: float, call: Any, on_blocked: Any, on_answer: Any = None
+    ) -> Any:
+        def answered(result: Any) -> None:  # (the worker starts the jobs of its answer here)
+            now = time.time()
+            for job_id in leased(result):
+                claimed[job_id] = now
+            if on_answer is not None:
+                on_answer(result)
+
+        woke, result = await plain_wait(self, queues, timeout, call, on_blocked, answered)
         now = time.time()
         for job_id in leased(result):
-            claimed[job_id] = now
+            claimed.setdefault(job_id, now)
         return woke, result
 
     plain_execute = aio.AsyncQuasar.execute

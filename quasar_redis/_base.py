@@ -76,13 +76,20 @@ KEPT_POOL_MIN = 100
 KEPT_ATTRIBUTE = "_quasar_kept"
 
 
+def may_keep(pool: Any, plain: type) -> bool:
+    """Whether a connection may be kept out of ``pool`` between calls: redis-py's ``plain`` pool
+    (not a blocking pool, not Sentinel's) capped at ``KEPT_POOL_MIN`` or more, where one kept
+    connection leaves the pool enough to lend."""
+    return type(pool) is plain and getattr(pool, "max_connections", 0) >= KEPT_POOL_MIN
+
+
 def kept_of(pool: Any, plain: type, lock: Any = None) -> Kept | None:
     """The connection kept out of ``pool`` for the calls of every client over it, or None: a
     pool that is not redis-py's ``plain`` one (a blocking pool, Sentinel's), is capped below
     ``KEPT_POOL_MIN``, or of a redis-py whose pools lack ``ensure_connection`` keeps none. One per
     pool, however many clients are made over it (a client made per request over one redis-py
     client keeps no more); ``lock`` is its first maker's."""
-    if type(pool) is not plain or getattr(pool, "max_connections", 0) < KEPT_POOL_MIN:
+    if not may_keep(pool, plain):
         return None
     if not hasattr(redis.ConnectionPool, "ensure_connection"):  # (an older redis-py: none)
         return None

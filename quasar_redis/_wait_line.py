@@ -32,7 +32,7 @@ import hiredis
 import redis.asyncio
 import redis.exceptions as rex
 
-from ._base import KEPT_POOL_MIN
+from ._base import may_keep
 
 _MORE = object()  # the reader's answer while a reply is not whole yet
 
@@ -86,13 +86,12 @@ class WaitLine:
     """One taken-over connection of the pool: writes a wait's commands, hands back its replies
     in order."""
 
-    __slots__ = ("conn", "protocol", "socket_timeout", "transport")
+    __slots__ = ("conn", "protocol", "transport")
 
     def __init__(self, conn: Any, transport: Any, protocol: _Replies) -> None:
         self.conn = conn
         self.transport = transport
         self.protocol = protocol
-        self.socket_timeout: float | None = conn.socket_timeout
 
     @property
     def alive(self) -> bool:
@@ -147,10 +146,7 @@ class WaitLines:
         self.named = named  # (redis-py before 5.3 wants a command's name to lend a connection)
         self.idle: list[WaitLine] = []
         self.owner = os.getpid()
-        self.usable = (
-            type(pool) is redis.asyncio.ConnectionPool
-            and getattr(pool, "max_connections", 0) >= KEPT_POOL_MIN
-        )
+        self.usable = may_keep(pool, redis.asyncio.ConnectionPool)
 
     async def take(self) -> WaitLine | None:
         """An idle line still open, or a new one; None when the pool's way must serve."""
@@ -200,11 +196,11 @@ async def wait_on(
     refusal returned). The line goes back to ``lines`` once all three are read, else closes."""
     clean = False
     try:
+        socket_timeout: float | None = line.conn.socket_timeout
         line.write(packed)
-        said = await line.reply(line.socket_timeout)
+        said = await line.reply(socket_timeout)
         if not isinstance(said, rex.ResponseError):  # (CLIENT refused by an ACL: no early end)
             on_blocked(int(said))
-        socket_timeout = line.socket_timeout
         popped = await line.reply(None if socket_timeout is None else timeout + socket_timeout)
         if isinstance(popped, rex.ResponseError):
             raise popped

@@ -293,14 +293,16 @@ class AsyncQuasar(Coalescing, ClientBase):
         timeout: float,
         call: Call[T],
         on_blocked: Callable[[int], None],
+        on_answer: Callable[[T], None] | None = None,
     ) -> tuple[bool, T | BaseException]:
         """Wait for a wake-up token of ``queues`` (up to ``timeout`` seconds), then ``call``, in
         one write on a connection of their own: Redis runs the call the moment the wait ends (a
         client's later commands wait for its blocking one), so a worker woken by a new job has
         its claim in the same round trip. ``on_blocked`` gets the connection's client id as the
         wait starts: ``unblock(id)`` ends the wait early, and the call still runs. Whether a token
-        was popped, and the call's result (or the error it met). Only where
-        ``can_wait_and_claim``.
+        was popped, and the call's result (or the error it met). ``on_answer`` gets the call's
+        result (not an error) the moment it is read, an event loop turn before the caller's
+        ``await`` returns. Only where ``can_wait_and_claim``.
 
         A wait that is cancelled drops its connection: Redis forgets a blocked client that is
         gone, but a call it ran before that is answered to nobody (send it again: same call id).
@@ -323,9 +325,11 @@ class AsyncQuasar(Coalescing, ClientBase):
             result = call.parse(reply)
             if left:
                 result = await self._drive(self._carrying_on(call, result))
-            return popped is not None, result
         except QuasarError as exc:
             return popped is not None, exc
+        if on_answer is not None:
+            on_answer(result)
+        return popped is not None, result
 
     async def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a wake-up token of ``queues``; whether one came.

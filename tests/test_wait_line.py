@@ -2,9 +2,10 @@
 real Redis (fakeredis has no connections): a wait's claim comes back on it and it is kept for the
 next wait, as lent by the pool; a connection the server closed between waits is replaced; one
 lost during a wait raises what redis-py raises, and the claim's re-sent call replays what it
-leased; a cancelled wait closes its connection; closing the client closes them; and a pool that
-is not redis-py's plain one, or is capped low, lends a connection for each wait as before. Each
-over RESP2 and RESP3."""
+leased; a cancelled wait closes its connection; closing the client closes them; a pool that is
+not redis-py's plain one, or is capped low, lends a connection for each wait as before; a RESP3
+push between replies is dropped, and bytes that are not Redis's end the line. Each over RESP2 and
+RESP3 where both apply."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import hiredis
 import pytest
 import redis
 import redis.asyncio
@@ -38,10 +40,15 @@ def client_ids(admin: redis.Redis) -> set[int]:
 
 
 async def wait_once(
-    q: AsyncQuasar, timeout: float = 0.2, ids: list[int] | None = None
+    q: AsyncQuasar,
+    timeout: float = 0.2,
+    ids: list[int] | None = None,
+    answers: list[Any] | None = None,
 ) -> tuple[bool, Any]:
     call = q.calls.claim_many(QUEUE, "w1", 30_000, 10)
-    return await q.wait_and_claim([QUEUE], timeout, call, (ids if ids is not None else []).append)
+    said = (ids if ids is not None else []).append
+    heard = (answers if answers is not None else []).append
+    return await q.wait_and_claim([QUEUE], timeout, call, said, heard)
 
 
 async def settle(q: AsyncQuasar) -> None:
@@ -84,16 +91,19 @@ def test_a_wait_claims_on_a_connection_kept_for_the_next_wait(
             job = await q.enqueue("s", b"\x90", queue=QUEUE)
             assert isinstance(job, t.JobApplied)
             ids: list[int] = []
-            popped, claimed = await wait_once(q, ids=ids)
+            answers: list[Any] = []  # (each answer read, handed on before the wait returns)
+            popped, claimed = await wait_once(q, ids=ids, answers=answers)
             assert popped
             assert isinstance(claimed, t.ClaimsApplied)
             assert [c.job.id for c in claimed.claims] == [job.job.id]
+            assert answers == [claimed]
             [line] = q._lines.idle
             assert line.conn in in_use(q)  # (lent by the pool while kept)
-            popped, nothing = await wait_once(q, ids=ids)
+            popped, nothing = await wait_once(q, ids=ids, answers=answers)
             assert not popped
             assert isinstance(nothing, t.ClaimRefused)
             assert isinstance(nothing.error, t.NothingClaimable)
+            assert answers == [claimed, nothing]
             assert q._lines.idle == [line]
             assert ids[0] == ids[1]  # the same connection both times
             assert ids[0] in client_ids(upstream)
@@ -136,9 +146,11 @@ def test_a_connection_lost_during_a_wait_raises_and_the_resent_claim_replays(
             assert isinstance(job, t.JobApplied)
             call = q.calls.claim_many(QUEUE, "w1", 30_000, 10)
             proxy.cut_after_next(has(b"BLPOP"))  # the claim runs; its reply never comes
+            answers: list[Any] = []
             with pytest.raises(rex.ConnectionError):
-                await q.wait_and_claim([QUEUE], 0.2, call, lambda _: None)
+                await q.wait_and_claim([QUEUE], 0.2, call, lambda _: None, answers.append)
             assert not q._lines.idle
+            assert answers == []  # (no answer was read: none handed on)
             again = await q.execute(call)  # the same call id: its record answers
             assert isinstance(again, t.ClaimsApplied)
             assert [c.job.id for c in again.claims] == [job.job.id]
@@ -242,5 +254,72 @@ def test_a_wait_whose_replies_do_not_come_in_time_raises_and_closes_its_connecti
             _, nothing = await wait_once(q)  # a new connection waits
             assert isinstance(nothing, t.ClaimRefused)
             assert len(q._lines.idle) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_push_message_between_replies_is_dropped(upstream: redis.Redis, namespace: str) -> None:
+    # RESP3: the kept connection tracks a key (``CLIENT TRACKING``), so Redis pushes an
+    # invalidation onto it when the key changes, ahead of the next wait's replies. The wait reads
+    # its own three replies past it.
+    key = f"{namespace}:tracked"
+
+    async def scenario() -> None:
+        async with client(namespace, 3) as q:
+            await wait_once(q)
+            [line] = q._lines.idle
+            commands: list[Any] = [("CLIENT", "TRACKING", "ON"), ("GET", key)]
+            for command in commands:
+                line.write(hiredis.pack_command(command))
+                await line.reply(5.0)
+            upstream.set(key, "changed")  # (its push is on the line before SET returns here)
+            job = await q.enqueue("s", b"\x90", queue=QUEUE)
+            assert isinstance(job, t.JobApplied)
+            popped, claimed = await wait_once(q)
+            assert popped and isinstance(claimed, t.ClaimsApplied)
+            assert [c.job.id for c in claimed.claims] == [job.job.id]
+            assert q._lines.idle == [line]
+
+    asyncio.run(scenario())
+
+
+def test_bytes_that_are_not_redis_speaking_end_the_line(
+    upstream: redis.Redis, namespace: str, resp: int
+) -> None:
+    # What the reader cannot parse (hiredis's protocol error) ends the line as a lost connection
+    # does: redis-py's ConnectionError for the wait on it, and the next wait takes a new one.
+    async def scenario() -> None:
+        async with client(namespace, resp) as q:
+            await wait_once(q)
+            [line] = q._lines.idle
+            line.protocol.data_received(b"@not redis\r\n")
+            assert not line.alive
+            with pytest.raises(rex.ConnectionError):
+                await line.reply(1.0)
+            popped, nothing = await wait_once(q)
+            assert not popped and isinstance(nothing, t.ClaimRefused)
+            assert len(q._lines.idle) == 1 and q._lines.idle[0] is not line
+
+    asyncio.run(scenario())
+
+
+def test_resp3_without_a_hiredis_that_tells_pushes_apart_takes_the_pools_way(
+    upstream: redis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A hiredis older than 3.2 reads a RESP3 push as a reply: the connection is not taken over
+    # (left as redis-py set it up) and every wait goes the pool's way.
+    monkeypatch.delattr(hiredis, "PushNotification", raising=False)
+
+    async def scenario() -> None:
+        async with client(namespace, 3) as q:
+            job = await q.enqueue("s", b"\x90", queue=QUEUE)
+            assert isinstance(job, t.JobApplied)
+            before = in_use(q)  # (the connection the client keeps for its calls)
+            popped, claimed = await wait_once(q)
+            assert popped and isinstance(claimed, t.ClaimsApplied)
+            assert not q._lines.usable and not q._lines.idle
+            assert in_use(q) == before  # the wait's connection went back
+            popped, nothing = await wait_once(q)
+            assert not popped and isinstance(nothing, t.ClaimRefused)
 
     asyncio.run(scenario())

@@ -831,13 +831,13 @@ def test_a_job_enqueued_to_an_idle_worker_is_claimed_by_the_wait_that_wakes_it(
     waiting: list[int] = []  # the client id of each wait, once Redis holds it
 
     async def watched(
-        self: AsyncQuasar, queues: Any, timeout: float, claim: Any, on_wait: Any
+        self: AsyncQuasar, queues: Any, timeout: float, claim: Any, on_wait: Any, *rest: Any
     ) -> Any:
         def held(client_id: int) -> None:
             waiting.append(client_id)
             on_wait(client_id)
 
-        woke, result = await wake_then(self, queues, timeout, claim, held)
+        woke, result = await wake_then(self, queues, timeout, claim, held, *rest)
         claimed_by_wait.extend(c.job.id for c in getattr(result, "claims", ()))
         ended.append(woke)
         return woke, result
@@ -940,7 +940,7 @@ def test_a_waits_claim_starts_its_jobs_once_whichever_takes_its_answer_first() -
         # its answer in while the idle wait is undecided: its jobs start, and its slots and the
         # outcomes' carrying are let go at once; the idle wait does not start them again
         first, claims = woken()
-        first.answer(answered(applied))
+        first.answer(applied)
         assert started == [("q", 10, [claim])] and (claims.asked, claims.carrying) == (0, 1)
         first.decided = True
         await first.end(answered(applied), True)
@@ -948,22 +948,27 @@ def test_a_waits_claim_starts_its_jobs_once_whichever_takes_its_answer_first() -
         # the idle wait took the answer first (and let go itself): started once, by it
         second, claims = woken()
         second.decided = True
-        second.answer(answered(applied))
+        second.answer(applied)
         assert len(started) == 1
         await second.end(answered(applied), True)
         assert len(started) == 2 and (claims.asked, claims.carrying) == (10, 0)
         # a wait given up on (cut short), answered late: left to Claimer._late
         third, _ = woken()
         third.decided = True
-        third.answer(answered(applied))
+        third.answer(applied)
         await third.end(answered(applied), False)
-        # no jobs, a refusal, an error or a cancelled wait start nothing
+        # a refusal starts nothing, as the idle wait's own taking of it, an error or a
+        # cancelled wait do not
+        refused = t.ClaimRefused(t.NothingClaimable(next_at=None))
+        woken()[0].answer(refused)
         failed: asyncio.Future[Any] = loop.create_future()
         failed.set_exception(RedisUnavailable("gone"))
         cancelled: asyncio.Future[Any] = loop.create_future()
         cancelled.cancel()
-        for pop in (answered(t.ClaimRefused(t.NothingClaimable(next_at=None))), failed, cancelled):
-            woken()[0].answer(pop)
+        for pop in (answered(refused), failed, cancelled):
+            fourth, _ = woken()
+            fourth.decided = True
+            await fourth.end(pop, pop is not cancelled and pop is not failed)
         assert len(started) == 2
 
     asyncio.run(scenarios())
@@ -984,7 +989,7 @@ def test_a_cut_short_wait_whose_claim_runs_after_its_resend_starts_its_jobs(
     waits: list[str] = []
 
     async def cut_short_then_late(
-        self: AsyncQuasar, queues: Any, timeout: float, call: Any, blocked: Any
+        self: AsyncQuasar, queues: Any, timeout: float, call: Any, blocked: Any, *rest: Any
     ) -> Any:
         waits.append(str(call.args[0]))
         if len(waits) == 2:  # the wait after the re-sent claim: it claims nothing itself
@@ -992,7 +997,7 @@ def test_a_cut_short_wait_whose_claim_runs_after_its_resend_starts_its_jobs(
             await asyncio.sleep(timeout)
             return False, await self.execute(self.calls.counts("default"))
         if len(waits) > 2:
-            return await wake_then(self, queues, timeout, call, blocked)
+            return await wake_then(self, queues, timeout, call, blocked, *rest)
         try:
             await asyncio.sleep(30)  # waiting, its client id not known yet
         except asyncio.CancelledError:

@@ -272,13 +272,11 @@ class Claimer:
             woken.want = min(free, 1000)
             claim = self.client.calls.claim_many(queue, self.worker_id, self.lease_ms, woken.want)
             wait: Any = self.client.wait_and_claim(
-                self.queues, max(timeout, 0.001), claim, waiting.said
+                self.queues, max(timeout, 0.001), claim, waiting.said, woken.answer
             )
         else:
             wait = self.client.wait_for_work(self.queues, max(timeout, 0.001))
         pop = asyncio.ensure_future(wait)
-        if claim is not None:
-            pop.add_done_callback(woken.answer)
         stop = asyncio.ensure_future(self.stopping.wait())
         poke = asyncio.ensure_future(self.poke.wait())
         self.asked += woken.want
@@ -337,9 +335,9 @@ class Claimer:
 
 
 class Woken:
-    """The jobs of the claim an idle wait carried, started once: in the event loop's turn its
-    answer comes in (``answer``, a callback of the wait, while the idle wait is undecided), or
-    else by the idle wait once it has taken that answer as its own (``end``). A wait the idle
+    """The jobs of the claim an idle wait carried, started once: by the wait itself as it reads
+    its answer (``answer``, while the idle wait is undecided), or else by the idle wait once it
+    has taken that answer as its own (``end``). A wait the idle
     wait gave up on (cut short) leaves its jobs to ``Claimer._late``. A refusal or an error is
     left to the claim that follows, which meets it again."""
 
@@ -350,9 +348,10 @@ class Woken:
         self.decided = False  # the idle wait has taken the answer, or given up on it
         self.started = False
 
-    def answer(self, pop: asyncio.Future[Any]) -> None:
-        if not (self.decided or pop.cancelled() or pop.exception() is not None):
-            self._start(pop.result()[1])
+    def answer(self, result: t.ClaimsResult) -> None:
+        """The wait's answer, read (``AsyncQuasar.wait_and_claim``'s ``on_answer``)."""
+        if not self.decided:
+            self._start(result)
 
     async def end(self, pop: asyncio.Future[Any], answered: bool) -> None:
         """After the idle wait: the jobs of its answer start, if they have not; a refusal of

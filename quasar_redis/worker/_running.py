@@ -122,9 +122,10 @@ class Runner:
             started.append(running)
             queued.append(running)
         self.stats.claimed += len(started)
-        self.metrics.claimed([claim.job for claim in claims])
         self.keeper.hold_many(started)
         self.run_next()
+        # (after the jobs' first steps: their latency is read from Redis's times, not from now)
+        self.loop.call_soon(self.metrics.claimed, [claim.job for claim in claims])
 
     def run_next(self) -> None:
         """Start waiting jobs while slots are free (never once the worker is stopping)."""
