@@ -50,15 +50,18 @@ class _Replies(asyncio.Protocol):
         self.replies: collections.deque[Any] = collections.deque()
         self.waiter: asyncio.Future[None] | None = None
         self.lost: BaseException | None = None
+        self.heard: Callable[[Any], None] | None = None  # each reply as it comes in (a wait's)
 
     def data_received(self, data: bytes) -> None:
-        reader, push = self.reader, self.push
+        reader, push, heard = self.reader, self.push, self.heard
         reader.feed(data)
         try:
             reply = reader.gets()
             while reply is not _MORE:
                 if push is None or not isinstance(reply, push):
                     self.replies.append(reply)
+                    if heard is not None:
+                        heard(reply)
                 reply = reader.gets()
         except rex.InvalidResponse as exc:  # (not Redis speaking: the line is done)
             self.ended(exc)
@@ -190,13 +193,17 @@ async def wait_on(
     packed: bytes,
     timeout: float,
     on_blocked: Callable[[int], None],
+    heard: Callable[[Any], None] | None = None,
 ) -> tuple[Any, Any]:
     """``AsyncQuasar.wait_and_claim``'s three commands (``packed``: CLIENT ID, the BLPOP, the
     call) on ``line``, as its pooled way sends them: the BLPOP's reply and the call's (a
-    refusal returned). The line goes back to ``lines`` once all three are read, else closes."""
+    refusal returned). The line goes back to ``lines`` once all three are read, else closes.
+    ``heard`` (which must not raise) gets each of the three replies in the event loop's turn it
+    comes in, before this coroutine reads it."""
     clean = False
     try:
         socket_timeout: float | None = line.conn.socket_timeout
+        line.protocol.heard = heard
         line.write(packed)
         said = await line.reply(socket_timeout)
         if not isinstance(said, rex.ResponseError):  # (CLIENT refused by an ACL: no early end)
@@ -207,6 +214,7 @@ async def wait_on(
         reply = await line.reply(socket_timeout)
         clean = True
     finally:
+        line.protocol.heard = None
         if clean:
             lines.give_back(line)
         else:

@@ -301,8 +301,9 @@ class AsyncQuasar(Coalescing, ClientBase):
         its claim in the same round trip. ``on_blocked`` gets the connection's client id as the
         wait starts: ``unblock(id)`` ends the wait early, and the call still runs. Whether a token
         was popped, and the call's result (or the error it met). ``on_answer`` gets the call's
-        result (not an error) the moment it is read, an event loop turn before the caller's
-        ``await`` returns. Only where ``can_wait_and_claim``.
+        result (not an error) as soon as it is read: on a kept wait connection (``_wait_line``)
+        from the connection's protocol in the event loop's turn the reply comes in
+        (``EarlyAnswer``), else before this returns. Only where ``can_wait_and_claim``.
 
         A wait that is cancelled drops its connection: Redis forgets a blocked client that is
         gone, but a call it ran before that is answered to nobody (send it again: same call id).
@@ -313,13 +314,18 @@ class AsyncQuasar(Coalescing, ClientBase):
         wait: Any = ("BLPOP", *(self.keys.wake(q) for q in queues), str(timeout))
         packed = b"".join(map(hiredis.pack_command, (("CLIENT", "ID"), wait, self._command(call))))
         line = await self._lines.take()
+        early = None
         if line is None:
             pool, named = self.redis.connection_pool, self._named
             popped, reply = await wait_pooled(pool, named, packed, timeout, on_blocked)
         else:
-            popped, reply = await wait_on(line, self._lines, packed, timeout, on_blocked)
+            early = None if on_answer is None else EarlyAnswer(call, on_answer)
+            heard = None if early is None else early.heard
+            popped, reply = await wait_on(line, self._lines, packed, timeout, on_blocked, heard)
         if isinstance(reply, Exception):
             return popped is not None, self._error(reply)
+        if early is not None and early.answered:
+            return popped is not None, early.result
         try:
             reply, left = work_left(reply)
             result = call.parse(reply)
@@ -446,3 +452,41 @@ async def _write(conn: Any, packed: bytes) -> None:
     finally:
         if conn.socket_timeout is None:  # (unless redis-py changed it meanwhile: a maintenance)
             conn.socket_timeout = timeout
+
+
+class EarlyAnswer:
+    """A wait's call answered as its reply comes in (``wait_on``'s ``heard``: from the
+    connection's protocol, before the wait's coroutine has resumed): parsed, and handed to
+    ``on_answer``. Only a plain answer, after a ``BLPOP`` that did not fail; anything else (an
+    error, a reply the parse raises on, work left to carry on) is left to the coroutine, which
+    reads the same reply again. ``answered`` once the answer was handed on (never twice)."""
+
+    __slots__ = ("answered", "call", "ok", "on_answer", "result", "seen")
+
+    def __init__(self, call: Call[Any], on_answer: Callable[[Any], None]) -> None:
+        self.call, self.on_answer = call, on_answer
+        self.seen = 0  # replies heard: CLIENT ID, the BLPOP's, the call's
+        self.ok = False  # the BLPOP's reply is no error
+        self.answered = False
+        self.result: Any = None
+
+    def heard(self, reply: Any) -> None:
+        self.seen += 1
+        if self.seen == 2:
+            self.ok = not isinstance(reply, Exception)
+        if self.seen != 3 or not self.ok or isinstance(reply, Exception):
+            return
+        try:
+            body, left = work_left(reply)
+            if left:
+                return
+            result = self.call.parse(body)
+        except Exception:  # (the coroutine parses it again, and raises or returns the error)
+            return
+        self.result, self.answered = result, True
+        try:
+            self.on_answer(result)
+        except Exception as exc:  # (not into the protocol: the connection would close)
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "a wait's on_answer failed", "exception": exc}
+            )

@@ -51,6 +51,13 @@ async def wait_once(
     return await q.wait_and_claim([QUEUE], timeout, call, said, heard)
 
 
+async def one_job(q: AsyncQuasar) -> t.JobApplied:
+    """A job enqueued to the waits' queue."""
+    job = await q.enqueue("s", b"\x90", queue=QUEUE)
+    assert isinstance(job, t.JobApplied)
+    return job
+
+
 async def settle(q: AsyncQuasar) -> None:
     """A claim sent alone first: it finds how the server runs scripts (functions, or EVALSHA on
     Redis 6.2) and loads the claim's, which a wait does not (a wait sent first meets the
@@ -88,8 +95,7 @@ def test_a_wait_claims_on_a_connection_kept_for_the_next_wait(
 ) -> None:
     async def scenario() -> None:
         async with client(namespace, resp) as q:
-            job = await q.enqueue("s", b"\x90", queue=QUEUE)
-            assert isinstance(job, t.JobApplied)
+            job = await one_job(q)
             ids: list[int] = []
             answers: list[Any] = []  # (each answer read, handed on before the wait returns)
             popped, claimed = await wait_once(q, ids=ids, answers=answers)
@@ -142,8 +148,7 @@ def test_a_connection_lost_during_a_wait_raises_and_the_resent_claim_replays(
 
     async def scenario() -> None:
         async with client(namespace, resp, url) as q:
-            job = await q.enqueue("s", b"\x90", queue=QUEUE)
-            assert isinstance(job, t.JobApplied)
+            job = await one_job(q)
             call = q.calls.claim_many(QUEUE, "w1", 30_000, 10)
             proxy.cut_after_next(has(b"BLPOP"))  # the claim runs; its reply never comes
             answers: list[Any] = []
@@ -273,8 +278,7 @@ def test_a_push_message_between_replies_is_dropped(upstream: redis.Redis, namesp
                 line.write(hiredis.pack_command(command))
                 await line.reply(5.0)
             upstream.set(key, "changed")  # (its push is on the line before SET returns here)
-            job = await q.enqueue("s", b"\x90", queue=QUEUE)
-            assert isinstance(job, t.JobApplied)
+            job = await one_job(q)
             popped, claimed = await wait_once(q)
             assert popped and isinstance(claimed, t.ClaimsApplied)
             assert [c.job.id for c in claimed.claims] == [job.job.id]
@@ -312,8 +316,7 @@ def test_resp3_without_a_hiredis_that_tells_pushes_apart_takes_the_pools_way(
 
     async def scenario() -> None:
         async with client(namespace, 3) as q:
-            job = await q.enqueue("s", b"\x90", queue=QUEUE)
-            assert isinstance(job, t.JobApplied)
+            await one_job(q)
             before = in_use(q)  # (the connection the client keeps for its calls)
             popped, claimed = await wait_once(q)
             assert popped and isinstance(claimed, t.ClaimsApplied)
@@ -321,5 +324,39 @@ def test_resp3_without_a_hiredis_that_tells_pushes_apart_takes_the_pools_way(
             assert in_use(q) == before  # the wait's connection went back
             popped, nothing = await wait_once(q)
             assert not popped and isinstance(nothing, t.ClaimRefused)
+
+    asyncio.run(scenario())
+
+
+def test_a_kept_connection_hands_the_answer_on_as_its_reply_comes_in(
+    upstream: redis.Redis, namespace: str, resp: int
+) -> None:
+    # On a kept connection the claim's answer reaches on_answer from the connection's protocol
+    # (no task runs then), before the wait's coroutine has resumed; the wait returns the same
+    # answer, handed on once. A BLPOP that fails (the wake list of the wrong type) hands nothing
+    # on and raises, as before.
+    async def scenario() -> None:
+        async with client(namespace, resp) as q:
+            await one_job(q)
+            heard: list[tuple[Any, bool]] = []
+
+            def hand_on(result: Any) -> None:
+                heard.append((result, asyncio.current_task() is None))
+
+            on_answer: Any = hand_on
+
+            call: Any = q.calls.claim_many(QUEUE, "w1", 30_000, 10)
+            popped, claimed = await q.wait_and_claim([QUEUE], 0.2, call, lambda _: None, on_answer)
+            assert popped and isinstance(claimed, t.ClaimsApplied)
+            assert heard == [(claimed, True)]
+            wake = q.keys.wake(QUEUE)
+            upstream.set(wake, "not a list")
+            try:
+                again = q.calls.claim_many(QUEUE, "w1", 30_000, 10)
+                with pytest.raises(rex.ResponseError, match="WRONGTYPE"):
+                    await q.wait_and_claim([QUEUE], 0.2, again, lambda _: None, on_answer)
+            finally:
+                upstream.delete(wake)
+            assert len(heard) == 1
 
     asyncio.run(scenario())

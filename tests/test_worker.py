@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -58,6 +59,7 @@ from quasar_redis._call_codec import payload_of
 from quasar_redis.errors import RedisUnavailable
 from quasar_redis.worker import Lease, LeaseKeeper, _prefetch, _running
 from quasar_redis.worker._claiming import Claimer, Woken
+from quasar_redis.worker._resend import Resends
 from quasar_redis.worker._running import Runner
 
 from .helpers import REDIS_URL, delete_namespace, real_redis, wait_for
@@ -970,6 +972,25 @@ def test_a_waits_claim_starts_its_jobs_once_whichever_takes_its_answer_first() -
             fourth.decided = True
             await fourth.end(pop, pop is not cancelled and pop is not failed)
         assert len(started) == 2
+        # its answer read whole and its jobs started, then the wait cancelled before it
+        # returned: the wait counts as answered (its claim is not sent again, which would
+        # replay the same jobs), and nothing starts twice
+        fifth, _ = woken()
+        fifth.answer(applied)
+        assert len(started) == 3
+        resends, kept = Resends(), set[Any]()
+        owner = SimpleNamespace(
+            resends=resends, background=SimpleNamespace(keep=kept.add), _late=lambda *_: None
+        )
+        call: Any = SimpleNamespace(call_id="c1")
+        assert Claimer._answered(owner, cancelled, 0, "q", call, fifth.started)  # type: ignore[arg-type]
+        assert not resends.pending() and kept == {cancelled}
+        fifth.decided = True
+        await fifth.end(cancelled, True)
+        assert len(started) == 3
+        # not started, the same cancelled wait is sent again
+        assert not Claimer._answered(owner, cancelled, 0, "q", call, False)  # type: ignore[arg-type]
+        assert resends.pop(0, "q") == (call, [])
 
     asyncio.run(scenarios())
 
@@ -1043,10 +1064,14 @@ def test_jobs_of_a_short_claim_start_before_the_next_claim_goes_out(
             events.append("claim")
         return await execute(self, call)
 
-    async def claimed_on_waking(self: AsyncQuasar, *args: Any) -> Any:
-        result = await wake_then(self, *args)
-        events.append("claim")  # (the claim that went with the wait: its reply is back)
-        return result
+    async def claimed_on_waking(
+        self: AsyncQuasar, queues: Any, timeout: float, call: Any, blocked: Any, on_answer: Any
+    ) -> Any:
+        def answered(result: Any) -> None:
+            events.append("claim")  # (the claim that went with the wait: its reply is read)
+            on_answer(result)
+
+        return await wake_then(self, queues, timeout, call, blocked, answered)
 
     async def idling(self: Claimer, lane: int, next_at: int | None) -> None:
         events.append("idle")

@@ -292,20 +292,26 @@ class Claimer:
             for fut in (pop, stop, poke):
                 if not fut.done():
                     fut.cancel()
-            answered = self._answered(pop, lane, queue, claim)
+            answered = self._answered(pop, lane, queue, claim, woken.started)
             woken.decided = True
             await asyncio.gather(stop, poke, return_exceptions=True)
         await woken.end(pop, answered and claim is not None)
 
     def _answered(
-        self, pop: asyncio.Future[Any], lane: int, queue: str, claim: Call[Any] | None
+        self,
+        pop: asyncio.Future[Any],
+        lane: int,
+        queue: str,
+        claim: Call[Any] | None,
+        started: bool = False,
     ) -> bool:
-        """Whether the wait came back with its answer, decided once, here. A wait cut short is
-        sent again (its claim may have run); it may also still finish (redis-py can swallow a
-        cancellation), and its claim may then run after the re-sent one, which found nothing
-        (so left no record to replay): the jobs of either answer start, each once
-        (``Resends.not_started``)."""
-        answered = pop.done() and not pop.cancelled() and pop.exception() is None
+        """Whether the wait came back with its answer, decided once, here: it did if its
+        answer has started its jobs (``started``: read whole, though the wait may since have
+        been cancelled). A wait cut short is sent again (its claim may have run); it may also
+        still finish (redis-py can swallow a cancellation), and its claim may then run after the
+        re-sent one, which found nothing (so left no record to replay): the jobs of either
+        answer start, each once (``Resends.not_started``)."""
+        answered = started or (pop.done() and not pop.cancelled() and pop.exception() is None)
         if claim is not None and not answered:
             call_id = claim.call_id
             self.resends.keep(lane, queue, claim, [])
@@ -335,11 +341,12 @@ class Claimer:
 
 
 class Woken:
-    """The jobs of the claim an idle wait carried, started once: by the wait itself as it reads
-    its answer (``answer``, while the idle wait is undecided), or else by the idle wait once it
-    has taken that answer as its own (``end``). A wait the idle
-    wait gave up on (cut short) leaves its jobs to ``Claimer._late``. A refusal or an error is
-    left to the claim that follows, which meets it again."""
+    """The jobs of the claim an idle wait carried, started once: as the wait reads its answer
+    (``answer``, ``AsyncQuasar.wait_and_claim``'s ``on_answer``, while the idle wait is
+    undecided), or else by the idle wait once it has taken that answer as its own (``end``). A
+    wait the idle wait gave up on (cut short) before its answer was read leaves its jobs to
+    ``Claimer._late``. A refusal or an error is left to the claim that follows, which meets it
+    again."""
 
     __slots__ = ("claimer", "decided", "queue", "started", "want")
 
@@ -357,7 +364,7 @@ class Woken:
         """After the idle wait: the jobs of its answer start, if they have not; a refusal of
         our access raises; other Redis trouble pauses (the claim that follows reports it)."""
         if answered:
-            if self._start(pop.result()[1]):
+            if not self.started and self._start(pop.result()[1]):
                 await asyncio.sleep(0)  # (they begin before the next claim goes out)
             return
         error = pop.exception() if pop.done() and not pop.cancelled() else None

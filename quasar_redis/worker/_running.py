@@ -123,8 +123,7 @@ class Runner:
             queued.append(running)
         self.stats.claimed += len(started)
         self.keeper.hold_many(started)
-        self.run_next()
-        # (after the jobs' first steps: their latency is read from Redis's times, not from now)
+        self.run_next()  # (then their metrics: read from Redis's times, not from now)
         self.loop.call_soon(self.metrics.claimed, [claim.job for claim in claims])
 
     def run_next(self) -> None:
