@@ -62,11 +62,7 @@ def worker_main(url: str, out: str) -> None:
             if on_answer is not None:
                 on_answer(result)
 
-        woke, result = await plain_wait(self, queues, timeout, call, on_blocked, answered)
-        now = time.time()
-        for job_id in leased(result):
-            claimed.setdefault(job_id, now)
-        return woke, result
+        return await plain_wait(self, queues, timeout, call, on_blocked, answered)
 
     plain_execute = aio.AsyncQuasar.execute
 

@@ -7,7 +7,8 @@ frames before the claim can be parsed: in a worker woken from idle by each job, 
 more than parsing the claim itself. A ``WaitLine`` is a connection the client's pool lends
 (connected and set up by redis-py: auth, database, client name, TLS), whose transport then feeds
 a ``hiredis.Reader`` directly, read as redis-py's hiredis parser reads: the replies a wait asks
-for resolve one future.
+for resolve one future, and the call's reply is parsed and handed on as it comes in
+(``EarlyAnswer``), a turn of the event loop before that future's waiter resumes.
 
 A line serves one wait at a time and is kept for the next (``WaitLines``): the pool counts it as
 lent until it closes, and closing the pool closes it. A wait that fails, runs out of time or is
@@ -33,6 +34,8 @@ import redis.asyncio
 import redis.exceptions as rex
 
 from ._base import may_keep
+from ._calls import Call
+from ._replies import work_left
 
 _MORE = object()  # the reader's answer while a reply is not whole yet
 
@@ -193,17 +196,17 @@ async def wait_on(
     packed: bytes,
     timeout: float,
     on_blocked: Callable[[int], None],
-    heard: Callable[[Any], None] | None = None,
+    early: EarlyAnswer | None = None,
 ) -> tuple[Any, Any]:
     """``AsyncQuasar.wait_and_claim``'s three commands (``packed``: CLIENT ID, the BLPOP, the
     call) on ``line``, as its pooled way sends them: the BLPOP's reply and the call's (a
     refusal returned). The line goes back to ``lines`` once all three are read, else closes.
-    ``heard`` (which must not raise) gets each of the three replies in the event loop's turn it
-    comes in, before this coroutine reads it."""
+    ``early`` hears each of the three replies in the event loop's turn it comes in, before this
+    coroutine reads it."""
     clean = False
     try:
         socket_timeout: float | None = line.conn.socket_timeout
-        line.protocol.heard = heard
+        line.protocol.heard = None if early is None else early.heard
         line.write(packed)
         said = await line.reply(socket_timeout)
         if not isinstance(said, rex.ResponseError):  # (CLIENT refused by an ACL: no early end)
@@ -273,3 +276,41 @@ def take_over(conn: Any) -> WaitLine | None:
     protocol = _Replies(reader, push, transport.get_protocol())
     transport.set_protocol(protocol)
     return WaitLine(conn, transport, protocol)
+
+
+class EarlyAnswer:
+    """A wait's call answered as its reply comes in (``heard``, from the connection's protocol,
+    before the wait's coroutine has resumed): parsed, and handed to
+    ``on_answer``. Only a plain answer, after a ``BLPOP`` that did not fail; anything else (an
+    error, a reply the parse raises on, work left to carry on) is left to the coroutine, which
+    reads the same reply again. ``answered`` once the answer was handed on (never twice)."""
+
+    __slots__ = ("answered", "call", "ok", "on_answer", "result", "seen")
+
+    def __init__(self, call: Call[Any], on_answer: Callable[[Any], None]) -> None:
+        self.call, self.on_answer = call, on_answer
+        self.seen = 0  # replies heard: CLIENT ID, the BLPOP's, the call's
+        self.ok = False  # the BLPOP's reply is no error
+        self.answered = False
+        self.result: Any = None
+
+    def heard(self, reply: Any) -> None:
+        self.seen += 1
+        if self.seen == 2:
+            self.ok = not isinstance(reply, Exception)
+        if self.seen != 3 or not self.ok or isinstance(reply, Exception):
+            return
+        try:
+            body, left = work_left(reply)
+            if left:
+                return
+            result = self.call.parse(body)
+        except Exception:  # (the coroutine parses it again, and raises or returns the error)
+            return
+        self.result, self.answered = result, True
+        try:
+            self.on_answer(result)
+        except Exception as exc:  # (not into the protocol: the connection would close)
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": "a wait's on_answer failed", "exception": exc}
+            )

@@ -29,7 +29,7 @@ from ._partition_ops import PartitionOps, keys_of, wake_lists
 from ._pinned import apinned_parts
 from ._replies import work_left
 from ._sending import Ask, Command, Flow, Pipeline, Step
-from ._wait_line import WaitLines, wait_on, wait_pooled
+from ._wait_line import EarlyAnswer, WaitLines, wait_on, wait_pooled
 from ._waits import block_slice, first_of
 from .errors import QuasarError
 
@@ -314,14 +314,12 @@ class AsyncQuasar(Coalescing, ClientBase):
         wait: Any = ("BLPOP", *(self.keys.wake(q) for q in queues), str(timeout))
         packed = b"".join(map(hiredis.pack_command, (("CLIENT", "ID"), wait, self._command(call))))
         line = await self._lines.take()
-        early = None
+        early = None if line is None or on_answer is None else EarlyAnswer(call, on_answer)
         if line is None:
             pool, named = self.redis.connection_pool, self._named
             popped, reply = await wait_pooled(pool, named, packed, timeout, on_blocked)
         else:
-            early = None if on_answer is None else EarlyAnswer(call, on_answer)
-            heard = None if early is None else early.heard
-            popped, reply = await wait_on(line, self._lines, packed, timeout, on_blocked, heard)
+            popped, reply = await wait_on(line, self._lines, packed, timeout, on_blocked, early)
         if isinstance(reply, Exception):
             return popped is not None, self._error(reply)
         if early is not None and early.answered:
@@ -452,41 +450,3 @@ async def _write(conn: Any, packed: bytes) -> None:
     finally:
         if conn.socket_timeout is None:  # (unless redis-py changed it meanwhile: a maintenance)
             conn.socket_timeout = timeout
-
-
-class EarlyAnswer:
-    """A wait's call answered as its reply comes in (``wait_on``'s ``heard``: from the
-    connection's protocol, before the wait's coroutine has resumed): parsed, and handed to
-    ``on_answer``. Only a plain answer, after a ``BLPOP`` that did not fail; anything else (an
-    error, a reply the parse raises on, work left to carry on) is left to the coroutine, which
-    reads the same reply again. ``answered`` once the answer was handed on (never twice)."""
-
-    __slots__ = ("answered", "call", "ok", "on_answer", "result", "seen")
-
-    def __init__(self, call: Call[Any], on_answer: Callable[[Any], None]) -> None:
-        self.call, self.on_answer = call, on_answer
-        self.seen = 0  # replies heard: CLIENT ID, the BLPOP's, the call's
-        self.ok = False  # the BLPOP's reply is no error
-        self.answered = False
-        self.result: Any = None
-
-    def heard(self, reply: Any) -> None:
-        self.seen += 1
-        if self.seen == 2:
-            self.ok = not isinstance(reply, Exception)
-        if self.seen != 3 or not self.ok or isinstance(reply, Exception):
-            return
-        try:
-            body, left = work_left(reply)
-            if left:
-                return
-            result = self.call.parse(body)
-        except Exception:  # (the coroutine parses it again, and raises or returns the error)
-            return
-        self.result, self.answered = result, True
-        try:
-            self.on_answer(result)
-        except Exception as exc:  # (not into the protocol: the connection would close)
-            asyncio.get_running_loop().call_exception_handler(
-                {"message": "a wait's on_answer failed", "exception": exc}
-            )

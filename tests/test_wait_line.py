@@ -23,6 +23,7 @@ import redis.exceptions as rex
 
 from quasar_redis import AsyncQuasar
 from quasar_redis import _types as t
+from quasar_redis.errors import CorruptKeyError
 
 from .helpers import REDIS_URL, wait_for
 from .proxy import HOST, Proxy, has
@@ -334,7 +335,7 @@ def test_a_kept_connection_hands_the_answer_on_as_its_reply_comes_in(
     # On a kept connection the claim's answer reaches on_answer from the connection's protocol
     # (no task runs then), before the wait's coroutine has resumed; the wait returns the same
     # answer, handed on once. A BLPOP that fails (the wake list of the wrong type) hands nothing
-    # on and raises, as before.
+    # on and raises, as before; a claim's typed error is returned, and not handed on.
     async def scenario() -> None:
         async with client(namespace, resp) as q:
             await one_job(q)
@@ -357,6 +358,16 @@ def test_a_kept_connection_hands_the_answer_on_as_its_reply_comes_in(
                     await q.wait_and_claim([QUEUE], 0.2, again, lambda _: None, on_answer)
             finally:
                 upstream.delete(wake)
+            # a claim refused with a typed error (its queue's ready set damaged): returned, and
+            # nothing handed on
+            ready = q.keys.queue(QUEUE, "ready")
+            upstream.set(ready, "not a zset")
+            try:
+                third: Any = q.calls.claim_many(QUEUE, "w1", 30_000, 10)
+                _, refused = await q.wait_and_claim([QUEUE], 0.2, third, lambda _: None, on_answer)
+            finally:
+                upstream.delete(ready)
+            assert isinstance(refused, CorruptKeyError)
             assert len(heard) == 1
 
     asyncio.run(scenario())

@@ -303,7 +303,7 @@ class Claimer:
         lane: int,
         queue: str,
         claim: Call[Any] | None,
-        started: bool = False,
+        started: bool,
     ) -> bool:
         """Whether the wait came back with its answer, decided once, here: it did if its
         answer has started its jobs (``started``: read whole, though the wait may since have
