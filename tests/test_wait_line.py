@@ -4,8 +4,9 @@ next wait, as lent by the pool; a connection the server closed between waits is 
 lost during a wait raises what redis-py raises, and the claim's re-sent call replays what it
 leased; a cancelled wait closes its connection; closing the client closes them; a pool that is
 not redis-py's plain one, or is capped low, lends a connection for each wait as before; a RESP3
-push between replies is dropped, and bytes that are not Redis's end the line. Each over RESP2 and
-RESP3 where both apply."""
+push between replies is dropped, and bytes that are not Redis's end the line; a claim's answer is
+handed on as its reply comes in, but for what the wait's coroutine must read itself, and a
+hand-on that fails keeps the line. Each over RESP2 and RESP3 where both apply."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import redis.exceptions as rex
 
 from quasar_redis import AsyncQuasar
 from quasar_redis import _types as t
+from quasar_redis._wait_line import EarlyAnswer
 from quasar_redis.errors import CorruptKeyError
 
 from .helpers import REDIS_URL, wait_for
@@ -369,5 +371,72 @@ def test_a_kept_connection_hands_the_answer_on_as_its_reply_comes_in(
                 upstream.delete(ready)
             assert isinstance(refused, CorruptKeyError)
             assert len(heard) == 1
+
+    asyncio.run(scenario())
+
+
+def test_an_early_answer_leaves_work_left_a_bad_reply_and_a_failed_wait_to_the_coroutine() -> None:
+    # What EarlyAnswer does not hand on, reply by reply (CLIENT ID, the BLPOP's, the call's): a
+    # claim with cascade work left to carry on, a reply the call's parse raises on, any reply
+    # after a BLPOP that failed. The coroutine reads each of them again. A plain answer after
+    # them is handed on once.
+    class Parsed:
+        def __init__(self, fails: bool) -> None:
+            self.fails = fails
+
+        def parse(self, reply: Any) -> Any:
+            if self.fails:
+                raise ValueError("not a claim's reply")
+            return ("parsed", reply)
+
+    def heard_all(call: Any, replies: list[Any]) -> tuple[EarlyAnswer, list[Any]]:
+        answers: list[Any] = []
+        early = EarlyAnswer(call, answers.append)
+        for reply in replies:
+            early.heard(reply)
+        return early, answers
+
+    plain = [7, [b"wake", b"1"], [b"ClaimsApplied"]]
+    left = [7, [b"wake", b"1"], [b"More", [b"ClaimsApplied"]]]
+    failed_pop = [7, rex.ResponseError("WRONGTYPE"), [b"ClaimsApplied"]]
+    for call, replies in (
+        (Parsed(False), left),
+        (Parsed(True), plain),
+        (Parsed(False), failed_pop),
+    ):
+        early, answers = heard_all(call, replies)
+        assert answers == [] and not early.answered and early.result is None
+    early, answers = heard_all(Parsed(False), plain)
+    assert answers == [("parsed", [b"ClaimsApplied"])] and early.answered
+    assert early.result == answers[0]
+
+
+def test_an_answer_whose_hand_on_fails_still_returns_and_keeps_the_connection(
+    upstream: redis.Redis, namespace: str, resp: int
+) -> None:
+    # on_answer raising inside the connection's protocol must not end the connection: the error
+    # goes to the event loop's exception handler, the wait returns its claim, and the line is
+    # kept for the next wait.
+    async def scenario() -> None:
+        async with client(namespace, resp) as q:
+            job = await one_job(q)
+            loop_errors: list[dict[str, Any]] = []
+            asyncio.get_running_loop().set_exception_handler(lambda _, c: loop_errors.append(c))
+
+            def hand_on(result: Any) -> None:
+                raise RuntimeError("the worker's hand-on failed")
+
+            call: Any = q.calls.claim_many(QUEUE, "w1", 30_000, 10)
+            popped, claimed = await q.wait_and_claim([QUEUE], 0.2, call, lambda _: None, hand_on)
+            assert popped and isinstance(claimed, t.ClaimsApplied)
+            assert [c.job.id for c in claimed.claims] == [job.job.id]
+            [failure] = loop_errors
+            assert failure["message"] == "a wait's on_answer failed"
+            assert isinstance(failure["exception"], RuntimeError)
+            [line] = q._lines.idle
+            assert line.alive
+            popped, nothing = await wait_once(q)
+            assert not popped and isinstance(nothing, t.ClaimRefused)
+            assert q._lines.idle == [line]
 
     asyncio.run(scenario())
